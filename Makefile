@@ -1,0 +1,32 @@
+# Every target is documented with a `## ` comment; `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+PG := scripts/with-pg.sh
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## run every test with -race on real PostgreSQL (a throwaway server unless TEST_DATABASE_URL is set)
+	$(PG) TEST_DATABASE_URL $(GO) test -race -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: bench
+bench: ## run the benchmarks on real PostgreSQL (ratios against the baseline are printed by the benchmarks)
+	$(PG) TEST_DATABASE_URL $(GO) test -run '^$$' -bench . -benchmem -count=1 ./runtime/...
+
+.PHONY: generate
+generate: ## regenerate the examples and the golden files
+
+.PHONY: verify
+verify: ## fail when any generated file is stale
+
+.PHONY: demo
+demo: ## run the payments example against PostgreSQL and fire the duplicate-request scenario at it

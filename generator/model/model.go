@@ -1,0 +1,107 @@
+// Package model is the generator's typed intermediate representation: operations and their
+// resolved idempotency policies, with every default applied and every rule checked. Templates and
+// the linter see only these plain structs, never kin-openapi types.
+package model
+
+import "time"
+
+// Position is a place in a spec file; Line and Col are 1-based.
+type Position struct {
+	File string
+	Line int
+	Col  int
+}
+
+// Document is everything the generator and linter need from one spec.
+type Document struct {
+	File       string
+	Operations []*Operation // every operation, sorted by path then method
+}
+
+// Idempotent returns the operations that carry a policy, in document order.
+func (d *Document) Idempotent() []*Operation {
+	var out []*Operation
+	for _, op := range d.Operations {
+		if op.Policy != nil {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// Operation is one OpenAPI operation.
+type Operation struct {
+	ID     string // operationId exactly as written (oapi-codegen rewrites it; keep the raw one)
+	Method string // upper case: POST
+	Path   string // /v1/payments/{payment_id}
+	Pos    Position
+	// Params lists declared parameters (operation and path item), for fingerprints and scope.
+	Params []Param
+	// Body is how the request body can be fingerprinted; BodyNone when there is none.
+	Body   BodyKind
+	Policy *Policy // nil when not idempotent
+}
+
+// Route is "POST /v1/payments", the form used in messages and fingerprints.
+func (o *Operation) Route() string { return o.Method + " " + o.Path }
+
+// Param is a declared parameter.
+type Param struct {
+	Name     string
+	In       string // path, query, header, cookie
+	Required bool
+}
+
+// BodyKind classifies a request body for fingerprinting.
+type BodyKind int
+
+const (
+	BodyNone BodyKind = iota
+	BodyJSON
+	BodyForm
+	BodyUnsupported // multipart, octet-stream, text: cannot be fingerprinted
+)
+
+// Storage modes.
+const (
+	StorageResponse  = "response"
+	StorageReference = "reference"
+	StorageMarker    = "marker"
+)
+
+// Claim modes.
+const (
+	ClaimLease       = "lease"
+	ClaimTransaction = "transaction"
+)
+
+// Policy is an operation's x-idempotency with the document defaults and built-in defaults applied.
+type Policy struct {
+	Pos            Position // where x-idempotency is written
+	Storage        string
+	TTL            time.Duration
+	Lease          time.Duration
+	Wait           time.Duration
+	Claim          string
+	MismatchStatus int
+	Persist        []string // "2xx", "404", … as written, validated
+	Scope          []ScopeItem
+	Key            Key
+	Exclude        []string // fingerprint.exclude JSON pointers
+	ReplayHeaders  []string // per-operation additions to the replay header allow-list
+}
+
+// ScopeItem is one element of a policy's scope.
+type ScopeItem struct {
+	Kind string // "tenant", "operation", "header", "path"
+	Name string // header or path parameter name; empty for tenant/operation
+}
+
+// Key says where the idempotency key comes from.
+type Key struct {
+	Header    string // header name, or "" when the key is a path parameter
+	PathParam string // set for from: path:<param>
+	Required  bool
+	MaxLength int
+	Pattern   string // optional regular expression (RE2)
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# pg.sh start DIR   initialise and start a throwaway PostgreSQL whose data and socket live in DIR;
+#                   prints its database URL on stdout.
+# pg.sh stop DIR    stop it and delete DIR.
+#
+# The server listens only on a Unix socket inside DIR, so parallel runs never fight over a port.
+# PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-}
+if [[ -z "$cmd" || -z "$dir" ]]; then
+	echo "usage: $0 start|stop DIR" >&2
+	exit 2
+fi
+
+find_bindir() {
+	if [[ -n "${PG_BINDIR:-}" ]]; then echo "$PG_BINDIR"; return; fi
+	local d
+	for d in /usr/lib/postgresql/*/bin; do
+		[[ -x "$d/initdb" ]] && { echo "$d"; return; }
+	done
+	if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
+	echo "pg.sh: no PostgreSQL server binaries found (install postgresql-15, or set PG_BINDIR," \
+		"or set TEST_DATABASE_URL to a server you already run)" >&2
+	exit 2
+}
+
+as_owner() {
+	if [[ $(id -u) -eq 0 ]]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+case "$cmd" in
+start)
+	bindir=$(find_bindir)
+	mkdir -p "$dir"
+	if [[ $(id -u) -eq 0 ]]; then
+		id postgres >/dev/null 2>&1 || { echo "pg.sh: running as root needs a 'postgres' user" >&2; exit 2; }
+		chown postgres "$dir"
+		# The postgres user must be able to reach DIR through its parents.
+		chmod o+x "$(dirname "$dir")" 2>/dev/null || true
+	fi
+	user=$(if [[ $(id -u) -eq 0 ]]; then echo postgres; else id -un; fi)
+	as_owner "$bindir/initdb" -D "$dir/data" -U "$user" --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 || {
+		echo "pg.sh: initdb failed; see $dir/initdb.log:" >&2; tail -20 "$dir/initdb.log" >&2; exit 1; }
+	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+		-o "-k $dir -c listen_addresses='' -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+		start >/dev/null || { echo "pg.sh: server did not start; see $dir/server.log:" >&2; tail -20 "$dir/server.log" >&2; exit 1; }
+	echo "postgres://$user@/postgres?host=$dir&sslmode=disable"
+	;;
+stop)
+	bindir=$(find_bindir)
+	if [[ -d "$dir/data" ]]; then
+		as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+	fi
+	rm -rf "$dir"
+	;;
+*)
+	echo "usage: $0 start|stop DIR" >&2
+	exit 2
+	;;
+esac

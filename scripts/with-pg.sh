@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# with-pg.sh VAR CMD...  runs CMD with the environment variable VAR naming a PostgreSQL database URL.
+# When VAR is already set, that server is used as it is. Otherwise a throwaway server is started
+# (scripts/pg.sh) and stopped again when CMD ends, whatever its exit status.
+set -euo pipefail
+var=${1:?usage: with-pg.sh VAR CMD...}
+shift
+if [[ -n "${!var:-}" ]]; then
+	exec "$@"
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d /tmp/idemgen-pg.XXXXXX)
+trap '"$here/pg.sh" stop "$dir"' EXIT
+url=$("$here/pg.sh" start "$dir")
+echo "with-pg.sh: started a throwaway PostgreSQL for this run ($var=$url)" >&2
+export "$var=$url"
+"$@"
