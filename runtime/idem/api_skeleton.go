@@ -403,3 +403,7 @@ func (f *Fingerprinter) Sum() string { panic("unimplemented") }
 
 // ScopeString renders tenant and parts into the canonical scope stored in the table.
 func ScopeString(tenant string, parts []ScopePart) string { panic("unimplemented") }
+
+// ClaimFromContext returns the claim that Serve or Do holds for the handler running with ctx:
+// handlers use Claim.Key (the normalised key, quotes removed) to derive stable resource ids.
+func ClaimFromContext(ctx context.Context) (*Claim, bool) { panic("unimplemented") }
