@@ -1,20 +1,212 @@
 package cli
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
-// Placeholders: replaced by the real commands.
-func newSchemaCmd(s *streams) *cobra.Command  { return placeholder("schema") }
-func newMigrateCmd(s *streams) *cobra.Command { return placeholder("migrate") }
-func newPurgeCmd(s *streams) *cobra.Command   { return placeholder("purge") }
+// dbFlags are the flags every database command shares.
+type dbFlags struct {
+	url    string
+	schema string
+	table  string
+}
 
-func placeholder(name string) *cobra.Command {
-	return &cobra.Command{
-		Use:   name,
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return fail(ExitUsage, errors.New(name+": not implemented yet")) },
+func (f *dbFlags) addTable(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.schema, "schema", "public", "schema that holds the key table")
+	cmd.Flags().StringVar(&f.table, "table", "idempotency_keys", "name of the key table")
+}
+
+func (f *dbFlags) addURL(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.url, "database-url", "", "PostgreSQL URL (default: $DATABASE_URL)")
+}
+
+// connect opens a pool and proves the server answers, so a wrong URL or a server that is down
+// is reported once, clearly, before any work starts.
+func (f *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	url := f.url
+	if url == "" {
+		url = os.Getenv("DATABASE_URL")
 	}
+	if url == "" {
+		return nil, fail(ExitUsage, errors.New("no database: pass --database-url or set DATABASE_URL (e.g. postgres://user@localhost:5432/app)"))
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgconn's parse errors already hide the password.
+		return nil, fail(ExitUsage, fmt.Errorf("database URL is not valid: %v", unwrapAll(err)))
+	}
+	cfg.MaxConns = 2
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(pctx, cfg)
+	if err == nil {
+		err = pool.Ping(pctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, fail(ExitUsage, fmt.Errorf("cannot reach PostgreSQL at %s: %v (is the server running, and is the URL right?)",
+			describeTarget(cfg.ConnConfig.Config), unwrapAll(err)))
+	}
+	return pool, nil
+}
+
+// describeTarget names the server without credentials.
+func describeTarget(c pgconn.Config) string {
+	return fmt.Sprintf("host=%s port=%d database=%s user=%s", c.Host, c.Port, c.Database, c.User)
+}
+
+// unwrapAll returns the innermost error's text: pgx wraps the useful cause (connection refused,
+// password authentication failed, …) in several layers that repeat the target.
+func unwrapAll(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}
+
+func newSchemaCmd(s *streams) *cobra.Command {
+	var f dbFlags
+	var down bool
+	cmd := &cobra.Command{
+		Use:   "schema",
+		Short: "Print the SQL that creates the key table (the runtime's migrations)",
+		Long: "Print the SQL of the runtime's embedded migrations, rendered for --schema and --table,\n" +
+			"for teams that apply schema changes with their own migration tool.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ms, err := idem.Migrations(&idem.MigrateOpts{Schema: f.schema, Table: f.table})
+			if err != nil {
+				return fail(ExitUsage, err)
+			}
+			if down {
+				for i := len(ms) - 1; i >= 0; i-- {
+					fmt.Fprintf(s.out, "-- %03d_%s (down)\n%s\n", ms[i].Version, ms[i].Name, strings.TrimSpace(ms[i].Down))
+				}
+				return nil
+			}
+			for _, m := range ms {
+				fmt.Fprintf(s.out, "-- %03d_%s (up)\n%s\n", m.Version, m.Name, strings.TrimSpace(m.Up))
+			}
+			return nil
+		},
+	}
+	f.addTable(cmd)
+	cmd.Flags().BoolVar(&down, "down", false, "print the down migrations instead, newest first")
+	return cmd
+}
+
+func newMigrateCmd(s *streams) *cobra.Command {
+	var f dbFlags
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade the key table; running it again changes nothing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			pool, err := f.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			res, err := idem.Migrate(ctx, pool, &idem.MigrateOpts{Schema: f.schema, Table: f.table})
+			if err != nil {
+				return fail(ExitUsage, fmt.Errorf("migrate %s.%s: %v", f.schema, f.table, err))
+			}
+			if len(res.Applied) == 0 {
+				fmt.Fprintf(s.out, "%s.%s is up to date\n", f.schema, f.table)
+				return nil
+			}
+			fmt.Fprintf(s.out, "%s.%s: applied migrations %s\n", f.schema, f.table, joinInts(res.Applied))
+			return nil
+		},
+	}
+	f.addURL(cmd)
+	f.addTable(cmd)
+	return cmd
+}
+
+func newPurgeCmd(s *streams) *cobra.Command {
+	var f dbFlags
+	var batch int
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete expired idempotency keys in batches",
+		Long: "Delete keys whose TTL has passed, a batch at a time so that no statement holds locks for long.\n" +
+			"Progress is shown on a terminal; --dry-run only counts.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if batch < 1 {
+				return fail(ExitUsage, fmt.Errorf("--batch-size must be at least 1, got %d", batch))
+			}
+			ctx := cmd.Context()
+			pool, err := f.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			store, err := idem.NewStore(pool, &idem.Config{Schema: f.schema, Table: f.table})
+			if err != nil {
+				return fail(ExitUsage, err)
+			}
+			opts := &idem.PurgeOpts{BatchSize: batch, DryRun: dryRun}
+			tty := isTerminal(s.err)
+			if tty {
+				opts.Progress = func(n int64) { fmt.Fprintf(s.err, "\rpurged %d expired keys…", n) }
+			}
+			res, err := store.Purge(ctx, opts)
+			if tty {
+				fmt.Fprint(s.err, "\r\033[K")
+			}
+			if err != nil {
+				return fail(ExitUsage, fmt.Errorf("purge %s.%s: %v", f.schema, f.table, err))
+			}
+			if dryRun {
+				fmt.Fprintf(s.out, "%d expired keys would be deleted from %s.%s (dry run)\n", res.Deleted, f.schema, f.table)
+				return nil
+			}
+			fmt.Fprintf(s.out, "deleted %d expired keys from %s.%s in %d batches\n", res.Deleted, f.schema, f.table, res.Batches)
+			return nil
+		},
+	}
+	f.addURL(cmd)
+	f.addTable(cmd)
+	cmd.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count the expired keys, delete nothing")
+	return cmd
+}
+
+func joinInts(v []int) string {
+	parts := make([]string, len(v))
+	for i, n := range v {
+		parts[i] = fmt.Sprint(n)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// isTerminal reports whether w is a character device (a terminal), without a dependency.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

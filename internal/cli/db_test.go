@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// run drives the CLI in-process and returns its exit code and streams.
+func dbRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestSchemaPrintsTheMigrations(t *testing.T) {
+	code, out, stderr := dbRun(t, "schema", "--schema", "billing", "--table", "idem_keys")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	ms, err := idem.Migrations(&idem.MigrateOpts{Schema: "billing", Table: "idem_keys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&want, "-- %03d_%s (up)\n%s\n", m.Version, m.Name, strings.TrimSpace(m.Up))
+	}
+	if out != want.String() {
+		t.Errorf("schema output differs from the migrations:\n got: %s\nwant: %s", out, want.String())
+	}
+	if !strings.Contains(out, `"billing"."idem_keys"`) {
+		t.Errorf("schema output does not name the table \"billing\".\"idem_keys\":\n%s", out)
+	}
+
+	code, down, _ := dbRun(t, "schema", "--down")
+	if code != ExitOK || !strings.Contains(down, "(down)") {
+		t.Errorf("schema --down: exit %d, output %q", code, down)
+	}
+}
+
+func TestMigrateTwiceIsHarmless(t *testing.T) {
+	s := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
+	args := []string{"migrate", "--database-url", s.URL, "--schema", s.Name, "--table", "keys"}
+
+	code, out, stderr := dbRun(t, args...)
+	if code != ExitOK || !strings.Contains(out, "applied migrations 1") {
+		t.Fatalf("first migrate: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = dbRun(t, args...)
+	if code != ExitOK || !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	var n int
+	err := s.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'keys'", s.Name).Scan(&n)
+	if err != nil || n != 1 {
+		t.Fatalf("table keys in %s: count %d, err %v", s.Name, n, err)
+	}
+}
+
+func TestPurgeRemovesExactlyTheExpiredRows(t *testing.T) {
+	s := idemtest.TestSchema(t, nil)
+	ctx := context.Background()
+	store, err := idem.NewStore(s.Pool, s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := func(key string, ttl time.Duration) {
+		t.Helper()
+		res, err := store.Claim(ctx, &idem.ClaimParams{Scope: "t", Key: key, Operation: "op", Fingerprint: "f",
+			Lease: time.Minute, TTL: ttl})
+		if err != nil || res.Status != idem.ClaimAcquired {
+			t.Fatalf("claim %s: %+v, %v", key, res, err)
+		}
+		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+			return store.CompleteTx(ctx, tx, res.Claim, &idem.Outcome{Status: 201}, ttl)
+		})
+		if err != nil {
+			t.Fatalf("complete %s: %v", key, err)
+		}
+	}
+	for i := range 5 {
+		complete(fmt.Sprintf("old-%d", i), time.Millisecond)
+	}
+	for i := range 3 {
+		complete(fmt.Sprintf("new-%d", i), time.Hour)
+	}
+	time.Sleep(50 * time.Millisecond) // let the database clock pass the short TTL
+
+	base := []string{"--database-url", s.URL, "--schema", s.Name, "--table", s.Table}
+	code, out, stderr := dbRun(t, append([]string{"purge", "--dry-run"}, base...)...)
+	if code != ExitOK || !strings.Contains(out, "5 expired keys would be deleted") {
+		t.Fatalf("purge --dry-run: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = dbRun(t, append([]string{"purge", "--batch-size", "2"}, base...)...)
+	if code != ExitOK || !strings.Contains(out, "deleted 5 expired keys") {
+		t.Fatalf("purge: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	var left []string
+	rows, err := s.Pool.Query(ctx, "SELECT key FROM "+pgx.Identifier{s.Name, s.Table}.Sanitize()+" ORDER BY key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(left, ","), "new-0,new-1,new-2"; got != want {
+		t.Errorf("rows left after purge: %s, want %s", got, want)
+	}
+}
+
+func TestDatabaseCommandsRejectBadURLs(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing", []string{"migrate"}, "pass --database-url or set DATABASE_URL"},
+		{"unparsable", []string{"migrate", "--database-url", "postgres://a:b@host:notaport/db"}, "database URL is not valid"},
+		{"unreachable", []string{"purge", "--database-url", "postgres://nobody@/db?host=/nonexistent-idemgen-socket-dir&connect_timeout=2"}, "cannot reach PostgreSQL"},
+		{"bad batch", []string{"purge", "--batch-size", "0"}, "--batch-size must be at least 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, stderr := dbRun(t, c.args...)
+			if code != ExitUsage {
+				t.Errorf("exit %d, want %d", code, ExitUsage)
+			}
+			if out != "" {
+				t.Errorf("stdout should be empty, got %q", out)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if len(lines) != 1 || !strings.Contains(stderr, c.want) {
+				t.Errorf("stderr should be one line containing %q, got %q", c.want, stderr)
+			}
+			if strings.Contains(stderr, ":b@") {
+				t.Errorf("stderr leaks the password: %q", stderr)
+			}
+		})
+	}
+}
