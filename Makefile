@@ -19,8 +19,8 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: bench
-bench: ## run the benchmarks on real PostgreSQL (ratios against the baseline are printed by the benchmarks)
-	$(PG) TEST_DATABASE_URL $(GO) test -run '^$$' -bench . -benchmem -count=1 ./runtime/...
+bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a baseline from the same run
+	$(PG) TEST_DATABASE_URL scripts/bench.sh
 
 .PHONY: generate
 generate: ## regenerate the examples and the golden files
