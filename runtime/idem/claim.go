@@ -1,0 +1,372 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ClaimParams identify a request.
+type ClaimParams struct {
+	Scope       string // canonical scope, see ScopeString
+	Key         string // the validated idempotency key
+	Operation   string // operation id
+	Fingerprint string // hex SHA-256 of the canonical request, see Fingerprinter
+	Lease       time.Duration
+	TTL         time.Duration
+}
+
+func (p *ClaimParams) validate() error {
+	if p == nil {
+		return errors.New("idem: claim: params are nil")
+	}
+	if p.Key == "" {
+		return errors.New("idem: claim: empty key (validate it with ParseKey first)")
+	}
+	return nil
+}
+
+func (p *ClaimParams) lease() time.Duration { return orDefault(p.Lease, DefaultLease) }
+func (p *ClaimParams) ttl() time.Duration   { return orDefault(p.TTL, DefaultTTL) }
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// ClaimStatus is the outcome of a claim.
+type ClaimStatus int
+
+const (
+	ClaimAcquired   ClaimStatus = iota + 1 // new key: the caller executes
+	ClaimTakenOver                         // the previous holder's lease expired: the caller executes
+	ClaimReplay                            // completed before: Outcome holds what to answer
+	ClaimInProgress                        // held by a live lease: RetryAfter says for how long
+	ClaimMismatch                          // same key, different fingerprint (checked first)
+)
+
+func (c ClaimStatus) String() string {
+	switch c {
+	case ClaimAcquired:
+		return "acquired"
+	case ClaimTakenOver:
+		return "taken over"
+	case ClaimReplay:
+		return "replay"
+	case ClaimInProgress:
+		return "in progress"
+	case ClaimMismatch:
+		return "fingerprint mismatch"
+	}
+	return fmt.Sprintf("ClaimStatus(%d)", int(c))
+}
+
+// Claim is a held key; its Token fences completion and release.
+type Claim struct {
+	Scope     string
+	Key       string
+	Operation string
+	Token     string
+	Attempt   int
+	Lease     time.Duration
+}
+
+func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
+
+// Outcome is what a completed request answered.
+type Outcome struct {
+	Status    int
+	Header    http.Header // response storage: allow-listed headers only
+	Body      []byte      // response storage only
+	Reference string      // reference storage only
+}
+
+// ClaimResult is what Claim returns.
+type ClaimResult struct {
+	Status     ClaimStatus
+	Claim      *Claim        // ClaimAcquired, ClaimTakenOver
+	Outcome    *Outcome      // ClaimReplay
+	RetryAfter time.Duration // ClaimInProgress: time left on the lease, at least 1s
+}
+
+// statements are the SQL texts for one key table, built once per Store.
+type statements struct {
+	claim, complete, release, renew, purge, purgeCount string
+}
+
+func newStatements(table string) statements {
+	// A row is "fresh" (behaves as a new key) when its TTL has run out and nobody holds it; it is
+	// "takeable" when it is fresh or its holder's lease ran out on the same request. The
+	// fingerprint condition means a different request can never take over a live key's history.
+	const fresh = `(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp()))`
+	const takeable = `(` + fresh + ` OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = EXCLUDED.fingerprint))`
+	set := func(col string) string {
+		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN EXCLUDED.%[1]s ELSE k.%[1]s END", col, takeable)
+	}
+	clear := func(col string) string {
+		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN NULL ELSE k.%[1]s END", col, takeable)
+	}
+	var b strings.Builder
+	// The claim is one statement and one round trip for all five outcomes. ON CONFLICT DO UPDATE
+	// always updates (a takeover writes new values, anything else rewrites the row unchanged), so
+	// RETURNING always yields the row's latest committed version, even one committed after this
+	// statement's snapshot was taken. A DO NOTHING + SELECT pair could not see such a row and
+	// would return nothing for a duplicate that raced the first insert.
+	fmt.Fprintf(&b, `INSERT INTO %s AS k
+	(scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
+VALUES ($1, $2, $3, $4, 'in_flight', $5::uuid,
+	statement_timestamp() + $6::bigint * interval '1 millisecond', 1, statement_timestamp(),
+	statement_timestamp() + $7::bigint * interval '1 millisecond')
+ON CONFLICT (scope, key) DO UPDATE SET
+	%s, %s, %s, %s, %s, %s,
+	attempt = CASE WHEN %s THEN 1 WHEN %s THEN k.attempt + 1 ELSE k.attempt END,
+	%s, %s, %s, %s, %s
+RETURNING owner_token = $5::uuid, attempt, fingerprint = $4, state, status, headers, body, reference,
+	greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint`,
+		table,
+		set("operation"), set("fingerprint"), set("state"), set("owner_token"), set("lease_expires_at"), set("expires_at"),
+		fresh, takeable,
+		fmt.Sprintf("created_at = CASE WHEN %s THEN EXCLUDED.created_at ELSE k.created_at END", fresh),
+		clear("status"), clear("headers"), clear("body"), clear("reference")+", "+clear("completed_at"))
+	return statements{
+		claim: b.String(),
+		complete: `UPDATE ` + table + ` SET state = 'complete', status = $4, headers = $5, body = $6, reference = $7,
+	completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
+	expires_at = statement_timestamp() + $8::bigint * interval '1 millisecond'
+WHERE scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+		release: `DELETE FROM ` + table + ` WHERE scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+		renew: `UPDATE ` + table + ` SET lease_expires_at = statement_timestamp() + $4::bigint * interval '1 millisecond'
+WHERE scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+		purge: `DELETE FROM ` + table + ` AS k USING (
+	SELECT scope, key FROM ` + table + ` AS k WHERE ` + fresh + `
+	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS doomed
+WHERE k.scope = doomed.scope AND k.key = doomed.key`,
+		purgeCount: `SELECT count(*) FROM ` + table + ` AS k WHERE ` + fresh,
+	}
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func millis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}
+
+// Claim claims p.Key in one statement and commits at once (claim: lease).
+//
+// It inserts the key in flight with a lease, or returns the existing row, or takes over a row
+// whose holder's lease expired (same fingerprint only). The fingerprint is compared before
+// anything else about an existing row: a different request gets ClaimMismatch even while the
+// first is in flight. Errors that mean the store cannot be reached wrap ErrStoreUnavailable.
+func (s *Store) Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return s.claim(ctx, s.db, p)
+}
+
+// ClaimTxOpts tune ClaimTx.
+type ClaimTxOpts struct {
+	// Wait bounds how long the claim waits for a concurrent holder's transaction to end.
+	// Zero means the claim's lease.
+	Wait time.Duration
+}
+
+// ClaimTx claims inside the caller's transaction (claim: transaction). A concurrent duplicate
+// waits (bounded by opts.Wait) for the first transaction to end, then replays or claims. When the
+// wait runs out the result is ClaimInProgress and tx is aborted: the caller must roll it back.
+// The claim is made in one round trip (a pipelined batch that bounds the wait with a
+// transaction-local lock_timeout and restores the caller's setting afterwards). If tx rolls
+// back, so does the claim: no Release is needed.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, opts *ClaimTxOpts) (*ClaimResult, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	wait := p.lease()
+	if opts != nil && opts.Wait > 0 {
+		wait = opts.Wait
+	}
+	token := newToken()
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
+	set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", millis(wait)))
+	var res *ClaimResult
+	batch.Queue(s.sql.claim, s.claimArgs(p, token)...).QueryRow(func(row pgx.Row) error {
+		var err error
+		res, err = s.scanClaim(row, p, token)
+		return err
+	})
+	batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
+	err := tx.SendBatch(ctx, batch).Close()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the wait ran out
+		s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		return &ClaimResult{Status: ClaimInProgress, RetryAfter: time.Second}, nil
+	}
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		return nil, storeError(ctx, "claim in transaction", err)
+	}
+	s.emitClaim(ctx, p, res)
+	return res, nil
+}
+
+func (s *Store) claimArgs(p *ClaimParams, token string) []any {
+	return []any{p.Scope, p.Key, p.Operation, p.Fingerprint, token, millis(p.lease()), millis(p.ttl())}
+}
+
+func (s *Store) claim(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, p *ClaimParams) (*ClaimResult, error) {
+	token := newToken()
+	res, err := s.scanClaim(q.QueryRow(ctx, s.sql.claim, s.claimArgs(p, token)...), p, token)
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		return nil, storeError(ctx, "claim", err)
+	}
+	s.emitClaim(ctx, p, res)
+	return res, nil
+}
+
+func (s *Store) scanClaim(row pgx.Row, p *ClaimParams, token string) (*ClaimResult, error) {
+	var (
+		mine, sameFP bool
+		attempt      int32
+		state        string
+		status       *int32
+		headers      []byte
+		body         []byte
+		reference    *string
+		leftMS       int64
+	)
+	if err := row.Scan(&mine, &attempt, &sameFP, &state, &status, &headers, &body, &reference, &leftMS); err != nil {
+		return nil, err
+	}
+	switch {
+	case mine:
+		st := ClaimAcquired
+		if attempt > 1 {
+			st = ClaimTakenOver
+		}
+		return &ClaimResult{Status: st, Claim: &Claim{
+			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Token: token, Attempt: int(attempt), Lease: p.lease(),
+		}}, nil
+	case !sameFP:
+		return &ClaimResult{Status: ClaimMismatch}, nil
+	case state == "complete":
+		o := &Outcome{Body: body}
+		if status != nil {
+			o.Status = int(*status)
+		}
+		if reference != nil {
+			o.Reference = *reference
+		}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &o.Header); err != nil {
+				return nil, fmt.Errorf("stored headers are not a JSON object of string lists: %w", err)
+			}
+		}
+		return &ClaimResult{Status: ClaimReplay, Outcome: o}, nil
+	default:
+		return &ClaimResult{Status: ClaimInProgress, RetryAfter: retryAfter(time.Duration(leftMS) * time.Millisecond)}, nil
+	}
+}
+
+// retryAfter rounds the time left on a lease up to whole seconds, at least one.
+func retryAfter(left time.Duration) time.Duration {
+	secs := (left + time.Second - 1) / time.Second
+	if secs < 1 {
+		secs = 1
+	}
+	return secs * time.Second
+}
+
+func (s *Store) emitClaim(ctx context.Context, p *ClaimParams, r *ClaimResult) {
+	kind := map[ClaimStatus]EventKind{
+		ClaimAcquired: EventClaimed, ClaimTakenOver: EventTakeover, ClaimReplay: EventReplayed,
+		ClaimInProgress: EventInProgress, ClaimMismatch: EventMismatch,
+	}[r.Status]
+	s.emit(ctx, Event{Kind: kind, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+}
+
+// CompleteTx stores o for c inside tx. If tx is rolled back, the completion is as well.
+// ErrLeaseLost means another request took the key over: tx must roll back. ttl <= 0 means 24h.
+// o is stored as given (Serve filters headers and checks the body size before calling it).
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, ttl time.Duration) error {
+	if c == nil || o == nil {
+		return errors.New("idem: complete: claim and outcome must not be nil")
+	}
+	var headers []byte
+	if len(o.Header) > 0 {
+		var err error
+		if headers, err = json.Marshal(o.Header); err != nil {
+			return fmt.Errorf("idem: complete: encode headers: %w", err)
+		}
+	}
+	var ref *string
+	if o.Reference != "" {
+		ref = &o.Reference
+	}
+	var hdr any
+	if headers != nil {
+		hdr = string(headers)
+	}
+	tag, err := tx.Exec(ctx, s.sql.complete, c.Scope, c.Key, c.Token, int32(o.Status), hdr, o.Body, ref,
+		millis(orDefault(ttl, DefaultTTL)))
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+		return storeError(ctx, "complete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Release deletes c's row if c still owns it, so a retry executes anew. A row that another
+// request has taken over, or that was completed, is left alone.
+func (s *Store) Release(ctx context.Context, c *Claim) error {
+	if c == nil {
+		return nil
+	}
+	if _, err := s.db.Exec(ctx, s.sql.release, c.Scope, c.Key, c.Token); err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+		return storeError(ctx, "release", err)
+	}
+	return nil
+}
+
+// Renew extends c's lease by lease from now (database clock); ErrLeaseLost if not owned.
+func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error {
+	tag, err := s.db.Exec(ctx, s.sql.renew, c.Scope, c.Key, c.Token, millis(orDefault(lease, DefaultLease)))
+	if err != nil {
+		return storeError(ctx, "renew lease", err)
+	}
+	if tag.RowsAffected() == 0 {
+		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
+		return ErrLeaseLost
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the store needs from a pool: *pgxpool.Pool satisfies it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Sentinel errors. Wrapped errors keep them reachable through errors.Is.
+var (
+	// ErrLeaseLost: the claim's lease expired and another request took the key over; the caller's
+	// business transaction must roll back.
+	ErrLeaseLost = errors.New("idem: lease lost to another request")
+	// ErrStoreUnavailable: the key store could not be reached; no handler ran (fail closed).
+	ErrStoreUnavailable = errors.New("idem: key store unavailable")
+	// ErrInProgress: (Do) the key is held by a request still in flight.
+	ErrInProgress = errors.New("idem: request with this key is in progress")
+	// ErrFingerprintMismatch: the key was used before with a different request.
+	ErrFingerprintMismatch = errors.New("idem: key reused with a different request")
+	// ErrBodyTooLarge: an outcome's body is over Config.MaxStoredBody.
+	ErrBodyTooLarge = errors.New("idem: response body too large to store")
+)
+
+// Defaults for zero-valued settings.
+const (
+	DefaultSchema        = "public"
+	DefaultTable         = "idempotency_keys"
+	DefaultLease         = 60 * time.Second
+	DefaultTTL           = 24 * time.Hour
+	DefaultMaxStoredBody = 1 << 20
+	DefaultMaxKeyLength  = 255
+	// DefaultUnavailableRetryAfter is the Retry-After of a store-unavailable problem.
+	DefaultUnavailableRetryAfter = 1 * time.Second
+)
+
+// Config configures a Store. The zero value of every field means its default.
+type Config struct {
+	// Schema and Table name the key table; defaults "public" and "idempotency_keys".
+	Schema string
+	Table  string
+	// Tenant returns the tenant of a request, for policies whose scope includes "tenant".
+	// Called after authentication (it reads what middleware put in ctx). An error is answered
+	// like the handler's own error; an empty tenant is allowed only when Tenant is nil.
+	Tenant func(ctx context.Context) (string, error)
+	// Logger receives structured logs; keys are logged only as hashes. Default: discard.
+	Logger *slog.Logger
+	// Observer, when set, is called for every event (claimed, replayed, …) for metrics.
+	// It runs on the request's goroutine: keep it fast and never block in it.
+	Observer func(ctx context.Context, e Event)
+	// MaxStoredBody caps a stored response body in bytes; default 1 MiB.
+	MaxStoredBody int
+	// UnavailableRetryAfter is the Retry-After sent with a store-unavailable problem; default 1s.
+	UnavailableRetryAfter time.Duration
+}
+
+// EventKind names what happened to a key.
+type EventKind string
+
+const (
+	EventClaimed    EventKind = "claimed"
+	EventTakeover   EventKind = "takeover"
+	EventReplayed   EventKind = "replayed"
+	EventInProgress EventKind = "in_progress"
+	EventMismatch   EventKind = "mismatch"
+	EventCompleted  EventKind = "completed"
+	EventLeaseLost  EventKind = "lease_lost"
+	EventReleased   EventKind = "released"
+	EventPurged     EventKind = "purged"
+	EventStoreError EventKind = "store_error"
+)
+
+// Event is passed to Config.Observer.
+type Event struct {
+	Kind      EventKind
+	Operation string
+	KeyHash   string        // hex SHA-256 prefix of scope+key; never the raw key
+	Duration  time.Duration // handler time for EventCompleted/EventReleased
+	Count     int           // rows for EventPurged
+}
+
+// Store is the runtime: it owns the key table and runs claims, completions and replays.
+// A Store is safe for concurrent use.
+type Store struct {
+	db    DB
+	cfg   Config
+	table string // sanitised "schema"."table"
+	log   *slog.Logger
+	sql   statements
+
+	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
+	noRenew bool
+}
+
+// NewStore returns a Store on db. cfg may be nil.
+func NewStore(db DB, cfg *Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("idem: NewStore: db is nil (pass a *pgxpool.Pool)")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxStoredBody <= 0 {
+		c.MaxStoredBody = DefaultMaxStoredBody
+	}
+	if c.UnavailableRetryAfter <= 0 {
+		c.UnavailableRetryAfter = DefaultUnavailableRetryAfter
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
+	return &Store{db: db, cfg: c, table: table, log: log, sql: newStatements(table)}, nil
+}
+
+// Table returns the sanitised, schema-qualified name of the key table.
+func (s *Store) Table() string { return s.table }
+
+// KeyHash returns the form in which a key appears in logs and events: a hex prefix of the
+// SHA-256 of scope and key. Equal keys give equal hashes, so logs can be correlated.
+func KeyHash(scope, key string) string {
+	h := sha256.New()
+	io.WriteString(h, scope)
+	h.Write([]byte{0})
+	io.WriteString(h, key)
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+func (s *Store) emit(ctx context.Context, e Event) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(ctx, e)
+	}
+	level := slog.LevelDebug
+	switch e.Kind {
+	case EventLeaseLost, EventStoreError:
+		level = slog.LevelWarn
+	}
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("event", string(e.Kind))}
+	if e.Operation != "" {
+		attrs = append(attrs, slog.String("operation", e.Operation))
+	}
+	if e.KeyHash != "" {
+		attrs = append(attrs, slog.String("key_hash", e.KeyHash))
+	}
+	if e.Duration > 0 {
+		attrs = append(attrs, slog.Duration("duration", e.Duration))
+	}
+	if e.Kind == EventPurged {
+		attrs = append(attrs, slog.Int("count", e.Count))
+	}
+	s.log.LogAttrs(ctx, level, "idem: "+string(e.Kind), attrs...)
+}
+
+// storeError classifies an error from the database. Errors that mean the store cannot be
+// reached or cannot serve right now are wrapped with ErrStoreUnavailable; the caller's own
+// context ending is returned as it is; anything else is wrapped with what was being done.
+func storeError(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("idem: %s: %w", what, ctx.Err())
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, what, err)
+	}
+	return fmt.Errorf("idem: %s: %w", what, err)
+}
+
+func unavailable(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return true
+	case errors.Is(err, context.DeadlineExceeded):
+		// An internal deadline (the caller's own context is still live): the store was too slow.
+		return true
+	case errors.As(err, &pgErr):
+		// 08: connection exception; 53: insufficient resources; 57P01..57P03: shutdown, cannot connect now.
+		c := pgErr.Code
+		return strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") ||
+			c == "57P01" || c == "57P02" || c == "57P03"
+	}
+	// pgxpool reports a closed pool with puddle's error, which this package does not import.
+	return strings.Contains(err.Error(), "closed pool")
+}
