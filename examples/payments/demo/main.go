@@ -1,0 +1,346 @@
+// Command demo fires the duplicate-request scenario at a running payments example and prints
+// what every request got. `make demo` (scripts/demo.sh) starts the server and runs this.
+//
+//	go run ./examples/payments/demo -url http://127.0.0.1:8080 -database-url postgres://…
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	base := fs.String("url", "http://127.0.0.1:8080", "base URL of the running payments example")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL the example uses, to count payments (default: $DATABASE_URL)")
+	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the server's /healthz")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dbURL == "" {
+		*dbURL = os.Getenv("DATABASE_URL")
+	}
+	if *dbURL == "" {
+		return errors.New("no database to count payments in: pass -database-url or set DATABASE_URL")
+	}
+	d := &demo{
+		base:   strings.TrimRight(*base, "/"),
+		dbURL:  *dbURL,
+		client: &http.Client{Timeout: 30 * time.Second},
+		out:    out,
+		// A tenant of its own per run, so the demo can run again on the same database and its
+		// count shows only what this run made.
+		tenant: "demo-" + randomHex(4),
+	}
+	if err := d.waitHealthy(ctx, *wait); err != nil {
+		return err
+	}
+	if err := d.scenario(ctx); err != nil {
+		return err
+	}
+	return d.count(ctx)
+}
+
+type demo struct {
+	base   string
+	dbURL  string
+	client *http.Client
+	out    io.Writer
+	tenant string
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (d *demo) waitHealthy(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.base+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := d.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("status %s", resp.Status)
+			}
+			return fmt.Errorf("server at %s not healthy after %s: %w", d.base, wait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// call is one request of the scenario and what it got.
+type call struct {
+	method, path, key, body string
+	noTenant                bool
+
+	status int
+	header http.Header
+	resp   []byte
+}
+
+func (d *demo) prepare(ctx context.Context, c *call) (*http.Request, error) {
+	var body io.Reader
+	if c.body != "" {
+		body = strings.NewReader(c.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, c.method, d.base+c.path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if !c.noTenant {
+		req.Header.Set("X-Tenant-ID", d.tenant)
+	}
+	if c.key != "" {
+		req.Header.Set("Idempotency-Key", c.key)
+	}
+	return req, nil
+}
+
+func (d *demo) send(ctx context.Context, c *call) error {
+	req, err := d.prepare(ctx, c)
+	if err != nil {
+		return err
+	}
+	return d.do(req, c)
+}
+
+func (d *demo) do(req *http.Request, c *call) error {
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", c.method, c.path, err)
+	}
+	defer resp.Body.Close()
+	c.status, c.header = resp.StatusCode, resp.Header
+	c.resp, err = io.ReadAll(resp.Body)
+	return err
+}
+
+// together sends the calls at the same instant: every request is built and every goroutine
+// started first, then a closed channel releases them all at once.
+func (d *demo) together(ctx context.Context, calls ...*call) error {
+	reqs := make([]*http.Request, len(calls))
+	for i, c := range calls {
+		r, err := d.prepare(ctx, c)
+		if err != nil {
+			return err
+		}
+		reqs[i] = r
+	}
+	start := make(chan struct{})
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			<-start
+			errs[i] = d.do(reqs[i], calls[i])
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (d *demo) title(n int, s string) {
+	fmt.Fprintf(d.out, "\n%d. %s\n", n, s)
+}
+
+// show prints one line per call: who, status, whether it was a replay, and the gist of the body.
+func (d *demo) show(label string, c *call) {
+	req := c.method + " " + c.path
+	if c.body != "" {
+		req += " " + c.body
+	}
+	keyNote := "no Idempotency-Key"
+	if c.key != "" {
+		keyNote = "key " + c.key
+	}
+	fmt.Fprintf(d.out, "   %s %s  (%s)\n", label, req, keyNote)
+	verdict := fmt.Sprintf("%d %s", c.status, http.StatusText(c.status))
+	if c.header.Get("Idempotent-Replayed") == "true" {
+		verdict += ", Idempotent-Replayed: true"
+	}
+	if ra := c.header.Get("Retry-After"); ra != "" {
+		verdict += ", Retry-After: " + ra
+	}
+	fmt.Fprintf(d.out, "     → %s\n       %s\n", verdict, gist(c.resp))
+}
+
+// gist summarises a JSON answer on one line: a problem's code and detail, or the resource.
+func gist(body []byte) string {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return strings.TrimSpace(string(body))
+	}
+	if code, ok := m["code"].(string); ok {
+		return fmt.Sprintf("problem %s: %v", code, m["detail"])
+	}
+	var b bytes.Buffer
+	_ = json.Compact(&b, body)
+	return b.String()
+}
+
+func (d *demo) scenario(ctx context.Context) error {
+	fmt.Fprintf(d.out, "idemgen payments demo: %s, tenant %s\n", d.base, d.tenant)
+	key := "order-" + randomHex(6)
+	body := `{"amount_minor": 19900, "currency": "RUB"}`
+
+	d.title(1, "A double click: the same payment request twice at the same instant")
+	a := &call{method: "POST", path: "/v1/payments", key: key, body: body}
+	b := &call{method: "POST", path: "/v1/payments", key: key, body: body}
+	if err := d.together(ctx, a, b); err != nil {
+		return err
+	}
+	d.show("A", a)
+	d.show("B", b)
+	fmt.Fprintln(d.out, "   One of them created the payment; the other got 409 in-progress (it was still running)")
+	fmt.Fprintln(d.out, "   or, if it came a moment later, the stored 201 replayed. Never two payments.")
+
+	d.title(2, "A retry after the first request completed (a mobile client that lost the answer)")
+	retry := &call{method: "POST", path: "/v1/payments", key: key, body: body}
+	if err := d.send(ctx, retry); err != nil {
+		return err
+	}
+	d.show("retry", retry)
+	first := a
+	if b.status == http.StatusCreated && b.header.Get("Idempotent-Replayed") != "true" {
+		first = b
+	}
+	same := "identical to"
+	if !bytes.Equal(retry.resp, first.resp) {
+		same = "DIFFERENT from"
+	}
+	fmt.Fprintf(d.out, "   The replayed body is byte for byte %s the first answer.\n", same)
+
+	d.title(3, "The same key with another body (a client bug: the key must name one request)")
+	other := &call{method: "POST", path: "/v1/payments", key: key, body: `{"amount_minor": 50000, "currency": "RUB"}`}
+	if err := d.send(ctx, other); err != nil {
+		return err
+	}
+	d.show("other", other)
+
+	d.title(4, "No Idempotency-Key at all")
+	nokey := &call{method: "POST", path: "/v1/payments", body: body}
+	if err := d.send(ctx, nokey); err != nil {
+		return err
+	}
+	d.show("nokey", nokey)
+
+	var pay struct {
+		PaymentID string `json:"payment_id"`
+	}
+	if err := json.Unmarshal(retry.resp, &pay); err != nil || pay.PaymentID == "" {
+		return fmt.Errorf("the retry's answer has no payment_id (status %d): %s", retry.status, retry.resp)
+	}
+
+	d.title(5, "Capture (storage: reference): a replay shows the payment as it is NOW")
+	capKey := "capture-" + randomHex(6)
+	capture := &call{method: "POST", path: "/v1/payments/" + pay.PaymentID + "/capture", key: capKey}
+	if err := d.send(ctx, capture); err != nil {
+		return err
+	}
+	d.show("capture", capture)
+	refKey := "refund-" + randomHex(6)
+	refund := &call{method: "POST", path: "/v1/payments/" + pay.PaymentID + "/refunds", key: refKey, body: `{"amount_minor": 5000}`}
+	if err := d.send(ctx, refund); err != nil {
+		return err
+	}
+	d.show("refund", refund)
+	capAgain := &call{method: "POST", path: capture.path, key: capKey}
+	if err := d.send(ctx, capAgain); err != nil {
+		return err
+	}
+	d.show("capture again", capAgain)
+	fmt.Fprintln(d.out, "   The replay reloaded the payment: it shows the refund made after the capture.")
+
+	d.title(6, "Refund (storage: marker): a replay recomputes the answer")
+	var rf struct {
+		RefundID string `json:"refund_id"`
+	}
+	if err := json.Unmarshal(refund.resp, &rf); err != nil || rf.RefundID == "" {
+		return fmt.Errorf("the refund's answer has no refund_id (status %d): %s", refund.status, refund.resp)
+	}
+	fmt.Fprintf(d.out, "   (the card processor settles refund %s: its status becomes succeeded)\n", rf.RefundID)
+	if err := d.settle(ctx, rf.RefundID); err != nil {
+		return err
+	}
+	refAgain := &call{method: "POST", path: refund.path, key: refKey, body: refund.body}
+	if err := d.send(ctx, refAgain); err != nil {
+		return err
+	}
+	d.show("refund again", refAgain)
+	fmt.Fprintln(d.out, "   Only the status was stored; the answer was rebuilt and shows the refund's current status.")
+	fmt.Fprintln(d.out, "   No second refund was made.")
+	return nil
+}
+
+// settle plays the card processor: it marks the refund succeeded, directly in the database,
+// because the example has no processor of its own.
+func (d *demo) settle(ctx context.Context, refundID string) error {
+	return d.withDB(ctx, func(conn *pgx.Conn) error {
+		tag, err := conn.Exec(ctx, `UPDATE refunds SET status = 'succeeded' WHERE tenant_id = $1 AND refund_id = $2`, d.tenant, refundID)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("refund %s not found in the database the server uses (is -database-url the same?)", refundID)
+		}
+		return err
+	})
+}
+
+func (d *demo) withDB(ctx context.Context, fn func(*pgx.Conn) error) error {
+	conn, err := pgx.Connect(ctx, d.dbURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer conn.Close(ctx)
+	return fn(conn)
+}
+
+// count prints how many payments and refunds this run's tenant has.
+func (d *demo) count(ctx context.Context) error {
+	return d.withDB(ctx, func(conn *pgx.Conn) error {
+		var payments, refunds int
+		err := conn.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM payments WHERE tenant_id = $1),
+			(SELECT count(*) FROM refunds WHERE tenant_id = $1)`, d.tenant).Scan(&payments, &refunds)
+		if err != nil {
+			return fmt.Errorf("count payments: %w", err)
+		}
+		fmt.Fprintf(d.out, "\nIn the database for tenant %s: %d payment(s), %d refund(s).\n", d.tenant, payments, refunds)
+		fmt.Fprintln(d.out, "(5 × POST /v1/payments: 4 with one key, 1 without a key; 2 × POST …/refunds with one key.)")
+		return nil
+	})
+}

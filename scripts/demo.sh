@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# demo.sh: build the payments example, start it on a free loopback port against $DATABASE_URL, fire
+# the duplicate-request scenario at it (examples/payments/demo) and stop the server again, whatever
+# happens. `make demo` runs it under scripts/with-pg.sh, which provides a throwaway PostgreSQL when
+# DATABASE_URL is not set.
+set -euo pipefail
+
+if [[ -z "${DATABASE_URL:-}" ]]; then
+	echo "demo.sh: DATABASE_URL is not set; run \`make demo\` (it starts a throwaway PostgreSQL)" \
+		"or set DATABASE_URL to a PostgreSQL server the example may create tables in" >&2
+	exit 2
+fi
+cd "$(dirname "$0")/.."
+
+work=$(mktemp -d /tmp/idemgen-demo.XXXXXX)
+server_pid=
+cleanup() {
+	local status=$?
+	if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	if [[ $status -ne 0 && -s "$work/server.log" ]]; then
+		echo "demo.sh: failed; the server's log:" >&2
+		tail -n 30 "$work/server.log" >&2
+	fi
+	rm -rf "$work"
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "demo.sh: building the payments example" >&2
+go build -o "$work/payments" ./examples/payments
+go build -o "$work/demo" ./examples/payments/demo
+
+# Port 0: the kernel picks a free port, and the server logs which one.
+"$work/payments" -addr 127.0.0.1:0 -database-url "$DATABASE_URL" >"$work/server.log" 2>&1 &
+server_pid=$!
+
+addr=
+for _ in $(seq 1 300); do
+	addr=$(sed -n 's/.*msg=listening addr=\([0-9.:]*\).*/\1/p' "$work/server.log" | head -n 1)
+	[[ -n "$addr" ]] && break
+	if ! kill -0 "$server_pid" 2>/dev/null; then
+		echo "demo.sh: the server exited during start-up" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+if [[ -z "$addr" ]]; then
+	echo "demo.sh: the server did not report its address within 30s" >&2
+	exit 1
+fi
+echo "demo.sh: the server listens on $addr (log: $work/server.log)" >&2
+
+# The driver waits for /healthz before it starts.
+"$work/demo" -url "http://$addr" -database-url "$DATABASE_URL"
