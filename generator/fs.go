@@ -1,0 +1,122 @@
+package generator
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// FS is the directory generated files go to. Generation itself never touches the disk; writing
+// and checking are a few lines over this interface, so tests can use a map.
+type FS interface {
+	// ReadFile returns the file's contents, or an error satisfying errors.Is(err, fs.ErrNotExist).
+	ReadFile(name string) ([]byte, error)
+	// WriteFile replaces the file's contents, creating the directory if needed.
+	WriteFile(name string, data []byte) error
+}
+
+// DirFS is an FS on an OS directory.
+type DirFS string
+
+// ReadFile reads name inside the directory.
+func (d DirFS) ReadFile(name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(string(d), name))
+}
+
+// WriteFile writes name inside the directory through a temporary file and a rename, so a reader
+// (or an interrupted run) never sees half a file.
+func (d DirFS) WriteFile(name string, data []byte) error {
+	if err := os.MkdirAll(string(d), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(string(d), ".idemgen-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(string(d), name))
+}
+
+// Names returns the file names in sorted order.
+func (f Files) Names() []string {
+	names := make([]string, 0, len(f))
+	for n := range f {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Write writes every file whose contents differ from what dst holds and returns the names it
+// wrote; unchanged files keep their modification times.
+func Write(dst FS, files Files) ([]string, error) {
+	var wrote []string
+	for _, name := range files.Names() {
+		old, err := dst.ReadFile(name)
+		if err == nil && bytes.Equal(old, files[name]) {
+			continue
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return wrote, err
+		}
+		if err := dst.WriteFile(name, files[name]); err != nil {
+			return wrote, err
+		}
+		wrote = append(wrote, name)
+	}
+	return wrote, nil
+}
+
+// Check compares files with what dst holds and writes a unified diff for every stale or missing
+// file to w; dir labels the paths in the diff. It reports whether anything is stale and never
+// writes to dst.
+func Check(dst FS, dir string, files Files, w io.Writer) (stale bool, err error) {
+	for _, name := range files.Names() {
+		old, err := dst.ReadFile(name)
+		from := filepath.ToSlash(filepath.Join(dir, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			old, from = nil, "/dev/null"
+		case err != nil:
+			return stale, err
+		case bytes.Equal(old, files[name]):
+			continue
+		}
+		stale = true
+		var a []string
+		if old != nil {
+			a = difflib.SplitLines(string(old))
+		}
+		diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+			A:        a,
+			B:        difflib.SplitLines(string(files[name])),
+			FromFile: from,
+			ToFile:   filepath.ToSlash(filepath.Join(dir, name)),
+			Context:  3,
+		})
+		if err != nil {
+			return stale, err
+		}
+		if _, err := fmt.Fprint(w, diff); err != nil {
+			return stale, err
+		}
+	}
+	return stale, nil
+}

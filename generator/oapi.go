@@ -1,0 +1,288 @@
+package generator
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
+
+	"github.com/idemgen/idemgen/generator/model"
+)
+
+// oapiMu serializes every use of oapi-codegen: codegen.Generate and codegen.OperationDefinitions
+// read and write package-level state (options, name normalizer, the spec being rendered), so two
+// generations running at once would corrupt each other.
+var oapiMu sync.Mutex
+
+// oapiResult is what one oapi-codegen run gives us: its source and, per route, the names and
+// types it chose, so our template refers to exactly the identifiers it emitted.
+type oapiResult struct {
+	Code string
+	Ops  []*oapiOp // path operations in oapi-codegen's order (path, then method)
+}
+
+// oapiOp is oapi-codegen's view of one operation, reduced to plain values.
+type oapiOp struct {
+	Route  string // "POST /v1/payments", matching model.Operation.Route
+	GoName string // the normalised operationId: CreatePayment
+	// Alias is a path item that $refs another path's item; oapi-codegen serves it through the
+	// canonical operation's method, so it has no method of its own.
+	Alias  bool
+	Params []oapiParam
+	Bodies []oapiBody
+}
+
+// oapiParam is one parameter of the strict request object.
+type oapiParam struct {
+	Name     string // as declared
+	In       string
+	GoName   string // field name: in the request object for path params, in .Params otherwise
+	Pointer  bool   // the field is *T (optional parameter)
+	Required bool
+}
+
+// oapiBody is one request body field of the strict request object.
+type oapiBody struct {
+	Field       string // Body, or JSONBody/FormdataBody when there are several
+	ContentType string
+	Kind        model.BodyKind
+}
+
+// oapiOptions are the oapi-codegen settings idemgen controls.
+type oapiOptions struct {
+	Package         string
+	Router          string
+	AllowRemoteRefs bool
+	// Passthrough is the oapi-codegen configuration from the config file, if any; idemgen then
+	// forces the options its own code depends on (see oapiConfiguration).
+	Passthrough *codegen.Configuration
+}
+
+// oapiConfiguration returns the configuration for one run. Pruning stays off: oapi-codegen's
+// pruner drops schemas that only webhooks use, which makes real 3.1 specs fail to compile.
+func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
+	var c codegen.Configuration
+	if o.Passthrough != nil {
+		c = *o.Passthrough
+	} else {
+		c.OutputOptions.SkipPrune = true
+	}
+	c.PackageName = o.Package
+	switch o.Router {
+	case RouterStdHTTP:
+		c.Generate.StdHTTPServer = true
+	default:
+		return c, fmt.Errorf("router %q is not supported yet (supported: %s)", o.Router, RouterStdHTTP)
+	}
+	c.Generate.Strict = true
+	c.Generate.Models = true
+	// Our template refers to the operations' types and strict interface, so nothing may be
+	// filtered out and the names must follow the default normaliser.
+	c.OutputOptions.IncludeTags = nil
+	c.OutputOptions.ExcludeTags = nil
+	c.OutputOptions.IncludeOperationIDs = nil
+	c.OutputOptions.ExcludeOperationIDs = nil
+	c.OutputOptions.UserTemplates = nil
+	// Formatting happens once, in our pipeline, after the header is replaced.
+	c.OutputOptions.SkipFmt = true
+	// A fixed version keeps the output identical whoever builds idemgen.
+	noVersion := ""
+	c.NoVCSVersionOverride = &noVersion
+	c = c.UpdateDefaults()
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("oapi-codegen options: %w", err)
+	}
+	return c, nil
+}
+
+// loadFresh parses raw again so oapi-codegen, which rewrites operationIds and other fields in
+// place, never sees the document the model was built from nor the user's file.
+func loadFresh(file string, raw []byte, allowRemote bool) (*openapi3.T, error) {
+	loader := openapi3.NewLoader()
+	// Local files referenced by $ref must load; remote ones only when allowed.
+	loader.IsExternalRefsAllowed = true
+	// oapi-codegen orders route registration by source line.
+	loader.IncludeOrigin = true
+	readers := []openapi3.ReadFromURIFunc{}
+	if !allowRemote {
+		readers = append(readers, refuseRemote)
+	}
+	readers = append(readers, openapi3.ReadFromHTTP(http.DefaultClient), openapi3.ReadFromFile)
+	loader.ReadFromURIFunc = openapi3.URIMapCache(openapi3.ReadFromURIs(readers...))
+	doc, err := loader.LoadFromDataWithPath(raw, &url.URL{Path: filepath.ToSlash(file)})
+	if err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+func refuseRemote(_ *openapi3.Loader, location *url.URL) ([]byte, error) {
+	if location.Host == "" {
+		return nil, openapi3.ErrURINotSupported
+	}
+	return nil, fmt.Errorf("remote $ref %q refused (set allow-remote-refs: true in idemgen.yaml to follow it)", location.String())
+}
+
+// runOapiCodegen renders models, strict server and router for doc, whose key headers it first
+// makes optional (see relaxKeyHeaders), and collects oapi-codegen's names for the operations in
+// ops. A panic inside oapi-codegen becomes an error.
+func runOapiCodegen(file string, doc *openapi3.T, ops []*model.Operation, cfg codegen.Configuration) (res *oapiResult, err error) {
+	relaxKeyHeaders(doc, ops)
+
+	oapiMu.Lock()
+	defer oapiMu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("oapi-codegen panicked: %v\n%s", r, firstFrames(debug.Stack()))
+		}
+	}()
+	code, err := codegen.Generate(doc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// OperationDefinitions needs the normaliser Generate just configured, and a document whose
+	// operationIds Generate has not rewritten yet: doc's are already normalised, which the
+	// normaliser leaves unchanged, so running it on doc again gives the same names.
+	defs, err := codegen.OperationDefinitions(doc)
+	if err != nil {
+		return nil, err
+	}
+	res = &oapiResult{Code: code}
+	for _, d := range defs {
+		op := &oapiOp{Route: strings.ToUpper(d.Method) + " " + d.Path, GoName: d.OperationId, Alias: d.IsAlias}
+		for _, group := range [][]codegen.ParameterDefinition{d.PathParams, d.QueryParams, d.HeaderParams, d.CookieParams} {
+			for _, p := range group {
+				op.Params = append(op.Params, oapiParam{
+					Name:     p.ParamName,
+					In:       p.In,
+					GoName:   p.GoName(),
+					Pointer:  p.HasOptionalPointer(),
+					Required: p.Required,
+				})
+			}
+		}
+		for _, b := range d.Bodies {
+			kind := model.BodyUnsupported
+			switch {
+			case b.IsJSON():
+				kind = model.BodyJSON
+			case b.NameTag == "Formdata":
+				kind = model.BodyForm
+			}
+			field := "Body"
+			if len(d.Bodies) > 1 {
+				field = b.NameTag + "Body"
+			}
+			op.Bodies = append(op.Bodies, oapiBody{Field: field, ContentType: b.ContentType, Kind: kind})
+		}
+		res.Ops = append(res.Ops, op)
+	}
+	return res, nil
+}
+
+// firstFrames keeps the top of a stack trace: enough to locate a panic in oapi-codegen without
+// burying the message.
+func firstFrames(stack []byte) string {
+	lines := strings.Split(string(stack), "\n")
+	if len(lines) > 16 {
+		lines = lines[:16]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// relaxKeyHeaders makes each idempotent operation's key header optional in doc. oapi-codegen's
+// binding answers a missing required header with its own 400 before our adapter runs; optional,
+// the header reaches the runtime, which answers key-missing (or accepts absence when the policy
+// says the key is optional).
+//
+// The parameter object is copied, never changed in place: a $ref'd component parameter or a
+// path-item parameter may be shared with operations where it must stay required. A $ref keeps
+// its Ref (so oapi-codegen names the type exactly as it would alone) with a private Value; a
+// path-item parameter is overridden by an operation-level copy, which OpenAPI and oapi-codegen
+// both let take precedence.
+func relaxKeyHeaders(doc *openapi3.T, ops []*model.Operation) {
+	if doc.Paths == nil {
+		return
+	}
+	for _, op := range ops {
+		if op.Policy == nil || op.Policy.Key.Header == "" {
+			continue
+		}
+		item := doc.Paths.Value(op.Path)
+		if item == nil {
+			continue
+		}
+		o := item.GetOperation(op.Method)
+		if o == nil {
+			continue
+		}
+		relaxed := false
+		for i, p := range o.Parameters {
+			if isHeaderParam(p, op.Policy.Key.Header) {
+				o.Parameters[i] = relaxedCopy(p)
+				relaxed = true
+			}
+		}
+		if relaxed {
+			continue
+		}
+		for _, p := range item.Parameters {
+			if isHeaderParam(p, op.Policy.Key.Header) {
+				o.Parameters = append(o.Parameters, relaxedCopy(p))
+			}
+		}
+	}
+}
+
+func isHeaderParam(p *openapi3.ParameterRef, name string) bool {
+	return p != nil && p.Value != nil && p.Value.In == openapi3.ParameterInHeader && strings.EqualFold(p.Value.Name, name)
+}
+
+func relaxedCopy(p *openapi3.ParameterRef) *openapi3.ParameterRef {
+	v := *p.Value
+	v.Required = false
+	return &openapi3.ParameterRef{Ref: p.Ref, Value: &v, Extensions: p.Extensions}
+}
+
+// oapiError turns an oapi-codegen failure into a message that names the spec and says what to
+// try, keeping oapi-codegen's own words as the cause.
+func oapiError(file string, err error) error {
+	return &Error{File: file, Msg: "oapi-codegen cannot generate code for this document: " + err.Error() +
+		"\n(the document is valid for idemgen; the failure is oapi-codegen's: adjust the schema it names, or pass oapi-codegen options through idemgen.yaml's oapi-codegen key)"}
+}
+
+// Error is a generation failure tied to a spec file.
+type Error struct {
+	File string
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.File + ": " + e.Msg }
+
+var errNoOperation = errors.New("operation missing from oapi-codegen's output")
+
+// findParam returns oapi-codegen's view of the declared parameter (in, name); header names
+// compare case-insensitively, as HTTP does.
+func (o *oapiOp) findParam(in, name string) (oapiParam, bool) {
+	i := slices.IndexFunc(o.Params, func(p oapiParam) bool {
+		if p.In != in {
+			return false
+		}
+		if in == openapi3.ParameterInHeader {
+			return strings.EqualFold(p.Name, name)
+		}
+		return p.Name == name
+	})
+	if i < 0 {
+		return oapiParam{}, false
+	}
+	return o.Params[i], true
+}
