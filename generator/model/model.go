@@ -38,8 +38,10 @@ type Operation struct {
 	// Params lists declared parameters (operation and path item), for fingerprints and scope.
 	Params []Param
 	// Body is how the request body can be fingerprinted; BodyNone when there is none.
-	Body   BodyKind
-	Policy *Policy // nil when not idempotent
+	Body BodyKind
+	// BodyTypes are the request body's media types as declared, sorted.
+	BodyTypes []string
+	Policy    *Policy // nil when not idempotent
 }
 
 // Route is "POST /v1/payments", the form used in messages and fingerprints.
@@ -50,6 +52,7 @@ type Param struct {
 	Name     string
 	In       string // path, query, header, cookie
 	Required bool
+	Pos      Position // the parameter's name (or its $ref) in the spec
 }
 
 // BodyKind classifies a request body for fingerprinting.
@@ -84,22 +87,27 @@ type Policy struct {
 	Wait           time.Duration
 	Claim          string
 	MismatchStatus int
-	Persist        []string // "2xx", "404", … as written, validated
+	Persist        []string // "2xx", "404", … as written (classes lower-cased), validated
 	Scope          []ScopeItem
 	Key            Key
 	Exclude        []string // fingerprint.exclude JSON pointers
-	ReplayHeaders  []string // per-operation additions to the replay header allow-list
+	// NoFingerprint is set by fingerprint: false: the same key with a different request is then
+	// replayed, not answered with mismatchStatus. Never set for storage marker.
+	NoFingerprint bool
+	ReplayHeaders []string // per-operation additions to the replay header allow-list
 }
 
 // ScopeItem is one element of a policy's scope.
 type ScopeItem struct {
 	Kind string // "tenant", "operation", "header", "path"
-	Name string // header or path parameter name; empty for tenant/operation
+	Name string // header (spelled as the parameter is declared) or path parameter name; empty for tenant/operation
 }
 
 // Key says where the idempotency key comes from.
 type Key struct {
-	Header    string // header name, or "" when the key is a path parameter
+	// Header is the key header's name as the spec declares the parameter (svix writes
+	// idempotency-key), or "" when the key is a path parameter.
+	Header    string
 	PathParam string // set for from: path:<param>
 	Required  bool
 	MaxLength int

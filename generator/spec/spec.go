@@ -1,8 +1,25 @@
 // Package spec loads an OpenAPI document and turns its x-idempotency extensions into the typed
 // model. It is the ONE place that parses x-idempotency; the generator and the linter both use it.
+//
+// Loading has two halves. kin-openapi reads the document (local $refs resolved, remote ones
+// refused unless allowed) and gives the operations, parameters, bodies and responses. The same
+// bytes are parsed again with gopkg.in/yaml.v3, whose nodes carry line and column, and
+// x-idempotency is read from those nodes, so every diagnostic points at the value it is about.
+// The document is never validated as a whole: specs that oapi-codegen accepts must load here.
 package spec
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/idemgen/idemgen/generator/model"
@@ -25,8 +42,22 @@ type Diagnostic struct {
 	Message   string // says what is wrong and what to do, without position or operation
 }
 
-// String renders "file:line:col: POST /v1/payments: message".
-func (d Diagnostic) String() string { panic("unimplemented") }
+// String renders "file:line:col: POST /v1/payments: message". Warnings carry "warning: " after
+// the position so that a reader of mixed output can tell them from errors; errors carry nothing
+// extra, as in every compiler's output.
+func (d Diagnostic) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:%d:%d: ", d.Pos.File, d.Pos.Line, d.Pos.Col)
+	if d.Severity == SeverityWarning {
+		b.WriteString("warning: ")
+	}
+	if d.Operation != "" {
+		b.WriteString(d.Operation)
+		b.WriteString(": ")
+	}
+	b.WriteString(d.Message)
+	return b.String()
+}
 
 // LoadOpts tune Load; nil means defaults.
 type LoadOpts struct {
@@ -45,12 +76,142 @@ type Spec struct {
 }
 
 // HasErrors reports whether any diagnostic is an error.
-func (s *Spec) HasErrors() bool { panic("unimplemented") }
+func (s *Spec) HasErrors() bool {
+	for _, d := range s.Diagnostics {
+		if d.Severity == SeverityError {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors returns the error diagnostics, in order.
+func (s *Spec) Errors() []Diagnostic {
+	var out []Diagnostic
+	for _, d := range s.Diagnostics {
+		if d.Severity == SeverityError {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // Load reads and parses path. The error is for a file that cannot be read or is not an OpenAPI 3
 // document kin-openapi can load (it names the file and the cause); rule violations are
 // Diagnostics, all of them, not an error.
-func Load(path string, opts *LoadOpts) (*Spec, error) { panic("unimplemented") }
+func Load(path string, opts *LoadOpts) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot read the spec: %w", path, unwrapPathError(err))
+	}
+	return LoadData(path, data, opts)
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// RemoteRefError is returned (wrapped) when the document $refs another host and remote refs are
+// not allowed.
+type RemoteRefError struct{ URL string }
+
+func (e *RemoteRefError) Error() string {
+	return fmt.Sprintf("remote $ref %q refused: copy the referenced document next to the spec and $ref it by relative path, or allow remote refs explicitly (--allow-remote-refs)", e.URL)
+}
 
 // LoadData is Load for bytes already in memory; path is used for messages and relative $refs.
-func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) { panic("unimplemented") }
+func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
+	if opts == nil {
+		opts = &LoadOpts{}
+	}
+	tree, err := parseTree(data)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if m := yamlProblem.FindStringSubmatchIndex(msg); m != nil && m[0] == 0 {
+			return nil, fmt.Errorf("%s:%s: not valid YAML or JSON: %s", path, msg[m[2]:m[3]], msg[m[1]:])
+		}
+		return nil, fmt.Errorf("%s: not valid YAML or JSON: %s", path, msg)
+	}
+	doc, err := newLoader(opts).LoadFromDataWithPath(data, &url.URL{Path: filepath.ToSlash(path)})
+	if err != nil {
+		var rr *RemoteRefError
+		if errors.As(err, &rr) {
+			return nil, fmt.Errorf("%s: %w", path, rr)
+		}
+		return nil, loadError(path, err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		if _, v := lookup(tree, "swagger"); v != nil {
+			return nil, fmt.Errorf("%s: this is a Swagger %s document; idemgen reads OpenAPI 3.0 and 3.1 (convert it first)", path, v.Value)
+		}
+		return nil, fmt.Errorf("%s: not an OpenAPI 3 document: the top-level \"openapi\" field is %q, want 3.0.x or 3.1.x", path, doc.OpenAPI)
+	}
+	s := &Spec{File: path, Raw: data, Doc: doc}
+	b := &builder{file: path, tree: tree, doc: doc}
+	s.Model = b.build()
+	sortDiagnostics(b.diags)
+	s.Diagnostics = b.diags
+	return s, nil
+}
+
+// newLoader reads local $refs relative to the spec and refuses http(s) ones unless allowed. A
+// custom ReadFromURIFunc owns the whole access policy (kin-openapi then ignores
+// IsExternalRefsAllowed), which is what lets local files through while holding remote hosts back.
+func newLoader(opts *LoadOpts) *openapi3.Loader {
+	l := openapi3.NewLoader()
+	l.IsExternalRefsAllowed = true
+	remote := openapi3.ReadFromHTTP(&http.Client{Timeout: 30 * time.Second})
+	l.ReadFromURIFunc = func(loader *openapi3.Loader, u *url.URL) ([]byte, error) {
+		if u.Host != "" || (u.Scheme != "" && u.Scheme != "file") {
+			if !opts.AllowRemoteRefs {
+				return nil, &RemoteRefError{URL: u.String()}
+			}
+			return remote(loader, u)
+		}
+		return openapi3.ReadFromFile(loader, u)
+	}
+	return l
+}
+
+var yamlProblem = regexp.MustCompile(`line (\d+): `)
+
+// loadError turns kin-openapi's failure into one readable error. Its YAML decoding reports every
+// construct error in one long line; the first one, placed at its line, says what to fix, and the
+// count says how many more places share the problem.
+func loadError(path string, err error) error {
+	msg := err.Error()
+	parts := strings.Split(msg, "; line ")
+	if m := yamlProblem.FindStringSubmatchIndex(parts[0]); m != nil {
+		line := parts[0][m[2]:m[3]]
+		first := parts[0][m[1]:]
+		more := ""
+		if len(parts) > 1 {
+			more = fmt.Sprintf(" (and %d more like it)", len(parts)-1)
+		}
+		return fmt.Errorf("%s:%s: kin-openapi cannot load it as an OpenAPI 3 document: %s%s; fix the document (or check it with an OpenAPI validator)", path, line, first, more)
+	}
+	return fmt.Errorf("%s: kin-openapi cannot load it as an OpenAPI 3 document: %v; fix the document (or check it with an OpenAPI validator)", path, err)
+}
+
+func sortDiagnostics(ds []Diagnostic) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := ds[i], ds[j]
+		if a.Pos.File != b.Pos.File {
+			return a.Pos.File < b.Pos.File
+		}
+		if a.Pos.Line != b.Pos.Line {
+			return a.Pos.Line < b.Pos.Line
+		}
+		if a.Pos.Col != b.Pos.Col {
+			return a.Pos.Col < b.Pos.Col
+		}
+		if a.Operation != b.Operation {
+			return a.Operation < b.Operation
+		}
+		return a.Message < b.Message
+	})
+}

@@ -1,0 +1,482 @@
+package spec
+
+import (
+	"fmt"
+	"mime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/idemgen/idemgen/generator/model"
+)
+
+// Built-in defaults (DESIGN §3), applied under the document-level defaults.
+const (
+	defaultTTL            = 24 * time.Hour
+	defaultLease          = 60 * time.Second
+	defaultMismatchStatus = 422
+	defaultKeyHeader      = "Idempotency-Key"
+	// maxKeyLength is both the default and the ceiling of key.maxLength: a longer "key" is a
+	// payload, not an identifier, and bounding it bounds the key column and its index.
+	maxKeyLength = 255
+)
+
+var defaultPersist = []string{"2xx", "3xx", "4xx"}
+
+// methodOrder is the order of operations within a path: the common methods first, as most specs
+// and documentation list them, then any other method alphabetically.
+var methodOrder = []string{"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
+
+func methodRank(m string) int {
+	for i, x := range methodOrder {
+		if x == m {
+			return i
+		}
+	}
+	return len(methodOrder)
+}
+
+type builder struct {
+	file  string
+	tree  *yaml.Node
+	doc   *openapi3.T
+	diags []Diagnostic
+	defs  *rawPolicy // document-level defaults; nil when absent or invalid
+}
+
+// report adds a diagnostic at n; n may be nil only for positions that cannot be known.
+func (b *builder) report(n *yaml.Node, rule, op, msg string) {
+	b.diags = append(b.diags, Diagnostic{
+		Pos:       posOf(b.file, n),
+		Severity:  ruleSeverity(rule),
+		Rule:      rule,
+		Operation: op,
+		Message:   msg,
+	})
+}
+
+func (b *builder) build() *model.Document {
+	d := &model.Document{File: b.file, Operations: []*model.Operation{}}
+	if k, v := lookup(b.tree, "x-idempotency"); k != nil {
+		if v != nil && v.Kind == yaml.MappingNode {
+			b.defs = (&checker{b: b}).parsePolicy(v)
+		} else {
+			b.report(v, RuleRootInvalid, "", fmt.Sprintf("x-idempotency: at the document root it must be a mapping of defaults such as {ttl: 48h}, got %s (mark each operation with x-idempotency: true instead)", show(v)))
+		}
+	}
+	if b.doc.Paths == nil {
+		return d
+	}
+	_, pathsNode := lookup(b.tree, "paths")
+	paths := b.doc.Paths.Map()
+	names := make([]string, 0, len(paths))
+	for p := range paths {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		item := paths[p]
+		if item == nil {
+			continue
+		}
+		pathKey, itemNode := lookup(pathsNode, p)
+		ops := item.Operations()
+		methods := make([]string, 0, len(ops))
+		for m := range ops {
+			methods = append(methods, m)
+		}
+		sort.Slice(methods, func(i, j int) bool {
+			ri, rj := methodRank(methods[i]), methodRank(methods[j])
+			if ri != rj {
+				return ri < rj
+			}
+			return methods[i] < methods[j]
+		})
+		for _, m := range methods {
+			d.Operations = append(d.Operations, b.operation(p, m, item, ops[m], pathKey, itemNode))
+		}
+	}
+	return d
+}
+
+// operation builds one model operation and checks its x-idempotency.
+func (b *builder) operation(path, method string, item *openapi3.PathItem, op *openapi3.Operation, pathKey, itemNode *yaml.Node) *model.Operation {
+	opKey, opNode := lookup(itemNode, strings.ToLower(method))
+	if opKey == nil {
+		if _, extra := lookup(itemNode, "additionalOperations"); extra != nil {
+			opKey, opNode = lookup(extra, method)
+		}
+	}
+	anchor := opKey
+	if anchor == nil {
+		// The operation lives in another file (a path item $ref): point at the path instead.
+		anchor = pathKey
+	}
+	o := &model.Operation{
+		ID:     op.OperationID,
+		Method: method,
+		Path:   path,
+		Pos:    posOf(b.file, anchor),
+	}
+	route := o.Route()
+	o.Params = b.params(item, op, itemNode, opNode, anchor)
+	o.Body, o.BodyTypes = bodyKind(op.RequestBody)
+
+	extKey, ext := lookup(opNode, "x-idempotency")
+	if extKey == nil {
+		if v, ok := op.Extensions["x-idempotency"]; ok {
+			extKey, ext = anchor, fromValue(v, anchor)
+		}
+	}
+	explicitOff := false
+	var raw *rawPolicy
+	switch {
+	case extKey == nil:
+		if method == "POST" {
+			b.report(anchor, RulePostWithout, route, "POST without x-idempotency: a retried request may run twice (add x-idempotency: true, or x-idempotency: false to opt out on purpose; idemgen annotate adds it)")
+		}
+	case isScalar(ext) && ext.Tag == "!!bool":
+		if ext.Value == "true" {
+			raw = &rawPolicy{}
+		} else {
+			explicitOff = true
+		}
+	case ext != nil && ext.Kind == yaml.MappingNode:
+		raw = (&checker{b: b, op: route}).parsePolicy(ext)
+	default:
+		b.report(ext, RuleTypeInvalid, route, fmt.Sprintf("x-idempotency: expected true, false or a mapping, got %s", show(ext)))
+	}
+	if raw != nil {
+		o.Policy = b.resolve(o, op, raw, extKey)
+	}
+	// An explicit opt-out is deliberate, and an invalid x-idempotency has its own error: only an
+	// operation that never mentions idempotency gets the unused-key-header warning.
+	if !explicitOff && (extKey == nil || raw != nil) {
+		b.unusedKeyHeaders(o)
+	}
+	return o
+}
+
+// params merges the path item's parameters with the operation's; an operation parameter replaces
+// a path item parameter with the same location and name (header names compare case-insensitively).
+func (b *builder) params(item *openapi3.PathItem, op *openapi3.Operation, itemNode, opNode, anchor *yaml.Node) []model.Param {
+	var out []model.Param
+	add := func(refs openapi3.Parameters, listNode *yaml.Node) {
+		_, list := lookup(listNode, "parameters")
+		for i, ref := range refs {
+			if ref == nil || ref.Value == nil {
+				continue
+			}
+			n := anchor
+			if list != nil && list.Kind == yaml.SequenceNode && i < len(list.Content) {
+				n = resolve(list.Content[i])
+				if nk, _ := lookup(n, "name"); nk != nil {
+					n = nk
+				}
+			}
+			p := model.Param{Name: ref.Value.Name, In: ref.Value.In, Required: ref.Value.Required, Pos: posOf(b.file, n)}
+			replaced := false
+			for j := range out {
+				if sameParam(out[j], p) {
+					out[j], replaced = p, true
+				}
+			}
+			if !replaced {
+				out = append(out, p)
+			}
+		}
+	}
+	add(item.Parameters, itemNode)
+	add(op.Parameters, opNode)
+	return out
+}
+
+func sameParam(a, b model.Param) bool {
+	if a.In != b.In {
+		return false
+	}
+	if a.In == "header" {
+		return strings.EqualFold(a.Name, b.Name)
+	}
+	return a.Name == b.Name
+}
+
+// bodyKind classifies the request body. Only JSON (application/json, *+json) and form-encoded
+// bodies have a canonical form to fingerprint; one other media type makes the body unsupported,
+// because a client may send that one.
+func bodyKind(rb *openapi3.RequestBodyRef) (model.BodyKind, []string) {
+	if rb == nil || rb.Value == nil || len(rb.Value.Content) == 0 {
+		return model.BodyNone, nil
+	}
+	types := make([]string, 0, len(rb.Value.Content))
+	for mt := range rb.Value.Content {
+		types = append(types, mt)
+	}
+	sort.Strings(types)
+	kind := model.BodyForm
+	for _, mt := range types {
+		switch classifyMedia(mt) {
+		case model.BodyJSON:
+			if kind != model.BodyUnsupported {
+				kind = model.BodyJSON
+			}
+		case model.BodyForm:
+		default:
+			kind = model.BodyUnsupported
+		}
+	}
+	return kind, types
+}
+
+func classifyMedia(mt string) model.BodyKind {
+	base, _, err := mime.ParseMediaType(mt)
+	if err != nil {
+		return model.BodyUnsupported
+	}
+	switch {
+	case base == "application/json" || (strings.HasSuffix(base, "+json") && !strings.Contains(base, "*")):
+		return model.BodyJSON
+	case base == "application/x-www-form-urlencoded":
+		return model.BodyForm
+	}
+	return model.BodyUnsupported
+}
+
+// pick returns the operation's setting, else the document default, else def; fromDefs tells
+// messages that the value was inherited.
+func pick[T any](op, defs setting[T], def T, anchor *yaml.Node) (v T, n *yaml.Node, fromDefs bool) {
+	switch {
+	case op.ok:
+		return op.v, op.node, false
+	case defs.ok:
+		return defs.v, defs.node, true
+	}
+	return def, anchor, false
+}
+
+const inherited = " (inherited from the document-level x-idempotency)"
+
+func note(fromDefs bool) string {
+	if fromDefs {
+		return inherited
+	}
+	return ""
+}
+
+// resolve merges the operation's x-idempotency over the document defaults and the built-in ones,
+// and runs the checks that need the operation or the merged policy. A field set on the operation
+// replaces the default whole (lists are not concatenated); within key, header and from are one
+// choice, and required, maxLength and pattern are inherited one by one.
+func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPolicy, extKey *yaml.Node) *model.Policy {
+	defs := b.defs
+	if defs == nil {
+		defs = &rawPolicy{}
+	}
+	route := o.Route()
+	errorf := func(n *yaml.Node, rule, format string, args ...any) {
+		b.report(n, rule, route, fmt.Sprintf(format, args...))
+	}
+	p := &model.Policy{Pos: posOf(b.file, extKey)}
+
+	var storageNode, ttlNode, waitNode *yaml.Node
+	var storageDefs, ttlDefs, waitDefs bool
+	p.Storage, storageNode, storageDefs = pick(raw.storage, defs.storage, model.StorageResponse, extKey)
+	p.TTL, ttlNode, ttlDefs = pick(raw.ttl, defs.ttl, defaultTTL, extKey)
+	p.Lease, _, _ = pick(raw.lease, defs.lease, defaultLease, extKey)
+	p.Wait, waitNode, waitDefs = pick(raw.wait, defs.wait, 0, extKey)
+	p.Claim, _, _ = pick(raw.claim, defs.claim, model.ClaimLease, extKey)
+	p.MismatchStatus, _, _ = pick(raw.mismatch, defs.mismatch, defaultMismatchStatus, extKey)
+	p.Persist, _, _ = pick(raw.persist, defs.persist, defaultPersist, extKey)
+	p.Persist = append([]string(nil), p.Persist...)
+	fingerprint, printNode, printDefs := pick(raw.fingerprint, defs.fingerprint, true, extKey)
+	p.NoFingerprint = !fingerprint
+	p.Exclude, _, _ = pick(raw.exclude, defs.exclude, nil, extKey)
+	p.ReplayHeaders, _, _ = pick(raw.replayHeaders, defs.replayHeaders, nil, extKey)
+
+	defScope := []scopeItem{{kind: "tenant"}, {kind: "operation"}}
+	scope, _, scopeDefs := pick(raw.scope, defs.scope, defScope, extKey)
+	p.Scope = []model.ScopeItem{}
+	for _, it := range scope {
+		n := it.node
+		if n == nil {
+			n = extKey
+		}
+		switch it.kind {
+		case "header":
+			prm, ok := findParam(o.Params, "header", it.name)
+			if !ok {
+				errorf(n, RuleScopeParamMissing, "x-idempotency.scope: header:%s is not a header parameter of the operation or its path item%s (declare it under parameters, or remove it from scope)", it.name, note(scopeDefs))
+				continue
+			}
+			p.Scope = append(p.Scope, model.ScopeItem{Kind: it.kind, Name: prm.Name})
+		case "path":
+			if _, ok := findParam(o.Params, "path", it.name); !ok {
+				errorf(n, RuleScopeParamMissing, "x-idempotency.scope: path:%s is not a path parameter of %s%s (use one of: %s)", it.name, o.Path, note(scopeDefs), paramNames(o.Params, "path"))
+				continue
+			}
+			p.Scope = append(p.Scope, model.ScopeItem{Kind: it.kind, Name: it.name})
+		default:
+			p.Scope = append(p.Scope, model.ScopeItem{Kind: it.kind})
+		}
+	}
+
+	b.resolveKey(o, p, raw.key, defs.key, extKey, errorf)
+
+	if p.Wait > p.Lease {
+		errorf(waitNode, RuleWaitExceedsLease, "x-idempotency.wait: %s is longer than the lease (%s)%s; a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)", fmtDur(p.Wait), fmtDur(p.Lease), note(waitDefs))
+	}
+	if p.TTL < p.Lease {
+		errorf(ttlNode, RuleTTLShorterThanLease, "x-idempotency.ttl: %s is shorter than the lease (%s)%s; a completed key is forgotten before a retry of a slow request arrives, and the retry runs again (use a ttl of at least the lease)", fmtDur(p.TTL), fmtDur(p.Lease), note(ttlDefs))
+	}
+
+	if p.Storage == model.StorageMarker && p.NoFingerprint {
+		errorf(printNode, RuleMarkerNeedsPrint, "x-idempotency.fingerprint: storage marker keeps only the status and the fingerprint, so the fingerprint cannot be off%s (remove fingerprint: false, or use storage: response)", note(printDefs))
+	}
+	if o.Body == model.BodyUnsupported && !p.NoFingerprint {
+		var bad []string
+		for _, mt := range o.BodyTypes {
+			if classifyMedia(mt) == model.BodyUnsupported {
+				bad = append(bad, mt)
+			}
+		}
+		errorf(extKey, RuleBodyUnfingerprinted, "x-idempotency: the request body (%s) cannot be fingerprinted; only JSON and form-encoded bodies can (accept application/json, or set fingerprint: false to skip the reuse check)", strings.Join(bad, ", "))
+	}
+	if p.Storage != model.StorageResponse {
+		anySuccess, withBody := successResponses(op)
+		switch {
+		case p.Storage == model.StorageReference && !withBody:
+			errorf(storageNode, RuleReplayImpossible, "x-idempotency.storage: reference replays by reloading the resource into a 2xx response with a body, and the operation declares none%s (declare one, or use storage: response)", note(storageDefs))
+		case p.Storage == model.StorageMarker && !anySuccess:
+			errorf(storageNode, RuleReplayImpossible, "x-idempotency.storage: marker replays by recomputing a 2xx response, and the operation declares none%s (declare one, or use storage: response)", note(storageDefs))
+		}
+	}
+	if o.Method == "GET" || o.Method == "HEAD" || o.Method == "OPTIONS" {
+		errorf(extKey, RuleSafeMethod, "x-idempotency on %s: the method is safe, so retries are already harmless and the key store only adds a write (remove x-idempotency)", o.Method)
+	}
+	return p
+}
+
+func (b *builder) resolveKey(o *model.Operation, p *model.Policy, op, defs rawKey, extKey *yaml.Node, errorf func(*yaml.Node, string, string, ...any)) {
+	// header and from are one choice: the operation's, else the defaults', else the built-in header.
+	src, srcDefs := op, false
+	if !op.header.ok && !op.from.ok {
+		src, srcDefs = defs, true
+	}
+	switch {
+	case src.from.ok:
+		n := src.from.node
+		if _, ok := findParam(o.Params, "path", src.from.v); !ok {
+			errorf(n, RuleKeyParamMissing, "x-idempotency.key.from: path:%s is not a path parameter of %s%s (use one of: %s)", src.from.v, o.Path, note(srcDefs), paramNames(o.Params, "path"))
+		}
+		p.Key.PathParam = src.from.v
+	default:
+		name, n, fromDefs := defaultKeyHeader, extKey, false
+		if src.header.ok {
+			name, n, fromDefs = src.header.v, src.header.node, srcDefs
+		}
+		if prm, ok := findParam(o.Params, "header", name); ok {
+			name = prm.Name
+		} else {
+			errorf(n, RuleKeyHeaderUndeclared, "x-idempotency.key.header: %s is not declared as a header parameter of the operation or its path item%s (add {name: %s, in: header, schema: {type: string}} under parameters; idemgen annotate does it)", name, note(fromDefs), name)
+		}
+		p.Key.Header = name
+	}
+	p.Key.Required, _, _ = pick(op.required, defs.required, true, extKey)
+	if p.Key.PathParam != "" {
+		p.Key.Required = true
+	}
+	p.Key.MaxLength, _, _ = pick(op.maxLength, defs.maxLength, maxKeyLength, extKey)
+	p.Key.Pattern, _, _ = pick(op.pattern, defs.pattern, "", extKey)
+}
+
+func findParam(ps []model.Param, in, name string) (model.Param, bool) {
+	for _, p := range ps {
+		if sameParam(p, model.Param{In: in, Name: name}) {
+			return p, true
+		}
+	}
+	return model.Param{}, false
+}
+
+func paramNames(ps []model.Param, in string) string {
+	var names []string
+	for _, p := range ps {
+		if p.In == in {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "none declared"
+	}
+	return strings.Join(names, ", ")
+}
+
+// successResponses reports whether op declares a 2xx response (a code or the 2XX range), and
+// whether one of those has a body.
+func successResponses(op *openapi3.Operation) (anySuccess, withBody bool) {
+	if op.Responses == nil {
+		return false, false
+	}
+	for code, ref := range op.Responses.Map() {
+		if len(code) != 3 || code[0] != '2' {
+			continue
+		}
+		anySuccess = true
+		if ref != nil && ref.Value != nil && len(ref.Value.Content) > 0 {
+			withBody = true
+		}
+	}
+	return anySuccess, withBody
+}
+
+// looksLikeKeyHeader spots headers that real specs use for idempotency keys: Idempotency-Key in
+// any spelling or prefix, and vendor *-Request-Id headers (PayPal-Request-Id). X-Request-Id and
+// Request-Id are left out: they are the common tracing headers, not keys.
+func looksLikeKeyHeader(name string) bool {
+	l := strings.ToLower(name)
+	if strings.Contains(l, "idempoten") {
+		return true
+	}
+	return strings.HasSuffix(l, "-request-id") && l != "x-request-id"
+}
+
+func (b *builder) unusedKeyHeaders(o *model.Operation) {
+	for _, prm := range o.Params {
+		if prm.In != "header" || !looksLikeKeyHeader(prm.Name) {
+			continue
+		}
+		pos := prm.Pos
+		d := Diagnostic{Pos: pos, Severity: SeverityWarning, Rule: RuleKeyHeaderUnused, Operation: o.Route()}
+		switch {
+		case o.Policy == nil:
+			d.Message = fmt.Sprintf("header %s looks like an idempotency key, but the operation has no x-idempotency, so it is ignored (add x-idempotency: {key: {header: %s}}, or x-idempotency: false to opt out on purpose)", prm.Name, prm.Name)
+		case o.Policy.Key.Header == "" || !strings.EqualFold(o.Policy.Key.Header, prm.Name):
+			using := o.Policy.Key.Header
+			if using == "" {
+				using = "path:" + o.Policy.Key.PathParam
+			}
+			d.Message = fmt.Sprintf("header %s looks like an idempotency key, but the key comes from %s (set x-idempotency.key.header: %s, or remove the parameter)", prm.Name, using, prm.Name)
+		default:
+			continue
+		}
+		b.diags = append(b.diags, d)
+	}
+}
+
+// fmtDur prints a duration the way people write one: 2m, 1h30m, 3d, not 2m0s.
+func fmtDur(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
