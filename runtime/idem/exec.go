@@ -1,0 +1,249 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// execParams is one idempotent execution; Serve and Do both run through execute.
+type execParams struct {
+	claim ClaimParams
+	mode  ClaimMode
+	wait  time.Duration
+	// persist says which outcome statuses are stored; nil stores every outcome.
+	persist func(status int) bool
+	// stored turns the handler's outcome into what is stored; nil stores it as it is.
+	stored func(o *Outcome) (*Outcome, error)
+	// allowNil lets fn return a nil outcome (Do: side effects only); it is stored as empty.
+	allowNil bool
+}
+
+// execResult is what execute decided. For ClaimAcquired and ClaimTakenOver, fn ran and outcome
+// is its answer; persisted says whether it was committed with the stored outcome.
+type execResult struct {
+	status     ClaimStatus
+	outcome    *Outcome
+	retryAfter time.Duration
+	persisted  bool
+}
+
+// cleanupTimeout bounds a rollback or release made after the caller's context has ended: they
+// must still happen, but never hang the request.
+const cleanupTimeout = 5 * time.Second
+
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+func (s *Store) execute(ctx context.Context, ep *execParams, fn HandlerFunc) (*execResult, error) {
+	if ep.mode == ClaimModeTransaction {
+		tx, err := s.db.Begin(ctx)
+		if err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: ep.claim.Operation, KeyHash: KeyHash(ep.claim.Scope, ep.claim.Key)})
+			return nil, storeError(ctx, "begin", err)
+		}
+		res, err := s.ClaimTx(ctx, tx, &ep.claim, &ClaimTxOpts{Wait: ep.wait})
+		if err != nil || (res.Status != ClaimAcquired && res.Status != ClaimTakenOver) {
+			s.rollback(ctx, tx)
+			if err != nil {
+				return nil, err
+			}
+			return &execResult{status: res.Status, outcome: res.Outcome, retryAfter: res.RetryAfter}, nil
+		}
+		return s.runClaimed(ctx, tx, res.Claim, ep, fn, false)
+	}
+
+	res, err := s.claimWaiting(ctx, &ep.claim, ep.wait)
+	if err != nil {
+		return nil, err
+	}
+	if res.Status != ClaimAcquired && res.Status != ClaimTakenOver {
+		return &execResult{status: res.Status, outcome: res.Outcome, retryAfter: res.RetryAfter}, nil
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		s.release(ctx, res.Claim, 0)
+		return nil, storeError(ctx, "begin", err)
+	}
+	return s.runClaimed(ctx, tx, res.Claim, ep, fn, true)
+}
+
+// claimWaiting claims; while the key is in progress and wait has not run out it polls again with
+// a small backoff (each poll may take over a lease that has meanwhile expired).
+func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Duration) (*ClaimResult, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 20 * time.Millisecond
+	for {
+		res, err := s.Claim(ctx, p)
+		if err != nil || res.Status != ClaimInProgress {
+			return res, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return res, nil
+		}
+		sleep := min(backoff, left)
+		backoff = min(2*backoff, 500*time.Millisecond)
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// runClaimed runs fn inside tx for the held claim c and completes or gives the key back.
+// lease is true in lease mode: the claim was committed on its own, so it is renewed while fn
+// runs and released (token-guarded) when the work is rolled back. In transaction mode the
+// rollback itself undoes the claim.
+func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, ep *execParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
+	start := time.Now()
+	hctx, cancel := context.WithCancelCause(withClaim(ctx, c))
+	defer cancel(nil)
+	stopRenew := func() {}
+	if lease && !s.noRenew {
+		stopRenew = s.renewWhileRunning(hctx, c, cancel)
+	}
+
+	// giveBack undoes everything: the business work and (lease mode) the claim, so a retry runs.
+	giveBack := func() {
+		stopRenew()
+		s.rollback(ctx, tx)
+		if lease {
+			s.release(ctx, c, time.Since(start))
+		} else {
+			s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+		}
+	}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked (or called runtime.Goexit): clean up and let it continue
+			giveBack()
+		}
+	}()
+	out, err := fn(hctx, tx)
+	returned = true
+	stopRenew()
+
+	if cause := context.Cause(hctx); errors.Is(cause, ErrLeaseLost) {
+		s.rollback(ctx, tx)
+		return nil, s.leaseLost(c)
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err == nil && out == nil {
+		if !ep.allowNil {
+			err = fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", c.Operation)
+		} else {
+			out = &Outcome{}
+		}
+	}
+	if err != nil {
+		giveBack()
+		return nil, err
+	}
+	res = &execResult{status: ClaimAcquired, outcome: out}
+	if c.Attempt > 1 {
+		res.status = ClaimTakenOver
+	}
+	if ep.persist != nil && !ep.persist(out.Status) {
+		giveBack()
+		return res, nil
+	}
+	stored := out
+	if ep.stored != nil {
+		if stored, err = ep.stored(out); err != nil {
+			giveBack()
+			return nil, err
+		}
+	}
+	if err := s.CompleteTx(ctx, tx, c, stored, ep.claim.ttl()); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			s.rollback(ctx, tx)
+			return nil, s.leaseLost(c)
+		}
+		giveBack()
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// Release only deletes an in-flight row: if the commit did happen, the row is complete
+		// and stays.
+		if lease {
+			s.release(ctx, c, time.Since(start))
+		}
+		return nil, storeError(ctx, "commit", err)
+	}
+	res.persisted = true
+	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+	return res, nil
+}
+
+func (s *Store) leaseLost(c *Claim) error {
+	s.log.Warn("idem: lease lost: another request took the key over while the handler ran; its work was rolled back (raise the lease or keep renewal on)",
+		"operation", c.Operation, "key_hash", c.hash())
+	return fmt.Errorf("%w (operation %s)", ErrLeaseLost, c.Operation)
+}
+
+func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
+	cctx, cancel := detached(ctx)
+	defer cancel()
+	_ = tx.Rollback(cctx) // a failed rollback ends the connection's transaction anyway
+}
+
+func (s *Store) release(ctx context.Context, c *Claim, ran time.Duration) {
+	cctx, cancel := detached(ctx)
+	defer cancel()
+	if err := s.Release(cctx, c); err != nil {
+		// The lease runs out on its own; until then retries get in-progress.
+		s.log.Warn("idem: release failed; the key stays in progress until its lease ends",
+			"operation", c.Operation, "key_hash", c.hash(), "error", err)
+		return
+	}
+	s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+}
+
+// renewWhileRunning renews c's lease every third of it until stop is called. If the lease was
+// lost anyway (renewals failed for a whole lease and another request took over), it cancels
+// the handler's context with ErrLeaseLost: its work cannot commit.
+func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(max(c.Lease/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				err := s.Renew(ctx, c, c.Lease)
+				if errors.Is(err, ErrLeaseLost) {
+					cancel(ErrLeaseLost)
+					return
+				}
+				if err != nil && ctx.Err() == nil {
+					s.log.Warn("idem: lease renewal failed; will retry", "operation", c.Operation, "key_hash", c.hash(), "error", err)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}

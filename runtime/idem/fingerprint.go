@@ -1,0 +1,154 @@
+package idem
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"strconv"
+	"strings"
+)
+
+// Fingerprinter builds the canonical fingerprint of a request: the route, then named parts in
+// the order the generated code adds them, then the body as canonical JSON (sorted keys, no
+// insignificant whitespace) minus excluded JSON pointers.
+//
+// Every element is framed with its kind and length before it is hashed, so no two different
+// sequences of parts can produce the same byte stream. Values are encoded from their Go types,
+// so JSON key order and whitespace in the original request never change a fingerprint.
+type Fingerprinter struct {
+	h   hash.Hash
+	err error
+}
+
+// NewFingerprinter starts a fingerprint for route ("POST /v1/payments").
+func NewFingerprinter(route string) *Fingerprinter {
+	f := &Fingerprinter{h: sha256.New()}
+	f.frame('v', "idemgen-fingerprint-1", nil)
+	f.frame('r', route, nil)
+	return f
+}
+
+func (f *Fingerprinter) frame(kind byte, name string, value []byte) {
+	var n [binary.MaxVarintLen64]byte
+	f.h.Write([]byte{kind})
+	f.h.Write(n[:binary.PutUvarint(n[:], uint64(len(name)))])
+	f.h.Write([]byte(name))
+	f.h.Write(n[:binary.PutUvarint(n[:], uint64(len(value)))])
+	f.h.Write(value)
+}
+
+// Add adds a named part (path:id, query:x, header:X-Foo); v is JSON-encoded canonically.
+func (f *Fingerprinter) Add(name string, v any) error {
+	b, err := CanonicalJSON(v)
+	if err != nil {
+		err = fmt.Errorf("idem: fingerprint part %q: %w", name, err)
+		f.fail(err)
+		return err
+	}
+	f.frame('p', name, b)
+	return nil
+}
+
+// Body adds the typed request body (JSON or form) with the excluded JSON pointers removed.
+// A pointer to an object member removes the member; one to an array element replaces it with
+// null (so the other elements keep their positions); "" excludes the whole body. A pointer that
+// names nothing in this body is ignored.
+func (f *Fingerprinter) Body(v any, exclude ...string) error {
+	b, err := CanonicalJSON(v, exclude...)
+	if err != nil {
+		err = fmt.Errorf("idem: fingerprint body: %w", err)
+		f.fail(err)
+		return err
+	}
+	f.frame('b', "", b)
+	return nil
+}
+
+func (f *Fingerprinter) fail(err error) {
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+// Err returns the first error from Add or Body. A Fingerprinter that failed still sums, but
+// its fingerprint leaves out the failed parts, so callers should check Err before Sum.
+func (f *Fingerprinter) Err() error { return f.err }
+
+// Sum returns the hex SHA-256.
+func (f *Fingerprinter) Sum() string { return hex.EncodeToString(f.h.Sum(nil)) }
+
+// CanonicalJSON encodes v with encoding/json, drops the members named by the RFC 6901 pointers
+// in exclude, and re-encodes the result with object keys sorted and no insignificant
+// whitespace. Numbers keep the literal encoding/json gave them.
+func CanonicalJSON(v any, exclude ...string) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	for _, p := range exclude {
+		if doc, err = removePointer(doc, p); err != nil {
+			return nil, err
+		}
+	}
+	// encoding/json writes map keys sorted and json.Number literally: that is the canonical form.
+	return json.Marshal(doc)
+}
+
+func removePointer(doc any, ptr string) (any, error) {
+	if ptr == "" {
+		return nil, nil
+	}
+	if !strings.HasPrefix(ptr, "/") {
+		return nil, fmt.Errorf("exclude %q is not a JSON pointer (RFC 6901: it must start with /, e.g. /metadata/requestId)", ptr)
+	}
+	tokens := strings.Split(ptr[1:], "/")
+	for i, t := range tokens {
+		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	parent := doc
+	for _, t := range tokens[:len(tokens)-1] {
+		switch node := parent.(type) {
+		case map[string]any:
+			parent = node[t]
+		case []any:
+			i, ok := arrayIndex(t, len(node))
+			if !ok {
+				return doc, nil
+			}
+			parent = node[i]
+		default:
+			return doc, nil
+		}
+	}
+	last := tokens[len(tokens)-1]
+	switch node := parent.(type) {
+	case map[string]any:
+		delete(node, last)
+	case []any:
+		if i, ok := arrayIndex(last, len(node)); ok {
+			node[i] = nil
+		}
+	}
+	return doc, nil
+}
+
+func arrayIndex(tok string, n int) (int, bool) {
+	if tok == "" || (len(tok) > 1 && tok[0] == '0') {
+		return 0, false
+	}
+	i, err := strconv.Atoi(tok)
+	if err != nil || i < 0 || i >= n {
+		return 0, false
+	}
+	return i, true
+}

@@ -1,0 +1,48 @@
+package idem
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// ScopePart is one element of a key's scope besides the tenant (operation, header:X, path:p).
+type ScopePart struct {
+	Name  string // "operation", "header:X-Account", "path:cart_id"
+	Value string
+}
+
+// ScopeString renders tenant and parts into the canonical scope stored in the table.
+//
+// Every string is written with its length in front ("4:acme|9:operation=13:createPayment"), so
+// no tenant or value, whatever characters it holds, can make two different scopes render alike.
+// The tenant comes first, so the scope can serve as a distribution key per tenant.
+func ScopeString(tenant string, parts []ScopePart) string {
+	var b strings.Builder
+	lp := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	lp(tenant)
+	for _, p := range parts {
+		b.WriteByte('|')
+		lp(p.Name)
+		b.WriteByte('=')
+		lp(p.Value)
+	}
+	return b.String()
+}
+
+type claimKey struct{}
+
+func withClaim(ctx context.Context, c *Claim) context.Context {
+	return context.WithValue(ctx, claimKey{}, c)
+}
+
+// ClaimFromContext returns the claim that Serve or Do holds for the handler running with ctx:
+// handlers use Claim.Key (the normalised key, quotes removed) to derive stable resource ids.
+func ClaimFromContext(ctx context.Context) (*Claim, bool) {
+	c, ok := ctx.Value(claimKey{}).(*Claim)
+	return c, ok
+}
