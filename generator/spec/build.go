@@ -353,7 +353,7 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 			errorf(storageNode, RuleReplayImpossible, "x-idempotency.storage: marker replays by recomputing a 2xx response, and the operation declares none%s (declare one, or use storage: response)", note(storageDefs))
 		}
 	}
-	if o.Method == "GET" || o.Method == "HEAD" || o.Method == "OPTIONS" {
+	if safeMethod(o.Method) {
 		errorf(extKey, RuleSafeMethod, "x-idempotency on %s: the method is safe, so retries are already harmless and the key store only adds a write (remove x-idempotency)", o.Method)
 	}
 	return p
@@ -444,6 +444,11 @@ func looksLikeKeyHeader(name string) bool {
 }
 
 func (b *builder) unusedKeyHeaders(o *model.Operation) {
+	// A path item may declare the key header for all its methods; on a safe method without a
+	// policy it is simply not needed there.
+	if o.Policy == nil && safeMethod(o.Method) {
+		return
+	}
 	for _, prm := range o.Params {
 		if prm.In != "header" || !looksLikeKeyHeader(prm.Name) {
 			continue
@@ -480,3 +485,5 @@ func fmtDur(d time.Duration) string {
 	}
 	return s
 }
+
+func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }

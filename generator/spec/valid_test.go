@@ -1,0 +1,234 @@
+package spec
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/idemgen/idemgen/generator/model"
+)
+
+// TestValidFull loads a spec that uses every feature correctly (document defaults, local file
+// $refs, path item parameters, lower-case header names, path keys, every storage and claim mode)
+// and compares the whole model.
+func TestValidFull(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join("testdata", "valid", "full", "openapi.yaml")
+	s, err := Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range s.Diagnostics {
+		t.Errorf("unexpected diagnostic: %s [%s]", d, d.Rule)
+	}
+	at := func(line, col int) model.Position { return model.Position{File: file, Line: line, Col: col} }
+	key := model.Param{Name: "Idempotency-Key", In: "header", Pos: at(12, 9)}
+	defaults := func(p model.Policy) *model.Policy {
+		if p.Storage == "" {
+			p.Storage = model.StorageResponse
+		}
+		if p.TTL == 0 {
+			p.TTL = 48 * time.Hour
+		}
+		if p.Lease == 0 {
+			p.Lease = time.Minute
+		}
+		if p.Claim == "" {
+			p.Claim = model.ClaimLease
+		}
+		if p.MismatchStatus == 0 {
+			p.MismatchStatus = 422
+		}
+		if p.Persist == nil {
+			p.Persist = []string{"2xx", "4xx"}
+		}
+		if p.Scope == nil {
+			p.Scope = []model.ScopeItem{{Kind: "tenant"}, {Kind: "operation"}}
+		}
+		if p.Key.MaxLength == 0 {
+			p.Key.MaxLength = 255
+		}
+		if p.ReplayHeaders == nil {
+			p.ReplayHeaders = []string{"X-Request-Cost"}
+		}
+		return &p
+	}
+	want := &model.Document{File: file, Operations: []*model.Operation{
+		{
+			Method: "POST", Path: "/v1/accounts/{account_id}/refunds", Pos: at(34, 5),
+			Params: []model.Param{
+				{Name: "account_id", In: "path", Required: true, Pos: at(43, 12)},
+				{Name: "idempotency-key", In: "header", Pos: at(44, 12)},
+				{Name: "X-Account", In: "header", Required: true, Pos: at(45, 11)},
+			},
+			Body: model.BodyForm, BodyTypes: []string{"application/x-www-form-urlencoded"},
+			Policy: defaults(model.Policy{
+				Pos: at(35, 7), Storage: model.StorageReference, Claim: model.ClaimTransaction,
+				Wait: 5 * time.Second, Lease: 30 * time.Second,
+				Scope: []model.ScopeItem{{Kind: "tenant"}, {Kind: "path", Name: "account_id"}, {Kind: "header", Name: "X-Account"}},
+				Key:   model.Key{Header: "idempotency-key", MaxLength: 64, Pattern: "^[0-9a-f-]{36}$"},
+			}),
+		},
+		{
+			ID: "checkoutCart", Method: "PUT", Path: "/v1/carts/{cart_id}/checkout", Pos: at(60, 5),
+			Params: []model.Param{
+				{Name: "cart_id", In: "path", Required: true, Pos: at(58, 10)},
+				{Name: "X-Trace", In: "header", Required: true, Pos: at(63, 12)},
+			},
+			Body: model.BodyJSON, BodyTypes: []string{"application/merge-patch+json"},
+			Policy: defaults(model.Policy{
+				Pos: at(64, 7), Storage: model.StorageMarker,
+				Key:           model.Key{PathParam: "cart_id", Required: true},
+				ReplayHeaders: []string{},
+			}),
+		},
+		{
+			ID: "listPayments", Method: "GET", Path: "/v1/payments", Pos: at(29, 5),
+			Params: []model.Param{key},
+		},
+		{
+			ID: "createPayment", Method: "POST", Path: "/v1/payments", Pos: at(13, 5),
+			Params: []model.Param{key},
+			Body:   model.BodyJSON, BodyTypes: []string{"application/json"},
+			Policy: defaults(model.Policy{
+				Pos: at(15, 7), MismatchStatus: 409,
+				Exclude: []string{"/metadata/sent_at", "/a~1b"},
+				Key:     model.Key{Header: "Idempotency-Key", Required: true},
+			}),
+		},
+		{
+			ID: "upload", Method: "POST", Path: "/v1/uploads", Pos: at(75, 5),
+			Body: model.BodyUnsupported, BodyTypes: []string{"multipart/form-data"},
+		},
+		{
+			ID: "deleteUploads", Method: "DELETE", Path: "/v1/uploads", Pos: at(84, 5),
+			Params: []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(88, 11)}},
+			Policy: defaults(model.Policy{
+				Pos: at(86, 7),
+				Key: model.Key{Header: "Idempotency-Key", Required: true},
+			}),
+		},
+	}}
+	if diff := cmp.Diff(want, s.Model); diff != "" {
+		t.Errorf("model mismatch (-want +got):\n%s", diff)
+	}
+	if got := len(s.Model.Idempotent()); got != 4 {
+		t.Errorf("Idempotent() = %d operations, want 4", got)
+	}
+}
+
+// TestJSONPositions checks that a JSON spec gets the same precise positions as YAML, through
+// yaml.v3 and through the token walker used when yaml.v3 refuses the JSON.
+func TestJSONPositions(t *testing.T) {
+	t.Parallel()
+	const doc = `{
+  "openapi": "3.0.3",
+  "info": {"title": "j", "version": "1"},
+  "paths": {
+    "/v1/payments": {
+      "post": {
+        "parameters": [{"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}}],
+        "x-idempotency": {"ttl": "5x", "storage": "marker", "fingerprint": false},
+        "responses": {"201": {"description": "created"}}
+      }
+    }
+  }
+}
+`
+	want := strings.Join([]string{
+		`openapi.json:8:34: POST /v1/payments: x-idempotency.ttl: "5x" is not a duration (use e.g. 24h or 3d)`,
+		`openapi.json:8:76: POST /v1/payments: x-idempotency.fingerprint: storage marker keeps only the status and the fingerprint, so the fingerprint cannot be off (remove fingerprint: false, or use storage: response)`,
+	}, "\n")
+	check := func(t *testing.T, data string) {
+		s, err := LoadData("openapi.json", []byte(data), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range s.Diagnostics {
+			got = append(got, d.String())
+		}
+		if diff := cmp.Diff(want, strings.Join(got, "\n")); diff != "" {
+			t.Errorf("diagnostics (-want +got):\n%s", diff)
+		}
+	}
+	t.Run("yaml.v3", func(t *testing.T) { check(t, doc) })
+	t.Run("token walker", func(t *testing.T) {
+		root, err := jsonTree([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, paths := lookup(root, "paths")
+		_, item := lookup(paths, "/v1/payments")
+		_, post := lookup(item, "post")
+		_, ext := lookup(post, "x-idempotency")
+		_, ttl := lookup(ext, "ttl")
+		_, fp := lookup(ext, "fingerprint")
+		if ttl.Line != 8 || ttl.Column != 34 || fp.Line != 8 || fp.Column != 76 || fp.Tag != "!!bool" {
+			t.Errorf("token walker positions: ttl %d:%d, fingerprint %d:%d %s; want 8:34 and 8:76 !!bool", ttl.Line, ttl.Column, fp.Line, fp.Column, fp.Tag)
+		}
+	})
+}
+
+// TestYAMLAnchors: defaults shared through an anchor and a merge key read like inline values.
+func TestYAMLAnchors(t *testing.T) {
+	t.Parallel()
+	const doc = `openapi: 3.0.3
+info: {title: a, version: "1"}
+x-common: &common {ttl: 3d, storage: cash}
+paths:
+  /v1/a:
+    post:
+      parameters: [{name: Idempotency-Key, in: header, schema: {type: string}}]
+      x-idempotency:
+        <<: *common
+        lease: 10s
+      responses: {"201": {description: ok}}
+`
+	s, err := LoadData("openapi.yaml", []byte(doc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range s.Diagnostics {
+		got = append(got, d.String())
+	}
+	want := `openapi.yaml:3:38: POST /v1/a: x-idempotency.storage: "cash" is not a storage mode (use response, reference or marker)`
+	if diff := cmp.Diff(want, strings.Join(got, "\n")); diff != "" {
+		t.Errorf("diagnostics (-want +got):\n%s", diff)
+	}
+	p := s.Model.Operations[0].Policy
+	if p == nil || p.TTL != 72*time.Hour || p.Lease != 10*time.Second {
+		t.Errorf("policy = %+v, want ttl 72h and lease 10s", p)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{
+		"24h": 24 * time.Hour, "3d": 72 * time.Hour, "1d12h": 36 * time.Hour, "90s": 90 * time.Second,
+		"0s": 0, "1.5h": 90 * time.Minute,
+	} {
+		if got, ok := parseDuration(in); !ok || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "5x", "d", "3days", "1d-5h", "99999999999999d", "12", "-d"} {
+		if got, ok := parseDuration(in); ok {
+			t.Errorf("parseDuration(%q) = %v; want an error", in, got)
+		}
+	}
+}
+
+func TestRemoteRefsAllowedReachTheReader(t *testing.T) {
+	t.Parallel()
+	// With remote refs allowed, the loader must try the network reader instead of refusing; the
+	// .invalid host can never resolve, so the failure is a lookup error, not RemoteRefError.
+	_, err := Load(filepath.Join("testdata", "load", "remote-ref", "openapi.yaml"), &LoadOpts{AllowRemoteRefs: true})
+	if err == nil || strings.Contains(err.Error(), "refused") {
+		t.Fatalf("err = %v; want a network failure, not a refusal", err)
+	}
+}
