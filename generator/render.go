@@ -140,7 +140,7 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	pd.Persist = quoteList(p.Persist)
 	pd.ReplayHeaders = quoteList(p.ReplayHeaders)
 	if p.Key.Pattern != "" {
-		pd.KeyPattern = strconv.Quote(p.Key.Pattern)
+		pd.KeyPattern = goString(p.Key.Pattern)
 	}
 
 	// The key.
@@ -241,6 +241,15 @@ func stringExpr(p oapiParam) string {
 		return "idemString(" + fieldExpr(p) + ")"
 	}
 	return "fmt.Sprint(" + fieldExpr(p) + ")"
+}
+
+// goString quotes s for Go source, as a raw string when that keeps a regular expression
+// readable.
+func goString(s string) string {
+	if strconv.CanBackquote(s) {
+		return "`" + s + "`"
+	}
+	return strconv.Quote(s)
 }
 
 func quoteList(items []string) string {

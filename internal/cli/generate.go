@@ -2,17 +2,187 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/generator/spec"
 )
 
-// Placeholder: replaced by the real command.
+// defaultConfig is read when generate is given neither a spec nor --config.
+const defaultConfig = "idemgen.yaml"
+
+type generateFlags struct {
+	pkg, output, router, config string
+	check                       bool
+}
+
 func newGenerateCmd(s *streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "generate",
-		Short: "not implemented yet",
-		RunE: func(*cobra.Command, []string) error {
-			return fail(ExitUsage, errors.New("generate: not implemented yet"))
+	var f generateFlags
+	cmd := &cobra.Command{
+		Use:   "generate [SPEC]",
+		Short: "Generate the Go server and its idempotent adapter from an OpenAPI document",
+		Long: `Generate writes two files into the output directory: api.gen.go (oapi-codegen's models,
+strict server and router) and idempotency.gen.go (the IdempotentServerInterface to implement and
+the adapter that claims, completes and replays keys through the idem runtime).
+
+With no SPEC and no --config, the settings are read from ./idemgen.yaml. Flags given on the
+command line override the config file.
+
+--check writes nothing: it prints a unified diff of every stale or missing file and exits 1, or
+exits 0 when the files on disk are current. Spec errors exit 2 and nothing is written.`,
+		Example: `  idemgen generate --package api --output api openapi.yaml
+  idemgen generate -c idemgen.yaml --check
+  //go:generate go tool idemgen generate -c idemgen.yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runGenerate(cmd, s, &f, args)
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.pkg, "package", "p", "", "Go package name (default: the output directory's name)")
+	fl.StringVarP(&f.output, "output", "o", "", "directory to write the *.gen.go files to (default: the config file's directory, or .)")
+	fl.StringVar(&f.router, "router", generator.RouterStdHTTP, "HTTP router: std-http (chi, gorilla, echo and gin are not supported yet)")
+	fl.StringVarP(&f.config, "config", "c", "", "config file (default ./idemgen.yaml when no SPEC is given)")
+	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
+	return cmd
+}
+
+// generateJob is what to generate, after config file and flags are merged.
+type generateJob struct {
+	spec, pkg, output, router string
+	allowRemoteRefs           bool
+	cfg                       *generator.Config
+}
+
+func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string) error {
+	job, err := resolveJob(cmd, f, args)
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+	if job.router != generator.RouterStdHTTP {
+		return fail(ExitUsage, fmt.Errorf("--router %s: not supported yet (supported: %s)", job.router, generator.RouterStdHTTP))
+	}
+
+	loaded, err := spec.Load(job.spec, &spec.LoadOpts{AllowRemoteRefs: job.allowRemoteRefs})
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+	for _, d := range loaded.Diagnostics {
+		fmt.Fprintln(s.err, d.String())
+	}
+	if loaded.HasErrors() {
+		n := 0
+		for _, d := range loaded.Diagnostics {
+			if d.Severity == spec.SeverityError {
+				n++
+			}
+		}
+		noun := "errors"
+		if n == 1 {
+			noun = "error"
+		}
+		return fail(ExitUsage, fmt.Errorf("%s: %d %s in x-idempotency; nothing was generated", job.spec, n, noun))
+	}
+
+	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs}
+	if job.cfg != nil {
+		opts.OapiCodegen = job.cfg.OapiCodegen
+	}
+	files, err := generator.Generate(generator.Input{File: loaded.File, Raw: loaded.Raw, Model: loaded.Model}, opts)
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+
+	dst := generator.DirFS(job.output)
+	if f.check {
+		stale, err := generator.Check(dst, job.output, files, s.out)
+		if err != nil {
+			return fail(ExitUsage, fmt.Errorf("check %s: %w", job.output, err))
+		}
+		if stale {
+			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run idemgen generate to update them", job.output))
+		}
+		return nil
+	}
+	if _, err := generator.Write(dst, files); err != nil {
+		return fail(ExitUsage, fmt.Errorf("write %s: %w", job.output, err))
+	}
+	return nil
+}
+
+// resolveJob merges the config file (named by --config, or ./idemgen.yaml when no SPEC is given)
+// with the flags; a flag set on the command line wins.
+func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJob, error) {
+	job := &generateJob{router: generator.RouterStdHTTP}
+	cfgPath := f.config
+	if cfgPath == "" && len(args) == 0 {
+		cfgPath = defaultConfig
+		if _, err := os.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
+			return nil, errors.New("no spec given and no idemgen.yaml here: run `idemgen generate --package api --output api openapi.yaml`, or write an idemgen.yaml (see `idemgen generate --help`)")
+		}
+	}
+	if cfgPath != "" {
+		data, err := os.ReadFile(cfgPath)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		c, err := generator.ParseConfig(cfgPath, data)
+		if err != nil {
+			return nil, err
+		}
+		job.cfg = c
+		job.spec, job.pkg, job.output, job.allowRemoteRefs = c.Spec, c.Package, c.Output, c.AllowRemoteRefs
+		if c.Router != "" {
+			job.router = c.Router
+		}
+		if job.output == "" {
+			job.output = filepath.Dir(cfgPath)
+		}
+	}
+	if len(args) == 1 {
+		job.spec = args[0]
+	}
+	changed := cmd.Flags().Changed
+	if changed("package") {
+		job.pkg = f.pkg
+	}
+	if changed("output") {
+		job.output = f.output
+	}
+	if changed("router") {
+		job.router = f.router
+	}
+	if job.spec == "" {
+		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)
+	}
+	if job.output == "" {
+		job.output = "."
+	}
+	if job.pkg == "" {
+		abs, err := filepath.Abs(job.output)
+		if err != nil {
+			return nil, err
+		}
+		job.pkg = strings.ReplaceAll(filepath.Base(abs), "-", "_")
+		if !genIsGoIdent(job.pkg) {
+			return nil, fmt.Errorf("cannot derive a package name from output directory %q: pass --package", job.output)
+		}
+	}
+	return job, nil
+}
+
+func genIsGoIdent(s string) bool {
+	for i, r := range s {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return s != ""
 }
