@@ -2,17 +2,173 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 
+	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
+
+	"github.com/idemgen/idemgen/internal/annotate"
 )
 
-// Placeholder: replaced by the real command.
 func newAnnotateCmd(s *streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "annotate",
-		Short: "not implemented yet",
-		RunE: func(*cobra.Command, []string) error {
-			return fail(ExitUsage, errors.New("annotate: not implemented yet"))
+	var (
+		opts     annotate.Options
+		write    bool
+		showDiff bool
+		mismatch int
+	)
+	cmd := &cobra.Command{
+		Use:   "annotate SPEC",
+		Short: "Add x-idempotency to the state-changing operations of an OpenAPI document",
+		Long: `annotate adds x-idempotency to the operations that change state and lack it (POST and
+PATCH unless --methods or --operations say otherwise), declares the key header they need, and
+documents the problem responses (400/409/422) and the Idempotent-Replayed header.
+
+It edits the document's own text: comments, key order, quoting, anchors and indentation survive,
+JSON stays JSON. An operation that already has x-idempotency (true, false or a mapping) is left as
+it is, so running annotate again changes nothing. An operation that cannot be made idempotent
+(a multipart or binary body cannot be fingerprinted) is left alone, with one line on stderr.
+
+The result goes to stdout; -w writes the file in place, --diff prints a unified diff instead.
+SPEC "-" reads standard input.`,
+		Example: `  idemgen annotate openapi.yaml --diff
+  idemgen annotate openapi.yaml -w --methods post,patch,put --exclude uploadFile
+  idemgen annotate openapi.json --operations createPayment --ttl 48h --storage reference`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			file := args[0]
+			if !cmd.Flags().Changed("methods") {
+				opts.Methods = nil
+			}
+			opts.MismatchStatus = mismatch
+			if file == "-" && write {
+				return fail(ExitUsage, errors.New("annotate: -w needs a file, not standard input"))
+			}
+			data, err := readSpec(s, file)
+			if err != nil {
+				return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
+			}
+			name := file
+			if file == "-" {
+				name = "<stdin>"
+			}
+			// Bad option values, unreadable input and a document kin-openapi refuses all exit 2.
+			res, err := annotate.Annotate(name, data, opts)
+			if err != nil {
+				return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
+			}
+			for _, sk := range res.Skipped {
+				fmt.Fprintln(s.err, "idemgen: annotate:", sk)
+			}
+			if showDiff {
+				if err := writeDiff(s.out, name, data, res.Output); err != nil {
+					return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
+				}
+			}
+			if write {
+				if res.Changed() {
+					if err := writeFileAtomic(file, res.Output); err != nil {
+						return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
+					}
+				}
+				fmt.Fprintf(s.err, "idemgen: annotate: %s: %d operation(s) annotated\n", file, len(res.Annotated))
+				return nil
+			}
+			if !showDiff {
+				_, err := s.out.Write(res.Output)
+				return err
+			}
+			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.BoolVarP(&write, "write", "w", false, "write the result to SPEC instead of stdout")
+	f.BoolVar(&showDiff, "diff", false, "print a unified diff of the changes (the file is not changed unless -w is given too)")
+	f.StringSliceVar(&opts.Methods, "methods", []string{"post", "patch"}, "HTTP methods to annotate (e.g. post,patch,put,delete)")
+	f.StringSliceVar(&opts.Operations, "operations", nil, `annotate only these operations: operationIds or "POST /path" (any method unless --methods is given)`)
+	f.StringSliceVar(&opts.Exclude, "exclude", nil, `leave these operations alone: operationIds or "POST /path"`)
+	f.StringVar(&opts.Storage, "storage", "", "storage for new entries: response, reference or marker (default: the document's, else response)")
+	f.StringVar(&opts.TTL, "ttl", "", "how long a completed key is remembered, e.g. 24h or 3d (default: the document's, else 24h)")
+	f.StringVar(&opts.Lease, "lease", "", "how long an in-flight claim is held, e.g. 60s (default: the document's, else 60s)")
+	f.StringVar(&opts.Wait, "wait", "", "how long a duplicate waits for the first request before 409 (lease claims only)")
+	f.StringVar(&opts.Claim, "claim", "", "claim mode: lease or transaction (default: the document's, else lease)")
+	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: tenant,operation)")
+	f.IntVar(&mismatch, "mismatch-status", 0, "status for a key reused with a different request: 422, 409 or 400 (default: the document's, else 422)")
+	f.BoolVar(&opts.NoKeyParam, "no-key-param", false, "do not declare the shared Idempotency-Key header parameter")
+	f.BoolVar(&opts.NoProblems, "no-problems", false, "do not add the 400/409/422 problem responses")
+	f.BoolVar(&opts.NoReplayedHeader, "no-replayed-header", false, "do not document the Idempotent-Replayed header on 2xx responses")
+	return cmd
+}
+
+func readSpec(s *streams, file string) ([]byte, error) {
+	if file == "-" {
+		data, err := io.ReadAll(s.in)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read standard input: %w", err)
+		}
+		return data, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the spec: %w", err)
+	}
+	return data, nil
+}
+
+func writeDiff(w io.Writer, name string, before, after []byte) error {
+	if string(before) == string(after) {
+		return nil
+	}
+	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A:        difflib.SplitLines(string(before)),
+		B:        difflib.SplitLines(string(after)),
+		FromFile: diffName("a/", name),
+		ToFile:   diffName("b/", name),
+		Context:  3,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, text)
+	return err
+}
+
+// diffName is git's a/ b/ naming for relative paths; absolute paths stay as they are.
+func diffName(prefix, name string) string {
+	if filepath.IsAbs(name) {
+		return filepath.ToSlash(name)
+	}
+	return prefix + filepath.ToSlash(name)
+}
+
+// writeFileAtomic replaces path with data through a temporary file in the same directory and a
+// rename, so a crash never leaves half a spec behind; the file keeps its mode.
+func writeFileAtomic(path string, data []byte) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".idemgen-*")
+	if err != nil {
+		return fmt.Errorf("cannot write next to %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(info.Mode().Perm()); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("cannot replace %s: %w", path, err)
+	}
+	return nil
 }
