@@ -1,0 +1,198 @@
+package lint
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/generator/spec"
+)
+
+var sample = []spec.Diagnostic{
+	{Pos: model.Position{File: "api/openapi.yaml", Line: 3, Col: 16}, Severity: spec.SeverityError, Rule: spec.RuleRootInvalid,
+		Message: "x-idempotency: at the document root it must be a mapping"},
+	{Pos: model.Position{File: "api/openapi.yaml", Line: 42, Col: 7}, Severity: spec.SeverityWarning, Rule: spec.RuleSafeMethod,
+		Operation: "GET /v1/payments", Message: `x-idempotency on GET: "quoted" <html> & more`},
+}
+
+func TestText(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := Text(&b, sample); err != nil {
+		t.Fatal(err)
+	}
+	want := "api/openapi.yaml:3:16: error: x-idempotency: at the document root it must be a mapping [root-invalid]\n" +
+		"api/openapi.yaml:42:7: warning: GET /v1/payments: x-idempotency on GET: \"quoted\" <html> & more [safe-method]\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if got := Summary("api/openapi.yaml", sample); got != "api/openapi.yaml: 1 error, 1 warning" {
+		t.Errorf("Summary = %q", got)
+	}
+	if got := Summary("x.yaml", nil); got != "x.yaml: no findings" {
+		t.Errorf("Summary(nil) = %q", got)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := JSON(&b, sample); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]any{
+		{"file": "api/openapi.yaml", "line": 3.0, "column": 16.0, "severity": "error", "rule": "root-invalid", "operation": "", "message": "x-idempotency: at the document root it must be a mapping"},
+		{"file": "api/openapi.yaml", "line": 42.0, "column": 7.0, "severity": "warning", "rule": "safe-method", "operation": "GET /v1/payments", "message": `x-idempotency on GET: "quoted" <html> & more`},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if !strings.Contains(b.String(), "<html> & more") {
+		t.Errorf("JSON escapes HTML, which makes messages unreadable in a terminal:\n%s", b.String())
+	}
+	b.Reset()
+	if err := JSON(&b, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != "[]\n" {
+		t.Errorf("JSON(nil) = %q, want an empty array", b.String())
+	}
+}
+
+// sarifSchema compiles testdata/sarif-2.1.0-subset.json: a hand-written subset of the official
+// SARIF 2.1.0 schema (required properties, enums, minimums, formats, additionalProperties:false
+// for the objects idemgen writes), since the full schema cannot be downloaded here.
+func sarifSchema(t testing.TB) *jsonschema.Schema {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", "sarif-2.1.0-subset.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	if err := c.AddResource("sarif-2.1.0-subset.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("sarif-2.1.0-subset.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
+}
+
+// validateSARIF checks a SARIF log against the subset schema.
+func validateSARIF(t testing.TB, sch *jsonschema.Schema, data []byte) error {
+	t.Helper()
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch.Validate(inst)
+}
+
+func TestSARIFValidates(t *testing.T) {
+	t.Parallel()
+	sch := sarifSchema(t)
+	// Real diagnostics from every rule case, so every rule id and message shape goes through.
+	var diags []spec.Diagnostic
+	cases, err := filepath.Glob(filepath.Join("..", "..", "generator", "spec", "testdata", "*", "openapi.yaml"))
+	if err != nil || len(cases) < len(spec.Rules()) {
+		t.Fatalf("found %d rule cases (%v)", len(cases), err)
+	}
+	for _, c := range cases {
+		s, err := spec.Load(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		diags = append(diags, s.Diagnostics...)
+	}
+	diags = append(diags, spec.Diagnostic{Pos: model.Position{File: "/abs/dir with space/x.yaml"}, Severity: spec.SeverityError, Rule: spec.RuleKeyInvalid, Message: "no position"})
+	for name, ds := range map[string][]spec.Diagnostic{"findings": diags, "clean": nil} {
+		var b bytes.Buffer
+		if err := SARIF(&b, ds); err != nil {
+			t.Fatal(err)
+		}
+		if err := validateSARIF(t, sch, b.Bytes()); err != nil {
+			t.Errorf("%s: SARIF does not validate: %v", name, err)
+		}
+		var log sarifLog
+		if err := json.Unmarshal(b.Bytes(), &log); err != nil {
+			t.Fatal(err)
+		}
+		if len(log.Runs) != 1 || len(log.Runs[0].Results) != len(ds) || len(log.Runs[0].Tool.Driver.Rules) != len(spec.Rules()) {
+			t.Errorf("%s: %d runs; want 1 run with %d results and %d rules", name, len(log.Runs), len(ds), len(spec.Rules()))
+			continue
+		}
+		for i, r := range log.Runs[0].Results {
+			if rule := log.Runs[0].Tool.Driver.Rules[r.RuleIndex]; rule.ID != r.RuleID {
+				t.Errorf("result %d: ruleIndex %d points at %s, want %s", i, r.RuleIndex, rule.ID, r.RuleID)
+			}
+		}
+	}
+}
+
+// TestSARIFSchemaRejects shows the subset schema can fail: each mutation of a valid log breaks
+// one official constraint.
+func TestSARIFSchemaRejects(t *testing.T) {
+	t.Parallel()
+	sch := sarifSchema(t)
+	var b bytes.Buffer
+	if err := SARIF(&b, sample); err != nil {
+		t.Fatal(err)
+	}
+	good := b.String()
+	for name, bad := range map[string]string{
+		"version":      strings.Replace(good, `"version": "2.1.0"`, `"version": "2.0.0"`, 1),
+		"level":        strings.Replace(good, `"level": "warning",`+"\n          \"message\"", `"level": "fatal",`+"\n          \"message\"", 1),
+		"startLine":    strings.Replace(good, `"startLine": 3`, `"startLine": 0`, 1),
+		"unknown prop": strings.Replace(good, `"ruleId":`, `"rule_id": "x", "ruleId":`, 1),
+		"no message":   strings.Replace(good, `"message": {`, `"msg": {`, 1),
+		"uri":          strings.Replace(good, `"uri": "api/openapi.yaml"`, `"uri": "a b\\c:%zz"`, 1),
+	} {
+		if bad == good {
+			t.Fatalf("%s: mutation did not apply", name)
+		}
+		if err := validateSARIF(t, sch, []byte(bad)); err == nil {
+			t.Errorf("%s: invalid SARIF accepted", name)
+		}
+	}
+}
+
+func TestArtifactURI(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"openapi.yaml":          "openapi.yaml",
+		"api/v1/openapi.yaml":   "api/v1/openapi.yaml",
+		"my specs/openapi.yaml": "my%20specs/openapi.yaml",
+		"/srv/api/openapi.yaml": "file:///srv/api/openapi.yaml",
+		"a:b.yaml":              "./a:b.yaml",
+		"/abs/dir with space/x": "file:///abs/dir%20with%20space/x",
+	} {
+		if got := artifactURI(in); got != want {
+			t.Errorf("artifactURI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWriteRejectsUnknownFormat(t *testing.T) {
+	t.Parallel()
+	if err := Write(&bytes.Buffer{}, "xml", sample); err == nil || !strings.Contains(err.Error(), "text, json, sarif") {
+		t.Errorf("Write(xml) = %v; want an error naming the formats", err)
+	}
+}
