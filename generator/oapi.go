@@ -256,7 +256,7 @@ func relaxedCopy(p *openapi3.ParameterRef) *openapi3.ParameterRef {
 // try, keeping oapi-codegen's own words as the cause.
 func oapiError(file string, err error) error {
 	return &Error{File: file, Msg: "oapi-codegen cannot generate code for this document: " + err.Error() +
-		"\n(the document is valid for idemgen; the failure is oapi-codegen's: adjust the schema it names, or pass oapi-codegen options through idemgen.yaml's oapi-codegen key)"}
+		"\n(x-idempotency is fine; oapi-codegen, which idemgen runs for models and server, rejects the document: fix the part it names, or set oapi-codegen options under the oapi-codegen key of idemgen.yaml)"}
 }
 
 // Error is a generation failure tied to a spec file.

@@ -65,10 +65,6 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
-	if job.router != generator.RouterStdHTTP {
-		return fail(ExitUsage, fmt.Errorf("--router %s: not supported yet (supported: %s)", job.router, generator.RouterStdHTTP))
-	}
-
 	loaded, err := spec.Load(job.spec, &spec.LoadOpts{AllowRemoteRefs: job.allowRemoteRefs})
 	if err != nil {
 		return fail(ExitUsage, err)
@@ -157,6 +153,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 	}
 	if changed("router") {
 		job.router = f.router
+	}
+	if job.router != generator.RouterStdHTTP {
+		return nil, fmt.Errorf("--router %s: not supported yet (supported: %s)", job.router, generator.RouterStdHTTP)
 	}
 	if job.spec == "" {
 		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)
