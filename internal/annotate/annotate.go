@@ -343,6 +343,7 @@ type planner struct {
 type op struct {
 	method, path, id string
 	node, pathItem   *node
+	line, col        int // where the method key is written
 }
 
 func (o op) route() string { return strings.ToUpper(o.method) + " " + o.path }
@@ -365,7 +366,8 @@ func (p *planner) operations() ([]op, error) {
 			if !slices.Contains(httpMethods, pe.key) || !pe.value.isMap() {
 				continue
 			}
-			ops = append(ops, op{method: pe.key, path: e.key, id: pe.value.str("operationId"), node: pe.value, pathItem: item})
+			ops = append(ops, op{method: pe.key, path: e.key, id: pe.value.str("operationId"), node: pe.value, pathItem: item,
+				line: pe.keyLine, col: pe.keyCol})
 		}
 	}
 	return ops, nil
@@ -418,7 +420,7 @@ func (p *planner) selected(all []op) ([]op, error) {
 }
 
 func (p *planner) skip(o op, reason string) {
-	p.skipped = append(p.skipped, Skip{File: p.file, Line: o.node.line, Col: o.node.col, Route: o.route(), Reason: reason})
+	p.skipped = append(p.skipped, Skip{File: p.file, Line: o.line, Col: o.col, Route: o.route(), Reason: reason})
 }
 
 func (p *planner) plan() error {
@@ -455,7 +457,7 @@ func (p *planner) cannot(o op) string {
 	if o.node.shared {
 		return "the operation is shared through a YAML anchor, alias or merge key; annotate it by hand"
 	}
-	if !o.node.editable() || o.node.flow && len(o.node.entries) == 0 {
+	if !o.node.editable() {
 		return "the operation is not a mapping that can be edited"
 	}
 	if rb := o.node.get("requestBody"); rb != nil {
@@ -818,8 +820,10 @@ func (p *planner) addProblems(o op, opT target) error {
 	slices.Sort(codes)
 	codes = slices.Compact(codes)
 	existing := o.node.get("responses")
-	if existing != nil && !existing.editable() {
-		return nil // shared through an alias, or not a mapping: leave the documentation alone
+	if existing != nil && (!existing.editable() || existing.flow) {
+		// Shared through an alias, not a mapping, or written inline: the problem responses are
+		// documentation, not worth rewriting a line of the user's text for.
+		return nil
 	}
 	var quote byte
 	if existing != nil {
@@ -855,7 +859,7 @@ func (p *planner) addProblems(o op, opT target) error {
 
 func (p *planner) addReplayed(o op) error {
 	responses := o.node.get("responses")
-	if !responses.isMap() || !responses.editable() {
+	if !responses.isMap() || !responses.editable() || responses.flow {
 		return nil
 	}
 	for _, e := range responses.entries {
@@ -865,11 +869,11 @@ func (p *planner) addReplayed(o op) error {
 		resp := e.value
 		// A $ref'd response is shared with other operations: documenting the header there would
 		// claim it for them too.
-		if !resp.isMap() || resp.get("$ref") != nil || !resp.editable() {
+		if !resp.isMap() || resp.get("$ref") != nil || !resp.editable() || resp.flow {
 			continue
 		}
 		headers := resp.get("headers")
-		if headers != nil && (!headers.editable() || headers.kind != kindMap || headers.getFold(ReplayedHeader) != nil) {
+		if headers != nil && (!headers.editable() || headers.kind != kindMap || headers.flow || headers.getFold(ReplayedHeader) != nil) {
 			continue
 		}
 		refName, err := p.replayedHeader()

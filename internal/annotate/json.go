@@ -40,6 +40,9 @@ func parseJSON(data []byte) (*jsonDoc, error) {
 	}
 	d.root = root
 	d.st = d.detectStyle()
+	if !d.st.compact {
+		d.markInline(root)
+	}
 	return d, nil
 }
 
@@ -87,7 +90,7 @@ func (d *jsonDoc) value(depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			l, _ := d.lineCol(keyStart)
+			l, c := d.lineCol(keyStart)
 			d.skipWS()
 			if d.pos >= len(d.data) || d.data[d.pos] != ':' {
 				return nil, d.errorf("expected ':' after a key")
@@ -98,7 +101,7 @@ func (d *jsonDoc) value(depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			n.entries = append(n.entries, &entry{key: key, keyLine: l, keyStart: keyStart, value: v})
+			n.entries = append(n.entries, &entry{key: key, keyLine: l, keyCol: c, keyStart: keyStart, value: v})
 			d.skipWS()
 			if d.pos < len(d.data) && d.data[d.pos] == ',' {
 				d.pos++
@@ -199,6 +202,25 @@ func (d *jsonDoc) lineIndent(off int) string {
 func (d *jsonDoc) firstOnLine(off int) bool {
 	l, _ := d.lineCol(off)
 	return strings.TrimSpace(string(d.data[d.lines[l-1]:off])) == ""
+}
+
+// markInline flags objects and arrays written on one line with their parent ({"a": 1}, {}): adding
+// to them would rewrite that line, so optional additions leave them alone.
+func (d *jsonDoc) markInline(n *node) {
+	switch {
+	case n.kind == kindMap && len(n.entries) == 0, n.kind == kindSeq && len(n.items) == 0:
+		n.flow = true
+	case n.kind == kindMap:
+		n.flow = !d.firstOnLine(n.entries[0].keyStart)
+	case n.kind == kindSeq:
+		n.flow = !d.firstOnLine(n.items[0].start) && !d.st.jackson
+	}
+	for _, e := range n.entries {
+		d.markInline(e.value)
+	}
+	for _, it := range n.items {
+		d.markInline(it)
+	}
 }
 
 func (d *jsonDoc) detectStyle() jsonStyle {

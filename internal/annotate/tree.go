@@ -30,7 +30,9 @@ type node struct {
 	// shared marks a node reached through a YAML alias, anchor or merge key: editing it would also
 	// change every other place that uses the same anchor, so the planner never edits it.
 	shared bool
-	flow   bool // YAML flow style ({…} or […])
+	// flow marks a collection written inline: YAML flow style ({…} or […]), or JSON on one line
+	// with its parent. Adding to it rewrites a line, so only necessary additions go there.
+	flow bool
 
 	// Format specifics: the yaml.v3 node it came from, or the JSON byte span [start, end).
 	y          *yaml.Node
@@ -45,6 +47,7 @@ type entry struct {
 	key      string
 	keyQuote byte // 0 plain, '\'' or '"', as written (YAML only)
 	keyLine  int
+	keyCol   int
 	keyStart int // JSON: offset of the key's opening quote
 	value    *node
 }

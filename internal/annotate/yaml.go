@@ -124,7 +124,7 @@ func (d *yamlDoc) conv(y *yaml.Node, depth int, shared bool) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			n.entries = append(n.entries, &entry{key: k.Value, keyQuote: quoteOf(k.Style), keyLine: k.Line, value: cn})
+			n.entries = append(n.entries, &entry{key: k.Value, keyQuote: quoteOf(k.Style), keyLine: k.Line, keyCol: k.Column, value: cn})
 		}
 		// Keys merged in with "<<" count as present, but belong to another place of the file.
 		for _, m := range merges {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
 
 	"github.com/idemgen/idemgen/internal/annotate"
@@ -119,29 +118,12 @@ func readSpec(s *streams, file string) ([]byte, error) {
 }
 
 func writeDiff(w io.Writer, name string, before, after []byte) error {
-	if string(before) == string(after) {
-		return nil
-	}
-	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A:        difflib.SplitLines(string(before)),
-		B:        difflib.SplitLines(string(after)),
-		FromFile: diffName("a/", name),
-		ToFile:   diffName("b/", name),
-		Context:  3,
-	})
+	text, err := annotate.UnifiedDiff(name, before, after)
 	if err != nil {
 		return err
 	}
 	_, err = io.WriteString(w, text)
 	return err
-}
-
-// diffName is git's a/ b/ naming for relative paths; absolute paths stay as they are.
-func diffName(prefix, name string) string {
-	if filepath.IsAbs(name) {
-		return filepath.ToSlash(name)
-	}
-	return prefix + filepath.ToSlash(name)
 }
 
 // writeFileAtomic replaces path with data through a temporary file in the same directory and a
