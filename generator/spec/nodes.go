@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -148,7 +149,7 @@ func jsonTree(data []byte) (*yaml.Node, error) {
 			break
 		}
 		prev = dec.InputOffset()
-		line, col := lineCol(lines, s)
+		line, col := lineCol(data, lines, s)
 		return tok, model.Position{Line: line, Col: col}, nil
 	}
 	var build func(tok json.Token, p model.Position) (*yaml.Node, error)
@@ -240,9 +241,9 @@ func lineStarts(data []byte) []int64 {
 	return starts
 }
 
-// lineCol converts a byte offset to a 1-based line and a 1-based column counted in bytes, like
-// yaml.v3 for ASCII text.
-func lineCol(starts []int64, off int64) (int, int) {
+// lineCol converts a byte offset to a 1-based line and a 1-based column counted in characters,
+// as yaml.v3 counts them (and as the SARIF output declares with columnKind unicodeCodePoints).
+func lineCol(data []byte, starts []int64, off int64) (int, int) {
 	lo, hi := 0, len(starts)-1
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
@@ -252,5 +253,5 @@ func lineCol(starts []int64, off int64) (int, int) {
 			hi = mid - 1
 		}
 	}
-	return lo + 1, int(off-starts[lo]) + 1
+	return lo + 1, utf8.RuneCount(data[starts[lo]:off]) + 1
 }

@@ -6,6 +6,41 @@
 // bytes are parsed again with gopkg.in/yaml.v3, whose nodes carry line and column, and
 // x-idempotency is read from those nodes, so every diagnostic points at the value it is about.
 // The document is never validated as a whole: specs that oapi-codegen accepts must load here.
+//
+// Decisions where DESIGN §3 leaves room (each pinned by a golden case under testdata/):
+//
+//   - The document-level x-idempotency must be a mapping of defaults; true or false there is an
+//     error (root-invalid), because "every operation is idempotent" is never what a reader of the
+//     root expects, and marking operations one by one is what annotate does.
+//   - A field set on an operation replaces the default whole; lists (scope, persist,
+//     replayHeaders, fingerprint.exclude) are not concatenated. Within key, header and from are one
+//     choice (the operation's, else the defaults', else Idempotency-Key), while required,
+//     maxLength and pattern are inherited one by one.
+//   - ttl and lease must be positive, wait zero or more; a "d" suffix counts days ("3d", "1d12h").
+//     wait applies to both claim modes (with claim transaction it bounds how long a duplicate
+//     blocks) and may not exceed the lease: a duplicate would otherwise still be waiting when the
+//     first request's claim can be taken over.
+//   - key.maxLength is 1..255: the default is also the ceiling, a longer key is a payload. A path
+//     key is always required. A key or scope header matches a declared header parameter
+//     case-insensitively (inline or via $ref, operation or path item), and the model carries the
+//     declared spelling, so the generator finds oapi-codegen's field for it.
+//   - fingerprint: false turns the reuse check off; it is an error with storage marker, which keeps
+//     nothing else. An unfingerprintable body (anything but JSON, *+json and form-encoded) is an
+//     error unless the fingerprint is off. exclude entries are RFC 6901 pointers; the empty
+//     pointer (the whole body) is refused.
+//   - "A way to replay": storage reference needs a 2xx response with a body for Replay<Op> to
+//     reload the resource into; storage marker needs a 2xx response (code or 2XX range) for
+//     Replay<Op> to recompute.
+//   - persist items are 2xx..5xx classes or codes 200..599, classes lower-cased; listing 408, 425
+//     or 429 is an error (a 4xx class is fine: the runtime never stores those three).
+//   - Warnings: x-idempotency on GET/HEAD/OPTIONS; a POST with no x-idempotency at all (an
+//     explicit false is a deliberate opt-out and stays quiet); ttl shorter than the lease; a header
+//     that looks like a key (any name containing "idempoten", or *-Request-Id except the tracing
+//     header X-Request-Id) on an operation that does not use it as the key (skipped on safe methods
+//     without a policy and on explicit opt-outs).
+//   - Operations are ordered by path, then GET PUT POST DELETE OPTIONS HEAD PATCH TRACE, then any
+//     other method alphabetically. An operation reached through a path item $ref to another file
+//     is read through kin-openapi; its diagnostics point at the path's key in this file.
 package spec
 
 import (

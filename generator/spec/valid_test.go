@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
 
 	"github.com/idemgen/idemgen/generator/model"
 )
@@ -156,6 +157,15 @@ func TestJSONPositions(t *testing.T) {
 		}
 	}
 	t.Run("yaml.v3", func(t *testing.T) { check(t, doc) })
+	// yaml.v3 refuses JSON's \/ escape and surrogate pairs, which generated specs often contain.
+	escaped := strings.Replace(doc, `"title": "j"`, `"title": "j\/k \ud83d\ude00"`, 1)
+	t.Run("yaml.v3 refuses, token walker reads", func(t *testing.T) {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(escaped), &n); err == nil {
+			t.Fatal("yaml.v3 now reads JSON escapes; this subtest no longer exercises the fallback")
+		}
+		check(t, escaped)
+	})
 	t.Run("token walker", func(t *testing.T) {
 		root, err := jsonTree([]byte(doc))
 		if err != nil {
@@ -230,5 +240,28 @@ func TestRemoteRefsAllowedReachTheReader(t *testing.T) {
 	_, err := Load(filepath.Join("testdata", "load", "remote-ref", "openapi.yaml"), &LoadOpts{AllowRemoteRefs: true})
 	if err == nil || strings.Contains(err.Error(), "refused") {
 		t.Fatalf("err = %v; want a network failure, not a refusal", err)
+	}
+}
+
+// TestPathItemRef: an operation that lives in another file through a path item $ref is still
+// read, and its diagnostics point at the $ref'd path in the spec the user ran idemgen on.
+func TestPathItemRef(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join("testdata", "valid", "pathref", "openapi.yaml")
+	s, err := Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range s.Diagnostics {
+		got = append(got, d.String())
+	}
+	want := file + `:4:3: POST /v1/payments: x-idempotency.ttl: "5x" is not a duration (use e.g. 24h or 3d)`
+	if diff := cmp.Diff(want, strings.Join(got, "\n")); diff != "" {
+		t.Errorf("diagnostics (-want +got):\n%s", diff)
+	}
+	ops := s.Model.Operations
+	if len(ops) != 1 || ops[0].ID != "createPayment" || ops[0].Policy == nil || ops[0].Policy.Storage != "marker" || ops[0].Policy.Key.Header != "Idempotency-Key" {
+		t.Errorf("operations = %+v; want createPayment with a marker policy keyed by Idempotency-Key", ops)
 	}
 }
