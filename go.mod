@@ -33,3 +33,6 @@ require (
 	golang.org/x/tools v0.52.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
+
+// `go tool idemgen` runs this checkout's generator, as //go:generate lines do.
+tool github.com/idemgen/idemgen/cmd/idemgen
