@@ -379,6 +379,8 @@ func (b *builder) resolveKey(o *model.Operation, p *model.Policy, op, defs rawKe
 		}
 		if prm, ok := findParam(o.Params, "header", name); ok {
 			name = prm.Name
+		} else if alt := keyLikeHeader(o.Params); alt != "" {
+			errorf(n, RuleKeyHeaderUndeclared, "x-idempotency.key.header: %s is not declared as a header parameter of the operation or its path item%s, but %s is (set key: {header: %s}, or declare %s)", name, note(fromDefs), alt, alt, name)
 		} else {
 			errorf(n, RuleKeyHeaderUndeclared, "x-idempotency.key.header: %s is not declared as a header parameter of the operation or its path item%s (add {name: %s, in: header, schema: {type: string}} under parameters; idemgen annotate does it)", name, note(fromDefs), name)
 		}
@@ -441,6 +443,16 @@ func looksLikeKeyHeader(name string) bool {
 		return true
 	}
 	return strings.HasSuffix(l, "-request-id") && l != "x-request-id"
+}
+
+// keyLikeHeader returns the first declared header that looks like an idempotency key, or "".
+func keyLikeHeader(ps []model.Param) string {
+	for _, p := range ps {
+		if p.In == "header" && looksLikeKeyHeader(p.Name) {
+			return p.Name
+		}
+	}
+	return ""
 }
 
 func (b *builder) unusedKeyHeaders(o *model.Operation) {
