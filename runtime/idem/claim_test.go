@@ -7,28 +7,13 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/runtime/idem"
-	"github.com/idemgen/idemgen/runtime/idemtest"
 )
-
-func newStore(t testing.TB, cfg *idem.Config) (*idem.Store, *idemtest.Schema) {
-	t.Helper()
-	sch := idemtest.TestSchema(t, nil)
-	c := sch.Config()
-	if cfg != nil {
-		cfg.Schema, cfg.Table = c.Schema, c.Table
-		c = cfg
-	}
-	s, err := idem.NewStore(sch.Pool, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, sch
-}
 
 func TestClaimOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, sch := newStore(t, nil)
+	e := newEnv(t, nil, nil)
+	s, sch := e.store, e.sch
 	p := &idem.ClaimParams{Scope: "s", Key: "k1", Operation: "op", Fingerprint: "fp1", Lease: time.Second, TTL: time.Hour}
 
 	r, err := s.Claim(ctx, p)

@@ -1,0 +1,491 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// concurrent fires n identical requests at the same instant (a shared barrier) and returns what
+// each got.
+func concurrent(t *testing.T, n int, do func() (*idem.Result, error)) []*idem.Result {
+	t.Helper()
+	var ready, done sync.WaitGroup
+	start := make(chan struct{})
+	results := make([]*idem.Result, n)
+	errs := make([]error, n)
+	for i := range n {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-start
+			results[i], errs[i] = do()
+		}()
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	return results
+}
+
+func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idem.ClaimMode{idem.ClaimModeLease, idem.ClaimModeTransaction} {
+		t.Run(map[idem.ClaimMode]string{idem.ClaimModeLease: "lease", idem.ClaimModeTransaction: "transaction"}[mode], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 70})
+			e.warm(66)
+			p := policy()
+			p.Claim = mode
+			if mode == idem.ClaimModeTransaction {
+				p.Wait = 10 * time.Second // duplicates wait for the first, then replay
+			}
+			var mu sync.Mutex
+			calls := 0
+			fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				mu.Lock()
+				calls++
+				mu.Unlock()
+				time.Sleep(200 * time.Millisecond) // keep the first in flight while the others arrive
+				return insertPayment(100)(ctx, tx)
+			}
+			res := concurrent(t, 64, func() (*idem.Result, error) {
+				return e.store.Serve(context.Background(), p, request("pay-64", "fp"), fn)
+			})
+			byKind := map[string]int{}
+			var executed *idem.Result
+			for _, r := range res {
+				byKind[kindName(r)]++
+				if r.Kind == idem.ResultExecuted {
+					executed = r
+				}
+			}
+			t.Logf("results: %v", byKind)
+			if calls != 1 || byKind["executed"] != 1 || e.payments() != 1 {
+				t.Fatalf("business function ran %d times, results %v, %d payment rows; want exactly one of each", calls, byKind, e.payments())
+			}
+			if byKind["replayed"]+byKind["problem in-progress"] != 63 {
+				t.Fatalf("results %v; every other caller must get a replay or in-progress", byKind)
+			}
+			if mode == idem.ClaimModeTransaction && byKind["replayed"] != 63 {
+				t.Fatalf("results %v; in transaction mode every duplicate waits and replays", byKind)
+			}
+			for _, r := range res {
+				if r.Kind == idem.ResultReplayed && !bytes.Equal(r.Outcome.Body, executed.Outcome.Body) {
+					t.Fatalf("replayed %q; want the first answer %q", r.Outcome.Body, executed.Outcome.Body)
+				}
+			}
+			after, err := e.store.Serve(context.Background(), p, request("pay-64", "fp"), fn)
+			if err != nil || after.Kind != idem.ResultReplayed || calls != 1 {
+				t.Fatalf("request after all finished = %v, %v (calls %d); want a replay", after, err, calls)
+			}
+		})
+	}
+}
+
+func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	p := policy()
+	entered, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan *idem.Result, 1)
+	go func() {
+		r, err := e.store.Serve(context.Background(), p, request("k", "fp-A"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			close(entered)
+			<-finish
+			return insertPayment(1)(ctx, tx)
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		first <- r
+	}()
+	<-entered
+
+	r, err := e.store.Serve(context.Background(), p, request("k", "fp-B"), insertPayment(2))
+	if err != nil || r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeKeyReused || r.Problem.Status != 422 {
+		t.Fatalf("different request while the first is in flight = %+v, %v; want 422 key-reused", r, err)
+	}
+	p409 := policy()
+	p409.MismatchStatus = 409
+	if r, _ := e.store.Serve(context.Background(), p409, request("k", "fp-B"), insertPayment(2)); r.Problem == nil || r.Problem.Status != 409 || r.Problem.Code != idem.CodeKeyReused {
+		t.Fatalf("mismatchStatus 409 gave %+v", r)
+	}
+	r, err = e.store.Serve(context.Background(), p, request("k", "fp-A"), insertPayment(1))
+	if err != nil || r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeInProgress {
+		t.Fatalf("same request while in flight = %+v, %v; want in-progress", r, err)
+	}
+	w := written(t, r)
+	if w.Code != 409 || w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("in-progress answer: %d %v", w.Code, w.Header())
+	}
+	if ra, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || ra < 1 || ra > 5 {
+		t.Fatalf("Retry-After = %q; want the seconds left on a 5s lease", w.Header().Get("Retry-After"))
+	}
+	close(finish)
+	if r := <-first; r == nil || r.Kind != idem.ResultExecuted {
+		t.Fatalf("first request = %+v", r)
+	}
+	r, _ = e.store.Serve(context.Background(), p, request("k", "fp-B"), insertPayment(2))
+	if r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeKeyReused {
+		t.Fatalf("different request after completion = %s; want key-reused", kindName(r))
+	}
+	if n := e.payments(); n != 1 {
+		t.Fatalf("%d payments; want 1", n)
+	}
+}
+
+func TestFailuresReleaseTheKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, &idem.Config{MaxStoredBody: 64}, nil)
+	ctx := context.Background()
+	boom := errors.New("card declined by a flaky upstream")
+
+	check := func(name string, wantKeys, wantPayments int) {
+		t.Helper()
+		if k, p := e.keys(), e.payments(); k != wantKeys || p != wantPayments {
+			t.Fatalf("%s: %d key rows and %d payments; want %d and %d", name, k, p, wantKeys, wantPayments)
+		}
+	}
+	failing := func(err error, out *idem.Outcome) idem.HandlerFunc {
+		return func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			if _, e := insertPayment(1)(ctx, tx); e != nil {
+				return nil, e
+			}
+			return out, err
+		}
+	}
+
+	// A Go error: rolled back, released, returned as it is.
+	_, err := e.store.Serve(ctx, policy(), request("k1", "fp"), failing(boom, nil))
+	if !errors.Is(err, boom) {
+		t.Fatalf("Serve returned %v; want the handler's error", err)
+	}
+	check("after a handler error", 0, 0)
+	if r, err := e.store.Serve(ctx, policy(), request("k1", "fp"), insertPayment(1)); err != nil || r.Kind != idem.ResultExecuted {
+		t.Fatalf("retry after an error = %+v, %v; want executed", r, err)
+	}
+	check("after the retry", 1, 1)
+
+	// Statuses outside persist: answered, not stored, business work rolled back.
+	for _, status := range []int{500, 503, 429, 408, 425} {
+		p := policy()
+		p.Persist = idem.Statuses("2xx", "4xx") // never 408/425/429, even inside a listed class
+		key := "k-status-" + strconv.Itoa(status)
+		for range 2 {
+			r, err := e.store.Serve(ctx, p, request(key, "fp"), failing(nil, &idem.Outcome{Status: status, Body: []byte("try later")}))
+			if err != nil || r.Kind != idem.ResultExecuted || r.Persisted || r.Outcome.Status != status {
+				t.Fatalf("status %d = %+v, %v; want executed, not persisted (every time)", status, r, err)
+			}
+		}
+		check("after unpersisted statuses", 1, 1)
+	}
+	// A listed 4xx is stored and replayed.
+	p := policy()
+	p.Persist = idem.Statuses("2xx", "409")
+	r, _ := e.store.Serve(ctx, p, request("k409", "fp"), failing(nil, &idem.Outcome{Status: 409, Body: []byte("conflict")}))
+	if !r.Persisted {
+		t.Fatal("a listed 409 was not persisted")
+	}
+	r, _ = e.store.Serve(ctx, p, request("k409", "fp"), insertPayment(1))
+	if r.Kind != idem.ResultReplayed || r.Outcome.Status != 409 {
+		t.Fatalf("replay of a stored 409 = %+v", r)
+	}
+	check("after a stored 409", 2, 2)
+
+	// A body over MaxStoredBody: an error, nothing kept.
+	big := &idem.Outcome{Status: 200, Body: bytes.Repeat([]byte("x"), 65)}
+	if _, err := e.store.Serve(ctx, policy(), request("k-big", "fp"), failing(nil, big)); !errors.Is(err, idem.ErrBodyTooLarge) {
+		t.Fatalf("oversized body gave %v; want ErrBodyTooLarge", err)
+	}
+	check("after an oversized body", 2, 2)
+
+	// A panic: rolled back, released, and the panic continues.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the handler's panic was swallowed")
+			}
+		}()
+		_, _ = e.store.Serve(ctx, policy(), request("k-panic", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			_, _ = insertPayment(1)(ctx, tx)
+			panic("handler bug")
+		})
+	}()
+	check("after a panic", 2, 2)
+
+	// A cancelled context: rolled back and released.
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = e.store.Serve(cctx, policy(), request("k-cancel", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		out, err := insertPayment(1)(ctx, tx)
+		cancel()
+		return out, err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request gave %v; want context.Canceled", err)
+	}
+	check("after a cancelled request", 2, 2)
+}
+
+func TestTenantsNeverShareKeys(t *testing.T) {
+	t.Parallel()
+	type tenantKey struct{}
+	e := newEnv(t, &idem.Config{Tenant: func(ctx context.Context) (string, error) {
+		tenant, _ := ctx.Value(tenantKey{}).(string)
+		if tenant == "" {
+			return "", errors.New("unauthenticated")
+		}
+		return tenant, nil
+	}}, nil)
+	p := policy()
+	p.ScopeTenant = true
+	in := func(tenant string) context.Context { return context.WithValue(context.Background(), tenantKey{}, tenant) }
+
+	a, err := e.store.Serve(in("acme"), p, request("same-key", "fp"), insertPayment(10))
+	if err != nil || a.Kind != idem.ResultExecuted {
+		t.Fatalf("tenant acme = %+v, %v", a, err)
+	}
+	b, err := e.store.Serve(in("globex"), p, request("same-key", "fp"), insertPayment(20))
+	if err != nil || b.Kind != idem.ResultExecuted {
+		t.Fatalf("tenant globex with acme's key = %+v, %v; want executed", b, err)
+	}
+	for tenant, want := range map[string]*idem.Result{"acme": a, "globex": b} {
+		r, err := e.store.Serve(in(tenant), p, request("same-key", "fp"), insertPayment(99))
+		if err != nil || r.Kind != idem.ResultReplayed || !bytes.Equal(r.Outcome.Body, want.Outcome.Body) {
+			t.Fatalf("replay in %s = %+v, %v; want its own %q", tenant, r, err, want.Outcome.Body)
+		}
+	}
+	if n := e.payments(); n != 2 {
+		t.Fatalf("%d payments; want 2", n)
+	}
+	if _, err := e.store.Serve(context.Background(), p, request("same-key", "fp"), insertPayment(1)); err == nil || err.Error() != "unauthenticated" {
+		t.Fatalf("tenant error gave %v; want it returned", err)
+	}
+	// A policy that scopes by tenant on a store without a Tenant function is a wiring bug.
+	noTenant, _ := idem.NewStore(e.sch.Pool, e.sch.Config())
+	if _, err := noTenant.Serve(in("acme"), p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Config.Tenant") {
+		t.Fatalf("missing Config.Tenant gave %v", err)
+	}
+}
+
+func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	p := policy()
+	p.ReplayHeaders = []string{"X-Payment-Status", "Set-Cookie"} // Set-Cookie is never replayed
+	body := []byte("{\"id\":1}\x00\xff raw bytes\n")
+	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		w := idem.NewRecorder()
+		h := w.Header()
+		h.Set("Content-Type", "application/json; charset=utf-8")
+		h.Set("Location", "/v1/payments/1")
+		h.Set("ETag", `"v1"`)
+		h.Set("X-Payment-Status", "captured")
+		h.Set("X-Request-Id", "req-1")
+		h.Set("Set-Cookie", "session=secret")
+		h.Set("Connection", "close")
+		w.WriteHeader(201)
+		w.Write(body)
+		return w.Outcome(), nil
+	}
+	r, err := e.store.Serve(context.Background(), p, request("k", "fp"), fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := written(t, r)
+	if w.Code != 201 || w.Header().Get("Set-Cookie") == "" || w.Header().Get("X-Request-Id") == "" || w.Header().Get(idem.HeaderReplayed) != "" {
+		t.Fatalf("fresh answer: %d %v; want the handler's own headers and no %s", w.Code, w.Header(), idem.HeaderReplayed)
+	}
+	r, err = e.store.Serve(context.Background(), p, request("k", "fp"), fn)
+	if err != nil || r.Kind != idem.ResultReplayed {
+		t.Fatalf("second request = %+v, %v", r, err)
+	}
+	w = written(t, r)
+	if w.Code != 201 || !bytes.Equal(w.Body.Bytes(), body) {
+		t.Fatalf("replay = %d %q; want 201 %q byte for byte", w.Code, w.Body.Bytes(), body)
+	}
+	want := http.Header{
+		"Content-Type":     {"application/json; charset=utf-8"},
+		"Location":         {"/v1/payments/1"},
+		"Etag":             {`"v1"`},
+		"X-Payment-Status": {"captured"},
+		idem.HeaderReplayed: {"true"},
+	}
+	for k := range w.Header() {
+		if _, ok := want[k]; !ok {
+			t.Errorf("replay carries %s", k)
+		}
+	}
+	for k, v := range want {
+		if got := w.Header().Values(k); strings.Join(got, ",") != strings.Join(v, ",") {
+			t.Errorf("replay %s = %q; want %q", k, got, v)
+		}
+	}
+}
+
+func TestReferenceAndMarkerStorage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	ref := policy()
+	ref.Storage = idem.StorageReference
+	withRef := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		out, err := insertPayment(1)(ctx, tx)
+		if err == nil {
+			out.Reference = "pay_1"
+		}
+		return out, err
+	}
+	if r, err := e.store.Serve(ctx, ref, request("r", "fp"), withRef); err != nil || r.Kind != idem.ResultExecuted {
+		t.Fatalf("reference execute = %+v, %v", r, err)
+	}
+	r, err := e.store.Serve(ctx, ref, request("r", "fp"), withRef)
+	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "pay_1" || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 {
+		t.Fatalf("reference replay = %+v, %v; want status and reference only", r.Outcome, err)
+	}
+	if _, err := e.store.Serve(ctx, ref, request("r2", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Reference") {
+		t.Fatalf("reference storage without a reference gave %v", err)
+	}
+	marker := policy()
+	marker.Storage = idem.StorageMarker
+	e.store.Serve(ctx, marker, request("m", "fp"), insertPayment(1))
+	r, _ = e.store.Serve(ctx, marker, request("m", "fp"), insertPayment(1))
+	if r.Kind != idem.ResultReplayed || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 || len(r.Outcome.Header) != 0 {
+		t.Fatalf("marker replay = %+v; want the status only", r.Outcome)
+	}
+	if n := e.payments(); n != 2 {
+		t.Fatalf("%d payments; want 2", n)
+	}
+}
+
+func TestKeyProblemsAndOptionalKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	ran := false
+	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		ran = true
+		return insertPayment(1)(ctx, tx)
+	}
+	r, err := e.store.Serve(ctx, policy(), &idem.Request{Fingerprint: "fp"}, fn)
+	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeKeyMissing || ran {
+		t.Fatalf("missing required key = %+v, %v (ran %v); want key-missing without running", r, err, ran)
+	}
+	r, _ = e.store.Serve(ctx, policy(), &idem.Request{KeyValues: []string{"a", "b"}}, fn)
+	if r.Problem == nil || r.Problem.Code != idem.CodeKeyInvalid || ran {
+		t.Fatalf("two key headers = %+v; want key-invalid", r)
+	}
+	optional := policy()
+	optional.Key.Required = false
+	r, err = e.store.Serve(ctx, optional, &idem.Request{Fingerprint: "fp"}, fn)
+	if err != nil || r.Kind != idem.ResultExecuted || !ran || e.payments() != 1 || e.keys() != 0 {
+		t.Fatalf("optional key absent = %+v, %v; want executed without a key row", r, err)
+	}
+	// The quoted form is the same key.
+	e.store.Serve(ctx, policy(), request("abc", "fp"), insertPayment(1))
+	r, _ = e.store.Serve(ctx, policy(), request(`"abc"`, "fp"), insertPayment(1))
+	if r.Kind != idem.ResultReplayed {
+		t.Fatalf(`"abc" after abc = %s; want a replay`, kindName(r))
+	}
+}
+
+func TestLeaseModeWaitReplaysInsteadOf409(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	slow := func(d time.Duration) idem.HandlerFunc {
+		return func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			time.Sleep(d)
+			return insertPayment(1)(ctx, tx)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+		run  time.Duration
+		want string
+	}{
+		{"first finishes within the wait", 3 * time.Second, 300 * time.Millisecond, "replayed"},
+		{"wait runs out", 100 * time.Millisecond, 1 * time.Second, "problem in-progress"},
+	} {
+		p := policy()
+		p.Wait = tc.wait
+		key := "k-" + tc.name
+		started := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.store.Serve(context.Background(), p, request(key, "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				close(started)
+				return slow(tc.run)(ctx, tx)
+			})
+		}()
+		<-started
+		r, err := e.store.Serve(context.Background(), p, request(key, "fp"), slow(0))
+		if err != nil || kindName(r) != tc.want {
+			t.Errorf("%s: duplicate got %s, %v; want %s", tc.name, kindName(r), err, tc.want)
+		}
+		<-done
+	}
+}
+
+func TestTransactionModeWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	p := policy()
+	p.Claim = idem.ClaimModeTransaction
+	p.Wait = 200 * time.Millisecond
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan *idem.Result)
+	go func() {
+		r, _ := e.store.Serve(context.Background(), p, request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			close(started)
+			<-finish
+			return insertPayment(1)(ctx, tx)
+		})
+		done <- r
+	}()
+	<-started
+	begin := time.Now()
+	r, err := e.store.Serve(context.Background(), p, request("k", "fp"), insertPayment(2))
+	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeInProgress {
+		t.Fatalf("duplicate after the wait = %+v, %v; want in-progress", r, err)
+	}
+	if waited := time.Since(begin); waited < 150*time.Millisecond || waited > 3*time.Second {
+		t.Errorf("duplicate waited %s; want about the policy's 200ms", waited)
+	}
+	close(finish)
+	if first := <-done; first == nil || first.Kind != idem.ResultExecuted {
+		t.Fatalf("first = %+v", first)
+	}
+	// The wait bound is the claim's only: the business statements afterwards run without it.
+	var lt string
+	tx, _ := e.sch.Pool.Begin(context.Background())
+	defer tx.Rollback(context.Background())
+	if _, err := e.store.ClaimTx(context.Background(), tx, &idem.ClaimParams{Scope: "s", Key: "fresh", Fingerprint: "f"}, &idem.ClaimTxOpts{Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(context.Background(), "SHOW lock_timeout").Scan(&lt); err != nil || lt != "0" {
+		t.Fatalf("lock_timeout after ClaimTx = %q, %v; want the session's 0", lt, err)
+	}
+	if n := e.payments(); n != 1 {
+		t.Fatalf("%d payments; want 1", n)
+	}
+}
