@@ -1,0 +1,246 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const annotateSpec = `openapi: 3.0.3
+info:
+  title: CLI test   # a comment that must survive
+  version: "1"
+paths:
+  /orders:
+    post:
+      operationId: createOrder
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      responses:
+        '201':
+          description: created
+    put:
+      operationId: replaceOrders
+      responses:
+        '204':
+          description: replaced
+  /files:
+    post:
+      operationId: uploadFile
+      requestBody:
+        content:
+          multipart/form-data:
+            schema: {type: object}
+      responses:
+        '201':
+          description: stored
+`
+
+type cliRun struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, stdin string, args ...string) cliRun {
+	t.Helper()
+	var out, errb strings.Builder
+	code := Main(args, strings.NewReader(stdin), &out, &errb)
+	return cliRun{code, out.String(), errb.String()}
+}
+
+func writeSpec(t *testing.T, mode os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "openapi.yaml")
+	if err := os.WriteFile(path, []byte(annotateSpec), mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const skipLine = "openapi.yaml:22:5: POST /files: not annotated: request body multipart/form-data cannot be fingerprinted (only JSON and form-encoded bodies can)\n"
+
+func TestAnnotateStdout(t *testing.T) {
+	t.Parallel()
+	path := writeSpec(t, 0o644)
+	r := runCLI(t, "", "annotate", path)
+	if r.code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	if !strings.HasPrefix(r.stdout, annotateSpec[:strings.Index(annotateSpec, "  /orders:")]) {
+		t.Errorf("stdout does not start with the original text:\n%s", r.stdout)
+	}
+	for _, want := range []string{
+		"        - $ref: '#/components/parameters/IdempotencyKey'\n      x-idempotency: true\n    put:",
+		"  title: CLI test   # a comment that must survive\n",
+		"    IdempotencyKey:\n      name: Idempotency-Key\n      in: header\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Count(r.stdout, "x-idempotency") != 1 {
+		t.Errorf("want exactly one x-idempotency (PUT is not annotated by default):\n%s", r.stdout)
+	}
+	if want := "idemgen: annotate: " + path[:len(path)-len("openapi.yaml")] + skipLine; r.stderr != want {
+		t.Errorf("stderr = %q\nwant     %q", r.stderr, want)
+	}
+	if data, _ := os.ReadFile(path); string(data) != annotateSpec {
+		t.Error("the file changed without -w")
+	}
+}
+
+func TestAnnotateDiff(t *testing.T) {
+	t.Parallel()
+	path := writeSpec(t, 0o644)
+	r := runCLI(t, "", "annotate", "--diff", "--no-problems", "--no-replayed-header", path)
+	if r.code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	want := "--- " + path + "\n+++ " + path + `
+@@ -13,6 +13,9 @@
+       responses:
+         '201':
+           description: created
++      parameters:
++        - $ref: '#/components/parameters/IdempotencyKey'
++      x-idempotency: true
+     put:
+       operationId: replaceOrders
+       responses:
+@@ -28,3 +31,14 @@
+       responses:
+         '201':
+           description: stored
++components:
++  parameters:
++    IdempotencyKey:
++      name: Idempotency-Key
++      in: header
++      description: 'A unique value (a UUID, say) that identifies this request. A retry with the same key gets the first outcome back instead of repeating it.'
++      required: true
++      schema:
++        type: string
++        minLength: 1
++        maxLength: 255
+`
+	if r.stdout != want {
+		t.Errorf("diff:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	if data, _ := os.ReadFile(path); string(data) != annotateSpec {
+		t.Error("--diff changed the file")
+	}
+}
+
+func TestAnnotateWrite(t *testing.T) {
+	t.Parallel()
+	path := writeSpec(t, 0o600)
+	r := runCLI(t, "", "annotate", "-w", "--methods", "post,put", "--ttl", "48h", "--exclude", "POST /files", path)
+	if r.code != ExitOK || r.stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if want := "idemgen: annotate: " + path + ": 2 operation(s) annotated\n"; r.stderr != want {
+		t.Errorf("stderr = %q, want %q", r.stderr, want)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(data), "x-idempotency:\n        ttl: 48h\n"); got != 2 {
+		t.Errorf("want POST and PUT /orders with ttl 48h, found %d:\n%s", got, data)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("mode = %v, want 0600 kept", info.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+
+	// A second run finds nothing to do and leaves the bytes alone.
+	r = runCLI(t, "", "annotate", "-w", "--methods", "post,put", "--ttl", "48h", "--exclude", "POST /files", "--diff", path)
+	if r.code != ExitOK || r.stdout != "" {
+		t.Fatalf("second run: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if want := "idemgen: annotate: " + path + ": 0 operation(s) annotated\n"; r.stderr != want {
+		t.Errorf("second run stderr = %q, want %q", r.stderr, want)
+	}
+	again, _ := os.ReadFile(path)
+	if string(again) != string(data) {
+		t.Error("second run changed the file")
+	}
+}
+
+func TestAnnotateOperationsAndStdin(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, annotateSpec, "annotate", "--operations", "replaceOrders", "--storage", "marker", "--mismatch-status", "409", "-")
+	if r.code != ExitOK || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	want := "      responses:\n        '204':\n          description: replaced\n" +
+		"          headers:\n            Idempotent-Replayed:\n              $ref: '#/components/headers/IdempotentReplayed'\n" +
+		"        '400':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
+		"        '409':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
+		"      parameters:\n        - $ref: '#/components/parameters/IdempotencyKey'\n" +
+		"      x-idempotency:\n        storage: marker\n        mismatchStatus: 409\n  /files:"
+	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "x-idempotency") != 1 {
+		t.Errorf("stdout:\n%s\nwant it to contain:\n%s", r.stdout, want)
+	}
+}
+
+func TestAnnotateFailures(t *testing.T) {
+	t.Parallel()
+	path := writeSpec(t, 0o644)
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	lob, err := filepath.Abs("../annotate/testdata/corpus/lob/lob-api-bundled.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		stderr string // exact, or a prefix when it ends in "…"
+	}{
+		{"missing file", []string{"annotate", missing},
+			"idemgen: annotate: cannot read the spec: open " + missing + ": no such file or directory\n"},
+		{"no argument", []string{"annotate"},
+			"idemgen: accepts 1 arg(s), received 0\nRun 'idemgen --help' for usage.\n"},
+		{"unknown flag", []string{"annotate", "--bogus", path},
+			"idemgen: unknown flag: --bogus\nRun 'idemgen --help' for usage.\n"},
+		{"bad storage", []string{"annotate", "--storage", "disk", path},
+			`idemgen: annotate: --storage: "disk" is not a storage mode (use response, reference or marker)` + "\n"},
+		{"bad ttl", []string{"annotate", "--ttl", "5x", path},
+			`idemgen: annotate: --ttl: "5x" is not a positive duration (use e.g. 24h, 90s or 3d)` + "\n"},
+		{"bad mismatch", []string{"annotate", "--mismatch-status", "abc", path},
+			`idemgen: invalid argument "abc" for "--mismatch-status" flag: strconv.ParseInt: parsing "abc": invalid syntax` + "\nRun 'idemgen --help' for usage.\n"},
+		{"unknown operation", []string{"annotate", "--operations", "createOrdr", path},
+			"idemgen: annotate: " + path + `: --operations: no operation "createOrdr" in the document (use an operationId or "POST /path")` + "\n"},
+		{"write stdin", []string{"annotate", "-w", "-"},
+			"idemgen: annotate: -w needs a file, not standard input\n"},
+		{"kin-openapi refuses", []string{"annotate", lob},
+			"idemgen: annotate: " + lob + ": kin-openapi cannot load it, fix the document first: failed to unmarshal data: …"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, "", tc.args...)
+			if r.code != ExitUsage {
+				t.Errorf("exit %d, want %d", r.code, ExitUsage)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout = %q, want nothing", r.stdout)
+			}
+			if prefix, ok := strings.CutSuffix(tc.stderr, "…"); ok {
+				if !strings.HasPrefix(r.stderr, prefix) || strings.Count(r.stderr, "\n") != 1 {
+					t.Errorf("stderr = %q\nwant one line starting %q", r.stderr, prefix)
+				}
+			} else if r.stderr != tc.stderr {
+				t.Errorf("stderr = %q\nwant     %q", r.stderr, tc.stderr)
+			}
+		})
+	}
+}
