@@ -257,7 +257,9 @@ func TestTenantsNeverShareKeys(t *testing.T) {
 	}}, nil)
 	p := policy()
 	p.ScopeTenant = true
-	in := func(tenant string) context.Context { return context.WithValue(context.Background(), tenantKey{}, tenant) }
+	in := func(tenant string) context.Context {
+		return context.WithValue(context.Background(), tenantKey{}, tenant)
+	}
 
 	a, err := e.store.Serve(in("acme"), p, request("same-key", "fp"), insertPayment(10))
 	if err != nil || a.Kind != idem.ResultExecuted {
@@ -323,10 +325,10 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 		t.Fatalf("replay = %d %q; want 201 %q byte for byte", w.Code, w.Body.Bytes(), body)
 	}
 	want := http.Header{
-		"Content-Type":     {"application/json; charset=utf-8"},
-		"Location":         {"/v1/payments/1"},
-		"Etag":             {`"v1"`},
-		"X-Payment-Status": {"captured"},
+		"Content-Type":      {"application/json; charset=utf-8"},
+		"Location":          {"/v1/payments/1"},
+		"Etag":              {`"v1"`},
+		"X-Payment-Status":  {"captured"},
 		idem.HeaderReplayed: {"true"},
 	}
 	for k := range w.Header() {

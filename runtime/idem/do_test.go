@@ -1,0 +1,381 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// pay is a Do function that inserts one payment with amount and answers body.
+func pay(amount int, body string) func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	return func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		if _, err := tx.Exec(ctx, "INSERT INTO payments (key, amount) VALUES ($1, $2)", c.Key, amount); err != nil {
+			return nil, err
+		}
+		return &idem.Outcome{Status: 201, Body: []byte(body)}, nil
+	}
+}
+
+func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.DisableRenewal(e.store) // let the first holder's lease run out while it works
+	p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second}
+
+	inserted, secondDone := make(chan struct{}), make(chan struct{})
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			out, err := pay(1, "first")(ctx, tx)
+			close(inserted)
+			<-secondDone // outlive the lease
+			return out, err
+		})
+		firstErr <- err
+	}()
+	<-inserted
+
+	r, err := e.store.Do(context.Background(), p, pay(2, "second"))
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("duplicate within the lease = %+v, %v; want ErrInProgress", r, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	var attempt int
+	r, err = e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		attempt = c.Attempt
+		return pay(2, "second")(ctx, tx)
+	})
+	if err != nil || r.Replayed || string(r.Outcome.Body) != "second" || attempt != 2 {
+		t.Fatalf("request after the lease ran out = %+v, %v (attempt %d); want a takeover that executes", r, err, attempt)
+	}
+	close(secondDone)
+	if err := <-firstErr; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("first holder's completion = %v; want ErrLeaseLost", err)
+	}
+	if n := e.payments(); n != 1 {
+		t.Fatalf("%d payments; want exactly one (the first holder's must roll back)", n)
+	}
+	if n := e.count("SELECT count(*) FROM payments WHERE amount = 2"); n != 1 {
+		t.Fatalf("the surviving payment is not the second request's")
+	}
+	r, err = e.store.Do(context.Background(), p, pay(3, "third"))
+	if err != nil || !r.Replayed || string(r.Outcome.Body) != "second" {
+		t.Fatalf("replay = %+v, %v; want the second request's outcome", r, err)
+	}
+}
+
+func TestRenewalKeepsALongHandlerOwner(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	p := &idem.DoParams{Scope: "s", Key: "long", Operation: "export", Fingerprint: "fp", Lease: 600 * time.Millisecond}
+	started := make(chan struct{})
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			close(started)
+			time.Sleep(1500 * time.Millisecond) // 2.5 leases
+			return pay(1, "done")(ctx, tx)
+		})
+		firstErr <- err
+	}()
+	<-started
+	time.Sleep(1000 * time.Millisecond) // past the first lease: only renewal keeps the key
+	if _, err := e.store.Do(context.Background(), p, pay(2, "dup")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("duplicate after one lease = %v; want ErrInProgress (the holder renews)", err)
+	}
+	if err := <-firstErr; err != nil {
+		t.Fatalf("long handler: %v", err)
+	}
+	if n := e.payments(); n != 1 {
+		t.Fatalf("%d payments; want 1", n)
+	}
+}
+
+func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	scope := idem.ScopeString("", nil) // what Serve uses for a request without scope parts
+	// A crash: claimed, never completed nor released.
+	cr, err := e.store.Claim(ctx, &idem.ClaimParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second})
+	if err != nil || cr.Status != idem.ClaimAcquired {
+		t.Fatalf("claim = %+v, %v", cr, err)
+	}
+	p := &idem.DoParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second}
+	if _, err := e.store.Do(ctx, p, pay(1, "x")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("during the dead holder's lease = %v; want ErrInProgress", err)
+	}
+	r, err := e.store.Serve(ctx, policy(), &idem.Request{KeyValues: []string{"crash"}, Fingerprint: "fp"}, insertPayment(1))
+	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeInProgress || r.Problem.RetryAfter != time.Second {
+		t.Fatalf("Serve during the lease = %+v, %v", r, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	res, err := e.store.Do(ctx, p, pay(1, "after"))
+	if err != nil || res.Replayed || string(res.Outcome.Body) != "after" {
+		t.Fatalf("after the lease = %+v, %v; want executed", res, err)
+	}
+	// The dead holder's token no longer fences anything.
+	tx, _ := e.sch.Pool.Begin(ctx)
+	defer tx.Rollback(ctx)
+	if err := e.store.CompleteTx(ctx, tx, cr.Claim, &idem.Outcome{Status: 200}, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("dead holder completes = %v; want ErrLeaseLost", err)
+	}
+	if err := e.store.Renew(ctx, cr.Claim, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("dead holder renews = %v; want ErrLeaseLost", err)
+	}
+	if err := e.store.Release(ctx, cr.Claim); err != nil || e.keys() != 1 {
+		t.Fatalf("dead holder's release = %v and left %d rows; want the new owner's row kept", err, e.keys())
+	}
+	if n := e.payments(); n != 1 {
+		t.Fatalf("%d payments; want 1", n)
+	}
+}
+
+func TestExpiredKeyExecutesAnew(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	p := &idem.DoParams{Scope: "s", Key: "short", Operation: "op", Fingerprint: "fp", TTL: 300 * time.Millisecond}
+	if r, err := e.store.Do(ctx, p, pay(1, "one")); err != nil || r.Replayed {
+		t.Fatalf("first = %+v, %v", r, err)
+	}
+	if r, err := e.store.Do(ctx, p, pay(1, "two")); err != nil || !r.Replayed {
+		t.Fatalf("within the TTL = %+v, %v; want a replay", r, err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	other := *p
+	other.Fingerprint = "another request entirely" // an expired key is a new key
+	var attempt int
+	r, err := e.store.Do(ctx, &other, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		attempt = c.Attempt
+		return pay(2, "three")(ctx, tx)
+	})
+	if err != nil || r.Replayed || string(r.Outcome.Body) != "three" || attempt != 1 {
+		t.Fatalf("after the TTL = %+v, %v (attempt %d); want a fresh execution", r, err, attempt)
+	}
+	if n := e.payments(); n != 2 {
+		t.Fatalf("%d payments; want 2", n)
+	}
+}
+
+func TestDoErrorsAndTransactionMode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	boom := errors.New("downstream refused")
+	p := &idem.DoParams{Scope: "queue", Key: "msg-1", Operation: "consume", Fingerprint: "fp"}
+	if _, err := e.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		pay(1, "")(ctx, tx)
+		return nil, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Do = %v; want fn's error", err)
+	}
+	if e.keys() != 0 || e.payments() != 0 {
+		t.Fatalf("after an error: %d keys, %d payments; want 0 and 0", e.keys(), e.payments())
+	}
+	// Side effects only: a nil outcome is fine.
+	if r, err := e.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := pay(1, "")(ctx, tx)
+		return nil, err
+	}); err != nil || r.Replayed {
+		t.Fatalf("retry = %+v, %v", r, err)
+	}
+	mismatch := *p
+	mismatch.Fingerprint = "other"
+	if _, err := e.store.Do(ctx, &mismatch, pay(1, "")); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("other fingerprint = %v; want ErrFingerprintMismatch", err)
+	}
+	tp := &idem.DoParams{Scope: "queue", Key: "msg-2", Operation: "consume", Fingerprint: "fp", Transaction: true}
+	for i, want := range []bool{false, true} {
+		r, err := e.store.Do(ctx, tp, pay(1, "tx"))
+		if err != nil || r.Replayed != want || string(r.Outcome.Body) != "tx" {
+			t.Fatalf("transaction-mode call %d = %+v, %v; want replayed=%v", i, r, err, want)
+		}
+	}
+	if n := e.payments(); n != 2 {
+		t.Fatalf("%d payments; want 2", n)
+	}
+	if _, err := e.store.Do(ctx, &idem.DoParams{}, pay(1, "")); err == nil {
+		t.Fatal("Do without a key did not fail")
+	}
+}
+
+func TestStoreUnavailableFailsClosed(t *testing.T) {
+	t.Parallel()
+	// A socket directory with no server behind it: connection refused.
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("idem-no-server-%d", time.Now().UnixNano()))
+	down, err := pgxpool.New(context.Background(), "postgres://postgres@/postgres?sslmode=disable&connect_timeout=2&host="+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	// A pool that was closed under the store (a shutdown racing a request).
+	sch := idemtest.TestSchema(t, nil)
+	closed, err := pgxpool.New(context.Background(), sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+
+	for name, db := range map[string]*pgxpool.Pool{"unreachable": down, "closed pool": closed} {
+		s, err := idem.NewStore(db, &idem.Config{UnavailableRetryAfter: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			ran = true
+			return &idem.Outcome{Status: 200}, nil
+		}
+		for _, mode := range []idem.ClaimMode{idem.ClaimModeLease, idem.ClaimModeTransaction} {
+			p := policy()
+			p.Claim = mode
+			r, err := s.Serve(context.Background(), p, request("k", "fp"), fn)
+			if err != nil || r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeStoreUnavailable || ran {
+				t.Fatalf("%s, mode %d: Serve = %+v, %v (ran %v); want 503 store-unavailable without running", name, mode, r, err, ran)
+			}
+			w := written(t, r)
+			if w.Code != 503 || w.Header().Get("Retry-After") != "3" || w.Header().Get("Cache-Control") != "no-store" {
+				t.Fatalf("%s: answer %d %v", name, w.Code, w.Header())
+			}
+		}
+		if _, err := s.Do(context.Background(), &idem.DoParams{Key: "k"}, fn); !errors.Is(err, idem.ErrStoreUnavailable) || ran {
+			t.Fatalf("%s: Do = %v (ran %v); want ErrStoreUnavailable", name, err, ran)
+		}
+		if _, err := s.Claim(context.Background(), &idem.ClaimParams{Key: "k"}); !errors.Is(err, idem.ErrStoreUnavailable) {
+			t.Fatalf("%s: Claim = %v; want ErrStoreUnavailable", name, err)
+		}
+	}
+}
+
+// queryCounter counts statements and batches sent to the server: each is one round trip
+// (prepared statements are cached per connection after their first use).
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *queryCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func TestRoundTripsPerRequest(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &queryCounter{}
+	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
+	cfg.ConnConfig.Tracer = counter
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, _ := idem.NewStore(pool, sch.Config())
+	if _, err := pool.Exec(context.Background(), "CREATE TABLE payments (key text, amount int)"); err != nil {
+		t.Fatal(err)
+	}
+	business := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		_, err := tx.Exec(ctx, "INSERT INTO payments VALUES ($1, 1)", c.Key)
+		return &idem.Outcome{Status: 201, Body: []byte(`{}`)}, err
+	}
+	lease, txMode := policy(), policy()
+	txMode.Claim = idem.ClaimModeTransaction
+	measure := func(p *idem.Policy, key, fingerprint string) (int64, string) {
+		before := counter.n.Load()
+		r, err := s.Serve(context.Background(), p, request(key, fingerprint), business)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counter.n.Load() - before, kindName(r)
+	}
+	measure(lease, "warm-1", "fp") // prepare and cache every statement on the one connection
+	measure(lease, "warm-1", "fp")
+	measure(txMode, "warm-2", "fp")
+	measure(txMode, "warm-2", "fp")
+
+	for _, tc := range []struct {
+		name   string
+		p      *idem.Policy
+		key    string
+		fp     string
+		kind   string
+		trips  int64
+		reason string
+	}{
+		{"lease: claim+complete", lease, "k1", "fp", "executed", 5, "claim, begin, business insert, complete, commit"},
+		{"lease: replay", lease, "k1", "fp", "replayed", 1, "claim"},
+		{"lease: mismatch", lease, "k1", "other", "problem key-reused", 1, "claim"},
+		{"transaction: claim+complete", txMode, "k2", "fp", "executed", 5, "begin, claim batch, business insert, complete, commit"},
+		{"transaction: replay", txMode, "k2", "fp", "replayed", 3, "begin, claim batch, rollback"},
+	} {
+		trips, kind := measure(tc.p, tc.key, tc.fp)
+		if kind != tc.kind || trips != tc.trips {
+			t.Errorf("%s: %s in %d round trips; want %s in %d (%s)", tc.name, kind, trips, tc.kind, tc.trips, tc.reason)
+		} else {
+			t.Logf("%s: %d round trips (%s)", tc.name, trips, tc.reason)
+		}
+	}
+}
+
+func TestLogsAndEventsNeverCarryTheRawKey(t *testing.T) {
+	t.Parallel()
+	var buf lockedBuffer
+	var events []idem.Event
+	e := newEnv(t, &idem.Config{
+		Logger:   newDebugLogger(&buf),
+		Observer: func(_ context.Context, ev idem.Event) { events = append(events, ev) },
+	}, nil)
+	ctx := context.Background()
+	key := "secret-key-4f1c9a"
+	e.store.Serve(ctx, policy(), request(key, "fp"), insertPayment(1))
+	e.store.Serve(ctx, policy(), request(key, "fp"), insertPayment(1))
+	e.store.Serve(ctx, policy(), request(key, "other"), insertPayment(1))
+	e.store.Serve(ctx, policy(), request(key+"-2", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		return nil, errors.New("fail")
+	})
+	logs := buf.String()
+	if strings.Contains(logs, key) {
+		t.Fatalf("logs contain the raw key:\n%s", logs)
+	}
+	hash := idem.KeyHash(idem.ScopeString("", request(key, "").Scope), key)
+	if !strings.Contains(logs, hash) {
+		t.Fatalf("logs do not name the key by its hash %s:\n%s", hash, logs)
+	}
+	var kinds []string
+	for _, ev := range events {
+		kinds = append(kinds, string(ev.Kind))
+		if strings.Contains(ev.KeyHash, key) {
+			t.Fatalf("event carries the raw key: %+v", ev)
+		}
+	}
+	want := "claimed completed replayed mismatch claimed released"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Fatalf("events %q; want %q", got, want)
+	}
+}
