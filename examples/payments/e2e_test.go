@@ -1,0 +1,446 @@
+package main
+
+// End-to-end tests: the real handler stack (tenant check, oapi-codegen's router and strict server,
+// idemgen's generated adapter, the runtime, the handlers) behind a real HTTP server, on a real
+// PostgreSQL schema of each test's own.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+type env struct {
+	t      *testing.T
+	url    string
+	client *http.Client
+	schema *idemtest.Schema
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	schema := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 16})
+	ctx := context.Background()
+	if err := migrate(ctx, schema.Pool); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(tWriter{t}, nil))
+	}
+	h, err := newHandler(schema.Pool, schema.Config(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	// Enough idle connections that 50 simultaneous requests do not queue behind each other.
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	return &env{t: t, url: srv.URL, client: client, schema: schema}
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
+type request struct {
+	method, path, body string
+	tenant, key        string // "" leaves the header out
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
+
+func (e *env) newRequest(r request) *http.Request {
+	e.t.Helper()
+	var body io.Reader
+	if r.body != "" {
+		body = strings.NewReader(r.body)
+	}
+	req, err := http.NewRequest(r.method, e.url+r.path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if r.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.tenant != "" {
+		req.Header.Set("X-Tenant-ID", r.tenant)
+	}
+	if r.key != "" {
+		req.Header.Set("Idempotency-Key", r.key)
+	}
+	return req
+}
+
+// do may run on any goroutine: it returns errors instead of failing the test.
+func (e *env) do(req *http.Request) (response, error) {
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+func (e *env) send(r request) response {
+	e.t.Helper()
+	resp, err := e.do(e.newRequest(r))
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	return resp
+}
+
+func (e *env) count(sql string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.schema.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (e *env) keyRows() int {
+	return e.count("SELECT count(*) FROM " + pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize())
+}
+
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+}
+
+// wantProblem checks that resp is an RFC 9457 problem with status and code.
+func wantProblem(t *testing.T, what string, resp response, status int, code string) problemBody {
+	t.Helper()
+	if resp.status != status {
+		t.Fatalf("%s: status %d, want %d; body %s", what, resp.status, status, resp.body)
+	}
+	if ct := resp.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Errorf("%s: Content-Type %q, want application/problem+json", what, ct)
+	}
+	var p problemBody
+	if err := json.Unmarshal(resp.body, &p); err != nil {
+		t.Fatalf("%s: problem body %q: %v", what, resp.body, err)
+	}
+	if p.Code != code || p.Status != status || p.Title == "" || p.Type == "" {
+		t.Errorf("%s: problem %+v, want code %q, status %d, a title and a type", what, p, code, status)
+	}
+	return p
+}
+
+type paymentBody struct {
+	PaymentID           string     `json:"payment_id"`
+	Status              string     `json:"status"`
+	AmountMinor         int64      `json:"amount_minor"`
+	Currency            string     `json:"currency"`
+	AmountRefundedMinor int64      `json:"amount_refunded_minor"`
+	CapturedAt          *time.Time `json:"captured_at"`
+}
+
+type refundBody struct {
+	RefundID    string `json:"refund_id"`
+	PaymentID   string `json:"payment_id"`
+	AmountMinor int64  `json:"amount_minor"`
+	Status      string `json:"status"`
+}
+
+func decode[T any](t *testing.T, what string, resp response) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(resp.body, &v); err != nil {
+		t.Fatalf("%s: body %q: %v", what, resp.body, err)
+	}
+	return v
+}
+
+const body19900 = `{"amount_minor": 19900, "currency": "RUB"}`
+
+func create(tenant, key, body string) request {
+	return request{method: "POST", path: "/v1/payments", body: body, tenant: tenant, key: key}
+}
+
+// createPayment creates a payment and returns its id.
+func (e *env) createPayment(tenant, key string) string {
+	e.t.Helper()
+	resp := e.send(create(tenant, key, body19900))
+	if resp.status != http.StatusCreated || resp.replayed() {
+		e.t.Fatalf("create payment: status %d, replayed %v, want a fresh 201; body %s", resp.status, resp.replayed(), resp.body)
+	}
+	return decode[paymentBody](e.t, "create payment", resp).PaymentID
+}
+
+func TestConcurrentIdenticalPostsCreateOnePayment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 50
+	reqs := make([]*http.Request, n)
+	for i := range reqs {
+		reqs[i] = e.newRequest(create("acme", "double-click-1", body19900))
+	}
+	resps := make([]response, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			resps[i], errs[i] = e.do(reqs[i])
+		})
+	}
+	close(start) // the barrier: all 50 leave at the same instant
+	wg.Wait()
+
+	var first *response
+	var replays, inProgress int
+	for i, resp := range resps {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		switch {
+		case resp.status == http.StatusCreated && !resp.replayed():
+			if first != nil {
+				t.Fatalf("two requests executed: %s and %s", first.body, resp.body)
+			}
+			first = &resps[i]
+		case resp.status == http.StatusCreated:
+			replays++
+		case resp.status == http.StatusConflict:
+			wantProblem(t, "concurrent duplicate", resp, http.StatusConflict, "in-progress")
+			ra, err := strconv.Atoi(resp.header.Get("Retry-After"))
+			if err != nil || ra < 1 {
+				t.Errorf("in-progress answer: Retry-After %q, want whole seconds ≥ 1", resp.header.Get("Retry-After"))
+			}
+			inProgress++
+		default:
+			t.Fatalf("request %d: unexpected status %d: %s", i, resp.status, resp.body)
+		}
+	}
+	if first == nil {
+		t.Fatalf("no request executed: %d replays, %d in progress", replays, inProgress)
+	}
+	t.Logf("1 executed, %d replayed, %d in progress", replays, inProgress)
+	for i, resp := range resps {
+		if resp.status == http.StatusCreated && resp.replayed() && !bytes.Equal(resp.body, first.body) {
+			t.Errorf("request %d: replayed body\n%s\nwant byte for byte\n%s", i, resp.body, first.body)
+		}
+	}
+	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
+		t.Fatalf("%d rows in payments after 50 identical requests, want 1", got)
+	}
+
+	// A retry once everything is done replays the first answer, Location included.
+	retry := e.send(create("acme", "double-click-1", body19900))
+	if retry.status != http.StatusCreated || !retry.replayed() {
+		t.Fatalf("retry after completion: status %d, Idempotent-Replayed %q; want a replayed 201",
+			retry.status, retry.header.Get("Idempotent-Replayed"))
+	}
+	if !bytes.Equal(retry.body, first.body) {
+		t.Errorf("retry body\n%s\nwant byte for byte\n%s", retry.body, first.body)
+	}
+	if got, want := retry.header.Get("Location"), first.header.Get("Location"); got != want || want == "" {
+		t.Errorf("retry Location %q, want %q (non-empty)", got, want)
+	}
+	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
+		t.Fatalf("%d rows in payments after the retry, want 1", got)
+	}
+}
+
+func TestPaymentIDDerivesFromTenantAndKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-1")
+	if want := derivedID("pay_", "acme", "k-1"); id != want {
+		t.Errorf("payment_id %q, want %q", id, want)
+	}
+	// The same key under another tenant is another payment: keys are scoped by tenant.
+	other := e.createPayment("globex", "k-1")
+	if other == id {
+		t.Errorf("two tenants with one key got one payment id %q", id)
+	}
+	got := e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"})
+	p := decode[paymentBody](t, "get payment", got)
+	if got.status != http.StatusOK || p.PaymentID != id || p.Status != "authorized" || p.AmountMinor != 19900 || p.Currency != "RUB" {
+		t.Errorf("GET: status %d, payment %+v", got.status, p)
+	}
+	// Tenants see only their own payments.
+	wantProblem(t, "GET another tenant's payment",
+		e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "globex"}), http.StatusNotFound, "not-found")
+}
+
+func TestSameKeyOtherBodyIs422(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createPayment("acme", "k-reused")
+	resp := e.send(create("acme", "k-reused", `{"amount_minor": 50000, "currency": "RUB"}`))
+	wantProblem(t, "same key, other body", resp, http.StatusUnprocessableEntity, "key-reused")
+	if resp.replayed() {
+		t.Error("a key-reused problem is marked Idempotent-Replayed")
+	}
+	// JSON key order and whitespace are not a different request.
+	same := e.send(create("acme", "k-reused", `{"currency":"RUB","amount_minor":19900}`))
+	if same.status != http.StatusCreated || !same.replayed() {
+		t.Errorf("same body, other key order: status %d, replayed %v; want a replayed 201", same.status, same.replayed())
+	}
+	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
+		t.Errorf("%d payments, want 1", got)
+	}
+}
+
+func TestMissingKeyIs400(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wantProblem(t, "no key", e.send(create("acme", "", body19900)), http.StatusBadRequest, "key-missing")
+	if got := e.count("SELECT count(*) FROM payments"); got != 0 {
+		t.Errorf("%d payments after a request without a key, want 0", got)
+	}
+}
+
+func TestMissingTenantIs401AndClaimsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wantProblem(t, "no tenant", e.send(create("", "k-anon", body19900)), http.StatusUnauthorized, "unauthenticated")
+	if got := e.keyRows(); got != 0 {
+		t.Errorf("%d rows in the key table after an unauthenticated request, want 0", got)
+	}
+	if got := e.count("SELECT count(*) FROM payments"); got != 0 {
+		t.Errorf("%d payments, want 0", got)
+	}
+	// The key is still free for the authenticated request.
+	e.createPayment("acme", "k-anon")
+}
+
+func TestInvalidRequestBindsNoKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wantProblem(t, "bad currency", e.send(create("acme", "k-bad", `{"amount_minor": 100, "currency": "rub"}`)),
+		http.StatusBadRequest, "invalid-request")
+	wantProblem(t, "zero amount", e.send(create("acme", "k-bad", `{"amount_minor": 0, "currency": "RUB"}`)),
+		http.StatusBadRequest, "invalid-request")
+	if got := e.keyRows(); got != 0 {
+		t.Errorf("%d rows in the key table after invalid requests, want 0", got)
+	}
+	e.createPayment("acme", "k-bad")
+}
+
+func TestHandlerErrorReleasesKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	failing := e.send(create("acme", "k-fail", `{"amount_minor": 19900, "currency": "RUB", "simulate_failure": true}`))
+	wantProblem(t, "handler error", failing, http.StatusInternalServerError, "internal")
+	if got := e.count("SELECT count(*) FROM payments"); got != 0 {
+		t.Errorf("%d payments after the handler failed, want 0 (the insert must roll back)", got)
+	}
+	if got := e.keyRows(); got != 0 {
+		t.Errorf("%d rows in the key table after the handler failed, want 0 (the key must be released)", got)
+	}
+	// The retry (without the failure switch, which is excluded from the fingerprint) runs anew.
+	retry := e.send(create("acme", "k-fail", body19900))
+	if retry.status != http.StatusCreated || retry.replayed() {
+		t.Fatalf("retry after a failure: status %d, replayed %v, want a fresh 201; body %s", retry.status, retry.replayed(), retry.body)
+	}
+	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
+		t.Errorf("%d payments after the retry, want 1", got)
+	}
+}
+
+func TestCaptureReplayShowsCurrentState(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-pay")
+	capture := request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}
+
+	first := e.send(capture)
+	p := decode[paymentBody](t, "capture", first)
+	if first.status != http.StatusOK || first.replayed() || p.Status != "captured" || p.CapturedAt == nil || p.AmountRefundedMinor != 0 {
+		t.Fatalf("capture: status %d, replayed %v, payment %+v", first.status, first.replayed(), p)
+	}
+
+	// The payment changes after the capture; the replay must show the change.
+	refund := e.send(request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 5000}`})
+	if refund.status != http.StatusCreated {
+		t.Fatalf("refund: status %d: %s", refund.status, refund.body)
+	}
+	again := e.send(capture)
+	q := decode[paymentBody](t, "capture replay", again)
+	if again.status != http.StatusOK || !again.replayed() {
+		t.Fatalf("capture replay: status %d, Idempotent-Replayed %q; want a replayed 200", again.status, again.header.Get("Idempotent-Replayed"))
+	}
+	if q.AmountRefundedMinor != 5000 || q.Status != "captured" || q.PaymentID != id {
+		t.Errorf("capture replay shows %+v; want the current state (amount_refunded_minor 5000)", q)
+	}
+	if !p.CapturedAt.Equal(*q.CapturedAt) {
+		t.Errorf("capture replay captured_at %v, want %v: the capture ran again", q.CapturedAt, p.CapturedAt)
+	}
+
+	// Another key is another capture attempt, and the handler refuses it; 409 is not stored.
+	wantProblem(t, "second capture with a new key",
+		e.send(request{method: "POST", path: capture.path, tenant: "acme", key: "k-capture-2"}), http.StatusConflict, "not-capturable")
+	if got := e.count("SELECT count(*) FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()+" WHERE key = $1", "k-capture-2"); got != 0 {
+		t.Errorf("the refused capture left %d key rows; persist: [2xx] should release it", got)
+	}
+}
+
+func TestRefundReplayRecomputes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-pay")
+	if resp := e.send(request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}); resp.status != http.StatusOK {
+		t.Fatalf("capture: status %d: %s", resp.status, resp.body)
+	}
+	refund := request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 19900}`}
+	first := e.send(refund)
+	r := decode[refundBody](t, "refund", first)
+	if first.status != http.StatusCreated || first.replayed() || r.Status != "pending" || r.AmountMinor != 19900 || r.PaymentID != id {
+		t.Fatalf("refund: status %d, replayed %v, refund %+v", first.status, first.replayed(), r)
+	}
+
+	// The processor settles the refund; a marker stores no body, so the replay must recompute.
+	if _, err := e.schema.Pool.Exec(context.Background(), `UPDATE refunds SET status = 'succeeded' WHERE refund_id = $1`, r.RefundID); err != nil {
+		t.Fatal(err)
+	}
+	again := e.send(refund)
+	q := decode[refundBody](t, "refund replay", again)
+	if again.status != http.StatusCreated || !again.replayed() {
+		t.Fatalf("refund replay: status %d, Idempotent-Replayed %q; want a replayed 201", again.status, again.header.Get("Idempotent-Replayed"))
+	}
+	if q.RefundID != r.RefundID || q.Status != "succeeded" || q.AmountMinor != 19900 {
+		t.Errorf("refund replay %+v; want refund %s recomputed with status succeeded", q, r.RefundID)
+	}
+	if got := e.count("SELECT count(*) FROM refunds"); got != 1 {
+		t.Errorf("%d refunds, want 1", got)
+	}
+	pay := decode[paymentBody](t, "get", e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"}))
+	if pay.AmountRefundedMinor != 19900 || pay.Status != "refunded" {
+		t.Errorf("payment after one full refund and its replay: %+v; want refunded 19900 once", pay)
+	}
+	// The same key with another amount is another request.
+	wantProblem(t, "refund key reused", e.send(request{method: refund.method, path: refund.path, tenant: "acme", key: "k-refund", body: `{"amount_minor": 100}`}),
+		http.StatusUnprocessableEntity, "key-reused")
+}

@@ -1,0 +1,117 @@
+// Command payments is idemgen's example: a small payments API whose writes are safe to retry.
+//
+//	go run ./examples/payments -addr 127.0.0.1:8080 -database-url postgres://…
+//
+// The API is written in openapi.yaml; package api is generated from it by idemgen
+// (go generate ./examples/payments/...). On start the server migrates idemgen's key table and its
+// own tables. `make demo` runs it and fires duplicate requests at it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+// run serves until ctx ends (SIGINT or SIGTERM), then shuts down gracefully.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address; port 0 picks a free port (the log says which)")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q; flags only, see -h", fs.Args())}
+	}
+	if *dbURL == "" {
+		*dbURL = os.Getenv("DATABASE_URL")
+	}
+	if *dbURL == "" {
+		return usageError{errors.New("no database: pass -database-url postgres://… or set DATABASE_URL " +
+			"(`make demo` starts a throwaway PostgreSQL for you)")}
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(startCtx, *dbURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(startCtx); err != nil {
+		return fmt.Errorf("database: cannot reach it (is PostgreSQL running and -database-url right?): %w", err)
+	}
+	res, err := idem.Migrate(startCtx, pool, nil)
+	if err != nil {
+		return fmt.Errorf("migrate idempotency table: %w", err)
+	}
+	if err := migrate(startCtx, pool); err != nil {
+		return err
+	}
+	log.Info("migrated", "idempotency_versions_applied", res.Applied)
+
+	handler, err := newHandler(pool, nil, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	// scripts/demo.sh reads the address from this line when it starts the server on port 0.
+	log.Info("listening", "addr", ln.Addr().String())
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	// In-flight requests finish (and commit or release their keys) before the pool closes.
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancelShut()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

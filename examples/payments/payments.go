@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/examples/payments/api"
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+// errSimulatedFailure is what CreatePayment returns for simulate_failure: a processor that failed
+// after the payment row was written, so the rollback and the key release are visible.
+var errSimulatedFailure = errors.New("payments: simulated processor failure (simulate_failure: true)")
+
+// keyRule mirrors the spec's Idempotency-Key, for normalising the key on a marker replay, where no
+// claim is held and ClaimFromContext has nothing to offer.
+var keyRule = idem.KeyRule{Header: "Idempotency-Key", Required: true, MaxLength: 255}
+
+// payments implements api.IdempotentServerInterface. Idempotent operations run inside the
+// transaction idemgen's adapter opened: the business rows and the stored outcome commit together.
+type payments struct {
+	db *pgxpool.Pool
+}
+
+var _ api.IdempotentServerInterface = (*payments)(nil)
+
+// derivedID is prefix + the first 24 hex digits of SHA-256(tenant NUL key). Deriving resource ids
+// from the idempotency key makes the database itself refuse a second resource for one key.
+func derivedID(prefix, tenant, key string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return prefix + hex.EncodeToString(sum[:])[:24]
+}
+
+// claimedID derives an id from the tenant and the key of the claim the adapter holds for ctx.
+func claimedID(ctx context.Context, prefix string) (string, error) {
+	tenant, ok := tenantFrom(ctx)
+	if !ok {
+		return "", errors.New("payments: no tenant in the request context (is the tenant middleware installed?)")
+	}
+	c, ok := idem.ClaimFromContext(ctx)
+	if !ok {
+		return "", errors.New("payments: no idempotency claim in the context (is the handler wired through api.NewIdempotentServer?)")
+	}
+	return derivedID(prefix, tenant, c.Key), nil
+}
+
+const paymentColumns = `payment_id, status, amount_minor, currency, amount_refunded_minor, created_at, captured_at`
+
+func scanPayment(row pgx.Row) (api.Payment, error) {
+	var (
+		p        api.Payment
+		status   string
+		captured *time.Time
+	)
+	if err := row.Scan(&p.PaymentId, &status, &p.AmountMinor, &p.Currency, &p.AmountRefundedMinor, &p.CreatedAt, &captured); err != nil {
+		return api.Payment{}, err
+	}
+	p.Status = api.PaymentStatus(status)
+	// UTC, so the JSON does not depend on the server's time zone.
+	p.CreatedAt = p.CreatedAt.UTC()
+	if captured != nil {
+		t := captured.UTC()
+		p.CapturedAt = &t
+	}
+	return p, nil
+}
+
+// loadPayment reads a payment of the request's tenant; lock adds FOR UPDATE.
+func loadPayment(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id string, lock bool) (api.Payment, error) {
+	tenant, _ := tenantFrom(ctx)
+	sql := `SELECT ` + paymentColumns + ` FROM payments WHERE tenant_id = $1 AND payment_id = $2`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	return scanPayment(q.QueryRow(ctx, sql, tenant, id))
+}
+
+func (s *payments) CreatePayment(ctx context.Context, tx pgx.Tx, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
+	id, err := claimedID(ctx, "pay_")
+	if err != nil {
+		return nil, err
+	}
+	tenant, _ := tenantFrom(ctx)
+	// ON CONFLICT DO NOTHING: the id exists only when this key was used before and its record has
+	// expired since (keys live 24h). Then the payment is answered as it is, if it matches.
+	p, err := scanPayment(tx.QueryRow(ctx, `
+		INSERT INTO payments (tenant_id, payment_id, status, amount_minor, currency)
+		VALUES ($1, $2, 'authorized', $3, $4)
+		ON CONFLICT (tenant_id, payment_id) DO NOTHING
+		RETURNING `+paymentColumns,
+		tenant, id, req.Body.AmountMinor, req.Body.Currency))
+	if errors.Is(err, pgx.ErrNoRows) {
+		p, err = loadPayment(ctx, tx, id, false)
+		if err == nil && (p.AmountMinor != req.Body.AmountMinor || p.Currency != req.Body.Currency) {
+			prob := problem(http.StatusUnprocessableEntity, idem.CodeKeyReused, "Idempotency key reused",
+				"payment "+id+" was created with this key for a different amount or currency; use a new key")
+			prob.Type = idem.ProblemTypePrefix + idem.CodeKeyReused
+			return api.CreatePayment422ApplicationProblemPlusJSONResponse{
+				KeyReusedApplicationProblemPlusJSONResponse: api.KeyReusedApplicationProblemPlusJSONResponse(prob)}, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payments: create payment %s: %w", id, err)
+	}
+	if req.Body.SimulateFailure != nil && *req.Body.SimulateFailure {
+		return nil, errSimulatedFailure
+	}
+	loc := "/v1/payments/" + p.PaymentId
+	return api.CreatePayment201JSONResponse{Body: p, Headers: api.CreatePayment201ResponseHeaders{Location: &loc}}, nil
+}
+
+func (s *payments) GetPayment(ctx context.Context, req api.GetPaymentRequestObject) (api.GetPaymentResponseObject, error) {
+	p, err := loadPayment(ctx, s.db, req.PaymentId, false)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return api.GetPayment404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(req.PaymentId)}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payments: read payment %s: %w", req.PaymentId, err)
+	}
+	return api.GetPayment200JSONResponse(p), nil
+}
+
+// CapturePayment is stored by reference: the payment id is what a replay reloads.
+func (s *payments) CapturePayment(ctx context.Context, tx pgx.Tx, req api.CapturePaymentRequestObject) (api.CapturePaymentResponseObject, string, error) {
+	p, err := loadPayment(ctx, tx, req.PaymentId, true)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return api.CapturePayment404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(req.PaymentId)}, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("payments: capture payment %s: %w", req.PaymentId, err)
+	}
+	if p.Status != "authorized" {
+		return api.CapturePayment409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(
+			problem(http.StatusConflict, "not-capturable", "Payment cannot be captured",
+				"payment "+p.PaymentId+" is "+string(p.Status)+"; only an authorized payment can be captured"))}, "", nil
+	}
+	tenant, _ := tenantFrom(ctx)
+	p, err = scanPayment(tx.QueryRow(ctx, `
+		UPDATE payments SET status = 'captured', captured_at = now()
+		WHERE tenant_id = $1 AND payment_id = $2
+		RETURNING `+paymentColumns, tenant, req.PaymentId))
+	if err != nil {
+		return nil, "", fmt.Errorf("payments: capture payment %s: %w", req.PaymentId, err)
+	}
+	return api.CapturePayment200JSONResponse(p), p.PaymentId, nil
+}
+
+// ReplayCapturePayment answers a repeated capture with the payment as it is now: refunds made
+// since the first capture show up, which a byte-for-byte replay could not do.
+func (s *payments) ReplayCapturePayment(ctx context.Context, req api.CapturePaymentRequestObject, reference string) (api.CapturePaymentResponseObject, error) {
+	p, err := loadPayment(ctx, s.db, reference, false)
+	if err != nil {
+		// The payment this key captured is gone: nothing deletes payments, so this is a fault.
+		return nil, fmt.Errorf("payments: replay capture: reload payment %s: %w", reference, err)
+	}
+	return api.CapturePayment200JSONResponse(p), nil
+}
+
+const refundColumns = `refund_id, payment_id, amount_minor, status, created_at`
+
+func scanRefund(row pgx.Row) (api.Refund, error) {
+	var (
+		r      api.Refund
+		status string
+	)
+	if err := row.Scan(&r.RefundId, &r.PaymentId, &r.AmountMinor, &status, &r.CreatedAt); err != nil {
+		return api.Refund{}, err
+	}
+	r.Status = api.RefundStatus(status)
+	r.CreatedAt = r.CreatedAt.UTC()
+	return r, nil
+}
+
+// RefundPayment is stored as a marker: only the status is kept, and ReplayRefundPayment rebuilds
+// the answer from the request and the database.
+func (s *payments) RefundPayment(ctx context.Context, tx pgx.Tx, req api.RefundPaymentRequestObject) (api.RefundPaymentResponseObject, error) {
+	id, err := claimedID(ctx, "re_")
+	if err != nil {
+		return nil, err
+	}
+	p, err := loadPayment(ctx, tx, req.PaymentId, true)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return api.RefundPayment404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(req.PaymentId)}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payments: refund payment %s: %w", req.PaymentId, err)
+	}
+	conflict := func(code, title, detail string) api.RefundPaymentResponseObject {
+		return api.RefundPayment409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(
+			problem(http.StatusConflict, code, title, detail))}
+	}
+	if p.Status == "authorized" {
+		return conflict("not-refundable", "Payment cannot be refunded",
+			"payment "+p.PaymentId+" is authorized; capture it before refunding"), nil
+	}
+	left := p.AmountMinor - p.AmountRefundedMinor
+	if req.Body.AmountMinor > left {
+		return conflict("refund-too-large", "Refund exceeds the payment",
+			fmt.Sprintf("payment %s has %d left to refund; asked for %d", p.PaymentId, left, req.Body.AmountMinor)), nil
+	}
+	tenant, _ := tenantFrom(ctx)
+	r, err := scanRefund(tx.QueryRow(ctx, `
+		INSERT INTO refunds (tenant_id, refund_id, payment_id, amount_minor, status)
+		VALUES ($1, $2, $3, $4, 'pending')
+		RETURNING `+refundColumns, tenant, id, p.PaymentId, req.Body.AmountMinor))
+	if err != nil {
+		return nil, fmt.Errorf("payments: refund payment %s: insert refund %s: %w", p.PaymentId, id, err)
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE payments
+		SET amount_refunded_minor = amount_refunded_minor + $3,
+		    status = CASE WHEN amount_refunded_minor + $3 = amount_minor THEN 'refunded' ELSE status END
+		WHERE tenant_id = $1 AND payment_id = $2`, tenant, p.PaymentId, req.Body.AmountMinor); err != nil {
+		return nil, fmt.Errorf("payments: refund payment %s: %w", p.PaymentId, err)
+	}
+	return api.RefundPayment201JSONResponse(r), nil
+}
+
+// ReplayRefundPayment recomputes a repeated refund's answer: the refund this key created is found
+// again through its derived id and shown in its current state (pending, or succeeded once the
+// processor settled it).
+func (s *payments) ReplayRefundPayment(ctx context.Context, req api.RefundPaymentRequestObject, status int) (api.RefundPaymentResponseObject, error) {
+	if status != http.StatusCreated {
+		// persist: [2xx] in the spec, and 201 is the only 2xx this operation answers.
+		return nil, fmt.Errorf("payments: replay refund: stored status %d, want 201 (check persist in openapi.yaml)", status)
+	}
+	var raw []string
+	if req.Params.IdempotencyKey != nil {
+		raw = []string{*req.Params.IdempotencyKey}
+	}
+	key, prob := idem.ParseKey(raw, keyRule)
+	if prob != nil {
+		return nil, fmt.Errorf("payments: replay refund: the key that was claimed does not parse: %s", prob.Detail)
+	}
+	tenant, _ := tenantFrom(ctx)
+	id := derivedID("re_", tenant, key)
+	r, err := scanRefund(s.db.QueryRow(ctx,
+		`SELECT `+refundColumns+` FROM refunds WHERE tenant_id = $1 AND refund_id = $2`, tenant, id))
+	if err != nil {
+		return nil, fmt.Errorf("payments: replay refund: reload refund %s: %w", id, err)
+	}
+	return api.RefundPayment201JSONResponse(r), nil
+}
+
+// problemTypePrefix begins the type URI of the example's own problems; idemgen's runtime uses
+// idem.ProblemTypePrefix for the idempotency ones.
+const problemTypePrefix = "urn:idemgen:example:payments:problem:"
+
+func problem(status int, code, title, detail string) api.Problem {
+	return api.Problem{
+		Type:   problemTypePrefix + code,
+		Title:  title,
+		Status: status,
+		Detail: &detail,
+		Code:   code,
+	}
+}
+
+func notFound(id string) api.NotFoundApplicationProblemPlusJSONResponse {
+	return api.NotFoundApplicationProblemPlusJSONResponse(problem(http.StatusNotFound, "not-found", "Payment not found",
+		"no payment "+id+" for this tenant"))
+}

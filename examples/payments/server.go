@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/examples/payments/api"
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+// tenantHeader stands in for authentication; see the spec's TenantID parameter.
+const tenantHeader = "X-Tenant-ID"
+
+type tenantKey struct{}
+
+func tenantFrom(ctx context.Context) (string, bool) {
+	t, ok := ctx.Value(tenantKey{}).(string)
+	return t, ok && t != ""
+}
+
+// requireTenant answers 401 to a request without a tenant. It wraps the whole API, so it runs
+// before oapi-codegen binds parameters and before idemgen's adapter claims a key: an
+// unauthenticated request never binds a key.
+func requireTenant(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.Header.Get(tenantHeader)
+		if tenant == "" || len(tenant) > 64 {
+			writeProblem(w, problem(http.StatusUnauthorized, "unauthenticated", "Missing tenant",
+				"send the "+tenantHeader+" header (1 to 64 characters); it stands in for authentication in this example"))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+	})
+}
+
+// tenantForStore is idem.Config.Tenant: idempotency keys are scoped by tenant.
+func tenantForStore(ctx context.Context) (string, error) {
+	t, ok := tenantFrom(ctx)
+	if !ok {
+		return "", fmt.Errorf("payments: no tenant in the request context (is requireTenant installed?)")
+	}
+	return t, nil
+}
+
+var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+
+// validate checks what oapi-codegen's binding does not (minimum, pattern). It is a strict
+// middleware, so it runs after binding and BEFORE idemgen's adapter claims the key: an invalid
+// request is answered 400 and never binds a key.
+func validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		var detail string
+		switch req := request.(type) {
+		case api.CreatePaymentRequestObject:
+			switch {
+			case req.Body == nil:
+				detail = "the body is required"
+			case req.Body.AmountMinor < 1:
+				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
+			case !currencyRE.MatchString(req.Body.Currency):
+				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
+			}
+		case api.RefundPaymentRequestObject:
+			switch {
+			case req.Body == nil:
+				detail = "the body is required"
+			case req.Body.AmountMinor < 1:
+				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
+			}
+		}
+		if detail != "" {
+			writeProblem(w, problem(http.StatusBadRequest, "invalid-request", "Invalid request", operationID+": "+detail))
+			return nil, nil // nil response: the strict handler writes nothing more
+		}
+		return next(ctx, w, r, request)
+	}
+}
+
+func writeProblem(w http.ResponseWriter, p api.Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// newHandler builds the whole HTTP stack: /healthz, and the API behind the tenant check, with
+// idemgen's adapter between oapi-codegen's strict server and the handlers in payments.go.
+func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
+	c := idem.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Tenant = tenantForStore
+	if c.Logger == nil {
+		c.Logger = log
+	}
+	store, err := idem.NewStore(pool, &c)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency store: %w", err)
+	}
+
+	strict := api.NewStrictHandlerWithOptions(
+		api.NewIdempotentServer(&payments{db: pool}, store),
+		[]api.StrictMiddlewareFunc{validate},
+		api.StrictHTTPServerOptions{
+			RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+				writeProblem(w, problem(http.StatusBadRequest, "invalid-request", "Invalid request", err.Error()))
+			},
+			ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+				// A handler's Go error: idemgen has rolled the transaction back and released the
+				// key, so the client may retry with the same key.
+				log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+				writeProblem(w, problem(http.StatusInternalServerError, "internal", "Internal error",
+					"the request failed and changed nothing; retry with the same Idempotency-Key"))
+			},
+		})
+
+	apiMux := http.NewServeMux()
+	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
+		BaseRouter:       apiMux,
+		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
+	})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			writeProblem(w, problem(http.StatusServiceUnavailable, "database-unavailable", "Database unavailable", err.Error()))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("/", requireTenant(apiMux))
+	return accessLog(log, mux), nil
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func accessLog(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		log.InfoContext(r.Context(), "request",
+			"method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"replayed", sw.Header().Get("Idempotent-Replayed") == "true",
+			"duration", time.Since(start).Round(time.Microsecond))
+	})
+}
