@@ -260,6 +260,30 @@ func (d *demo) scenario(ctx context.Context) error {
 	}
 	d.show("nokey", nokey)
 
+	d.title(5, "No X-Tenant-ID (it stands in for authentication here)")
+	anon := &call{method: "POST", path: "/v1/payments", key: "anon-" + randomHex(6), body: body, noTenant: true}
+	if err := d.send(ctx, anon); err != nil {
+		return err
+	}
+	d.show("anon", anon)
+	fmt.Fprintln(d.out, "   Refused before any key was claimed: an unauthenticated request never binds a key.")
+
+	d.title(6, "The handler fails after writing the payment (simulate_failure: true), then the client retries")
+	failKey := "order-" + randomHex(6)
+	failing := &call{method: "POST", path: "/v1/payments", key: failKey,
+		body: `{"amount_minor": 4200, "currency": "EUR", "simulate_failure": true}`}
+	if err := d.send(ctx, failing); err != nil {
+		return err
+	}
+	d.show("failing", failing)
+	again := &call{method: "POST", path: "/v1/payments", key: failKey, body: `{"amount_minor": 4200, "currency": "EUR"}`}
+	if err := d.send(ctx, again); err != nil {
+		return err
+	}
+	d.show("retry", again)
+	fmt.Fprintln(d.out, "   The failure rolled back the payment and released the key, so the retry ran afresh")
+	fmt.Fprintln(d.out, "   (simulate_failure is excluded from the fingerprint: both are the same request).")
+
 	var pay struct {
 		PaymentID string `json:"payment_id"`
 	}
@@ -267,7 +291,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		return fmt.Errorf("the retry's answer has no payment_id (status %d): %s", retry.status, retry.resp)
 	}
 
-	d.title(5, "Capture (storage: reference): a replay shows the payment as it is NOW")
+	d.title(7, "Capture (storage: reference): a replay shows the payment as it is NOW")
 	capKey := "capture-" + randomHex(6)
 	capture := &call{method: "POST", path: "/v1/payments/" + pay.PaymentID + "/capture", key: capKey}
 	if err := d.send(ctx, capture); err != nil {
@@ -287,7 +311,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	d.show("capture again", capAgain)
 	fmt.Fprintln(d.out, "   The replay reloaded the payment: it shows the refund made after the capture.")
 
-	d.title(6, "Refund (storage: marker): a replay recomputes the answer")
+	d.title(8, "Refund (storage: marker): a replay recomputes the answer")
 	var rf struct {
 		RefundID string `json:"refund_id"`
 	}
@@ -340,7 +364,10 @@ func (d *demo) count(ctx context.Context) error {
 			return fmt.Errorf("count payments: %w", err)
 		}
 		fmt.Fprintf(d.out, "\nIn the database for tenant %s: %d payment(s), %d refund(s).\n", d.tenant, payments, refunds)
-		fmt.Fprintln(d.out, "(5 × POST /v1/payments: 4 with one key, 1 without a key; 2 × POST …/refunds with one key.)")
+		fmt.Fprintln(d.out, "(8 × POST /v1/payments: 4 with the first key, 2 with the second, 2 refused; 2 refunds with one key.)")
+		if payments != 2 || refunds != 1 {
+			return fmt.Errorf("want 2 payments and 1 refund for tenant %s, found %d and %d: a retry was executed twice", d.tenant, payments, refunds)
+		}
 		return nil
 	})
 }
