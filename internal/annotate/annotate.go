@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"mime"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -494,12 +495,14 @@ func (p *planner) cannot(o op) string {
 }
 
 // fingerprintable reports media types the runtime can fingerprint: JSON and form-encoded.
+// It agrees with generator/spec, which rejects the same bodies.
 func fingerprintable(mediaType string) bool {
-	mt := strings.ToLower(strings.TrimSpace(mediaType))
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
-		mt = strings.TrimSpace(mt[:i])
+	mt, _, err := mime.ParseMediaType(mediaType)
+	if err != nil {
+		return false
 	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded"
+	return mt == "application/json" || strings.HasSuffix(mt, "+json") && !strings.Contains(mt, "*") ||
+		mt == "application/x-www-form-urlencoded"
 }
 
 func (p *planner) scope() []string {
@@ -558,12 +561,13 @@ func (p *planner) findParam(o op, match func(in, name string) bool) *node {
 }
 
 // keyRank orders the spellings of an idempotency key header: 2 for Idempotency-Key and its
-// variants (idempotency-key, X-Idempotency-Key, Vendor-Idempotency-Key), 1 for a vendor's
-// request id (PayPal-Request-Id), 0 for anything else. X-Request-Id is a tracing header.
+// variants (idempotency-key, X-Idempotency-Key, Acme-Idempotency-Token), 1 for a vendor's
+// request id (PayPal-Request-Id), 0 for anything else. X-Request-Id is a tracing header. The
+// same headers are "key-like" for generator/spec's lint.
 func keyRank(name string) int {
 	l := strings.ToLower(name)
 	switch {
-	case l == "idempotency-key" || strings.HasSuffix(l, "-idempotency-key"):
+	case strings.Contains(l, "idempoten"):
 		return 2
 	case strings.HasSuffix(l, "-request-id") && l != "x-request-id":
 		return 1

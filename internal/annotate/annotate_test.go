@@ -97,6 +97,9 @@ func TestAnnotate(t *testing.T) {
 				t.Errorf("second run changed the document (annotated %v):\n%s", again.Annotated, d)
 			}
 			checkPolicies(t, res, tc.opts.NoKeyParam)
+			if !tc.opts.NoKeyParam { // without the key header, the lint error is the expected outcome
+				checkLint(t, tc.file, res.Output)
+			}
 		})
 	}
 }
