@@ -32,7 +32,8 @@ const goldenRoot = "../../testdata"
 // openapi.yaml`. The command runs in a copy of the folder, so paths in messages are relative.
 //
 // Each successful case is then run again with --check, which must exit 0 with no output: a
-// second generation is byte-identical. Finally the golden code is built and vetted.
+// second generation is byte-identical. Finally the golden code is built, vetted and tested (a
+// few cases keep *_test.go files next to their golden package).
 //
 // -update rewrites the expectations.
 //
@@ -66,7 +67,9 @@ func TestGenerateGolden(t *testing.T) {
 		return
 	}
 	t.Run("compile", func(t *testing.T) {
-		for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}} {
+		// go test runs the behaviour tests kept next to some golden packages (payments/api:
+		// the adapter over real HTTP on the PostgreSQL of TEST_DATABASE_URL).
+		for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}, {"test", "-count=1", "./..."}} {
 			cmd := exec.Command("go", args...)
 			cmd.Dir = root
 			// Every module the golden code needs is a dependency of this module, so it is in
@@ -185,7 +188,7 @@ func goldenCopyInputs(t *testing.T, from, to string) {
 }
 
 func goldenIsExpectation(rel string) bool {
-	return strings.HasSuffix(rel, ".gen.go") || rel == "stderr.txt" || rel == "exit"
+	return strings.HasSuffix(rel, ".gen.go") || strings.HasSuffix(rel, "_test.go") || rel == "stderr.txt" || rel == "exit"
 }
 
 // genFiles returns the *.gen.go files under dir by slash-separated relative path.

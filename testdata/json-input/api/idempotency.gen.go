@@ -128,8 +128,7 @@ type idemReplayCreateSubscription struct {
 }
 
 func (r idemReplayCreateSubscription) VisitCreateSubscriptionResponse(w http.ResponseWriter) error {
-	w.Header().Set("Idempotent-Replayed", "true")
-	return r.resp.VisitCreateSubscriptionResponse(w)
+	return r.resp.VisitCreateSubscriptionResponse(idem.ReplayWriter(w))
 }
 
 // idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.

@@ -281,16 +281,14 @@ func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { re
 type idemReplayCapturePayment struct{ resp CapturePaymentResponseObject }
 
 func (r idemReplayCapturePayment) VisitCapturePaymentResponse(w http.ResponseWriter) error {
-	w.Header().Set("Idempotent-Replayed", "true")
-	return r.resp.VisitCapturePaymentResponse(w)
+	return r.resp.VisitCapturePaymentResponse(idem.ReplayWriter(w))
 }
 
 // idemReplayRefundPayment is ReplayRefundPayment's answer, marked as a replay.
 type idemReplayRefundPayment struct{ resp RefundPaymentResponseObject }
 
 func (r idemReplayRefundPayment) VisitRefundPaymentResponse(w http.ResponseWriter) error {
-	w.Header().Set("Idempotent-Replayed", "true")
-	return r.resp.VisitRefundPaymentResponse(w)
+	return r.resp.VisitRefundPaymentResponse(idem.ReplayWriter(w))
 }
 
 // idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.

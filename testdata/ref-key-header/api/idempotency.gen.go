@@ -253,8 +253,7 @@ func (r idemResult) VisitCreateTransferResponse(w http.ResponseWriter) error { r
 type idemReplayReleaseHolds struct{ resp ReleaseHoldsResponseObject }
 
 func (r idemReplayReleaseHolds) VisitReleaseHoldsResponse(w http.ResponseWriter) error {
-	w.Header().Set("Idempotent-Replayed", "true")
-	return r.resp.VisitReleaseHoldsResponse(w)
+	return r.resp.VisitReleaseHoldsResponse(idem.ReplayWriter(w))
 }
 
 // idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.

@@ -120,8 +120,7 @@ func (r idemResult) VisitPayInvoiceResponse(w http.ResponseWriter) error { retur
 type idemReplayPayInvoice struct{ resp PayInvoiceResponseObject }
 
 func (r idemReplayPayInvoice) VisitPayInvoiceResponse(w http.ResponseWriter) error {
-	w.Header().Set("Idempotent-Replayed", "true")
-	return r.resp.VisitPayInvoiceResponse(w)
+	return r.resp.VisitPayInvoiceResponse(idem.ReplayWriter(w))
 }
 
 // idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.

@@ -1,0 +1,318 @@
+package api_test
+
+// These tests drive the golden payments package over real HTTP against real PostgreSQL, so the
+// generated adapter is checked for behaviour, not only for compiling: the relaxed key header
+// reaches the runtime, replays are marked, reference replays reload, marker replays recompute,
+// the parameter error handler answers a doubled key header with the runtime's problem, and a
+// failing handler leaves no row and releases its key. internal/cli's TestGenerateGolden runs them.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+
+	"idemgen.test/golden/payments/api"
+)
+
+type tenantKey struct{}
+
+// server implements the generated IdempotentServerInterface on a payments table.
+type server struct {
+	pool    *pgxpool.Pool
+	failing atomic.Bool // CreatePayment fails after its insert while set
+}
+
+func tenant(ctx context.Context) string { s, _ := ctx.Value(tenantKey{}).(string); return s }
+
+func (s *server) CreatePayment(ctx context.Context, tx pgx.Tx, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
+	claim, ok := idem.ClaimFromContext(ctx)
+	if !ok {
+		return nil, errors.New("no claim in the handler's context")
+	}
+	p := api.Payment{PaymentId: tenant(ctx) + "-" + claim.Key, AmountMinor: req.Body.AmountMinor, Currency: req.Body.Currency, Status: api.Created}
+	if _, err := tx.Exec(ctx, `INSERT INTO payments (id, amount_minor, currency, status) VALUES ($1, $2, $3, $4)`,
+		p.PaymentId, p.AmountMinor, p.Currency, p.Status); err != nil {
+		return nil, err
+	}
+	if s.failing.Load() {
+		return nil, errors.New("boom")
+	}
+	return api.CreatePayment201JSONResponse(p), nil
+}
+
+func (s *server) load(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id string) (*api.Payment, error) {
+	var p api.Payment
+	var captured *int64
+	err := q.QueryRow(ctx, `SELECT id, amount_minor, currency, status, captured_minor FROM payments WHERE id = $1`, id).
+		Scan(&p.PaymentId, &p.AmountMinor, &p.Currency, &p.Status, &captured)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	p.CapturedMinor = captured
+	return &p, err
+}
+
+func (s *server) GetPayment(ctx context.Context, req api.GetPaymentRequestObject) (api.GetPaymentResponseObject, error) {
+	p, err := s.load(ctx, s.pool, req.PaymentId)
+	if err != nil || p == nil {
+		return api.GetPayment404ApplicationProblemPlusJSONResponse{}, err
+	}
+	return api.GetPayment200JSONResponse(*p), nil
+}
+
+func (s *server) CapturePayment(ctx context.Context, tx pgx.Tx, req api.CapturePaymentRequestObject) (api.CapturePaymentResponseObject, string, error) {
+	tag, err := tx.Exec(ctx, `UPDATE payments SET status = 'captured', captured_minor = amount_minor WHERE id = $1`, req.PaymentId)
+	if err != nil {
+		return nil, "", err
+	}
+	if tag.RowsAffected() == 0 {
+		return api.CapturePayment404ApplicationProblemPlusJSONResponse{}, "", nil
+	}
+	p, err := s.load(ctx, tx, req.PaymentId)
+	if err != nil {
+		return nil, "", err
+	}
+	return api.CapturePayment200JSONResponse(*p), p.PaymentId, nil
+}
+
+func (s *server) ReplayCapturePayment(ctx context.Context, req api.CapturePaymentRequestObject, reference string) (api.CapturePaymentResponseObject, error) {
+	p, err := s.load(ctx, s.pool, reference)
+	if err != nil || p == nil {
+		return api.CapturePayment404ApplicationProblemPlusJSONResponse{}, err
+	}
+	return api.CapturePayment200JSONResponse(*p), nil
+}
+
+func (s *server) RefundPayment(ctx context.Context, tx pgx.Tx, req api.RefundPaymentRequestObject) (api.RefundPaymentResponseObject, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO refunds (payment_id, amount_minor) VALUES ($1, $2)`, req.PaymentId, req.Body.AmountMinor); err != nil {
+		return nil, err
+	}
+	return api.RefundPayment202JSONResponse{PaymentId: req.PaymentId, AmountMinor: req.Body.AmountMinor}, nil
+}
+
+func (s *server) ReplayRefundPayment(ctx context.Context, req api.RefundPaymentRequestObject, status int) (api.RefundPaymentResponseObject, error) {
+	if status != http.StatusAccepted {
+		return api.RefundPayment404ApplicationProblemPlusJSONResponse{}, nil
+	}
+	return api.RefundPayment202JSONResponse{PaymentId: req.PaymentId, AmountMinor: req.Body.AmountMinor}, nil
+}
+
+type fixture struct {
+	srv  *server
+	http *httptest.Server
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	sch := idemtest.TestSchema(t, nil)
+	ctx := context.Background()
+	if _, err := sch.Pool.Exec(ctx, `
+		CREATE TABLE payments (id text PRIMARY KEY, amount_minor bigint NOT NULL, currency text NOT NULL,
+			status text NOT NULL, captured_minor bigint);
+		CREATE TABLE refunds (payment_id text NOT NULL, amount_minor bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idem.NewStore(sch.Pool, &idem.Config{
+		Schema: sch.Name,
+		Tenant: func(ctx context.Context) (string, error) { return tenant(ctx), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &server{pool: sch.Pool}
+	h := api.HandlerWithOptions(api.NewStrictHandler(api.NewIdempotentServer(srv, store), nil), api.StdHTTPServerOptions{
+		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
+	})
+	withTenant := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, r.Header.Get("X-Tenant-ID"))))
+	})
+	hs := httptest.NewServer(withTenant)
+	t.Cleanup(hs.Close)
+	return &fixture{srv: srv, http: hs, pool: sch.Pool}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (f *fixture) do(t *testing.T, method, path, body string, keys ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, f.http.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tenant-ID", "t1")
+	for _, k := range keys {
+		req.Header.Add("Idempotency-Key", k)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func (f *fixture) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func problemCode(t *testing.T, a answer) string {
+	t.Helper()
+	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("problem Content-Type %q; body %s", ct, a.body)
+	}
+	var p struct{ Code string }
+	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", a.body, err)
+	}
+	return p.Code
+}
+
+const paymentBody = `{"amount_minor": 19900, "currency": "RUB"}`
+
+func TestCreateReplaysAndRejects(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+
+	if a := f.do(t, "POST", "/v1/payments", paymentBody); a.status != 400 || problemCode(t, a) != idem.CodeKeyMissing {
+		t.Errorf("no key: %d %s, want 400 key-missing (the required header must reach the runtime)", a.status, a.body)
+	}
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k1", "k2"); a.status != 400 || problemCode(t, a) != idem.CodeKeyInvalid {
+		t.Errorf("two key headers: %d %s, want 400 key-invalid from IdempotencyParamErrorHandler", a.status, a.body)
+	}
+
+	first := f.do(t, "POST", "/v1/payments", paymentBody, "k1")
+	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
+	}
+	// Same request, other key order and spacing: the fingerprint comes from the typed body.
+	again := f.do(t, "POST", "/v1/payments", `{"currency":"RUB","amount_minor":19900}`, "k1")
+	if again.status != 201 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("retry: %d %v %s, want the first answer byte for byte, marked replayed", again.status, again.header, again.body)
+	}
+	if a := f.do(t, "POST", "/v1/payments", `{"amount_minor": 1, "currency": "RUB"}`, "k1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+		t.Errorf("same key, other body: %d %s, want 422 key-reused", a.status, a.body)
+	}
+	if n := f.count(t, "payments"); n != 1 {
+		t.Errorf("%d payments, want 1", n)
+	}
+}
+
+func TestConcurrentDuplicatesMakeOnePayment(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const n = 20
+	var wg sync.WaitGroup
+	answers := make([]answer, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			answers[i] = f.do(t, "POST", "/v1/payments", paymentBody, "same")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var created string
+	for _, a := range answers {
+		switch {
+		case a.status == 201 && a.header.Get("Idempotent-Replayed") == "":
+			if created != "" {
+				t.Errorf("two requests executed")
+			}
+			created = a.body
+		case a.status == 201 || a.status == 409:
+		default:
+			t.Errorf("unexpected answer %d %s", a.status, a.body)
+		}
+	}
+	if got := f.count(t, "payments"); got != 1 {
+		t.Errorf("%d payments after %d identical concurrent requests, want 1", got, n)
+	}
+}
+
+func TestHandlerErrorReleasesTheKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.srv.failing.Store(true)
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k"); a.status != 500 {
+		t.Errorf("failing handler: %d %s, want 500", a.status, a.body)
+	}
+	if n := f.count(t, "payments"); n != 0 {
+		t.Errorf("%d payments after a failed handler, want 0 (rolled back)", n)
+	}
+	f.srv.failing.Store(false)
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k"); a.status != 201 || a.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("retry after the failure: %d %v %s, want a fresh 201", a.status, a.header, a.body)
+	}
+}
+
+func TestReferenceReplayReloadsAndMarkerReplayRecomputes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	created := f.do(t, "POST", "/v1/payments", paymentBody, "p")
+	var p api.Payment
+	if err := json.Unmarshal([]byte(created.body), &p); err != nil {
+		t.Fatal(err)
+	}
+	capture := "/v1/payments/" + p.PaymentId + "/capture"
+
+	first := f.do(t, "POST", capture, `{}`, "c")
+	if first.status != 200 || !strings.Contains(first.body, `"status":"captured"`) {
+		t.Fatalf("capture: %d %s", first.status, first.body)
+	}
+	if _, err := f.pool.Exec(context.Background(), `UPDATE payments SET status = 'refunded' WHERE id = $1`, p.PaymentId); err != nil {
+		t.Fatal(err)
+	}
+	replay := f.do(t, "POST", capture, `{}`, "c")
+	if replay.status != 200 || !strings.Contains(replay.body, `"status":"refunded"`) || replay.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("reference replay: %d %v %s, want the current state (refunded), marked replayed", replay.status, replay.header, replay.body)
+	}
+
+	refunds := "/v1/payments/" + p.PaymentId + "/refunds"
+	r1 := f.do(t, "POST", refunds, `{"amount_minor": 500, "note": "first"}`, "r")
+	// note is excluded from the fingerprint: a retry with another note is the same request.
+	r2 := f.do(t, "POST", refunds, `{"amount_minor": 500, "note": "retry"}`, "r")
+	if r1.status != 202 || r2.status != 202 || r2.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal([]byte(r1.body), []byte(r2.body)) {
+		t.Errorf("marker: first %d %s; replay %d %v %s", r1.status, r1.body, r2.status, r2.header, r2.body)
+	}
+	if n := f.count(t, "refunds"); n != 1 {
+		t.Errorf("%d refunds, want 1", n)
+	}
+	// mismatchStatus is 409 for refunds.
+	if a := f.do(t, "POST", refunds, `{"amount_minor": 600}`, "r"); a.status != 409 || problemCode(t, a) != idem.CodeKeyReused {
+		t.Errorf("refund, same key, other amount: %d %s, want 409 key-reused", a.status, a.body)
+	}
+}
