@@ -69,6 +69,10 @@ func TestScopeStringIsUnambiguous(t *testing.T) {
 		{"", []idem.ScopePart{{"operation", "a|6:header"}}},
 		{"", []idem.ScopePart{{"operation=", "a"}}},
 		{"", nil},
+		{"\x00", nil},
+		{"x2:00", nil},
+		{"00", nil},
+		{"\xff", []idem.ScopePart{{"path:id", "\xfe"}}},
 	}
 	seen := map[string]int{}
 	for i, c := range cases {

@@ -2,8 +2,10 @@ package idem
 
 import (
 	"context"
+	"encoding/hex"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ScopePart is one element of a key's scope besides the tenant (operation, header:X, path:p).
@@ -16,10 +18,17 @@ type ScopePart struct {
 //
 // Every string is written with its length in front ("4:acme|9:operation=13:createPayment"), so
 // no tenant or value, whatever characters it holds, can make two different scopes render alike.
+// Values PostgreSQL text cannot hold (NUL, invalid UTF-8) are written in hex behind an "x".
 // The tenant comes first, so the scope can serve as a distribution key per tenant.
 func ScopeString(tenant string, parts []ScopePart) string {
 	var b strings.Builder
 	lp := func(s string) {
+		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+			// PostgreSQL text holds neither NUL nor invalid UTF-8: such a value goes in as hex,
+			// marked with "x" so it can never read like a plain one.
+			s = hex.EncodeToString([]byte(s))
+			b.WriteByte('x')
+		}
 		b.WriteString(strconv.Itoa(len(s)))
 		b.WriteByte(':')
 		b.WriteString(s)

@@ -122,6 +122,10 @@ func (s *Store) Serve(ctx context.Context, p *Policy, req *Request, fn HandlerFu
 		if tenant, err = s.cfg.Tenant(ctx); err != nil {
 			return nil, err
 		}
+		if tenant == "" {
+			// An empty tenant would let every unauthenticated caller share one key space.
+			return nil, fmt.Errorf("idem: operation %s: Config.Tenant returned an empty tenant: return an error for requests without one", p.Operation)
+		}
 	}
 	persist := p.persist()
 	ep := &execParams{

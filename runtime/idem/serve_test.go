@@ -281,6 +281,14 @@ func TestTenantsNeverShareKeys(t *testing.T) {
 	if _, err := e.store.Serve(context.Background(), p, request("same-key", "fp"), insertPayment(1)); err == nil || err.Error() != "unauthenticated" {
 		t.Fatalf("tenant error gave %v; want it returned", err)
 	}
+	if _, err := e.store.Serve(in("\x00"), p, request("same-key", "fp"), insertPayment(1)); err != nil {
+		t.Fatalf("a tenant made of a NUL byte is still a tenant: %v", err)
+	}
+	emptyTenant, _ := idem.NewStore(e.sch.Pool, &idem.Config{Schema: e.sch.Name, Table: e.sch.Table,
+		Tenant: func(context.Context) (string, error) { return "", nil }})
+	if _, err := emptyTenant.Serve(in("acme"), p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "empty tenant") {
+		t.Fatalf("an empty tenant gave %v; want an error", err)
+	}
 	// A policy that scopes by tenant on a store without a Tenant function is a wiring bug.
 	noTenant, _ := idem.NewStore(e.sch.Pool, e.sch.Config())
 	if _, err := noTenant.Serve(in("acme"), p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Config.Tenant") {
