@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -60,6 +61,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		return nil, at(root, "the config must be a mapping of keys (version, spec, package, output, …)")
 	}
 	c := &Config{}
+	var passthrough *yaml.Node
 	seen := map[string]bool{}
 	var errs []error
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -87,7 +89,9 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "allow-remote-refs":
 			err = v.Decode(&c.AllowRemoteRefs)
 		case "oapi-codegen":
-			c.OapiCodegen, err = decodePassthrough(v)
+			if _, err = decodePassthrough(v); err == nil {
+				passthrough = v
+			}
 		default:
 			err = fmt.Errorf("unknown key %q (known keys: %s)", k.Value, strings.Join(configKeys, ", "))
 		}
@@ -108,6 +112,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if passthrough != nil {
+		var err error
+		if c.OapiCodegen, err = decodePassthroughOptions(path, data, passthrough); err != nil {
+			return nil, err
+		}
 	}
 	dir := filepath.Dir(path)
 	if c.Spec != "" && !filepath.IsAbs(c.Spec) && !isURL(c.Spec) {
@@ -134,8 +144,8 @@ func decodeString(v *yaml.Node, dst *string) error {
 	return nil
 }
 
-// decodePassthrough decodes the oapi-codegen key strictly: an unknown option is an error with
-// its position, not a silent no-op. Pruning defaults to off, as without the key.
+// decodePassthrough checks the oapi-codegen key's own keys; the options themselves are decoded
+// from the whole file by decodePassthroughOptions, so their errors carry real line numbers.
 func decodePassthrough(v *yaml.Node) (*codegen.Configuration, error) {
 	if v.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("oapi-codegen must be a mapping (keys: %s)", strings.Join(oapiPassthroughKeys, ", "))
@@ -145,19 +155,70 @@ func decodePassthrough(v *yaml.Node) (*codegen.Configuration, error) {
 			return nil, &posError{node: k, msg: fmt.Sprintf("oapi-codegen: %q cannot be set here (allowed: %s; idemgen sets package, generate and the router itself)", k.Value, strings.Join(oapiPassthroughKeys, ", "))}
 		}
 	}
-	raw, err := yaml.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	c := &codegen.Configuration{}
-	c.OutputOptions.SkipPrune = true
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	return &codegen.Configuration{}, nil
+}
+
+// passthroughFile is idemgen.yaml as yaml.v3 decodes it strictly: only the oapi-codegen options
+// are typed, the other keys were checked by ParseConfig.
+type passthroughFile struct {
+	Version         yaml.Node              `yaml:"version"`
+	Spec            yaml.Node              `yaml:"spec"`
+	Package         yaml.Node              `yaml:"package"`
+	Output          yaml.Node              `yaml:"output"`
+	Router          yaml.Node              `yaml:"router"`
+	AllowRemoteRefs yaml.Node              `yaml:"allow-remote-refs"`
+	OapiCodegen     *codegen.Configuration `yaml:"oapi-codegen"`
+}
+
+var yamlLineError = regexp.MustCompile(`^\s*line (\d+): (.*)$`)
+
+// decodePassthroughOptions decodes the oapi-codegen options strictly, so a misspelt option is an
+// error rather than a silent no-op. Pruning stays off unless output-options.skip-prune says
+// otherwise.
+func decodePassthroughOptions(path string, data []byte, v *yaml.Node) (*codegen.Configuration, error) {
+	var f passthroughFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
-		// Lines in this error count from the oapi-codegen key.
-		return nil, fmt.Errorf("oapi-codegen (lines counted from this key): %w", err)
+	if err := dec.Decode(&f); err != nil {
+		var msgs []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if m := yamlLineError.FindStringSubmatch(l); m != nil {
+				msgs = append(msgs, fmt.Sprintf("%s:%s: oapi-codegen: %s", path, m[1], m[2]))
+			}
+		}
+		if len(msgs) == 0 {
+			msgs = append(msgs, fmt.Sprintf("%s:%d:%d: oapi-codegen: %v", path, v.Line, v.Column, err))
+		}
+		return nil, errors.New(strings.Join(msgs, "\n"))
+	}
+	c := f.OapiCodegen
+	if c == nil {
+		c = &codegen.Configuration{}
+	}
+	if !hasKey(v, "output-options", "skip-prune") {
+		c.OutputOptions.SkipPrune = true
 	}
 	return c, nil
+}
+
+// hasKey reports whether the mapping n has the nested keys path.
+func hasKey(n *yaml.Node, path ...string) bool {
+	for _, k := range path {
+		if n.Kind != yaml.MappingNode {
+			return false
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return false
+		}
+		n = next
+	}
+	return true
 }
 
 func isURL(s string) bool { return strings.Contains(s, "://") }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
 )
@@ -100,13 +101,9 @@ func Check(dst FS, dir string, files Files, w io.Writer) (stale bool, err error)
 			continue
 		}
 		stale = true
-		var a []string
-		if old != nil {
-			a = difflib.SplitLines(string(old))
-		}
 		diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-			A:        a,
-			B:        difflib.SplitLines(string(files[name])),
+			A:        splitLines(old),
+			B:        splitLines(files[name]),
 			FromFile: from,
 			ToFile:   filepath.ToSlash(filepath.Join(dir, name)),
 			Context:  3,
@@ -119,4 +116,14 @@ func Check(dst FS, dir string, files Files, w io.Writer) (stale bool, err error)
 		}
 	}
 	return stale, nil
+}
+
+// splitLines splits after each newline. difflib.SplitLines would add an empty last line to
+// every file that ends in a newline, and show it in every diff.
+func splitLines(b []byte) []string {
+	lines := strings.SplitAfter(string(b), "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
 }

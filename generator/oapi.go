@@ -139,19 +139,19 @@ func runOapiCodegen(file string, doc *openapi3.T, ops []*model.Operation, cfg co
 
 	oapiMu.Lock()
 	defer oapiMu.Unlock()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("oapi-codegen panicked: %v\n%s", r, firstFrames(debug.Stack()))
+	var code string
+	var defs []codegen.OperationDefinition
+	err = recoverPanic(func() error {
+		var err error
+		if code, err = codegen.Generate(doc, cfg); err != nil {
+			return err
 		}
-	}()
-	code, err := codegen.Generate(doc, cfg)
-	if err != nil {
-		return nil, err
-	}
-	// OperationDefinitions needs the normaliser Generate just configured, and a document whose
-	// operationIds Generate has not rewritten yet: doc's are already normalised, which the
-	// normaliser leaves unchanged, so running it on doc again gives the same names.
-	defs, err := codegen.OperationDefinitions(doc)
+		// OperationDefinitions needs the normaliser Generate just configured. Generate has
+		// rewritten doc's operationIds to their normalised form, which the normaliser leaves
+		// unchanged, so the names come out as Generate used them.
+		defs, err = codegen.OperationDefinitions(doc)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -188,14 +188,28 @@ func runOapiCodegen(file string, doc *openapi3.T, ops []*model.Operation, cfg co
 	return res, nil
 }
 
-// firstFrames keeps the top of a stack trace: enough to locate a panic in oapi-codegen without
-// burying the message.
+// recoverPanic runs fn and turns a panic into an error carrying the top of the stack, so a bug
+// inside oapi-codegen is reported as a failure on the spec instead of crashing idemgen.
+func recoverPanic(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("oapi-codegen panicked: %v\n%s", r, firstFrames(debug.Stack()))
+		}
+	}()
+	return fn()
+}
+
+// firstFrames keeps the frames just below the panic: where in oapi-codegen it happened, without
+// burying the message under the whole stack.
 func firstFrames(stack []byte) string {
-	lines := strings.Split(string(stack), "\n")
-	if len(lines) > 16 {
-		lines = lines[:16]
+	lines := strings.Split(strings.TrimSpace(string(stack)), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic(") {
+			lines = lines[min(i+2, len(lines)):]
+			break
+		}
 	}
-	return strings.Join(lines, "\n")
+	return strings.Join(lines[:min(8, len(lines))], "\n")
 }
 
 // relaxKeyHeaders makes each idempotent operation's key header optional in doc. oapi-codegen's
