@@ -120,6 +120,10 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 	}
 	p := &planner{file: file, root: root, opts: opts}
 	if err := p.plan(); err != nil {
+		var oe *OptionError
+		if errors.As(err, &oe) {
+			return nil, err
+		}
 		return nil, &InputError{file, err}
 	}
 	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped}
@@ -426,6 +430,12 @@ func (p *planner) skip(o op, reason string) {
 
 func (p *planner) plan() error {
 	p.def = readDefaults(p.root)
+	lease, wait := or(p.opts.Lease, p.def.lease), or(p.opts.Wait, p.def.wait)
+	if dl, err := parseDuration(lease); err == nil {
+		if dw, err := parseDuration(wait); err == nil && dw > dl {
+			return &OptionError{fmt.Errorf("--wait: %s is longer than the lease (%s); a duplicate would still be waiting when the claim can be taken over (use a shorter --wait)", wait, lease)}
+		}
+	}
 	all, err := p.operations()
 	if err != nil {
 		return err
@@ -474,6 +484,16 @@ func (p *planner) cannot(o op) string {
 			}
 		}
 	}
+	switch or(p.opts.Storage, p.def.storage) {
+	case "reference":
+		if _, withBody := p.successResponses(o); !withBody {
+			return "storage reference replays by reloading the resource into a 2xx response with a body, and the operation declares none (declare one, or use --storage response)"
+		}
+	case "marker":
+		if any, _ := p.successResponses(o); !any {
+			return "storage marker replays by recomputing a 2xx response, and the operation declares none (declare one, or use --storage response)"
+		}
+	}
 	for _, s := range p.scope() {
 		kind, name, ok := strings.Cut(s, ":")
 		if !ok {
@@ -487,11 +507,38 @@ func (p *planner) cannot(o op) string {
 		}
 	}
 	if p.keyHeader(o) == "" && p.def.keyHeader != "" && !p.opts.NoKeyParam {
-		if params := o.node.get("parameters"); params != nil && !params.editable() {
+		if params := o.node.get("parameters"); params != nil && !params.editable() && !params.fill {
 			return "its parameters are shared through a YAML anchor or alias, so the key header cannot be added; add it by hand"
 		}
 	}
 	return ""
+}
+
+// successResponses reports whether o declares a 2xx response, and whether one of them has a body.
+func (p *planner) successResponses(o op) (anySuccess, withBody bool) {
+	responses := o.node.get("responses")
+	if !responses.isMap() {
+		return false, false
+	}
+	for _, e := range responses.entries {
+		if !isStatusKey(e.key) || e.key[0] != '2' {
+			continue
+		}
+		anySuccess = true
+		if r, _ := p.resolve(e.value); r.isMap() {
+			if c := r.get("content"); c.isMap() && len(c.entries) > 0 {
+				withBody = true
+			}
+		}
+	}
+	return anySuccess, withBody
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // fingerprintable reports media types the runtime can fingerprint: JSON and form-encoded.
@@ -877,7 +924,7 @@ func (p *planner) addReplayed(o op) error {
 			continue
 		}
 		headers := resp.get("headers")
-		if headers != nil && (!headers.editable() || headers.kind != kindMap || headers.flow || headers.getFold(ReplayedHeader) != nil) {
+		if headers != nil && !headers.fill && (!headers.editable() || headers.kind != kindMap || headers.flow || headers.getFold(ReplayedHeader) != nil) {
 			continue
 		}
 		refName, err := p.replayedHeader()

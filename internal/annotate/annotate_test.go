@@ -45,10 +45,16 @@ var cases = []annotateCase{
 	{name: "flow", file: "specs/flow.yaml", rewrites: true},
 	{name: "minified", file: "specs/minified.json", rewrites: true},
 	{name: "tabs", file: "specs/tabs.json", rewrites: true},
+	{name: "edges", file: "specs/edges.yaml"},
+	{name: "edges-flags", file: "specs/edges.yaml", opts: Options{MismatchStatus: 409, Scope: []string{"tenant"}, Lease: "1m"}},
+	{name: "empty-components", file: "specs/empty-components.yaml"},
 
 	{name: "comments-policy", file: "specs/comments.yaml", opts: Options{
 		Methods: []string{"post", "patch", "delete"}, Exclude: []string{"updateOrder"},
 		Storage: "marker", TTL: "3d", Claim: "transaction", MismatchStatus: 409, NoProblems: true,
+	}},
+	{name: "comments-reference", file: "specs/comments.yaml", opts: Options{
+		Methods: []string{"post", "patch", "delete"}, Storage: "reference",
 	}},
 	{name: "comments-operations", file: "specs/comments.yaml", opts: Options{
 		Operations: []string{"deleteOrder", "POST /orders"}, Lease: "30s", Wait: "2s",
@@ -200,6 +206,7 @@ func TestBadOptions(t *testing.T) {
 		{Options{TTL: "5x"}, `--ttl: "5x" is not a positive duration (use e.g. 24h, 90s or 3d)`},
 		{Options{Lease: "0s"}, `--lease: "0s" is not a positive duration (use e.g. 24h, 90s or 3d)`},
 		{Options{Wait: "1s", Claim: "transaction"}, "--wait applies to --claim lease only (a transaction claim waits for the first request by itself)"},
+		{Options{Wait: "2m"}, "--wait: 2m is longer than the lease (60s); a duplicate would still be waiting when the claim can be taken over (use a shorter --wait)"},
 		{Options{MismatchStatus: 418}, "--mismatch-status: 418 is not allowed (use 422, 409 or 400)"},
 		{Options{Scope: []string{"user"}}, `--scope: "user" is not a scope item (use tenant, operation, header:<Name> or path:<param>)`},
 		{Options{Scope: []string{"tenant", "tenant"}}, `--scope: "tenant" is listed twice`},

@@ -19,14 +19,18 @@ const (
 // it sits in the file so that additions can be spliced into the original bytes, and it collects
 // the additions (addEntries, addItems) that the planner attaches to it.
 type node struct {
-	kind    kind
-	value   string // decoded scalar text
-	null    bool   // an explicit or implied null scalar
-	entries []*entry
-	items   []*node
-	line    int // 1-based, for messages
-	col     int
-	depth   int // nesting depth, to order insertions that land at the same offset
+	kind  kind
+	value string // decoded scalar text
+	null  bool   // an explicit or implied null scalar
+	// fill marks a YAML key written with no value at all ("components:"): additions make it a
+	// block mapping or sequence under the key, which sits on line fillLine at fillIndent.
+	fill                 bool
+	fillLine, fillIndent int
+	entries              []*entry
+	items                []*node
+	line                 int // 1-based, for messages
+	col                  int
+	depth                int // nesting depth, to order insertions that land at the same offset
 	// shared marks a node reached through a YAML alias, anchor or merge key: editing it would also
 	// change every other place that uses the same anchor, so the planner never edits it.
 	shared bool
@@ -162,6 +166,9 @@ func (t target) has(key string) bool {
 func (t target) child(key string) target {
 	if t.n != nil {
 		if c := t.n.get(key); c != nil {
+			if c.fill && !c.shared && c.kind == kindScalar {
+				c.kind = kindMap
+			}
 			if c.kind != kindMap || !c.editable() {
 				return target{}
 			}
@@ -180,6 +187,9 @@ func (t target) child(key string) target {
 func (t target) childSeq(key string) target {
 	if t.n != nil {
 		if c := t.n.get(key); c != nil {
+			if c.fill && !c.shared && c.kind == kindScalar {
+				c.kind = kindSeq
+			}
 			if c.kind != kindSeq || !c.editable() {
 				return target{}
 			}

@@ -124,6 +124,9 @@ func (d *yamlDoc) conv(y *yaml.Node, depth int, shared bool) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" && v.Value == "" && y.Style&yaml.FlowStyle == 0 {
+				cn.fill, cn.fillLine, cn.fillIndent = true, k.Line, k.Column-1
+			}
 			n.entries = append(n.entries, &entry{key: k.Value, keyQuote: quoteOf(k.Style), keyLine: k.Line, keyCol: k.Column, value: cn})
 		}
 		// Keys merged in with "<<" count as present, but belong to another place of the file.
@@ -296,6 +299,9 @@ func (d *yamlDoc) insertionFor(n *node) (insertion, error) {
 	if n.flow {
 		return d.flowInsertion(n)
 	}
+	if n.fill {
+		return d.fillInsertion(n), nil
+	}
 	y := n.y
 	if len(y.Content) == 0 {
 		return insertion{}, fmt.Errorf("line %d: cannot add to an empty block collection", n.line)
@@ -321,6 +327,29 @@ func (d *yamlDoc) insertionFor(n *node) (insertion, error) {
 		text = d.st.nl + strings.TrimSuffix(text, d.st.nl)
 	}
 	return insertion{off: off, depth: n.depth, text: text}, nil
+}
+
+// fillInsertion writes the first entries or items under a key that had no value.
+func (d *yamlDoc) fillInsertion(n *node) insertion {
+	var b strings.Builder
+	if n.kind == kindMap {
+		d.st.blockEntries(&b, n.addEntries, n.fillIndent+d.st.unit)
+	} else {
+		indent := n.fillIndent
+		if d.st.seqIndent {
+			indent += d.st.unit
+		}
+		d.st.blockItems(&b, n.addItems, indent)
+	}
+	text := b.String()
+	off := len(d.data)
+	if n.fillLine < len(d.lines) {
+		off = d.lines[n.fillLine]
+	}
+	if off == len(d.data) && len(d.data) > 0 && d.data[len(d.data)-1] != '\n' {
+		text = d.st.nl + strings.TrimSuffix(text, d.st.nl)
+	}
+	return insertion{off: off, depth: n.depth, text: text}
 }
 
 // keepsTrailing reports a block scalar with the keep indicator (|+ or >+), whose trailing blank
