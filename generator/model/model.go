@@ -15,10 +15,10 @@ type Position struct {
 // Document is everything the generator and linter need from one spec.
 type Document struct {
 	File       string
-	Operations []*Operation // every operation, sorted by path then method
+	Operations []*Operation // every operation, sorted by path, then GET PUT POST DELETE OPTIONS HEAD PATCH TRACE, then other methods
 }
 
-// Idempotent returns the operations that carry a policy, in document order.
+// Idempotent returns the operations that carry a policy, in the order of Operations.
 func (d *Document) Idempotent() []*Operation {
 	var out []*Operation
 	for _, op := range d.Operations {

@@ -152,8 +152,8 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 	if raw != nil {
 		o.Policy = b.resolve(o, op, raw, extKey)
 	}
-	// An explicit opt-out is deliberate, and an invalid x-idempotency has its own error: only an
-	// operation that never mentions idempotency gets the unused-key-header warning.
+	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
+	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
 	if !explicitOff && (extKey == nil || raw != nil) {
 		b.unusedKeyHeaders(o)
 	}
