@@ -1,6 +1,10 @@
 package spec
 
 import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -233,13 +237,36 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
-func TestRemoteRefsAllowedReachTheReader(t *testing.T) {
+// TestRemoteRefs serves a shared parameter from a local HTTP server: refused by default with
+// RemoteRefError, read when AllowRemoteRefs is set.
+func TestRemoteRefs(t *testing.T) {
 	t.Parallel()
-	// With remote refs allowed, the loader must try the network reader instead of refusing; the
-	// .invalid host can never resolve, so the failure is a lookup error, not RemoteRefError.
-	_, err := Load(filepath.Join("testdata", "load", "remote-ref", "openapi.yaml"), &LoadOpts{AllowRemoteRefs: true})
-	if err == nil || strings.Contains(err.Error(), "refused") {
-		t.Fatalf("err = %v; want a network failure, not a refusal", err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "IdempotencyKey: {name: Idempotency-Key, in: header, schema: {type: string}}\n")
+	}))
+	defer srv.Close()
+	doc := `openapi: 3.0.3
+info: {title: remote, version: "1"}
+paths:
+  /v1/payments:
+    post:
+      parameters:
+        - $ref: "` + srv.URL + `/common.yaml#/IdempotencyKey"
+      x-idempotency: true
+      responses:
+        "201": {description: created}
+`
+	_, err := LoadData("openapi.yaml", []byte(doc), nil)
+	var refused *RemoteRefError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "openapi.yaml: remote $ref") {
+		t.Errorf("default: err = %v; want a RemoteRefError naming the file", err)
+	}
+	s, err := LoadData("openapi.yaml", []byte(doc), &LoadOpts{AllowRemoteRefs: true})
+	if err != nil {
+		t.Fatalf("AllowRemoteRefs: %v", err)
+	}
+	if s.HasErrors() || s.Model.Operations[0].Policy.Key.Header != "Idempotency-Key" {
+		t.Errorf("AllowRemoteRefs: diagnostics %v, policy %+v; want the remote header as the key", s.Diagnostics, s.Model.Operations[0].Policy)
 	}
 }
 
