@@ -257,7 +257,7 @@ func pick[T any](op, defs setting[T], def T, anchor *yaml.Node) (v T, n *yaml.No
 	return def, anchor, false
 }
 
-const inherited = " (inherited from the document-level x-idempotency)"
+const inherited = "; it comes from the document-level x-idempotency"
 
 func note(fromDefs bool) string {
 	if fromDefs {
@@ -314,7 +314,7 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 			p.Scope = append(p.Scope, model.ScopeItem{Kind: it.kind, Name: prm.Name})
 		case "path":
 			if _, ok := findParam(o.Params, "path", it.name); !ok {
-				errorf(n, RuleScopeParamMissing, "x-idempotency.scope: path:%s is not a path parameter of %s%s (use one of: %s)", it.name, o.Path, note(scopeDefs), paramNames(o.Params, "path"))
+				errorf(n, RuleScopeParamMissing, "x-idempotency.scope: path:%s is not a path parameter of %s%s (%s)", it.name, o.Path, note(scopeDefs), pathParamHint(o.Params))
 				continue
 			}
 			p.Scope = append(p.Scope, model.ScopeItem{Kind: it.kind, Name: it.name})
@@ -326,10 +326,10 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 	b.resolveKey(o, p, raw.key, defs.key, extKey, errorf)
 
 	if p.Wait > p.Lease {
-		errorf(waitNode, RuleWaitExceedsLease, "x-idempotency.wait: %s is longer than the lease (%s)%s; a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)", fmtDur(p.Wait), fmtDur(p.Lease), note(waitDefs))
+		errorf(waitNode, RuleWaitExceedsLease, "x-idempotency.wait: %s is longer than the lease (%s): a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)%s", fmtDur(p.Wait), fmtDur(p.Lease), note(waitDefs))
 	}
 	if p.TTL < p.Lease {
-		errorf(ttlNode, RuleTTLShorterThanLease, "x-idempotency.ttl: %s is shorter than the lease (%s)%s; a completed key is forgotten before a retry of a slow request arrives, and the retry runs again (use a ttl of at least the lease)", fmtDur(p.TTL), fmtDur(p.Lease), note(ttlDefs))
+		errorf(ttlNode, RuleTTLShorterThanLease, "x-idempotency.ttl: %s is shorter than the lease (%s): a completed key is forgotten before a retry of a slow request arrives, and the retry runs again (use a ttl of at least the lease)%s", fmtDur(p.TTL), fmtDur(p.Lease), note(ttlDefs))
 	}
 
 	if p.Storage == model.StorageMarker && p.NoFingerprint {
@@ -369,7 +369,7 @@ func (b *builder) resolveKey(o *model.Operation, p *model.Policy, op, defs rawKe
 	case src.from.ok:
 		n := src.from.node
 		if _, ok := findParam(o.Params, "path", src.from.v); !ok {
-			errorf(n, RuleKeyParamMissing, "x-idempotency.key.from: path:%s is not a path parameter of %s%s (use one of: %s)", src.from.v, o.Path, note(srcDefs), paramNames(o.Params, "path"))
+			errorf(n, RuleKeyParamMissing, "x-idempotency.key.from: path:%s is not a path parameter of %s%s (%s)", src.from.v, o.Path, note(srcDefs), pathParamHint(o.Params))
 		}
 		p.Key.PathParam = src.from.v
 	default:
@@ -380,7 +380,7 @@ func (b *builder) resolveKey(o *model.Operation, p *model.Policy, op, defs rawKe
 		if prm, ok := findParam(o.Params, "header", name); ok {
 			name = prm.Name
 		} else if alt := keyLikeHeader(o.Params); alt != "" {
-			errorf(n, RuleKeyHeaderUndeclared, "x-idempotency.key.header: %s is not declared as a header parameter of the operation or its path item%s, but %s is (set key: {header: %s}, or declare %s)", name, note(fromDefs), alt, alt, name)
+			errorf(n, RuleKeyHeaderUndeclared, "x-idempotency.key.header: %s is not declared as a header parameter of the operation or its path item, but %s is (set key: {header: %s}, or declare %s)%s", name, alt, alt, name, note(fromDefs))
 		} else {
 			errorf(n, RuleKeyHeaderUndeclared, "x-idempotency.key.header: %s is not declared as a header parameter of the operation or its path item%s (add {name: %s, in: header, schema: {type: string}} under parameters; idemgen annotate does it)", name, note(fromDefs), name)
 		}
@@ -403,17 +403,18 @@ func findParam(ps []model.Param, in, name string) (model.Param, bool) {
 	return model.Param{}, false
 }
 
-func paramNames(ps []model.Param, in string) string {
+// pathParamHint lists the path parameters a reference could have meant.
+func pathParamHint(ps []model.Param) string {
 	var names []string
 	for _, p := range ps {
-		if p.In == in {
+		if p.In == "path" {
 			names = append(names, p.Name)
 		}
 	}
 	if len(names) == 0 {
-		return "none declared"
+		return "the path has no parameters"
 	}
-	return strings.Join(names, ", ")
+	return "use one of: " + strings.Join(names, ", ")
 }
 
 // successResponses reports whether op declares a 2xx response (a code or the 2XX range), and
