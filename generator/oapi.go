@@ -273,13 +273,27 @@ func oapiError(file string, err error) error {
 		"\n(x-idempotency is fine; oapi-codegen, which idemgen runs for models and server, rejects the document: fix the part it names, or set oapi-codegen options under the oapi-codegen key of idemgen.yaml)"}
 }
 
-// Error is a generation failure tied to a spec file.
+// Error is a generation failure tied to a spec file, and to a place in it when Line is set.
 type Error struct {
-	File string
-	Msg  string
+	File      string
+	Line, Col int
+	Operation string // "POST /v1/payments", or ""
+	Msg       string
 }
 
-func (e *Error) Error() string { return e.File + ": " + e.Msg }
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Col)
+	}
+	b.WriteString(": ")
+	if e.Operation != "" {
+		b.WriteString(e.Operation + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
 
 var errNoOperation = errors.New("operation missing from oapi-codegen's output")
 

@@ -81,6 +81,16 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 		byRoute[op.Route()] = op
 	}
 	data := &fileData{Package: opts.Package, Spec: baseName(s.File)}
+	served := map[string]bool{}
+	for _, co := range res.Ops {
+		served[co.Route] = true
+	}
+	for _, mo := range s.Model.Operations {
+		if mo.Policy != nil && !served[mo.Route()] {
+			return nil, &Error{File: s.File, Line: mo.Policy.Pos.Line, Col: mo.Policy.Pos.Col, Operation: mo.Route(),
+				Msg: "oapi-codegen generates no server method for this operation, so its x-idempotency cannot be applied (remove it, or report this)"}
+		}
+	}
 	for _, co := range res.Ops {
 		if co.Alias {
 			continue
@@ -92,7 +102,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 		mo := byRoute[co.Route]
 		if mo != nil && mo.Policy != nil {
 			if err := fillIdempotent(&od, mo, co); err != nil {
-				return nil, &Error{File: s.File, Msg: fmt.Sprintf("%d:%d: %s: %v", mo.Pos.Line, mo.Pos.Col, mo.Route(), err)}
+				return nil, &Error{File: s.File, Line: mo.Policy.Pos.Line, Col: mo.Policy.Pos.Col, Operation: mo.Route(), Msg: err.Error()}
 			}
 			data.Idempotent = append(data.Idempotent, od)
 		}
