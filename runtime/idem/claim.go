@@ -110,35 +110,60 @@ func newStatements(table string) statements {
 	// "takeable" when it is fresh or its holder's lease ran out on the same request. The
 	// fingerprint condition means a different request can never take over a live key's history.
 	const fresh = `(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp()))`
-	const takeable = `(` + fresh + ` OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = EXCLUDED.fingerprint))`
+	takeable := func(fingerprint string) string {
+		return `(` + fresh + ` OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = ` + fingerprint + `))`
+	}
 	set := func(col string) string {
-		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN EXCLUDED.%[1]s ELSE k.%[1]s END", col, takeable)
+		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN EXCLUDED.%[1]s ELSE k.%[1]s END", col, takeable("EXCLUDED.fingerprint"))
 	}
 	clear := func(col string) string {
-		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN NULL ELSE k.%[1]s END", col, takeable)
+		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN NULL ELSE k.%[1]s END", col, takeable("EXCLUDED.fingerprint"))
 	}
+	const leftMS = `greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint`
 	var b strings.Builder
-	// The claim is one statement and one round trip for all five outcomes. ON CONFLICT DO UPDATE
-	// always updates (a takeover writes new values, anything else rewrites the row unchanged), so
-	// RETURNING always yields the row's latest committed version, even one committed after this
-	// statement's snapshot was taken. A DO NOTHING + SELECT pair could not see such a row and
-	// would return nothing for a duplicate that raced the first insert.
-	fmt.Fprintf(&b, `INSERT INTO %s AS k
-	(scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
-VALUES ($1, $2, $3, $4, 'in_flight', $5::uuid,
-	statement_timestamp() + $6::bigint * interval '1 millisecond', 1, statement_timestamp(),
-	statement_timestamp() + $7::bigint * interval '1 millisecond')
-ON CONFLICT (scope, key) DO UPDATE SET
-	%s, %s, %s, %s, %s, %s,
-	attempt = CASE WHEN %s THEN 1 WHEN %s THEN k.attempt + 1 ELSE k.attempt END,
-	%s, %s, %s, %s, %s
-RETURNING owner_token = $5::uuid, attempt, fingerprint = $4, state, status, headers, body, reference,
-	greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint`,
-		table,
+	// The claim is one statement and one round trip for all five outcomes.
+	//
+	// cur reads the row as this statement's snapshot sees it. When it exists and nobody may take
+	// it (the common duplicate: in flight, completed, or a different request), that row is the
+	// answer and the statement writes nothing: replays and in-progress answers are plain reads.
+	//
+	// Otherwise (no row yet, or one that looks takeable) the INSERT decides, and it alone may
+	// hand out ownership. Its ON CONFLICT DO UPDATE always updates (a takeover writes new values,
+	// anything else rewrites the row unchanged), so RETURNING yields the row's latest committed
+	// version even when a concurrent request inserted or took it over after the snapshot; a
+	// DO NOTHING would return no row at all in that race. The conflict check locks the row and
+	// re-evaluates "takeable" on its latest version, so two racing takeovers cannot both win.
+	//
+	// A snapshot answer can be stale by the time it is read (a holder that has just completed or
+	// released): the caller then gets in-progress and its retry sees the new state. Ownership is
+	// never decided from the snapshot.
+	fmt.Fprintf(&b, `WITH cur AS (
+	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at,
+		%[2]s AS takeable
+	FROM %[1]s AS k WHERE k.scope = $1 AND k.key = $2
+), ins AS (
+	INSERT INTO %[1]s AS k
+		(scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
+	SELECT $1, $2, $3, $4, 'in_flight', $5::uuid,
+		statement_timestamp() + $6::bigint * interval '1 millisecond', 1, statement_timestamp(),
+		statement_timestamp() + $7::bigint * interval '1 millisecond'
+	WHERE NOT EXISTS (SELECT FROM cur WHERE NOT cur.takeable)
+	ON CONFLICT (scope, key) DO UPDATE SET
+		%[3]s, %[4]s, %[5]s, %[6]s, %[7]s, %[8]s,
+		attempt = CASE WHEN %[9]s THEN 1 WHEN %[10]s THEN k.attempt + 1 ELSE k.attempt END,
+		%[11]s, %[12]s, %[13]s, %[14]s, %[15]s
+	RETURNING owner_token = $5::uuid AS mine, attempt, fingerprint = $4 AS same_fingerprint, state,
+		status, headers, body, reference, %[16]s AS lease_left_ms
+)
+SELECT * FROM ins
+UNION ALL
+SELECT false, attempt, fingerprint = $4, state, status, headers, body, reference, %[16]s FROM cur WHERE NOT cur.takeable`,
+		table, takeable("$4"),
 		set("operation"), set("fingerprint"), set("state"), set("owner_token"), set("lease_expires_at"), set("expires_at"),
-		fresh, takeable,
+		fresh, takeable("EXCLUDED.fingerprint"),
 		fmt.Sprintf("created_at = CASE WHEN %s THEN EXCLUDED.created_at ELSE k.created_at END", fresh),
-		clear("status"), clear("headers"), clear("body"), clear("reference")+", "+clear("completed_at"))
+		clear("status"), clear("headers"), clear("body"), clear("reference")+", "+clear("completed_at"),
+		leftMS)
 	return statements{
 		claim: b.String(),
 		complete: `UPDATE ` + table + ` SET state = 'complete', status = $4, headers = $5, body = $6, reference = $7,
