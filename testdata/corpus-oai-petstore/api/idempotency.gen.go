@@ -82,23 +82,40 @@ func idemString[T any](v *T) string {
 	return fmt.Sprint(*v)
 }
 
-// idemPolicyFor returns the policy whose key header is name, preferring the one whose route
-// the ServeMux matched (pattern is http.Request.Pattern, which may carry a base URL).
+// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
+// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
+// a pattern it falls back to the first policy reading that header.
 func idemPolicyFor(name, pattern string) *idem.Policy {
-	var found *idem.Policy
+	pm, pp, routed := strings.Cut(pattern, " ")
 	for _, p := range idemPolicies {
 		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
 			continue
 		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm, pp, ok := strings.Cut(pattern, " "); ok && pm == method && strings.HasSuffix(pp, path) {
+		if !routed {
 			return p
 		}
-		if found == nil {
-			found = p
+		method, path, _ := strings.Cut(p.Route, " ")
+		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
+			return p
 		}
 	}
-	return found
+	return nil
+}
+
+// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
+// the spec as written.
+func idemPathShape(path string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(path, '{')
+		j := strings.IndexByte(path[max(i, 0):], '}')
+		if i < 0 || j < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		b.WriteString(path[:i+1])
+		path = path[i+j:]
+	}
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
