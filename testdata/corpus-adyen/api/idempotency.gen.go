@@ -78,7 +78,7 @@ type IdempotentServerInterface interface {
 	PostValidateShopperId(ctx context.Context, request PostValidateShopperIdRequestObject) (PostValidateShopperIdResponseObject, error)
 }
 
-// policyPostApplePaySessions is POST /applePay/sessions's x-idempotency with every default applied.
+// policyPostApplePaySessions is the x-idempotency of POST /applePay/sessions, with every default applied.
 var policyPostApplePaySessions = &idem.Policy{
 	Operation:      "post-applePay-sessions",
 	Route:          "POST /applePay/sessions",
@@ -97,7 +97,7 @@ var policyPostApplePaySessions = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostCancels is POST /cancels's x-idempotency with every default applied.
+// policyPostCancels is the x-idempotency of POST /cancels, with every default applied.
 var policyPostCancels = &idem.Policy{
 	Operation:      "post-cancels",
 	Route:          "POST /cancels",
@@ -116,7 +116,7 @@ var policyPostCancels = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostCardDetails is POST /cardDetails's x-idempotency with every default applied.
+// policyPostCardDetails is the x-idempotency of POST /cardDetails, with every default applied.
 var policyPostCardDetails = &idem.Policy{
 	Operation:      "post-cardDetails",
 	Route:          "POST /cardDetails",
@@ -135,7 +135,7 @@ var policyPostCardDetails = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostDonationCampaigns is POST /donationCampaigns's x-idempotency with every default applied.
+// policyPostDonationCampaigns is the x-idempotency of POST /donationCampaigns, with every default applied.
 var policyPostDonationCampaigns = &idem.Policy{
 	Operation:      "post-donationCampaigns",
 	Route:          "POST /donationCampaigns",
@@ -154,7 +154,7 @@ var policyPostDonationCampaigns = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostDonations is POST /donations's x-idempotency with every default applied.
+// policyPostDonations is the x-idempotency of POST /donations, with every default applied.
 var policyPostDonations = &idem.Policy{
 	Operation:      "post-donations",
 	Route:          "POST /donations",
@@ -173,7 +173,7 @@ var policyPostDonations = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostForward is POST /forward's x-idempotency with every default applied.
+// policyPostForward is the x-idempotency of POST /forward, with every default applied.
 var policyPostForward = &idem.Policy{
 	Operation:      "post-forward",
 	Route:          "POST /forward",
@@ -192,7 +192,7 @@ var policyPostForward = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostOrders is POST /orders's x-idempotency with every default applied.
+// policyPostOrders is the x-idempotency of POST /orders, with every default applied.
 var policyPostOrders = &idem.Policy{
 	Operation:      "post-orders",
 	Route:          "POST /orders",
@@ -211,7 +211,7 @@ var policyPostOrders = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostOrdersCancel is POST /orders/cancel's x-idempotency with every default applied.
+// policyPostOrdersCancel is the x-idempotency of POST /orders/cancel, with every default applied.
 var policyPostOrdersCancel = &idem.Policy{
 	Operation:      "post-orders-cancel",
 	Route:          "POST /orders/cancel",
@@ -230,7 +230,7 @@ var policyPostOrdersCancel = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostOriginKeys is POST /originKeys's x-idempotency with every default applied.
+// policyPostOriginKeys is the x-idempotency of POST /originKeys, with every default applied.
 var policyPostOriginKeys = &idem.Policy{
 	Operation:      "post-originKeys",
 	Route:          "POST /originKeys",
@@ -249,7 +249,7 @@ var policyPostOriginKeys = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentLinks is POST /paymentLinks's x-idempotency with every default applied.
+// policyPostPaymentLinks is the x-idempotency of POST /paymentLinks, with every default applied.
 var policyPostPaymentLinks = &idem.Policy{
 	Operation:      "post-paymentLinks",
 	Route:          "POST /paymentLinks",
@@ -268,7 +268,7 @@ var policyPostPaymentLinks = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentMethods is POST /paymentMethods's x-idempotency with every default applied.
+// policyPostPaymentMethods is the x-idempotency of POST /paymentMethods, with every default applied.
 var policyPostPaymentMethods = &idem.Policy{
 	Operation:      "post-paymentMethods",
 	Route:          "POST /paymentMethods",
@@ -287,7 +287,7 @@ var policyPostPaymentMethods = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentMethodsBalance is POST /paymentMethods/balance's x-idempotency with every default applied.
+// policyPostPaymentMethodsBalance is the x-idempotency of POST /paymentMethods/balance, with every default applied.
 var policyPostPaymentMethodsBalance = &idem.Policy{
 	Operation:      "post-paymentMethods-balance",
 	Route:          "POST /paymentMethods/balance",
@@ -306,7 +306,7 @@ var policyPostPaymentMethodsBalance = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPayments is POST /payments's x-idempotency with every default applied.
+// policyPostPayments is the x-idempotency of POST /payments, with every default applied.
 var policyPostPayments = &idem.Policy{
 	Operation:      "post-payments",
 	Route:          "POST /payments",
@@ -325,7 +325,7 @@ var policyPostPayments = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentsDetails is POST /payments/details's x-idempotency with every default applied.
+// policyPostPaymentsDetails is the x-idempotency of POST /payments/details, with every default applied.
 var policyPostPaymentsDetails = &idem.Policy{
 	Operation:      "post-payments-details",
 	Route:          "POST /payments/details",
@@ -344,7 +344,7 @@ var policyPostPaymentsDetails = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentsPaymentPspReferenceAmountUpdates is POST /payments/{paymentPspReference}/amountUpdates's x-idempotency with every default applied.
+// policyPostPaymentsPaymentPspReferenceAmountUpdates is the x-idempotency of POST /payments/{paymentPspReference}/amountUpdates, with every default applied.
 var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idem.Policy{
 	Operation:      "post-payments-paymentPspReference-amountUpdates",
 	Route:          "POST /payments/{paymentPspReference}/amountUpdates",
@@ -363,7 +363,7 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentsPaymentPspReferenceCancels is POST /payments/{paymentPspReference}/cancels's x-idempotency with every default applied.
+// policyPostPaymentsPaymentPspReferenceCancels is the x-idempotency of POST /payments/{paymentPspReference}/cancels, with every default applied.
 var policyPostPaymentsPaymentPspReferenceCancels = &idem.Policy{
 	Operation:      "post-payments-paymentPspReference-cancels",
 	Route:          "POST /payments/{paymentPspReference}/cancels",
@@ -382,7 +382,7 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentsPaymentPspReferenceCaptures is POST /payments/{paymentPspReference}/captures's x-idempotency with every default applied.
+// policyPostPaymentsPaymentPspReferenceCaptures is the x-idempotency of POST /payments/{paymentPspReference}/captures, with every default applied.
 var policyPostPaymentsPaymentPspReferenceCaptures = &idem.Policy{
 	Operation:      "post-payments-paymentPspReference-captures",
 	Route:          "POST /payments/{paymentPspReference}/captures",
@@ -401,7 +401,7 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentsPaymentPspReferenceRefunds is POST /payments/{paymentPspReference}/refunds's x-idempotency with every default applied.
+// policyPostPaymentsPaymentPspReferenceRefunds is the x-idempotency of POST /payments/{paymentPspReference}/refunds, with every default applied.
 var policyPostPaymentsPaymentPspReferenceRefunds = &idem.Policy{
 	Operation:      "post-payments-paymentPspReference-refunds",
 	Route:          "POST /payments/{paymentPspReference}/refunds",
@@ -420,7 +420,7 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaymentsPaymentPspReferenceReversals is POST /payments/{paymentPspReference}/reversals's x-idempotency with every default applied.
+// policyPostPaymentsPaymentPspReferenceReversals is the x-idempotency of POST /payments/{paymentPspReference}/reversals, with every default applied.
 var policyPostPaymentsPaymentPspReferenceReversals = &idem.Policy{
 	Operation:      "post-payments-paymentPspReference-reversals",
 	Route:          "POST /payments/{paymentPspReference}/reversals",
@@ -439,7 +439,7 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostPaypalUpdateOrder is POST /paypal/updateOrder's x-idempotency with every default applied.
+// policyPostPaypalUpdateOrder is the x-idempotency of POST /paypal/updateOrder, with every default applied.
 var policyPostPaypalUpdateOrder = &idem.Policy{
 	Operation:      "post-paypal-updateOrder",
 	Route:          "POST /paypal/updateOrder",
@@ -458,7 +458,7 @@ var policyPostPaypalUpdateOrder = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostSessions is POST /sessions's x-idempotency with every default applied.
+// policyPostSessions is the x-idempotency of POST /sessions, with every default applied.
 var policyPostSessions = &idem.Policy{
 	Operation:      "post-sessions",
 	Route:          "POST /sessions",
@@ -477,7 +477,7 @@ var policyPostSessions = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPostStoredPaymentMethods is POST /storedPaymentMethods's x-idempotency with every default applied.
+// policyPostStoredPaymentMethods is the x-idempotency of POST /storedPaymentMethods, with every default applied.
 var policyPostStoredPaymentMethods = &idem.Policy{
 	Operation:      "post-storedPaymentMethods",
 	Route:          "POST /storedPaymentMethods",
@@ -536,8 +536,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// PostApplePaySessions fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostApplePaySessions fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApplePaySessionsRequestObject) (PostApplePaySessionsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostApplePaySessions.Route)
 	if request.Body != nil {
@@ -573,8 +573,8 @@ func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApple
 	return idemResult{res: res}, nil
 }
 
-// PostCancels fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostCancels fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequestObject) (PostCancelsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostCancels.Route)
 	if request.Body != nil {
@@ -610,8 +610,8 @@ func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequest
 	return idemResult{res: res}, nil
 }
 
-// PostCardDetails fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostCardDetails fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetailsRequestObject) (PostCardDetailsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostCardDetails.Route)
 	if request.Body != nil {
@@ -647,8 +647,8 @@ func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetail
 	return idemResult{res: res}, nil
 }
 
-// PostDonationCampaigns fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostDonationCampaigns fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDonationCampaignsRequestObject) (PostDonationCampaignsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostDonationCampaigns.Route)
 	if request.Body != nil {
@@ -684,8 +684,8 @@ func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDona
 	return idemResult{res: res}, nil
 }
 
-// PostDonations fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostDonations fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsRequestObject) (PostDonationsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostDonations.Route)
 	if request.Body != nil {
@@ -721,8 +721,8 @@ func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsReq
 	return idemResult{res: res}, nil
 }
 
-// PostForward fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostForward fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequestObject) (PostForwardResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostForward.Route)
 	if request.Body != nil {
@@ -758,8 +758,8 @@ func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequest
 	return idemResult{res: res}, nil
 }
 
-// PostOrders fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostOrders fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestObject) (PostOrdersResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostOrders.Route)
 	if request.Body != nil {
@@ -795,8 +795,8 @@ func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestOb
 	return idemResult{res: res}, nil
 }
 
-// PostOrdersCancel fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostOrdersCancel fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCancelRequestObject) (PostOrdersCancelResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostOrdersCancel.Route)
 	if request.Body != nil {
@@ -832,8 +832,8 @@ func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCan
 	return idemResult{res: res}, nil
 }
 
-// PostOriginKeys fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostOriginKeys fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysRequestObject) (PostOriginKeysResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostOriginKeys.Route)
 	if request.Body != nil {
@@ -869,8 +869,8 @@ func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysR
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentLinks fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentLinks fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentLinks(ctx context.Context, request PostPaymentLinksRequestObject) (PostPaymentLinksResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentLinks.Route)
 	if request.Body != nil {
@@ -914,8 +914,8 @@ func (s *idemServer) PatchPaymentLinksLinkId(ctx context.Context, request PatchP
 	return s.impl.PatchPaymentLinksLinkId(ctx, request)
 }
 
-// PostPaymentMethods fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentMethods fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPaymentMethodsRequestObject) (PostPaymentMethodsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentMethods.Route)
 	if request.Body != nil {
@@ -951,8 +951,8 @@ func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPayment
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentMethodsBalance fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentMethodsBalance fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request PostPaymentMethodsBalanceRequestObject) (PostPaymentMethodsBalanceResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentMethodsBalance.Route)
 	if request.Body != nil {
@@ -988,8 +988,8 @@ func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request Post
 	return idemResult{res: res}, nil
 }
 
-// PostPayments fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPayments fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsRequestObject) (PostPaymentsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPayments.Route)
 	if request.Body != nil {
@@ -1025,8 +1025,8 @@ func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsReque
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentsDetails fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsDetails fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymentsDetailsRequestObject) (PostPaymentsDetailsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentsDetails.Route)
 	if request.Body != nil {
@@ -1062,8 +1062,8 @@ func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymen
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceAmountUpdates fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceAmountUpdates fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceAmountUpdates.Route)
 	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
@@ -1102,8 +1102,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Co
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceCancels fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceCancels fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context, request PostPaymentsPaymentPspReferenceCancelsRequestObject) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceCancels.Route)
 	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
@@ -1142,8 +1142,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context,
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceCaptures fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceCaptures fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, request PostPaymentsPaymentPspReferenceCapturesRequestObject) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceCaptures.Route)
 	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
@@ -1182,8 +1182,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceRefunds fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceRefunds fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, request PostPaymentsPaymentPspReferenceRefundsRequestObject) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceRefunds.Route)
 	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
@@ -1222,8 +1222,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context,
 	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceReversals fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceReversals fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Context, request PostPaymentsPaymentPspReferenceReversalsRequestObject) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceReversals.Route)
 	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
@@ -1262,8 +1262,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Contex
 	return idemResult{res: res}, nil
 }
 
-// PostPaypalUpdateOrder fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostPaypalUpdateOrder fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPaypalUpdateOrderRequestObject) (PostPaypalUpdateOrderResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostPaypalUpdateOrder.Route)
 	if request.Body != nil {
@@ -1299,8 +1299,8 @@ func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPayp
 	return idemResult{res: res}, nil
 }
 
-// PostSessions fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostSessions fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostSessions(ctx context.Context, request PostSessionsRequestObject) (PostSessionsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostSessions.Route)
 	if request.Body != nil {
@@ -1344,8 +1344,8 @@ func (s *idemServer) GetStoredPaymentMethods(ctx context.Context, request GetSto
 	return s.impl.GetStoredPaymentMethods(ctx, request)
 }
 
-// PostStoredPaymentMethods fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PostStoredPaymentMethods fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PostStoredPaymentMethods(ctx context.Context, request PostStoredPaymentMethodsRequestObject) (PostStoredPaymentMethodsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPostStoredPaymentMethods.Route)
 	if request.Body != nil {

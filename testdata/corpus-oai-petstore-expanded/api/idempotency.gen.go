@@ -30,7 +30,7 @@ type IdempotentServerInterface interface {
 	FindPetById(ctx context.Context, request FindPetByIdRequestObject) (FindPetByIdResponseObject, error)
 }
 
-// policyAddPet is POST /pets's x-idempotency with every default applied.
+// policyAddPet is the x-idempotency of POST /pets, with every default applied.
 var policyAddPet = &idem.Policy{
 	Operation:      "addPet",
 	Route:          "POST /pets",
@@ -72,8 +72,8 @@ func (s *idemServer) FindPets(ctx context.Context, request FindPetsRequestObject
 	return s.impl.FindPets(ctx, request)
 }
 
-// AddPet fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// AddPet fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) AddPet(ctx context.Context, request AddPetRequestObject) (AddPetResponseObject, error) {
 	fp := idem.NewFingerprinter(policyAddPet.Route)
 	if request.Body != nil {

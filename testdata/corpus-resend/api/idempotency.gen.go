@@ -230,7 +230,7 @@ type IdempotentServerInterface interface {
 	Webhooksupdate(ctx context.Context, request WebhooksupdateRequestObject) (WebhooksupdateResponseObject, error)
 }
 
-// policyEmailssend is POST /emails's x-idempotency with every default applied.
+// policyEmailssend is the x-idempotency of POST /emails, with every default applied.
 var policyEmailssend = &idem.Policy{
 	Operation:      "emails/send",
 	Route:          "POST /emails",
@@ -249,7 +249,7 @@ var policyEmailssend = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyEmailssendBatch is POST /emails/batch's x-idempotency with every default applied.
+// policyEmailssendBatch is the x-idempotency of POST /emails/batch, with every default applied.
 var policyEmailssendBatch = &idem.Policy{
 	Operation:      "emails/send-batch",
 	Route:          "POST /emails/batch",
@@ -504,8 +504,8 @@ func (s *idemServer) Emailslist(ctx context.Context, request EmailslistRequestOb
 	return s.impl.Emailslist(ctx, request)
 }
 
-// Emailssend fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// Emailssend fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) Emailssend(ctx context.Context, request EmailssendRequestObject) (EmailssendResponseObject, error) {
 	fp := idem.NewFingerprinter(policyEmailssend.Route)
 	if request.Body != nil {
@@ -541,8 +541,8 @@ func (s *idemServer) Emailssend(ctx context.Context, request EmailssendRequestOb
 	return idemResult{res: res}, nil
 }
 
-// EmailssendBatch fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// EmailssendBatch fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) EmailssendBatch(ctx context.Context, request EmailssendBatchRequestObject) (EmailssendBatchResponseObject, error) {
 	fp := idem.NewFingerprinter(policyEmailssendBatch.Route)
 	if request.Body != nil {

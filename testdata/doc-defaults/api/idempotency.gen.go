@@ -28,7 +28,7 @@ type IdempotentServerInterface interface {
 	UpdateOrder(ctx context.Context, tx pgx.Tx, request UpdateOrderRequestObject) (UpdateOrderResponseObject, error)
 }
 
-// policyCreateOrder is POST /orders's x-idempotency with every default applied.
+// policyCreateOrder is the x-idempotency of POST /orders, with every default applied.
 var policyCreateOrder = &idem.Policy{
 	Operation:      "createOrder",
 	Route:          "POST /orders",
@@ -48,7 +48,7 @@ var policyCreateOrder = &idem.Policy{
 	ReplayHeaders: []string{"X-Order-Version"},
 }
 
-// policyUpdateOrder is PATCH /orders/{order_id}'s x-idempotency with every default applied.
+// policyUpdateOrder is the x-idempotency of PATCH /orders/{order_id}, with every default applied.
 var policyUpdateOrder = &idem.Policy{
 	Operation:      "updateOrder",
 	Route:          "PATCH /orders/{order_id}",
@@ -88,8 +88,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreateOrder fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CreateOrder fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCreateOrder.Route)
 	if request.Body != nil {
@@ -127,8 +127,8 @@ func (s *idemServer) DeleteOrder(ctx context.Context, request DeleteOrderRequest
 	return s.impl.DeleteOrder(ctx, request)
 }
 
-// UpdateOrder fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// UpdateOrder fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) UpdateOrder(ctx context.Context, request UpdateOrderRequestObject) (UpdateOrderResponseObject, error) {
 	fp := idem.NewFingerprinter(policyUpdateOrder.Route)
 	if err := fp.Add("path:order_id", request.OrderId); err != nil {

@@ -20,15 +20,15 @@ import (
 // the stored outcome commit together or not at all. Other operations keep oapi-codegen's strict
 // signature.
 type IdempotentServerInterface interface {
-	// CreateSubscription handles POST /subscriptions once per key. It also returns the reference (for example
-	// the resource id) that ReplayCreateSubscription reloads the resource from.
+	// CreateSubscription handles POST /subscriptions once per key. It also returns the reference
+	// (for example the resource id) that ReplayCreateSubscription reloads the resource from.
 	CreateSubscription(ctx context.Context, tx pgx.Tx, request CreateSubscriptionRequestObject) (CreateSubscriptionResponseObject, string, error)
-	// ReplayCreateSubscription answers a retry of a completed CreateSubscription with the resource's current
-	// state, loaded through reference.
+	// ReplayCreateSubscription answers a retry of a completed CreateSubscription with the resource's
+	// current state, loaded through reference.
 	ReplayCreateSubscription(ctx context.Context, request CreateSubscriptionRequestObject, reference string) (CreateSubscriptionResponseObject, error)
 }
 
-// policyCreateSubscription is POST /subscriptions's x-idempotency with every default applied.
+// policyCreateSubscription is the x-idempotency of POST /subscriptions, with every default applied.
 var policyCreateSubscription = &idem.Policy{
 	Operation:      "create-subscription",
 	Route:          "POST /subscriptions",
@@ -66,8 +66,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreateSubscription fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CreateSubscription fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CreateSubscription(ctx context.Context, request CreateSubscriptionRequestObject) (CreateSubscriptionResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCreateSubscription.Route)
 	if request.Body != nil {

@@ -24,7 +24,7 @@ type IdempotentServerInterface interface {
 	SendMessage(ctx context.Context, tx pgx.Tx, request SendMessageRequestObject) (SendMessageResponseObject, error)
 }
 
-// policySendMessage is POST /messages's x-idempotency with every default applied.
+// policySendMessage is the x-idempotency of POST /messages, with every default applied.
 var policySendMessage = &idem.Policy{
 	Operation:      "sendMessage",
 	Route:          "POST /messages",
@@ -62,8 +62,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// SendMessage fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// SendMessage fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) SendMessage(ctx context.Context, request SendMessageRequestObject) (SendMessageResponseObject, error) {
 	fp := idem.NewFingerprinter(policySendMessage.Route)
 	if request.Body != nil {

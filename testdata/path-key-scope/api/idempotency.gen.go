@@ -26,7 +26,7 @@ type IdempotentServerInterface interface {
 	AddLine(ctx context.Context, tx pgx.Tx, request AddLineRequestObject) (AddLineResponseObject, error)
 }
 
-// policyCheckoutCart is PUT /carts/{cart_id}/checkout's x-idempotency with every default applied.
+// policyCheckoutCart is the x-idempotency of PUT /carts/{cart_id}/checkout, with every default applied.
 var policyCheckoutCart = &idem.Policy{
 	Operation:      "checkoutCart",
 	Route:          "PUT /carts/{cart_id}/checkout",
@@ -45,7 +45,7 @@ var policyCheckoutCart = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyAddLine is POST /carts/{cart_id}/lines/{line_no}'s x-idempotency with every default applied.
+// policyAddLine is the x-idempotency of POST /carts/{cart_id}/lines/{line_no}, with every default applied.
 var policyAddLine = &idem.Policy{
 	Operation:      "addLine",
 	Route:          "POST /carts/{cart_id}/lines/{line_no}",
@@ -84,8 +84,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CheckoutCart fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CheckoutCart fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CheckoutCart(ctx context.Context, request CheckoutCartRequestObject) (CheckoutCartResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCheckoutCart.Route)
 	if err := fp.Add("path:cart_id", request.CartId); err != nil {
@@ -134,8 +134,8 @@ func (s *idemServer) CheckoutCart(ctx context.Context, request CheckoutCartReque
 	return idemResult{res: res}, nil
 }
 
-// AddLine fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// AddLine fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) AddLine(ctx context.Context, request AddLineRequestObject) (AddLineResponseObject, error) {
 	fp := idem.NewFingerprinter(policyAddLine.Route)
 	if err := fp.Add("path:cart_id", request.CartId); err != nil {

@@ -24,20 +24,20 @@ type IdempotentServerInterface interface {
 	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
 	// GetPayment handles GET /v1/payments/{payment_id} (not idempotent).
 	GetPayment(ctx context.Context, request GetPaymentRequestObject) (GetPaymentResponseObject, error)
-	// CapturePayment handles POST /v1/payments/{payment_id}/capture once per key. It also returns the reference (for example
-	// the resource id) that ReplayCapturePayment reloads the resource from.
+	// CapturePayment handles POST /v1/payments/{payment_id}/capture once per key. It also returns the reference
+	// (for example the resource id) that ReplayCapturePayment reloads the resource from.
 	CapturePayment(ctx context.Context, tx pgx.Tx, request CapturePaymentRequestObject) (CapturePaymentResponseObject, string, error)
-	// ReplayCapturePayment answers a retry of a completed CapturePayment with the resource's current
-	// state, loaded through reference.
+	// ReplayCapturePayment answers a retry of a completed CapturePayment with the resource's
+	// current state, loaded through reference.
 	ReplayCapturePayment(ctx context.Context, request CapturePaymentRequestObject, reference string) (CapturePaymentResponseObject, error)
-	// RefundPayment handles POST /v1/payments/{payment_id}/refunds once per key. Only its status is stored.
+	// RefundPayment handles POST /v1/payments/{payment_id}/refunds once per key; only its status is stored.
 	RefundPayment(ctx context.Context, tx pgx.Tx, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error)
-	// ReplayRefundPayment answers a retry of a completed RefundPayment: it recomputes the answer from
-	// the request and the status the first request answered with.
+	// ReplayRefundPayment answers a retry of a completed RefundPayment: it recomputes the
+	// answer from the request and the status the first request answered with.
 	ReplayRefundPayment(ctx context.Context, request RefundPaymentRequestObject, status int) (RefundPaymentResponseObject, error)
 }
 
-// policyCreatePayment is POST /v1/payments's x-idempotency with every default applied.
+// policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
 var policyCreatePayment = &idem.Policy{
 	Operation:      "createPayment",
 	Route:          "POST /v1/payments",
@@ -57,7 +57,7 @@ var policyCreatePayment = &idem.Policy{
 	ReplayHeaders: []string{"X-Payment-Region"},
 }
 
-// policyCapturePayment is POST /v1/payments/{payment_id}/capture's x-idempotency with every default applied.
+// policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
 var policyCapturePayment = &idem.Policy{
 	Operation:      "capturePayment",
 	Route:          "POST /v1/payments/{payment_id}/capture",
@@ -76,7 +76,7 @@ var policyCapturePayment = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyRefundPayment is POST /v1/payments/{payment_id}/refunds's x-idempotency with every default applied.
+// policyRefundPayment is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
 var policyRefundPayment = &idem.Policy{
 	Operation:      "refundPayment",
 	Route:          "POST /v1/payments/{payment_id}/refunds",
@@ -116,8 +116,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreatePayment fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CreatePayment fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCreatePayment.Route)
 	if err := fp.Add("header:X-Tenant-Id", request.Params.XTenantID); err != nil {
@@ -160,8 +160,8 @@ func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestOb
 	return s.impl.GetPayment(ctx, request)
 }
 
-// CapturePayment fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CapturePayment fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentRequestObject) (CapturePaymentResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCapturePayment.Route)
 	if err := fp.Add("path:payment_id", request.PaymentId); err != nil {
@@ -214,8 +214,8 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 	return idemResult{res: res}, nil
 }
 
-// RefundPayment fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// RefundPayment fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error) {
 	fp := idem.NewFingerprinter(policyRefundPayment.Route)
 	if err := fp.Add("path:payment_id", request.PaymentId); err != nil {

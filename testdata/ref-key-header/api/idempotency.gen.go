@@ -21,10 +21,10 @@ import (
 // the stored outcome commit together or not at all. Other operations keep oapi-codegen's strict
 // signature.
 type IdempotentServerInterface interface {
-	// ReleaseHolds handles DELETE /accounts/{account_id}/holds once per key. Only its status is stored.
+	// ReleaseHolds handles DELETE /accounts/{account_id}/holds once per key; only its status is stored.
 	ReleaseHolds(ctx context.Context, tx pgx.Tx, request ReleaseHoldsRequestObject) (ReleaseHoldsResponseObject, error)
-	// ReplayReleaseHolds answers a retry of a completed ReleaseHolds: it recomputes the answer from
-	// the request and the status the first request answered with.
+	// ReplayReleaseHolds answers a retry of a completed ReleaseHolds: it recomputes the
+	// answer from the request and the status the first request answered with.
 	ReplayReleaseHolds(ctx context.Context, request ReleaseHoldsRequestObject, status int) (ReleaseHoldsResponseObject, error)
 	// PlaceHold handles POST /accounts/{account_id}/holds once per key; retries get its stored response.
 	PlaceHold(ctx context.Context, tx pgx.Tx, request PlaceHoldRequestObject) (PlaceHoldResponseObject, error)
@@ -34,7 +34,7 @@ type IdempotentServerInterface interface {
 	CreateTransfer(ctx context.Context, tx pgx.Tx, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
 }
 
-// policyReleaseHolds is DELETE /accounts/{account_id}/holds's x-idempotency with every default applied.
+// policyReleaseHolds is the x-idempotency of DELETE /accounts/{account_id}/holds, with every default applied.
 var policyReleaseHolds = &idem.Policy{
 	Operation:      "releaseHolds",
 	Route:          "DELETE /accounts/{account_id}/holds",
@@ -53,7 +53,7 @@ var policyReleaseHolds = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyPlaceHold is POST /accounts/{account_id}/holds's x-idempotency with every default applied.
+// policyPlaceHold is the x-idempotency of POST /accounts/{account_id}/holds, with every default applied.
 var policyPlaceHold = &idem.Policy{
 	Operation:      "placeHold",
 	Route:          "POST /accounts/{account_id}/holds",
@@ -72,7 +72,7 @@ var policyPlaceHold = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyCreateTransfer is POST /transfers's x-idempotency with every default applied.
+// policyCreateTransfer is the x-idempotency of POST /transfers, with every default applied.
 var policyCreateTransfer = &idem.Policy{
 	Operation:      "createTransfer",
 	Route:          "POST /transfers",
@@ -113,8 +113,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// ReleaseHolds fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// ReleaseHolds fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) ReleaseHolds(ctx context.Context, request ReleaseHoldsRequestObject) (ReleaseHoldsResponseObject, error) {
 	fp := idem.NewFingerprinter(policyReleaseHolds.Route)
 	if err := fp.Add("path:account_id", request.AccountId); err != nil {
@@ -158,8 +158,8 @@ func (s *idemServer) ReleaseHolds(ctx context.Context, request ReleaseHoldsReque
 	return idemResult{res: res}, nil
 }
 
-// PlaceHold fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PlaceHold fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PlaceHold(ctx context.Context, request PlaceHoldRequestObject) (PlaceHoldResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPlaceHold.Route)
 	if err := fp.Add("path:account_id", request.AccountId); err != nil {
@@ -202,8 +202,8 @@ func (s *idemServer) ListTransfers(ctx context.Context, request ListTransfersReq
 	return s.impl.ListTransfers(ctx, request)
 }
 
-// CreateTransfer fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CreateTransfer fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCreateTransfer.Route)
 	if request.Body != nil {

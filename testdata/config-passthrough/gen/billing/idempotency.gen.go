@@ -20,14 +20,14 @@ import (
 // the stored outcome commit together or not at all. Other operations keep oapi-codegen's strict
 // signature.
 type IdempotentServerInterface interface {
-	// PayInvoice handles POST /invoices/{invoice_id}/pay once per key. Only its status is stored.
+	// PayInvoice handles POST /invoices/{invoice_id}/pay once per key; only its status is stored.
 	PayInvoice(ctx context.Context, tx pgx.Tx, request PayInvoiceRequestObject) (PayInvoiceResponseObject, error)
-	// ReplayPayInvoice answers a retry of a completed PayInvoice: it recomputes the answer from
-	// the request and the status the first request answered with.
+	// ReplayPayInvoice answers a retry of a completed PayInvoice: it recomputes the
+	// answer from the request and the status the first request answered with.
 	ReplayPayInvoice(ctx context.Context, request PayInvoiceRequestObject, status int) (PayInvoiceResponseObject, error)
 }
 
-// policyPayInvoice is POST /invoices/{invoice_id}/pay's x-idempotency with every default applied.
+// policyPayInvoice is the x-idempotency of POST /invoices/{invoice_id}/pay, with every default applied.
 var policyPayInvoice = &idem.Policy{
 	Operation:      "payInvoice",
 	Route:          "POST /invoices/{invoice_id}/pay",
@@ -65,8 +65,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// PayInvoice fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// PayInvoice fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) PayInvoice(ctx context.Context, request PayInvoiceRequestObject) (PayInvoiceResponseObject, error) {
 	fp := idem.NewFingerprinter(policyPayInvoice.Route)
 	if err := fp.Add("path:invoice_id", request.InvoiceID); err != nil {
