@@ -328,10 +328,19 @@ func retryAfter(left time.Duration) time.Duration {
 }
 
 func (s *Store) emitClaim(ctx context.Context, p *ClaimParams, r *ClaimResult) {
-	kind := map[ClaimStatus]EventKind{
-		ClaimAcquired: EventClaimed, ClaimTakenOver: EventTakeover, ClaimReplay: EventReplayed,
-		ClaimInProgress: EventInProgress, ClaimMismatch: EventMismatch,
-	}[r.Status]
+	var kind EventKind
+	switch r.Status {
+	case ClaimAcquired:
+		kind = EventClaimed
+	case ClaimTakenOver:
+		kind = EventTakeover
+	case ClaimReplay:
+		kind = EventReplayed
+	case ClaimInProgress:
+		kind = EventInProgress
+	case ClaimMismatch:
+		kind = EventMismatch
+	}
 	s.emit(ctx, Event{Kind: kind, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 }
 

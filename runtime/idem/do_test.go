@@ -263,6 +263,42 @@ func TestStoreUnavailableFailsClosed(t *testing.T) {
 	}
 }
 
+func TestSlowStoreFailsClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, &idem.Config{StoreTimeout: 300 * time.Millisecond}, nil)
+	ctx := context.Background()
+	// A migration (or anything else) holding the key table: the claim cannot proceed.
+	blocker, err := e.sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, "LOCK TABLE "+e.store.Table()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	begin := time.Now()
+	// Without the StoreTimeout, this request would wait for the lock until its own deadline.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := e.store.Serve(ctx, policy(), request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		ran = true
+		return &idem.Outcome{Status: 200}, nil
+	})
+	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeStoreUnavailable || ran {
+		t.Fatalf("Serve against a blocked store = %+v, %v (ran %v); want 503 store-unavailable", r, err, ran)
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Fatalf("Serve took %s; want about the 300ms StoreTimeout", took)
+	}
+	if _, err := e.store.Do(ctx, &idem.DoParams{Key: "k"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+		ran = true
+		return nil, nil
+	}); !errors.Is(err, idem.ErrStoreUnavailable) || ran {
+		t.Fatalf("Do against a blocked store = %v (ran %v); want ErrStoreUnavailable", err, ran)
+	}
+}
+
 // queryCounter counts statements and batches sent to the server: each is one round trip
 // (prepared statements are cached per connection after their first use).
 type queryCounter struct{ n atomic.Int64 }

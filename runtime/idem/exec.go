@@ -42,12 +42,17 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func (s *Store) execute(ctx context.Context, ep *execParams, fn HandlerFunc) (*execResult, error) {
 	if ep.mode == ClaimModeTransaction {
-		tx, err := s.db.Begin(ctx)
+		tx, err := s.begin(ctx)
 		if err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: ep.claim.Operation, KeyHash: KeyHash(ep.claim.Scope, ep.claim.Key)})
-			return nil, storeError(ctx, "begin", err)
+			return nil, err
 		}
-		res, err := s.ClaimTx(ctx, tx, &ep.claim, &ClaimTxOpts{Wait: ep.wait})
+		var res *ClaimResult
+		wait := orDefault(ep.wait, ep.claim.lease())
+		err = s.bounded(ctx, wait, func(ctx context.Context) (err error) {
+			res, err = s.ClaimTx(ctx, tx, &ep.claim, &ClaimTxOpts{Wait: wait})
+			return err
+		})
 		if err != nil || (res.Status != ClaimAcquired && res.Status != ClaimTakenOver) {
 			s.rollback(ctx, tx)
 			if err != nil {
@@ -65,12 +70,25 @@ func (s *Store) execute(ctx context.Context, ep *execParams, fn HandlerFunc) (*e
 	if res.Status != ClaimAcquired && res.Status != ClaimTakenOver {
 		return &execResult{status: res.Status, outcome: res.Outcome, retryAfter: res.RetryAfter}, nil
 	}
-	tx, err := s.db.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		s.release(ctx, res.Claim, 0)
-		return nil, storeError(ctx, "begin", err)
+		return nil, err
 	}
 	return s.runClaimed(ctx, tx, res.Claim, ep, fn, true)
+}
+
+// begin starts the business transaction; it is bounded by Config.StoreTimeout, and the
+// transaction itself then runs under ctx.
+func (s *Store) begin(ctx context.Context) (tx pgx.Tx, err error) {
+	err = s.bounded(ctx, 0, func(bctx context.Context) error {
+		tx, err = s.db.Begin(bctx)
+		return err
+	})
+	if err != nil {
+		return nil, storeError(ctx, "begin", err)
+	}
+	return tx, nil
 }
 
 // claimWaiting claims; while the key is in progress and wait has not run out it polls again with
@@ -79,7 +97,11 @@ func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Dura
 	deadline := time.Now().Add(wait)
 	backoff := 20 * time.Millisecond
 	for {
-		res, err := s.Claim(ctx, p)
+		var res *ClaimResult
+		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+			res, err = s.Claim(ctx, p)
+			return err
+		})
 		if err != nil || res.Status != ClaimInProgress {
 			return res, err
 		}

@@ -69,7 +69,8 @@ type Request struct {
 }
 
 // HandlerFunc runs the business handler inside tx and returns what it answered (recorded with a
-// Recorder) — for reference storage Outcome.Reference must be set.
+// Recorder) — for reference storage Outcome.Reference must be set. It must neither commit nor
+// roll back tx: the runtime completes the key in it and commits both together.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx) (*Outcome, error)
 
 // ResultKind says what Serve decided.
@@ -177,9 +178,8 @@ func (s *Store) storedOutcome(p *Policy, o *Outcome) (*Outcome, error) {
 }
 
 func (s *Store) serveWithoutKey(ctx context.Context, p *Policy, fn HandlerFunc) (*Result, error) {
-	tx, err := s.db.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
-		err = storeError(ctx, "begin", err)
 		if errors.Is(err, ErrStoreUnavailable) {
 			return &Result{Kind: ResultProblem, Problem: problemUnavailable(s.cfg.UnavailableRetryAfter)}, nil
 		}

@@ -49,6 +49,8 @@ const (
 	DefaultMaxKeyLength  = 255
 	// DefaultUnavailableRetryAfter is the Retry-After of a store-unavailable problem.
 	DefaultUnavailableRetryAfter = 1 * time.Second
+	// DefaultStoreTimeout bounds each step taken before a handler runs.
+	DefaultStoreTimeout = 5 * time.Second
 )
 
 // Config configures a Store. The zero value of every field means its default.
@@ -69,6 +71,10 @@ type Config struct {
 	MaxStoredBody int
 	// UnavailableRetryAfter is the Retry-After sent with a store-unavailable problem; default 1s.
 	UnavailableRetryAfter time.Duration
+	// StoreTimeout bounds each store step Serve and Do take before the handler runs (begin, the
+	// claim; for a transaction-mode claim, on top of its wait). A store that does not answer in
+	// time counts as unavailable: no handler runs. Default 5s.
+	StoreTimeout time.Duration
 }
 
 // EventKind names what happened to a key.
@@ -127,6 +133,9 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if c.MaxStoredBody <= 0 {
 		c.MaxStoredBody = DefaultMaxStoredBody
 	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
 	if c.UnavailableRetryAfter <= 0 {
 		c.UnavailableRetryAfter = DefaultUnavailableRetryAfter
 	}
@@ -177,6 +186,18 @@ func (s *Store) emit(ctx context.Context, e Event) {
 		attrs = append(attrs, slog.Int("count", e.Count))
 	}
 	s.log.LogAttrs(ctx, level, "idem: "+string(e.Kind), attrs...)
+}
+
+// bounded runs step with Config.StoreTimeout (plus extra) on top of ctx.
+func (s *Store) bounded(ctx context.Context, extra time.Duration, step func(ctx context.Context) error) error {
+	limit := s.cfg.StoreTimeout + extra
+	sctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	err := step(sctx)
+	if err != nil && sctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrStoreUnavailable) {
+		return fmt.Errorf("%w: no answer within %s: %w", ErrStoreUnavailable, limit, err)
+	}
+	return err
 }
 
 // storeError classifies an error from the database. Errors that mean the store cannot be
