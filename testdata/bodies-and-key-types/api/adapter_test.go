@@ -1,0 +1,93 @@
+package api_test
+
+// Behaviour of the generated adapter for a key header typed as a UUID, a body sent as JSON or as a
+// form, and a claim made inside the business transaction. internal/cli's TestGenerateGolden runs
+// it on the PostgreSQL of TEST_DATABASE_URL.
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+
+	"idemgen.test/golden/bodies-and-key-types/api"
+)
+
+type server struct{}
+
+func (server) Donate(ctx context.Context, tx pgx.Tx, req api.DonateRequestObject) (api.DonateResponseObject, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO donations (campaign) VALUES ($1)`, req.Params.Campaign); err != nil {
+		return nil, err
+	}
+	return api.Donate201Response{}, nil
+}
+
+func (server) PutPledge(ctx context.Context, tx pgx.Tx, req api.PutPledgeRequestObject) (api.PutPledgeResponseObject, error) {
+	return api.PutPledge200Response{}, nil
+}
+
+func TestUUIDKeyFormBodyAndTransactionClaim(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	if _, err := sch.Pool.Exec(context.Background(), `CREATE TABLE donations (campaign text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idem.NewStore(sch.Pool, &idem.Config{
+		Schema: sch.Name,
+		Tenant: func(context.Context) (string, error) { return "t", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := api.HandlerWithOptions(api.NewStrictHandler(api.NewIdempotentServer(server{}, store), nil),
+		api.StdHTTPServerOptions{ErrorHandlerFunc: api.IdempotencyParamErrorHandler})
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	post := func(contentType, body, key string) (int, string) {
+		req, _ := http.NewRequest("POST", hs.URL+"/donations?campaign=trees", strings.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == 400 && resp.Header.Get("Content-Type") == "application/problem+json" {
+			var p struct{ Code string }
+			_ = json.Unmarshal(b, &p)
+			return resp.StatusCode, p.Code
+		}
+		return resp.StatusCode, resp.Header.Get("Idempotent-Replayed")
+	}
+
+	const key = "0b6f2c9e-3a7d-4f1e-9c2b-5d8e7f6a1b2c"
+	if status, code := post("application/json", `{"amount_minor": 5}`, "not-a-uuid"); status != 400 || code != idem.CodeKeyInvalid {
+		t.Errorf("malformed UUID key: %d %q, want 400 key-invalid (through IdempotencyParamErrorHandler)", status, code)
+	}
+	if status, code := post("application/json", `{"amount_minor": 5}`, ""); status != 400 || code != idem.CodeKeyMissing {
+		t.Errorf("no key: %d %q, want 400 key-missing", status, code)
+	}
+	if status, replayed := post("application/json", `{"amount_minor": 5}`, key); status != 201 || replayed != "" {
+		t.Errorf("first: %d replayed=%q", status, replayed)
+	}
+	// The same donation sent as a form is the same typed request.
+	if status, replayed := post("application/x-www-form-urlencoded", "amount_minor=5", key); status != 201 || replayed != "true" {
+		t.Errorf("form retry: %d replayed=%q, want a replay", status, replayed)
+	}
+	var n int
+	if err := sch.Pool.QueryRow(context.Background(), `SELECT count(*) FROM donations`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d donations (%v), want 1", n, err)
+	}
+}
