@@ -20,7 +20,6 @@ import (
 
 type fileData struct {
 	Package    string
-	Spec       string // the spec's file name, for comments
 	Ops        []opData
 	Idempotent []opData
 }
@@ -80,7 +79,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	for _, op := range s.Model.Operations {
 		byRoute[op.Route()] = op
 	}
-	data := &fileData{Package: opts.Package, Spec: baseName(s.File)}
+	data := &fileData{Package: opts.Package}
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
@@ -294,11 +293,4 @@ func durationLiteral(d time.Duration) string {
 		}
 	}
 	return "time.Duration(" + strconv.FormatInt(int64(d), 10) + ")"
-}
-
-func baseName(path string) string {
-	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
-		return path[i+1:]
-	}
-	return path
 }
