@@ -31,50 +31,65 @@ func pay(amount int, body string) func(ctx context.Context, tx pgx.Tx) (*idem.Ou
 
 func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil, nil)
-	idem.DisableRenewal(e.store) // let the first holder's lease run out while it works
-	p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second}
+	// The slow first holder finishes after its successor has committed, or while the successor
+	// is still running: either way only the successor's work may survive.
+	for _, firstFinishes := range []string{"after the takeover commits", "while the takeover runs"} {
+		t.Run(firstFinishes, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil, nil)
+			idem.DisableRenewal(e.store) // let the first holder's lease run out while it works
+			p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second}
 
-	inserted, secondDone := make(chan struct{}), make(chan struct{})
-	firstErr := make(chan error, 1)
-	go func() {
-		_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-			out, err := pay(1, "first")(ctx, tx)
-			close(inserted)
-			<-secondDone // outlive the lease
-			return out, err
+			inserted, releaseFirst := make(chan struct{}), make(chan struct{})
+			firstErr := make(chan error, 1)
+			go func() {
+				_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					out, err := pay(1, "first")(ctx, tx)
+					close(inserted)
+					<-releaseFirst // outlive the lease
+					return out, err
+				})
+				firstErr <- err
+			}()
+			<-inserted
+
+			if r, err := e.store.Do(context.Background(), p, pay(2, "second")); !errors.Is(err, idem.ErrInProgress) {
+				t.Fatalf("duplicate within the lease = %+v, %v; want ErrInProgress", r, err)
+			}
+			time.Sleep(1100 * time.Millisecond)
+			var attempt int
+			second := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				c, _ := idem.ClaimFromContext(ctx)
+				attempt = c.Attempt
+				if firstFinishes == "while the takeover runs" {
+					close(releaseFirst)
+					if err := <-firstErr; !errors.Is(err, idem.ErrLeaseLost) {
+						t.Errorf("first holder's completion = %v; want ErrLeaseLost", err)
+					}
+				}
+				return pay(2, "second")(ctx, tx)
+			}
+			r, err := e.store.Do(context.Background(), p, second)
+			if err != nil || r.Replayed || string(r.Outcome.Body) != "second" || attempt != 2 {
+				t.Fatalf("request after the lease ran out = %+v, %v (attempt %d); want a takeover that executes", r, err, attempt)
+			}
+			if firstFinishes == "after the takeover commits" {
+				close(releaseFirst)
+				if err := <-firstErr; !errors.Is(err, idem.ErrLeaseLost) {
+					t.Fatalf("first holder's completion = %v; want ErrLeaseLost", err)
+				}
+			}
+			if n := e.payments(); n != 1 {
+				t.Fatalf("%d payments; want exactly one (the first holder's must roll back)", n)
+			}
+			if n := e.count("SELECT count(*) FROM payments WHERE amount = 2"); n != 1 {
+				t.Fatalf("the surviving payment is not the second request's")
+			}
+			r, err = e.store.Do(context.Background(), p, pay(3, "third"))
+			if err != nil || !r.Replayed || string(r.Outcome.Body) != "second" {
+				t.Fatalf("replay = %+v, %v; want the second request's outcome", r, err)
+			}
 		})
-		firstErr <- err
-	}()
-	<-inserted
-
-	r, err := e.store.Do(context.Background(), p, pay(2, "second"))
-	if !errors.Is(err, idem.ErrInProgress) {
-		t.Fatalf("duplicate within the lease = %+v, %v; want ErrInProgress", r, err)
-	}
-	time.Sleep(1100 * time.Millisecond)
-	var attempt int
-	r, err = e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		c, _ := idem.ClaimFromContext(ctx)
-		attempt = c.Attempt
-		return pay(2, "second")(ctx, tx)
-	})
-	if err != nil || r.Replayed || string(r.Outcome.Body) != "second" || attempt != 2 {
-		t.Fatalf("request after the lease ran out = %+v, %v (attempt %d); want a takeover that executes", r, err, attempt)
-	}
-	close(secondDone)
-	if err := <-firstErr; !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("first holder's completion = %v; want ErrLeaseLost", err)
-	}
-	if n := e.payments(); n != 1 {
-		t.Fatalf("%d payments; want exactly one (the first holder's must roll back)", n)
-	}
-	if n := e.count("SELECT count(*) FROM payments WHERE amount = 2"); n != 1 {
-		t.Fatalf("the surviving payment is not the second request's")
-	}
-	r, err = e.store.Do(context.Background(), p, pay(3, "third"))
-	if err != nil || !r.Replayed || string(r.Outcome.Body) != "second" {
-		t.Fatalf("replay = %+v, %v; want the second request's outcome", r, err)
 	}
 }
 
@@ -124,6 +139,12 @@ func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
 		t.Fatalf("Serve during the lease = %+v, %v", r, err)
 	}
 	time.Sleep(1100 * time.Millisecond)
+	// A different request may not inherit the dead holder's key, lease or not.
+	other := *p
+	other.Fingerprint = "other"
+	if _, err := e.store.Do(ctx, &other, pay(1, "x")); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("different request after the lease = %v; want ErrFingerprintMismatch", err)
+	}
 	res, err := e.store.Do(ctx, p, pay(1, "after"))
 	if err != nil || res.Replayed || string(res.Outcome.Body) != "after" {
 		t.Fatalf("after the lease = %+v, %v; want executed", res, err)
