@@ -96,19 +96,19 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 func TestRenewalKeepsALongHandlerOwner(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
-	p := &idem.DoParams{Scope: "s", Key: "long", Operation: "export", Fingerprint: "fp", Lease: 600 * time.Millisecond}
+	p := &idem.DoParams{Scope: "s", Key: "long", Operation: "export", Fingerprint: "fp", Lease: time.Second}
 	started := make(chan struct{})
 	firstErr := make(chan error, 1)
 	go func() {
 		_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
-			time.Sleep(1500 * time.Millisecond) // 2.5 leases
+			time.Sleep(2500 * time.Millisecond) // 2.5 leases
 			return pay(1, "done")(ctx, tx)
 		})
 		firstErr <- err
 	}()
 	<-started
-	time.Sleep(1000 * time.Millisecond) // past the first lease: only renewal keeps the key
+	time.Sleep(1600 * time.Millisecond) // past the first lease: only renewal keeps the key
 	if _, err := e.store.Do(context.Background(), p, pay(2, "dup")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("duplicate after one lease = %v; want ErrInProgress (the holder renews)", err)
 	}
