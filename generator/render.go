@@ -22,6 +22,9 @@ type fileData struct {
 	Package    string
 	Ops        []opData
 	Idempotent []opData
+	// Helpers lists the generic helpers the adapter calls (idemKeyValues, …), so unused ones
+	// are not emitted.
+	Helpers map[string]bool
 }
 
 type opData struct {
@@ -79,7 +82,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	for _, op := range s.Model.Operations {
 		byRoute[op.Route()] = op
 	}
-	data := &fileData{Package: opts.Package}
+	data := &fileData{Package: opts.Package, Helpers: map[string]bool{}}
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
@@ -104,6 +107,11 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 				return nil, &Error{File: s.File, Line: mo.Policy.Pos.Line, Col: mo.Policy.Pos.Col, Operation: mo.Route(), Msg: err.Error()}
 			}
 			data.Idempotent = append(data.Idempotent, od)
+			for _, h := range []string{"idemKeyValues", "idemKeyValue", "idemString"} {
+				if strings.Contains(od.KeyExpr, h+"(") || slices.ContainsFunc(od.Scope, func(p partData) bool { return strings.Contains(p.Expr, h+"(") }) {
+					data.Helpers[h] = true
+				}
+			}
 		}
 		data.Ops = append(data.Ops, od)
 	}

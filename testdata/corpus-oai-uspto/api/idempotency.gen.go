@@ -5,7 +5,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -57,30 +56,6 @@ func (s *idemServer) PerformSearch(ctx context.Context, request PerformSearchReq
 // idemResult writes what the runtime decided: the handler's recorded response, a stored
 // response, or a problem.
 type idemResult struct{ res *idem.Result }
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemKeyValue is idemKeyValues for a header field without a pointer, where absent is "".
-func idemKeyValue(v string) []string {
-	if v == "" {
-		return nil
-	}
-	return []string{v}
-}
-
-// idemString renders an optional parameter for a scope; absent is "".
-func idemString[T any](v *T) string {
-	if v == nil {
-		return ""
-	}
-	return fmt.Sprint(*v)
-}
 
 // idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
 // http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without

@@ -113,22 +113,6 @@ func idemKeyValues[T any](v *T) []string {
 	return []string{fmt.Sprint(*v)}
 }
 
-// idemKeyValue is idemKeyValues for a header field without a pointer, where absent is "".
-func idemKeyValue(v string) []string {
-	if v == "" {
-		return nil
-	}
-	return []string{v}
-}
-
-// idemString renders an optional parameter for a scope; absent is "".
-func idemString[T any](v *T) string {
-	if v == nil {
-		return ""
-	}
-	return fmt.Sprint(*v)
-}
-
 // idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
 // http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
 // a pattern it falls back to the first policy reading that header.
