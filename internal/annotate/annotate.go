@@ -902,6 +902,9 @@ func (p *planner) addProblems(o op, opT target) error {
 		return err
 	}
 	resp := opT.child("responses")
+	if !resp.valid() {
+		return nil
+	}
 	for _, c := range missing {
 		resp.add(kv{key: strconv.Itoa(c), keyQuote: quote, v: ref(refName)})
 	}
@@ -927,11 +930,15 @@ func (p *planner) addReplayed(o op) error {
 		if headers != nil && !headers.fill && (!headers.editable() || headers.kind != kindMap || headers.flow || headers.getFold(ReplayedHeader) != nil) {
 			continue
 		}
+		h := target{n: resp}.child("headers")
+		if !h.valid() {
+			continue
+		}
 		refName, err := p.replayedHeader()
 		if err != nil {
 			return err
 		}
-		target{n: resp}.child("headers").add(kv{key: ReplayedHeader, v: ref(refName)})
+		h.add(kv{key: ReplayedHeader, v: ref(refName)})
 	}
 	return nil
 }

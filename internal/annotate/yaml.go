@@ -21,6 +21,9 @@ type yamlDoc struct {
 	lines []int // byte offset of the start of each line
 	root  *node
 	st    yamlStyle
+	// aliased holds the conversion of every node an alias points at: an alias is read where it
+	// is used but converted once, so a document of nested aliases cannot blow up exponentially.
+	aliased map[*yaml.Node]*node
 }
 
 // yamlStyle is what the document's own formatting says new text should look like.
@@ -38,7 +41,7 @@ func parseYAML(data []byte) (*yamlDoc, error) {
 	if err := dec.Decode(&y); err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
 	}
-	d := &yamlDoc{data: data, lines: lineStarts(data)}
+	d := &yamlDoc{data: data, lines: lineStarts(data), aliased: map[*yaml.Node]*node{}}
 	var err error
 	d.root, err = d.conv(&y, 0, false)
 	if err != nil {
@@ -91,7 +94,14 @@ func (d *yamlDoc) conv(y *yaml.Node, depth int, shared bool) (*node, error) {
 		}
 		return d.conv(y.Content[0], depth, shared)
 	case yaml.AliasNode:
-		return d.conv(y.Alias, depth, true)
+		if n, ok := d.aliased[y.Alias]; ok {
+			return n, nil
+		}
+		n, err := d.conv(y.Alias, depth, true)
+		if err == nil {
+			d.aliased[y.Alias] = n
+		}
+		return n, err
 	}
 	if y.Anchor != "" {
 		shared = true
