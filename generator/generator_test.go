@@ -361,3 +361,30 @@ func TestConfigSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadFreshRefusesRemoteRefs: the copy oapi-codegen renders follows a remote $ref only when
+// allowed, whatever the spec loader did.
+func TestLoadFreshRefusesRemoteRefs(t *testing.T) {
+	t.Parallel()
+	raw := []byte(`openapi: 3.0.3
+info: {title: t, version: "1"}
+paths:
+  /x:
+    get:
+      responses:
+        '200':
+          description: ok
+          content:
+            application/json:
+              schema:
+                $ref: 'http://127.0.0.1:9/schemas.yaml#/X'
+`)
+	_, err := loadFresh("openapi.yaml", raw, false)
+	if err == nil || !strings.Contains(err.Error(), `remote $ref "http://127.0.0.1:9/schemas.yaml" refused (set allow-remote-refs: true in idemgen.yaml to follow it)`) {
+		t.Errorf("got %v", err)
+	}
+	// Allowed, the loader tries the host (nothing listens on port 9): a connection error, not a refusal.
+	if _, err := loadFresh("openapi.yaml", raw, true); err == nil || strings.Contains(err.Error(), "refused (set allow-remote-refs") {
+		t.Errorf("allowed remote ref: got %v", err)
+	}
+}
