@@ -99,6 +99,14 @@ func TestRecorderAndReplayWriter(t *testing.T) {
 	if o := idem.NewRecorder().Outcome(); o.Status != 200 || len(o.Body) != 0 {
 		t.Fatalf("empty Outcome = %+v", o)
 	}
+	late := idem.NewRecorder()
+	late.Header().Set("Content-Type", "text/plain")
+	late.WriteHeader(201)
+	late.Header().Set("X-Too-Late", "1") // net/http would not send it
+	http.NewResponseController(late).Flush()
+	if o := late.Outcome(); o.Header.Get("X-Too-Late") != "" || o.Header.Get("Content-Type") != "text/plain" || o.Status != 201 {
+		t.Fatalf("Outcome = %+v; want the header as it was at WriteHeader", o)
+	}
 
 	w := httptest.NewRecorder()
 	rw := idem.ReplayWriter(w)

@@ -6,8 +6,11 @@ import (
 )
 
 // Recorder is an http.ResponseWriter that captures a handler's response for storing.
+// It behaves like net/http's writer: the first status wins, a Write without one means 200, and
+// header changes after the status is written are not part of the response.
 type Recorder struct {
 	header http.Header
+	sent   http.Header // header as it was when the status was written
 	status int
 	body   bytes.Buffer
 }
@@ -18,10 +21,11 @@ func NewRecorder() *Recorder { return &Recorder{header: make(http.Header)} }
 // Header returns the header map that WriteHeader will capture.
 func (r *Recorder) Header() http.Header { return r.header }
 
-// WriteHeader records status; later calls are ignored, as net/http does.
+// WriteHeader records status and the header; later calls are ignored, as net/http does.
 func (r *Recorder) WriteHeader(status int) {
 	if r.status == 0 {
 		r.status = status
+		r.sent = r.header.Clone()
 	}
 }
 
@@ -31,11 +35,13 @@ func (r *Recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 
+// Flush does nothing: the response is stored whole. It lets handlers that flush run unchanged.
+func (r *Recorder) Flush() {}
+
 // Outcome returns what was written (status 200 if WriteHeader was never called).
 func (r *Recorder) Outcome() *Outcome {
-	status := r.status
-	if status == 0 {
-		status = http.StatusOK
+	if r.status == 0 {
+		return &Outcome{Status: http.StatusOK, Header: r.header.Clone(), Body: nil}
 	}
-	return &Outcome{Status: status, Header: r.header.Clone(), Body: bytes.Clone(r.body.Bytes())}
+	return &Outcome{Status: r.status, Header: r.sent.Clone(), Body: bytes.Clone(r.body.Bytes())}
 }
