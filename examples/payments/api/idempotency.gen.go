@@ -24,20 +24,20 @@ type IdempotentServerInterface interface {
 	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
 	// GetPayment handles GET /v1/payments/{payment_id} (not idempotent).
 	GetPayment(ctx context.Context, request GetPaymentRequestObject) (GetPaymentResponseObject, error)
-	// CapturePayment handles POST /v1/payments/{payment_id}/capture once per key. It also returns the reference (for example
-	// the resource id) that ReplayCapturePayment reloads the resource from.
+	// CapturePayment handles POST /v1/payments/{payment_id}/capture once per key. It also returns the reference
+	// (for example the resource id) that ReplayCapturePayment reloads the resource from.
 	CapturePayment(ctx context.Context, tx pgx.Tx, request CapturePaymentRequestObject) (CapturePaymentResponseObject, string, error)
-	// ReplayCapturePayment answers a retry of a completed CapturePayment with the resource's current
-	// state, loaded through reference.
+	// ReplayCapturePayment answers a retry of a completed CapturePayment with the resource's
+	// current state, loaded through reference.
 	ReplayCapturePayment(ctx context.Context, request CapturePaymentRequestObject, reference string) (CapturePaymentResponseObject, error)
-	// RefundPayment handles POST /v1/payments/{payment_id}/refunds once per key. Only its status is stored.
+	// RefundPayment handles POST /v1/payments/{payment_id}/refunds once per key; only its status is stored.
 	RefundPayment(ctx context.Context, tx pgx.Tx, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error)
-	// ReplayRefundPayment answers a retry of a completed RefundPayment: it recomputes the answer from
-	// the request and the status the first request answered with.
+	// ReplayRefundPayment answers a retry of a completed RefundPayment: it recomputes the
+	// answer from the request and the status the first request answered with.
 	ReplayRefundPayment(ctx context.Context, request RefundPaymentRequestObject, status int) (RefundPaymentResponseObject, error)
 }
 
-// policyCreatePayment is POST /v1/payments's x-idempotency with every default applied.
+// policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
 var policyCreatePayment = &idem.Policy{
 	Operation:      "createPayment",
 	Route:          "POST /v1/payments",
@@ -56,7 +56,7 @@ var policyCreatePayment = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyCapturePayment is POST /v1/payments/{payment_id}/capture's x-idempotency with every default applied.
+// policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
 var policyCapturePayment = &idem.Policy{
 	Operation:      "capturePayment",
 	Route:          "POST /v1/payments/{payment_id}/capture",
@@ -75,7 +75,7 @@ var policyCapturePayment = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// policyRefundPayment is POST /v1/payments/{payment_id}/refunds's x-idempotency with every default applied.
+// policyRefundPayment is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
 var policyRefundPayment = &idem.Policy{
 	Operation:      "refundPayment",
 	Route:          "POST /v1/payments/{payment_id}/refunds",
@@ -115,8 +115,8 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreatePayment fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CreatePayment fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCreatePayment.Route)
 	if err := fp.Add("header:X-Tenant-Id", request.Params.XTenantID); err != nil {
@@ -159,8 +159,8 @@ func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestOb
 	return s.impl.GetPayment(ctx, request)
 }
 
-// CapturePayment fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// CapturePayment fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentRequestObject) (CapturePaymentResponseObject, error) {
 	fp := idem.NewFingerprinter(policyCapturePayment.Route)
 	if err := fp.Add("path:payment_id", request.PaymentId); err != nil {
@@ -208,8 +208,8 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 	return idemResult{res: res}, nil
 }
 
-// RefundPayment fingerprints the typed request, lets the runtime claim its key and run the handler
-// at most once, and answers with the handler's response, a replay or a problem.
+// RefundPayment fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error) {
 	fp := idem.NewFingerprinter(policyRefundPayment.Route)
 	if err := fp.Add("path:payment_id", request.PaymentId); err != nil {
@@ -293,39 +293,40 @@ func idemKeyValues[T any](v *T) []string {
 	return []string{fmt.Sprint(*v)}
 }
 
-// idemKeyValue is idemKeyValues for a header field without a pointer, where absent is "".
-func idemKeyValue(v string) []string {
-	if v == "" {
-		return nil
-	}
-	return []string{v}
-}
-
-// idemString renders an optional parameter for a scope; absent is "".
-func idemString[T any](v *T) string {
-	if v == nil {
-		return ""
-	}
-	return fmt.Sprint(*v)
-}
-
-// idemPolicyFor returns the policy whose key header is name, preferring the one whose route
-// the ServeMux matched (pattern is http.Request.Pattern, which may carry a base URL).
+// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
+// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
+// a pattern it falls back to the first policy reading that header.
 func idemPolicyFor(name, pattern string) *idem.Policy {
-	var found *idem.Policy
+	pm, pp, routed := strings.Cut(pattern, " ")
 	for _, p := range idemPolicies {
 		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
 			continue
 		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm, pp, ok := strings.Cut(pattern, " "); ok && pm == method && strings.HasSuffix(pp, path) {
+		if !routed {
 			return p
 		}
-		if found == nil {
-			found = p
+		method, path, _ := strings.Cut(p.Route, " ")
+		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
+			return p
 		}
 	}
-	return found
+	return nil
+}
+
+// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
+// the spec as written.
+func idemPathShape(path string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(path, '{')
+		j := strings.IndexByte(path[max(i, 0):], '}')
+		if i < 0 || j < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		b.WriteString(path[:i+1])
+		path = path[i+j:]
+	}
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
