@@ -32,7 +32,18 @@ strict server and router) and idempotency.gen.go (the IdempotentServerInterface 
 the adapter that claims, completes and replays keys through the idem runtime).
 
 With no SPEC and no --config, the settings are read from ./idemgen.yaml. Flags given on the
-command line override the config file.
+command line override the config file. Its keys, with paths relative to the file:
+
+  version: 1                # required
+  spec: openapi.yaml
+  package: api              # default: the output directory's name
+  output: api               # default: the config file's directory
+  router: std-http
+  allow-remote-refs: false  # follow $refs to other hosts
+  oapi-codegen:             # passed through: output-options, compatibility,
+    output-options: {}      #   import-mapping, additional-imports
+
+Its JSON Schema is generator/config.schema.json in idemgen's repository.
 
 --check writes nothing: it prints a unified diff of every stale or missing file and exits 1, or
 exits 0 when the files on disk are current. Spec errors exit 2 and nothing is written.`,
