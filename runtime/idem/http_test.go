@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 )
@@ -120,4 +121,22 @@ func TestRecorderAndReplayWriter(t *testing.T) {
 	if u, ok := rw.(interface{ Unwrap() http.ResponseWriter }); !ok || u.Unwrap() != w {
 		t.Fatal("ReplayWriter does not unwrap to the original writer")
 	}
+}
+
+func FuzzScopeString(f *testing.F) {
+	f.Add("acme", "operation", "createPayment", "acme|9:operation", "=13", ":createPayment")
+	f.Add("\x00", "path:id", "\xff", "x2:00", "", "")
+	f.Fuzz(func(t *testing.T, t1, n1, v1, t2, n2, v2 string) {
+		a := idem.ScopeString(t1, []idem.ScopePart{{n1, v1}})
+		b := idem.ScopeString(t2, []idem.ScopePart{{n2, v2}})
+		if a == b && (t1 != t2 || n1 != n2 || v1 != v2) {
+			t.Fatalf("different scopes render alike: %q", a)
+		}
+		if !utf8.ValidString(a) || strings.IndexByte(a, 0) >= 0 {
+			t.Fatalf("scope %q cannot be stored as PostgreSQL text", a)
+		}
+		if c := idem.ScopeString(t1+n1, nil); c == a && n1+v1 != "" {
+			t.Fatalf("a part and a longer tenant render alike: %q", a)
+		}
+	})
 }
