@@ -27,6 +27,17 @@ type DoResult struct {
 	Replayed bool
 }
 
+// InProgressError is Do's error while another caller holds the key: errors.Is(err,
+// ErrInProgress) holds, and RetryAfter (the time left on the holder's lease, at least 1s) says
+// when to redeliver.
+type InProgressError struct{ RetryAfter time.Duration }
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%v: retry in %s", ErrInProgress, e.RetryAfter)
+}
+
+func (e *InProgressError) Unwrap() error { return ErrInProgress }
+
 // Do runs fn at most once per key: it claims, runs fn in a transaction, completes and commits;
 // a completed key returns its stored outcome with Replayed set. ErrInProgress,
 // ErrFingerprintMismatch and ErrStoreUnavailable say why fn did not run. An error from fn rolls
@@ -58,7 +69,7 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn func(ctx context.Context
 	case ClaimReplay:
 		return &DoResult{Outcome: r.outcome, Replayed: true}, nil
 	case ClaimInProgress:
-		return nil, fmt.Errorf("%w: retry in %s", ErrInProgress, r.retryAfter)
+		return nil, &InProgressError{RetryAfter: r.retryAfter}
 	case ClaimMismatch:
 		return nil, ErrFingerprintMismatch
 	}

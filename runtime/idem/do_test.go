@@ -131,8 +131,10 @@ func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
 		t.Fatalf("claim = %+v, %v", cr, err)
 	}
 	p := &idem.DoParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second}
-	if _, err := e.store.Do(ctx, p, pay(1, "x")); !errors.Is(err, idem.ErrInProgress) {
-		t.Fatalf("during the dead holder's lease = %v; want ErrInProgress", err)
+	_, err = e.store.Do(ctx, p, pay(1, "x"))
+	var inProgress *idem.InProgressError
+	if !errors.Is(err, idem.ErrInProgress) || !errors.As(err, &inProgress) || inProgress.RetryAfter != time.Second {
+		t.Fatalf("during the dead holder's lease = %v; want ErrInProgress, retry after 1s", err)
 	}
 	r, err := e.store.Serve(ctx, policy(), &idem.Request{KeyValues: []string{"crash"}, Fingerprint: "fp"}, insertPayment(1))
 	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeInProgress || r.Problem.RetryAfter != time.Second {

@@ -250,7 +250,11 @@ func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				err := s.Renew(ctx, c, c.Lease)
+				// A renewal that cannot finish before the next one is due has failed; the next
+				// tick tries again on a fresh connection.
+				rctx, rcancel := context.WithTimeout(ctx, max(c.Lease/3, 100*time.Millisecond))
+				err := s.Renew(rctx, c, c.Lease)
+				rcancel()
 				if errors.Is(err, ErrLeaseLost) {
 					cancel(ErrLeaseLost)
 					return
