@@ -175,6 +175,28 @@ func TestAnnotateWrite(t *testing.T) {
 	if string(again) != string(data) {
 		t.Error("second run changed the file")
 	}
+
+	// The result lints without errors (the multipart upload left alone is a warning) and
+	// generates.
+	r = runCLI(t, "", "lint", path)
+	if r.code != ExitOK {
+		t.Errorf("lint of the annotated file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	out := filepath.Join(t.TempDir(), "api")
+	r = runCLI(t, "", "generate", "--package", "api", "--output", out, path)
+	if r.code != ExitOK {
+		t.Fatalf("generate from the annotated file: exit %d\n%s", r.code, r.stderr)
+	}
+	gen, err := os.ReadFile(filepath.Join(out, "idempotency.gen.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Idempotent operations take the transaction.
+	for _, op := range []string{"CreateOrder", "ReplaceOrders"} {
+		if sig := op + "(ctx context.Context, tx pgx.Tx,"; !strings.Contains(string(gen), sig) {
+			t.Errorf("idempotency.gen.go lacks %s…: the operation is not idempotent in the generated code", sig)
+		}
+	}
 }
 
 func TestAnnotateOperationsAndStdin(t *testing.T) {
