@@ -42,6 +42,7 @@ var cases = []annotateCase{
 	{name: "anchors", file: "specs/anchors.yaml"},
 	{name: "headers", file: "specs/headers.yaml"},
 	{name: "crlf", file: "specs/crlf.yaml"},
+	{name: "crlf-json", file: "specs/crlf.json"},
 	{name: "flow", file: "specs/flow.yaml", rewrites: true},
 	{name: "minified", file: "specs/minified.json", rewrites: true},
 	{name: "tabs", file: "specs/tabs.json", rewrites: true},

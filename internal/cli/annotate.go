@@ -96,7 +96,7 @@ SPEC "-" reads standard input.`,
 	f.StringVar(&opts.Claim, "claim", "", "claim mode: lease or transaction (default: the document's, else lease)")
 	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: tenant,operation)")
 	f.IntVar(&mismatch, "mismatch-status", 0, "status for a key reused with a different request: 422, 409 or 400 (default: the document's, else 422)")
-	f.BoolVar(&opts.NoKeyParam, "no-key-param", false, "do not declare the shared Idempotency-Key header parameter")
+	f.BoolVar(&opts.NoKeyParam, "no-key-param", false, "do not declare the shared Idempotency-Key header parameter (operations without a key header then fail lint until you declare one)")
 	f.BoolVar(&opts.NoProblems, "no-problems", false, "do not add the 400/409/422 problem responses")
 	f.BoolVar(&opts.NoReplayedHeader, "no-replayed-header", false, "do not document the Idempotent-Replayed header on 2xx responses")
 	return cmd
