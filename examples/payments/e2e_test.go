@@ -444,3 +444,57 @@ func TestRefundReplayRecomputes(t *testing.T) {
 	wantProblem(t, "refund key reused", e.send(request{method: refund.method, path: refund.path, tenant: "acme", key: "k-refund", body: `{"amount_minor": 100}`}),
 		http.StatusUnprocessableEntity, "key-reused")
 }
+
+// TestDuplicateWhileInFlightIs409 holds the first request inside its handler deterministically:
+// the test inserts the payment row the handler is about to insert, in a transaction it keeps
+// open, so the handler's INSERT waits on the row lock while its key is claimed.
+func TestDuplicateWhileInFlightIs409(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	blocker, err := e.schema.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, `INSERT INTO payments (tenant_id, payment_id, status, amount_minor, currency)
+		VALUES ('acme', $1, 'authorized', 19900, 'RUB')`, derivedID("pay_", "acme", "k-slow")); err != nil {
+		t.Fatal(err)
+	}
+
+	firstDone := make(chan response, 1)
+	go func() {
+		resp, err := e.do(e.newRequest(create("acme", "k-slow", body19900)))
+		if err != nil {
+			t.Errorf("first request: %v", err)
+		}
+		firstDone <- resp
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.keyRows() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request did not claim its key within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	dup := e.send(create("acme", "k-slow", body19900))
+	wantProblem(t, "duplicate while in flight", dup, http.StatusConflict, "in-progress")
+	if ra, err := strconv.Atoi(dup.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %q, want the seconds left on the 60s lease", dup.header.Get("Retry-After"))
+	}
+	// The fingerprint is compared first, also while the key is in flight.
+	wantProblem(t, "other body while in flight", e.send(create("acme", "k-slow", `{"amount_minor": 1, "currency": "RUB"}`)),
+		http.StatusUnprocessableEntity, "key-reused")
+
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-firstDone
+	if first.status != http.StatusCreated || first.replayed() {
+		t.Fatalf("first request: status %d, replayed %v, want a fresh 201; body %s", first.status, first.replayed(), first.body)
+	}
+	if retry := e.send(create("acme", "k-slow", body19900)); !retry.replayed() || !bytes.Equal(retry.body, first.body) {
+		t.Errorf("retry once the first finished: status %d, replayed %v; want the first answer replayed", retry.status, retry.replayed())
+	}
+}

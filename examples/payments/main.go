@@ -93,7 +93,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		// A signal must not cancel requests in flight (that would roll back work a client may
+		// already be waiting for); Shutdown below lets them finish instead.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	// scripts/demo.sh reads the address from this line when it starts the server on port 0.
 	log.Info("listening", "addr", ln.Addr().String())

@@ -73,10 +73,14 @@ func scanPayment(row pgx.Row) (api.Payment, error) {
 	return p, nil
 }
 
+// querier is what pgx.Tx and *pgxpool.Pool share: handlers read through the adapter's
+// transaction, replays and GET through the pool.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // loadPayment reads a payment of the request's tenant; lock adds FOR UPDATE.
-func loadPayment(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, id string, lock bool) (api.Payment, error) {
+func loadPayment(ctx context.Context, q querier, id string, lock bool) (api.Payment, error) {
 	tenant, _ := tenantFrom(ctx)
 	sql := `SELECT ` + paymentColumns + ` FROM payments WHERE tenant_id = $1 AND payment_id = $2`
 	if lock {
