@@ -472,7 +472,7 @@ func (p *planner) cannot(o op) string {
 		return "the operation is not a mapping that can be edited"
 	}
 	if rb := o.node.get("requestBody"); rb != nil {
-		body, _ := p.resolve(rb)
+		body := p.resolve(rb)
 		if body == nil {
 			return "the request body is a $ref that cannot be followed in this file, so it cannot be checked for fingerprinting"
 		}
@@ -525,7 +525,7 @@ func (p *planner) successResponses(o op) (anySuccess, withBody bool) {
 			continue
 		}
 		anySuccess = true
-		if r, _ := p.resolve(e.value); r.isMap() {
+		if r := p.resolve(e.value); r.isMap() {
 			if c := r.get("content"); c.isMap() && len(c.entries) > 0 {
 				withBody = true
 			}
@@ -559,18 +559,17 @@ func (p *planner) scope() []string {
 	return p.def.scope
 }
 
-// resolve follows local $refs ("#/components/…"); it returns nil for a $ref it cannot follow, and
-// the name of the last component it went through.
-func (p *planner) resolve(n *node) (*node, string) {
-	name := ""
+// resolve follows local $refs ("#/components/…"); it returns nil for a $ref it cannot follow
+// (another file, a missing target, a loop).
+func (p *planner) resolve(n *node) *node {
 	for range 16 {
 		r := n.get("$ref")
 		if r == nil {
-			return n, name
+			return n
 		}
 		ptr, ok := strings.CutPrefix(r.value, "#/")
 		if !ok {
-			return nil, ""
+			return nil
 		}
 		cur := p.root
 		for _, part := range strings.Split(ptr, "/") {
@@ -579,14 +578,13 @@ func (p *planner) resolve(n *node) (*node, string) {
 				part = u
 			}
 			cur = cur.get(part)
-			name = part
 		}
 		if cur == nil {
-			return nil, ""
+			return nil
 		}
 		n = cur
 	}
-	return nil, ""
+	return nil
 }
 
 // findParam returns the first parameter of the operation, then of its path item, that match
@@ -598,7 +596,7 @@ func (p *planner) findParam(o op, match func(in, name string) bool) *node {
 			continue
 		}
 		for _, it := range params.items {
-			pn, _ := p.resolve(it)
+			pn := p.resolve(it)
 			if pn != nil && match(pn.str("in"), pn.str("name")) {
 				return pn
 			}
@@ -631,7 +629,7 @@ func (p *planner) keyHeader(o op) string {
 			continue
 		}
 		for _, it := range params.items {
-			pn, _ := p.resolve(it)
+			pn := p.resolve(it)
 			if pn == nil || pn.str("in") != "header" {
 				continue
 			}
@@ -760,7 +758,7 @@ func (p *planner) keyParam() (string, string, error) {
 	best, bestName, rank := "", "", 0
 	if params.isMap() {
 		for _, e := range params.entries {
-			pn, _ := p.resolve(e.value)
+			pn := p.resolve(e.value)
 			if pn == nil || pn.str("in") != "header" {
 				continue
 			}

@@ -134,9 +134,12 @@ func (t target) valid() bool { return t.n != nil || t.v != nil }
 
 // pendingEntry finds key among the entries already planned for t.
 func (t target) pendingEntry(key string) *val {
-	kvs := t.v.kvsOrNil()
-	if t.n != nil {
+	var kvs []kv
+	switch {
+	case t.n != nil:
 		kvs = t.n.addEntries
+	case t.v != nil:
+		kvs = t.v.kvs
 	}
 	for _, e := range kvs {
 		if e.key == key {
@@ -144,13 +147,6 @@ func (t target) pendingEntry(key string) *val {
 		}
 	}
 	return nil
-}
-
-func (v *val) kvsOrNil() []kv {
-	if v == nil {
-		return nil
-	}
-	return v.kvs
 }
 
 // has reports whether key exists in the document or is already planned.
