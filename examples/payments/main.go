@@ -73,16 +73,25 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := pool.Ping(startCtx); err != nil {
 		return fmt.Errorf("database: cannot reach it (is PostgreSQL running and -database-url right?): %w", err)
 	}
-	res, err := idem.Migrate(startCtx, pool, nil)
+	// Every table lives in the connection's current schema (public, or the first schema of a
+	// search_path given in the URL), idemgen's key table included.
+	var schema *string
+	if err := pool.QueryRow(startCtx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return fmt.Errorf("database: read the current schema: %w", err)
+	}
+	if schema == nil {
+		return errors.New("database: no current schema: the search_path in the database URL names no existing schema")
+	}
+	res, err := idem.Migrate(startCtx, pool, &idem.MigrateOpts{Schema: *schema})
 	if err != nil {
 		return fmt.Errorf("migrate idempotency table: %w", err)
 	}
 	if err := migrate(startCtx, pool); err != nil {
 		return err
 	}
-	log.Info("migrated", "idempotency_versions_applied", res.Applied)
+	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", res.Applied)
 
-	handler, err := newHandler(pool, nil, log)
+	handler, err := newHandler(pool, &idem.Config{Schema: *schema}, log)
 	if err != nil {
 		return err
 	}
