@@ -498,3 +498,32 @@ func TestDuplicateWhileInFlightIs409(t *testing.T) {
 		t.Errorf("retry once the first finished: status %d, replayed %v; want the first answer replayed", retry.status, retry.replayed())
 	}
 }
+
+// TestKeyReusedAfterExpiry covers a key used again after its record expired and was purged: the
+// derived payment id already exists, so the handler answers with that payment, or with key-reused
+// when the request differs. Deleting the key rows stands in for expiry and purge.
+func TestKeyReusedAfterExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-old")
+	purge := func() {
+		t.Helper()
+		if _, err := e.schema.Pool.Exec(context.Background(), "DELETE FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	purge()
+	again := e.send(create("acme", "k-old", body19900))
+	if again.status != http.StatusCreated || again.replayed() {
+		t.Fatalf("same request after expiry: status %d, replayed %v; want a fresh 201: %s", again.status, again.replayed(), again.body)
+	}
+	if got := decode[paymentBody](t, "same request after expiry", again).PaymentID; got != id {
+		t.Errorf("payment_id %q after expiry, want the existing %q", got, id)
+	}
+	purge()
+	wantProblem(t, "other request after expiry", e.send(create("acme", "k-old", `{"amount_minor": 1, "currency": "RUB"}`)),
+		http.StatusUnprocessableEntity, "key-reused")
+	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
+		t.Errorf("%d payments, want 1", got)
+	}
+}
