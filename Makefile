@@ -24,9 +24,14 @@ bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a ba
 
 .PHONY: generate
 generate: ## regenerate the examples and the golden files
+	$(GO) generate ./examples/...
+	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerateGolden$$' -count=1 -update
 
 .PHONY: verify
-verify: ## fail when any generated file is stale
+verify: ## fail when any generated file is stale (the example and every golden case)
+	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
+	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
 
 .PHONY: demo
 demo: ## run the payments example against PostgreSQL and fire the duplicate-request scenario at it
+	$(PG) DATABASE_URL scripts/demo.sh
