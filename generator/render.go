@@ -37,8 +37,11 @@ type opData struct {
 	Fingerprint []partData
 	Bodies      []bodyData
 	Exclude     []string // quoted JSON pointers
-	Scope       []partData
-	KeyExpr     string // Go expression of type []string
+	// NoFingerprint (fingerprint: false): Fingerprint and Bodies are empty and the fingerprint is
+	// the route alone, so every request with the key matches.
+	NoFingerprint bool
+	Scope         []partData
+	KeyExpr       string // Go expression of type []string
 }
 
 type partData struct {
@@ -206,9 +209,26 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		}
 	}
 
-	// The fingerprint: declared path, query and non-key header parameters, then the body.
+	od.Policy = pd
+	if p.NoFingerprint {
+		od.NoFingerprint = true
+		return nil
+	}
+	// The fingerprint: declared path, query and non-key header parameters minus the excluded
+	// ones, then the body.
+	excluded := map[string]bool{}
+	for _, x := range p.ExcludeParams {
+		prm, ok := co.findParam(x.In, x.Name)
+		if !ok {
+			return fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
+		}
+		excluded[partName(prm)] = true
+	}
 	var parts []oapiParam
 	for _, prm := range co.Params {
+		if excluded[partName(prm)] {
+			continue
+		}
 		switch prm.In {
 		case "path", "query":
 			parts = append(parts, prm)
@@ -233,7 +253,6 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	for _, e := range p.Exclude {
 		od.Exclude = append(od.Exclude, strconv.Quote(e))
 	}
-	od.Policy = pd
 	return nil
 }
 

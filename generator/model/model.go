@@ -90,11 +90,22 @@ type Policy struct {
 	Persist        []string // "2xx", "404", … as written (classes lower-cased), validated
 	Scope          []ScopeItem
 	Key            Key
-	Exclude        []string // fingerprint.exclude JSON pointers
+	Exclude        []string // fingerprint.exclude JSON pointers into the body
+	// ExcludeParams are the fingerprint.exclude entries header:<Name> and query:<name>: declared
+	// parameters left out of the fingerprint (a request id, a timestamp, a signature), so a retry
+	// that only changes them is replayed. Header names carry the declared spelling. Never a path
+	// parameter or the key header; nil when there are none.
+	ExcludeParams []ParamRef
 	// NoFingerprint is set by fingerprint: false: the same key with a different request is then
 	// replayed, not answered with mismatchStatus. Never set for storage marker.
 	NoFingerprint bool
 	ReplayHeaders []string // per-operation additions to the replay header allow-list
+}
+
+// ParamRef names one declared parameter.
+type ParamRef struct {
+	In   string // "header" or "query"
+	Name string // as the spec declares it
 }
 
 // ScopeItem is one element of a policy's scope.

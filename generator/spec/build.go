@@ -293,7 +293,7 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 	p.Persist = append([]string(nil), p.Persist...)
 	fingerprint, printNode, printDefs := pick(raw.fingerprint, defs.fingerprint, true, extKey)
 	p.NoFingerprint = !fingerprint
-	p.Exclude, _, _ = pick(raw.exclude, defs.exclude, nil, extKey)
+	exclude, _, excludeDefs := pick(raw.exclude, defs.exclude, nil, extKey)
 	p.ReplayHeaders, _, _ = pick(raw.replayHeaders, defs.replayHeaders, nil, extKey)
 
 	defScope := []scopeItem{{kind: "tenant"}, {kind: "operation"}}
@@ -324,6 +324,11 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 	}
 
 	b.resolveKey(o, p, raw.key, defs.key, extKey, errorf)
+	if !p.NoFingerprint {
+		// With the fingerprint off there is nothing to exclude from, so exclusions inherited from
+		// the document defaults are neither applied nor checked against this operation.
+		resolveExclude(o, p, exclude, excludeDefs, errorf)
+	}
 
 	if p.Wait > p.Lease {
 		errorf(waitNode, RuleWaitExceedsLease, "x-idempotency.wait: %s is longer than the lease (%s): a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)%s", fmtDur(p.Wait), fmtDur(p.Lease), note(waitDefs))
@@ -357,6 +362,53 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 		errorf(extKey, RuleSafeMethod, "x-idempotency on %s: the method is safe, so retries are already harmless and the key store only adds a write (remove x-idempotency)", o.Method)
 	}
 	return p
+}
+
+// resolveExclude splits fingerprint.exclude into body pointers and parameters, and checks that
+// each parameter is declared and may be left out. A path parameter may not: it names the resource,
+// and a retry of the key against another resource would be replayed this one's outcome. The key
+// header is never fingerprinted, so excluding it would suggest a protection that is not there.
+func resolveExclude(o *model.Operation, p *model.Policy, items []excludeItem, fromDefs bool, errorf func(*yaml.Node, string, string, ...any)) {
+	const field = "x-idempotency.fingerprint.exclude"
+	for _, it := range items {
+		switch it.kind {
+		case "body":
+			p.Exclude = append(p.Exclude, it.name)
+		case "path":
+			errorf(it.node, RuleFingerprintParamDenied, "%s: path:%s cannot be excluded: a path parameter names the resource, and a retry against another resource would be answered with this one's outcome%s (remove it)", field, it.name, note(fromDefs))
+		case "header":
+			if p.Key.Header != "" && strings.EqualFold(it.name, p.Key.Header) {
+				errorf(it.node, RuleFingerprintParamDenied, "%s: header:%s is the idempotency key, which is never part of the fingerprint%s (remove it)", field, it.name, note(fromDefs))
+				continue
+			}
+			prm, ok := findParam(o.Params, "header", it.name)
+			if !ok {
+				errorf(it.node, RuleFingerprintParamMissing, "%s: header:%s is not a header parameter of the operation or its path item, and only declared headers are fingerprinted%s (declare it under parameters, or remove it from exclude)", field, it.name, note(fromDefs))
+				continue
+			}
+			p.ExcludeParams = append(p.ExcludeParams, model.ParamRef{In: "header", Name: prm.Name})
+		case "query":
+			if _, ok := findParam(o.Params, "query", it.name); !ok {
+				errorf(it.node, RuleFingerprintParamMissing, "%s: query:%s is not a query parameter of the operation or its path item%s (%s)", field, it.name, note(fromDefs), queryParamHint(o.Params))
+				continue
+			}
+			p.ExcludeParams = append(p.ExcludeParams, model.ParamRef{In: "query", Name: it.name})
+		}
+	}
+}
+
+// queryParamHint lists the query parameters an exclusion could have meant; names are exact.
+func queryParamHint(ps []model.Param) string {
+	var names []string
+	for _, p := range ps {
+		if p.In == "query" {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "it declares no query parameters; remove it from exclude"
+	}
+	return "names are case-sensitive; use one of: " + strings.Join(names, ", ")
 }
 
 func (b *builder) resolveKey(o *model.Operation, p *model.Policy, op, defs rawKey, extKey *yaml.Node, errorf func(*yaml.Node, string, string, ...any)) {

@@ -28,6 +28,14 @@ type scopeItem struct {
 	node       *yaml.Node
 }
 
+// excludeItem is one fingerprint.exclude entry as written: a JSON pointer into the body
+// (kind "body"), or a parameter, header:<Name> or query:<name>. path:<name> parses too, so that
+// resolve can say why a path parameter cannot be excluded rather than call it malformed.
+type excludeItem struct {
+	kind, name string
+	node       *yaml.Node
+}
+
 type rawKey struct {
 	header    setting[string]
 	from      setting[string] // the path parameter's name
@@ -46,7 +54,7 @@ type rawPolicy struct {
 	scope            setting[[]scopeItem]
 	key              rawKey
 	fingerprint      setting[bool]
-	exclude          setting[[]string]
+	exclude          setting[[]excludeItem]
 	replayHeaders    setting[[]string]
 }
 
@@ -376,11 +384,12 @@ func (c *checker) fingerprint(field string, n *yaml.Node, p *rawPolicy) {
 				continue
 			}
 			name := field + ".exclude"
-			items, ok := c.list(name, v, "[/metadata/requestTime]")
+			items, ok := c.list(name, v, "[/metadata/requestTime, header:X-Request-Id]")
 			if !ok {
 				continue
 			}
-			out := []string{}
+			out := []excludeItem{}
+			seen := map[string]bool{}
 			good := true
 			for i, e := range items {
 				en := fmt.Sprintf("%s[%d]", name, i)
@@ -389,20 +398,60 @@ func (c *checker) fingerprint(field string, n *yaml.Node, p *rawPolicy) {
 					good = false
 					continue
 				}
-				if msg := checkPointer(s); msg != "" {
-					c.errorf(e, RuleFingerprintPointer, "%s: %q is not a JSON pointer: %s", en, s, msg)
+				it, msg := parseExclude(s)
+				if msg != "" {
+					c.errorf(e, RuleFingerprintPointer, "%s: %s", en, msg)
 					good = false
 					continue
 				}
-				out = append(out, s)
+				id := it.kind + ":" + it.name
+				if it.kind == "header" {
+					id = strings.ToLower(id)
+				}
+				if seen[id] {
+					c.errorf(e, RuleFingerprintPointer, "%s: %q is listed twice (remove one)", en, s)
+					good = false
+					continue
+				}
+				seen[id] = true
+				it.node = e
+				out = append(out, it)
 			}
 			if good {
 				p.exclude = set(out, v)
 			}
 		}
 	default:
-		c.errorf(n, RuleTypeInvalid, "%s: expected true, false or {exclude: [JSON pointers]}, got %s", field, show(n))
+		c.errorf(n, RuleTypeInvalid, "%s: expected true, false or {exclude: [JSON pointers, header:<Name>, query:<name>]}, got %s", field, show(n))
 	}
+}
+
+// parseExclude reads one fingerprint.exclude entry, or says what is wrong with it. An entry that
+// starts with / is a JSON pointer; a <location>:<name> entry before any / names a parameter.
+// Neither reading is ambiguous: a pointer always starts with /.
+func parseExclude(s string) (excludeItem, string) {
+	loc, name, isParam := strings.Cut(s, ":")
+	if s == "" || s[0] == '/' || !isParam || strings.Contains(loc, "/") {
+		if msg := checkPointer(s); msg != "" {
+			return excludeItem{}, fmt.Sprintf("%q is not a JSON pointer: %s", s, msg)
+		}
+		return excludeItem{kind: "body", name: s}, ""
+	}
+	switch loc {
+	case "header":
+		if !isToken(name) {
+			return excludeItem{}, fmt.Sprintf("%q is not header:<Name>: %q is not a valid header name", s, name)
+		}
+	case "query", "path":
+		if name == "" {
+			return excludeItem{}, fmt.Sprintf("%q names no parameter (use %s:<name>)", s, loc)
+		}
+	case "cookie":
+		return excludeItem{}, fmt.Sprintf("%q: cookies are never part of the fingerprint, so there is nothing to exclude (remove it)", s)
+	default:
+		return excludeItem{}, fmt.Sprintf("%q is neither a JSON pointer into the body (/field) nor a parameter (header:<Name> or query:<name>)", s)
+	}
+	return excludeItem{kind: loc, name: name}, ""
 }
 
 // checkPointer validates an RFC 6901 JSON pointer and returns what is wrong, or "".

@@ -11,34 +11,36 @@ type Rule struct {
 // Rule ids. Every id has a negative golden case under testdata/<id>/; a test fails when one is
 // missing, so a new rule cannot ship without a pinned message.
 const (
-	RuleTypeInvalid         = "type-invalid"
-	RuleUnknownField        = "unknown-field"
-	RuleRootInvalid         = "root-invalid"
-	RuleDurationInvalid     = "duration-invalid"
-	RuleStorageInvalid      = "storage-invalid"
-	RuleClaimInvalid        = "claim-invalid"
-	RuleWaitExceedsLease    = "wait-exceeds-lease"
-	RuleMismatchStatus      = "mismatch-status-invalid"
-	RulePersistInvalid      = "persist-invalid"
-	RulePersistNeverStored  = "persist-never-stored"
-	RuleScopeInvalid        = "scope-invalid"
-	RuleScopeParamMissing   = "scope-param-missing"
-	RuleKeyConflict         = "key-conflict"
-	RuleKeyInvalid          = "key-invalid"
-	RuleKeyParamMissing     = "key-param-missing"
-	RuleKeyMaxLength        = "key-max-length"
-	RuleKeyPatternInvalid   = "key-pattern-invalid"
-	RuleKeyHeaderUndeclared = "key-header-undeclared"
-	RuleFingerprintPointer  = "fingerprint-pointer-invalid"
-	RuleMarkerNeedsPrint    = "marker-needs-fingerprint"
-	RuleBodyUnfingerprinted = "body-unfingerprintable"
-	RuleReplayImpossible    = "replay-impossible"
-	RuleReplayHeaderInvalid = "replay-header-invalid"
-	RuleReplayHeaderDenied  = "replay-header-forbidden"
-	RuleSafeMethod          = "safe-method"
-	RulePostWithout         = "post-without-idempotency"
-	RuleTTLShorterThanLease = "ttl-shorter-than-lease"
-	RuleKeyHeaderUnused     = "key-header-unused"
+	RuleTypeInvalid             = "type-invalid"
+	RuleUnknownField            = "unknown-field"
+	RuleRootInvalid             = "root-invalid"
+	RuleDurationInvalid         = "duration-invalid"
+	RuleStorageInvalid          = "storage-invalid"
+	RuleClaimInvalid            = "claim-invalid"
+	RuleWaitExceedsLease        = "wait-exceeds-lease"
+	RuleMismatchStatus          = "mismatch-status-invalid"
+	RulePersistInvalid          = "persist-invalid"
+	RulePersistNeverStored      = "persist-never-stored"
+	RuleScopeInvalid            = "scope-invalid"
+	RuleScopeParamMissing       = "scope-param-missing"
+	RuleKeyConflict             = "key-conflict"
+	RuleKeyInvalid              = "key-invalid"
+	RuleKeyParamMissing         = "key-param-missing"
+	RuleKeyMaxLength            = "key-max-length"
+	RuleKeyPatternInvalid       = "key-pattern-invalid"
+	RuleKeyHeaderUndeclared     = "key-header-undeclared"
+	RuleFingerprintPointer      = "fingerprint-pointer-invalid"
+	RuleFingerprintParamMissing = "fingerprint-param-missing"
+	RuleFingerprintParamDenied  = "fingerprint-param-forbidden"
+	RuleMarkerNeedsPrint        = "marker-needs-fingerprint"
+	RuleBodyUnfingerprinted     = "body-unfingerprintable"
+	RuleReplayImpossible        = "replay-impossible"
+	RuleReplayHeaderInvalid     = "replay-header-invalid"
+	RuleReplayHeaderDenied      = "replay-header-forbidden"
+	RuleSafeMethod              = "safe-method"
+	RulePostWithout             = "post-without-idempotency"
+	RuleTTLShorterThanLease     = "ttl-shorter-than-lease"
+	RuleKeyHeaderUnused         = "key-header-unused"
 )
 
 var rules = []Rule{
@@ -60,7 +62,9 @@ var rules = []Rule{
 	{RuleKeyMaxLength, SeverityError, "key.maxLength is outside 1..255"},
 	{RuleKeyPatternInvalid, SeverityError, "key.pattern is not a valid RE2 regular expression"},
 	{RuleKeyHeaderUndeclared, SeverityError, "the key header is not declared as a header parameter"},
-	{RuleFingerprintPointer, SeverityError, "a fingerprint.exclude entry is not an RFC 6901 JSON pointer"},
+	{RuleFingerprintPointer, SeverityError, "a fingerprint.exclude entry is not an RFC 6901 JSON pointer, header:<Name> or query:<name>"},
+	{RuleFingerprintParamMissing, SeverityError, "a fingerprint.exclude entry names a header or query parameter the operation does not declare"},
+	{RuleFingerprintParamDenied, SeverityError, "a fingerprint.exclude entry names a path parameter or the key header"},
 	{RuleMarkerNeedsPrint, SeverityError, "storage marker with the fingerprint turned off"},
 	{RuleBodyUnfingerprinted, SeverityError, "the request body cannot be fingerprinted (only JSON and form bodies can)"},
 	{RuleReplayImpossible, SeverityError, "storage reference or marker on an operation with no success response to replay"},

@@ -26,8 +26,14 @@
 //     declared spelling, so the generator finds oapi-codegen's field for it.
 //   - fingerprint: false turns the reuse check off; it is an error with storage marker, which keeps
 //     nothing else. An unfingerprintable body (anything but JSON, *+json and form-encoded) is an
-//     error unless the fingerprint is off. exclude entries are RFC 6901 pointers; the empty
-//     pointer (the whole body) is refused.
+//     error unless the fingerprint is off. exclude entries are RFC 6901 pointers into the body
+//     (the empty pointer, the whole body, is refused), or header:<Name> (matched
+//     case-insensitively) and query:<name> (matched exactly), which must name a parameter the
+//     operation or its path item declares. path:<param> is refused: a path parameter names the
+//     resource, so leaving it out would replay one resource's outcome for another. The key header
+//     is refused too: it is never fingerprinted. With the fingerprint off, exclude is ignored
+//     (also when inherited), and the generated code fingerprints the route alone, so any request
+//     with the key replays while the same key on another operation is still key-reused.
 //   - "A way to replay": storage reference needs a 2xx response with a body for Replay<Op> to
 //     reload the resource into; storage marker needs a 2xx response (code or 2XX range) for
 //     Replay<Op> to recompute.

@@ -1,0 +1,190 @@
+package api_test
+
+// These tests drive the golden package over real HTTP against real PostgreSQL: a retry that
+// changes only excluded values (X-Request-Id, X-Signature, the sent_at query parameter, the
+// client_time body field) is replayed, while a change to anything still fingerprinted is
+// key-reused; and an operation with fingerprint: false replays whatever is sent with its key.
+// internal/cli's TestGenerateGolden runs them.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+
+	"idemgen.test/golden/fingerprint-exclusions/api"
+)
+
+type server struct{}
+
+func (server) CreateOrder(ctx context.Context, tx pgx.Tx, req api.CreateOrderRequestObject) (api.CreateOrderResponseObject, error) {
+	o := api.Order{Sku: req.Body.Sku, Quantity: req.Body.Quantity}
+	if err := tx.QueryRow(ctx, `INSERT INTO orders (sku, quantity) VALUES ($1, $2) RETURNING id::text`, o.Sku, o.Quantity).Scan(&o.OrderId); err != nil {
+		return nil, err
+	}
+	return api.CreateOrder201JSONResponse(o), nil
+}
+
+func (server) AddNote(ctx context.Context, tx pgx.Tx, req api.AddNoteRequestObject) (api.AddNoteResponseObject, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO notes (order_id, text) VALUES ($1, $2)`, req.OrderId, req.Body.Text); err != nil {
+		return nil, err
+	}
+	return api.AddNote201JSONResponse{OrderId: req.OrderId, Text: req.Body.Text}, nil
+}
+
+type fixture struct {
+	url  string
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	sch := idemtest.TestSchema(t, nil)
+	if _, err := sch.Pool.Exec(context.Background(), `
+		CREATE TABLE orders (id bigserial PRIMARY KEY, sku text NOT NULL, quantity int NOT NULL);
+		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idem.NewStore(sch.Pool, &idem.Config{
+		Schema: sch.Name,
+		Tenant: func(context.Context) (string, error) { return "t1", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := api.HandlerWithOptions(api.NewStrictHandler(api.NewIdempotentServer(server{}, store), nil), api.StdHTTPServerOptions{
+		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
+	})
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return &fixture{url: hs.URL, pool: sch.Pool}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (a answer) replayed() bool { return a.header.Get("Idempotent-Replayed") == "true" }
+
+func (a answer) String() string {
+	return fmt.Sprintf("%d replayed=%v %s", a.status, a.replayed(), strings.TrimSpace(a.body))
+}
+
+// do sends one request; headers are name, value pairs.
+func (f *fixture) do(t *testing.T, path, body string, headers ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest("POST", f.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func (f *fixture) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func problemCode(t *testing.T, a answer) string {
+	t.Helper()
+	var p struct{ Code string }
+	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", a.body, err)
+	}
+	return p.Code
+}
+
+const orderBody = `{"sku": "A-1", "quantity": 1, "client_time": "2026-11-30T10:00:00Z"}`
+
+func TestExcludedParamsDoNotBreakRetries(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	first := f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=false", orderBody,
+		"Idempotency-Key", "k1", "X-Request-Id", "req-1", "X-Signature", "sig-1", "X-Channel", "web")
+	if first.status != 201 || first.replayed() {
+		t.Fatalf("first: %v, want a fresh 201", first)
+	}
+
+	// An honest retry: new request id, new signature, new send time in the query and the body.
+	retry := f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:05Z&dry_run=false",
+		`{"sku": "A-1", "quantity": 1, "client_time": "2026-11-30T10:00:05Z"}`,
+		"Idempotency-Key", "k1", "X-Request-Id", "req-2", "X-Signature", "sig-2", "X-Channel", "web")
+	if retry.status != 201 || !retry.replayed() || retry.body != first.body {
+		t.Errorf("retry with other excluded values: %v, want the first answer (%s) replayed", retry, strings.TrimSpace(first.body))
+	}
+
+	// Everything that is not excluded still counts.
+	for name, a := range map[string]answer{
+		"other body": f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=false", `{"sku": "A-1", "quantity": 2}`,
+			"Idempotency-Key", "k1", "X-Request-Id", "req-3", "X-Channel", "web"),
+		"other declared header": f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=false", orderBody,
+			"Idempotency-Key", "k1", "X-Request-Id", "req-1", "X-Signature", "sig-1", "X-Channel", "mobile"),
+		"other query parameter": f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=true", orderBody,
+			"Idempotency-Key", "k1", "X-Request-Id", "req-1", "X-Signature", "sig-1", "X-Channel", "web"),
+	} {
+		if a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+			t.Errorf("%s with the same key: %v, want 422 key-reused", name, a)
+		}
+	}
+	if n := f.count(t, "orders"); n != 1 {
+		t.Errorf("%d orders, want 1", n)
+	}
+}
+
+func TestFingerprintOffReplaysAnyRequest(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	first := f.do(t, "/v1/orders/o1/notes", `{"text": "first"}`, "Idempotency-Key", "n1", "X-Request-Id", "req-1")
+	if first.status != 201 || first.replayed() || !strings.Contains(first.body, `"text":"first"`) {
+		t.Fatalf("first: %v, want a fresh 201", first)
+	}
+	// Another body and another declared header: with the fingerprint off it is the same request.
+	again := f.do(t, "/v1/orders/o1/notes", `{"text": "second"}`, "Idempotency-Key", "n1", "X-Request-Id", "req-2")
+	if again.status != 201 || !again.replayed() || again.body != first.body {
+		t.Errorf("same key, other body: %v, want the first answer (%s) replayed", again, strings.TrimSpace(first.body))
+	}
+	if n := f.count(t, "notes"); n != 1 {
+		t.Errorf("%d notes, want 1", n)
+	}
+
+	// The scope leaves out the operation, so both operations share one key space: the route in
+	// the fingerprint still refuses a key that createOrder used, in either direction.
+	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "n1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+		t.Errorf("addNote's key on createOrder: %v, want 422 key-reused", a)
+	}
+	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "o1"); a.status != 201 {
+		t.Fatalf("createOrder: %v", a)
+	}
+	if a := f.do(t, "/v1/orders/o1/notes", `{"text": "x"}`, "Idempotency-Key", "o1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+		t.Errorf("createOrder's key on addNote: %v, want 422 key-reused", a)
+	}
+}
