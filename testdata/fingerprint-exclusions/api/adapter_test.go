@@ -3,14 +3,17 @@ package api_test
 // These tests drive the golden package over real HTTP against real PostgreSQL: a retry that
 // changes only excluded values (X-Request-Id, X-Signature, the sent_at query parameter, the
 // client_time body field) is replayed, while a change to anything still fingerprinted is
-// key-reused; and an operation with fingerprint: false replays whatever is sent with its key.
+// key-reused; and an operation with fingerprint: false replays whatever is sent with its key, a
+// multipart body included.
 // internal/cli's TestGenerateGolden runs them.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -42,6 +45,21 @@ func (server) AddNote(ctx context.Context, tx pgx.Tx, req api.AddNoteRequestObje
 	return api.AddNote201JSONResponse{OrderId: req.OrderId, Text: req.Body.Text}, nil
 }
 
+func (server) AttachFile(ctx context.Context, tx pgx.Tx, req api.AttachFileRequestObject) (api.AttachFileResponseObject, error) {
+	part, err := req.Body.NextPart()
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(part)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO attachments (order_id, data) VALUES ($1, $2)`, req.OrderId, data); err != nil {
+		return nil, err
+	}
+	return api.AttachFile201JSONResponse{Bytes: len(data)}, nil
+}
+
 type fixture struct {
 	url  string
 	pool *pgxpool.Pool
@@ -52,7 +70,8 @@ func setup(t *testing.T) *fixture {
 	sch := idemtest.TestSchema(t, nil)
 	if _, err := sch.Pool.Exec(context.Background(), `
 		CREATE TABLE orders (id bigserial PRIMARY KEY, sku text NOT NULL, quantity int NOT NULL);
-		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL)`); err != nil {
+		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL);
+		CREATE TABLE attachments (order_id text NOT NULL, data bytea NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	store, err := idem.NewStore(sch.Pool, &idem.Config{
@@ -82,14 +101,19 @@ func (a answer) String() string {
 	return fmt.Sprintf("%d replayed=%v %s", a.status, a.replayed(), strings.TrimSpace(a.body))
 }
 
-// do sends one request; headers are name, value pairs.
+// do sends one JSON request; headers are name, value pairs.
 func (f *fixture) do(t *testing.T, path, body string, headers ...string) answer {
+	t.Helper()
+	return f.send(t, path, "application/json", body, headers...)
+}
+
+func (f *fixture) send(t *testing.T, path, contentType, body string, headers ...string) answer {
 	t.Helper()
 	req, err := http.NewRequest("POST", f.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
@@ -186,5 +210,43 @@ func TestFingerprintOffReplaysAnyRequest(t *testing.T) {
 	}
 	if a := f.do(t, "/v1/orders/o1/notes", `{"text": "x"}`, "Idempotency-Key", "o1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
 		t.Errorf("createOrder's key on addNote: %v, want 422 key-reused", a)
+	}
+}
+
+// upload sends data as the multipart field "file".
+func (f *fixture) upload(t *testing.T, path, data string, headers ...string) answer {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	fw, err := w.CreateFormFile("file", "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(fw, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return f.send(t, path, w.FormDataContentType(), b.String(), headers...)
+}
+
+func TestFingerprintOffUnfingerprintableBody(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	first := f.upload(t, "/v1/orders/o1/attachments", "hello", "Idempotency-Key", "a1")
+	if first.status != 201 || first.replayed() || !strings.Contains(first.body, `"bytes":5`) {
+		t.Fatalf("first upload: %v, want a fresh 201 of 5 bytes", first)
+	}
+	again := f.upload(t, "/v1/orders/o1/attachments", "hello, world", "Idempotency-Key", "a1")
+	if again.status != 201 || !again.replayed() || again.body != first.body {
+		t.Errorf("same key, other file: %v, want the first answer (%s) replayed", again, strings.TrimSpace(first.body))
+	}
+	// The scope has the order, so the same key on another order is another request.
+	if a := f.upload(t, "/v1/orders/o2/attachments", "hello", "Idempotency-Key", "a1"); a.status != 201 || a.replayed() {
+		t.Errorf("same key, other order: %v, want a fresh 201", a)
+	}
+	if n := f.count(t, "attachments"); n != 2 {
+		t.Errorf("%d attachments, want 2", n)
 	}
 }

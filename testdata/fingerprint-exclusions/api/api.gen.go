@@ -11,10 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime/multipart"
 	"net/http"
 	"time"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // NewOrder defines model for NewOrder.
@@ -47,6 +49,16 @@ type CreateOrderParams struct {
 	XRequestId     *string    `json:"x-request-id,omitempty"`
 }
 
+// AttachFileMultipartBody defines parameters for AttachFile.
+type AttachFileMultipartBody struct {
+	File *openapi_types.File `json:"file,omitempty"`
+}
+
+// AttachFileParams defines parameters for AttachFile.
+type AttachFileParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // AddNoteJSONBody defines parameters for AddNote.
 type AddNoteJSONBody struct {
 	Text string `json:"text"`
@@ -61,6 +73,9 @@ type AddNoteParams struct {
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = NewOrder
 
+// AttachFileMultipartRequestBody defines body for AttachFile for multipart/form-data ContentType.
+type AttachFileMultipartRequestBody AttachFileMultipartBody
+
 // AddNoteJSONRequestBody defines body for AddNote for application/json ContentType.
 type AddNoteJSONRequestBody AddNoteJSONBody
 
@@ -69,6 +84,9 @@ type ServerInterface interface {
 
 	// (POST /v1/orders)
 	CreateOrder(w http.ResponseWriter, r *http.Request, params CreateOrderParams)
+
+	// (POST /v1/orders/{order_id}/attachments)
+	AttachFile(w http.ResponseWriter, r *http.Request, orderId string, params AttachFileParams)
 
 	// (POST /v1/orders/{order_id}/notes)
 	AddNote(w http.ResponseWriter, r *http.Request, orderId string, params AddNoteParams)
@@ -198,6 +216,56 @@ func (siw *ServerInterfaceWrapper) CreateOrder(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CreateOrder(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AttachFile operation middleware
+func (siw *ServerInterfaceWrapper) AttachFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "order_id" -------------
+	var orderId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "order_id", r.PathValue("order_id"), &orderId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "order_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AttachFileParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AttachFile(w, r, orderId, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -398,6 +466,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/orders", wrapper.CreateOrder)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/orders/{order_id}/notes", wrapper.AddNote)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/orders/{order_id}/attachments", wrapper.AttachFile)
 
 	return m
 }
@@ -414,6 +483,32 @@ type CreateOrderResponseObject interface {
 type CreateOrder201JSONResponse Order
 
 func (response CreateOrder201JSONResponse) VisitCreateOrderResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AttachFileRequestObject struct {
+	OrderId string `json:"order_id"`
+	Params  AttachFileParams
+	Body    *multipart.Reader
+}
+
+type AttachFileResponseObject interface {
+	VisitAttachFileResponse(w http.ResponseWriter) error
+}
+
+type AttachFile201JSONResponse struct {
+	Bytes int `json:"bytes"`
+}
+
+func (response AttachFile201JSONResponse) VisitAttachFileResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
@@ -454,6 +549,9 @@ type StrictServerInterface interface {
 
 	// (POST /v1/orders)
 	CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error)
+
+	// (POST /v1/orders/{order_id}/attachments)
+	AttachFile(ctx context.Context, request AttachFileRequestObject) (AttachFileResponseObject, error)
 
 	// (POST /v1/orders/{order_id}/notes)
 	AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error)
@@ -524,6 +622,40 @@ func (sh *strictHandler) CreateOrder(w http.ResponseWriter, r *http.Request, par
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CreateOrderResponseObject); ok {
 		if err := validResponse.VisitCreateOrderResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AttachFile operation middleware
+func (sh *strictHandler) AttachFile(w http.ResponseWriter, r *http.Request, orderId string, params AttachFileParams) {
+	var request AttachFileRequestObject
+
+	request.OrderId = orderId
+	request.Params = params
+
+	if reader, err := r.MultipartReader(); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode multipart body: %w", err))
+		return
+	} else {
+		request.Body = reader
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AttachFile(ctx, request.(AttachFileRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AttachFile")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AttachFileResponseObject); ok {
+		if err := validResponse.VisitAttachFileResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -22,6 +22,8 @@ import (
 type IdempotentServerInterface interface {
 	// CreateOrder handles POST /v1/orders once per key; retries get its stored response.
 	CreateOrder(ctx context.Context, tx pgx.Tx, request CreateOrderRequestObject) (CreateOrderResponseObject, error)
+	// AttachFile handles POST /v1/orders/{order_id}/attachments once per key; retries get its stored response.
+	AttachFile(ctx context.Context, tx pgx.Tx, request AttachFileRequestObject) (AttachFileResponseObject, error)
 	// AddNote handles POST /v1/orders/{order_id}/notes once per key; retries get its stored response.
 	AddNote(ctx context.Context, tx pgx.Tx, request AddNoteRequestObject) (AddNoteResponseObject, error)
 }
@@ -30,6 +32,25 @@ type IdempotentServerInterface interface {
 var policyCreateOrder = &idem.Policy{
 	Operation:      "createOrder",
 	Route:          "POST /v1/orders",
+	Storage:        idem.StorageResponse,
+	Claim:          idem.ClaimModeLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idem.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+}
+
+// policyAttachFile is the x-idempotency of POST /v1/orders/{order_id}/attachments, with every default applied.
+var policyAttachFile = &idem.Policy{
+	Operation:      "attachFile",
+	Route:          "POST /v1/orders/{order_id}/attachments",
 	Storage:        idem.StorageResponse,
 	Claim:          idem.ClaimModeLease,
 	TTL:            24 * time.Hour,
@@ -67,6 +88,7 @@ var policyAddNote = &idem.Policy{
 // idemPolicies lists every idempotent operation's policy, for IdempotencyParamErrorHandler.
 var idemPolicies = []*idem.Policy{
 	policyCreateOrder,
+	policyAttachFile,
 	policyAddNote,
 }
 
@@ -125,6 +147,41 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 	return idemResult{res: res}, nil
 }
 
+// AttachFile fingerprints the typed request, lets the runtime claim its key and run
+// the handler at most once, and answers with the handler's response, a replay or a problem.
+func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestObject) (AttachFileResponseObject, error) {
+	// fingerprint: false, so the fingerprint is the route alone: any request with this key
+	// replays the first outcome, while the key reused on another operation is still refused.
+	fp := idem.NewFingerprinter(policyAttachFile.Route)
+	req := &idem.Request{
+		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
+		Scope: []idem.ScopePart{
+			{Name: "operation", Value: "attachFile"},
+			{Name: "path:order_id", Value: fmt.Sprint(request.OrderId)},
+		},
+		Fingerprint: fp.Sum(),
+	}
+	res, err := s.store.Serve(ctx, policyAttachFile, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		resp, err := s.impl.AttachFile(ctx, tx, request)
+		if err != nil {
+			return nil, err
+		}
+		if resp == nil {
+			return nil, errors.New("AttachFile returned a nil response and no error")
+		}
+		rec := idem.NewRecorder()
+		if err := resp.VisitAttachFileResponse(rec); err != nil {
+			return nil, err
+		}
+		out := rec.Outcome()
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return idemResult{res: res}, nil
+}
+
 // AddNote fingerprints the typed request, lets the runtime claim its key and run
 // the handler at most once, and answers with the handler's response, a replay or a problem.
 func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error) {
@@ -162,6 +219,8 @@ func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) 
 type idemResult struct{ res *idem.Result }
 
 func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+
+func (r idemResult) VisitAttachFileResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
 
 func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
 
