@@ -19,7 +19,7 @@ const defaultConfig = "idemgen.yaml"
 
 type generateFlags struct {
 	pkg, output, router, config string
-	check                       bool
+	check, allowRemoteRefs      bool
 }
 
 func newGenerateCmd(s *streams) *cobra.Command {
@@ -61,6 +61,7 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 	fl.StringVar(&f.router, "router", generator.RouterStdHTTP, "HTTP router: std-http (chi, gorilla, echo and gin are not supported yet)")
 	fl.StringVarP(&f.config, "config", "c", "", "config file (default ./idemgen.yaml when no SPEC is given)")
 	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
+	fl.BoolVar(&f.allowRemoteRefs, "allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
 	return cmd
 }
 
@@ -164,6 +165,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 	}
 	if changed("router") {
 		job.router = f.router
+	}
+	if changed("allow-remote-refs") {
+		job.allowRemoteRefs = f.allowRemoteRefs
 	}
 	if job.router != generator.RouterStdHTTP {
 		return nil, fmt.Errorf("--router %s: not supported yet (supported: %s)", job.router, generator.RouterStdHTTP)

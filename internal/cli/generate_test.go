@@ -3,7 +3,10 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,4 +417,42 @@ func firstLines(s string, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestGenerateRemoteRefs: a $ref to another host is refused with a message that names the flag,
+// and the flag (or allow-remote-refs in idemgen.yaml) lets idemgen follow it.
+func TestGenerateRemoteRefs(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "IdempotencyKey: {name: Idempotency-Key, in: header, schema: {type: string}}\n")
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	specPath := filepath.Join(dir, "openapi.yaml")
+	spec := strings.Replace(checkSpec, `        - name: Idempotency-Key
+          in: header
+          required: true
+          schema:
+            type: string
+`, `        - $ref: "`+srv.URL+`/common.yaml#/IdempotencyKey"
+`, 1)
+	if err := os.WriteFile(specPath, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "api")
+
+	code, _, stderr := genRunMain("generate", "-p", "api", "-o", out, specPath)
+	if code != ExitUsage || !strings.Contains(stderr, "remote $ref") || !strings.Contains(stderr, "--allow-remote-refs") {
+		t.Fatalf("without the flag: exit %d, stderr %q; want exit 2 naming --allow-remote-refs", code, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused spec must write nothing, but %s exists", out)
+	}
+
+	// With the flag idemgen follows the $ref (the policy resolves the remote key header); oapi-codegen
+	// then needs an import mapping for the other document, and the message says so.
+	code, _, stderr = genRunMain("generate", "-p", "api", "-o", out, "--allow-remote-refs", specPath)
+	if code != ExitUsage || strings.Contains(stderr, "remote $ref") ||
+		!strings.Contains(stderr, "oapi-codegen cannot generate code") || !strings.Contains(stderr, "import-mapping") {
+		t.Fatalf("with --allow-remote-refs: exit %d, stderr %q; want oapi-codegen's import-mapping message", code, stderr)
+	}
 }
