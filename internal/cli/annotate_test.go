@@ -46,9 +46,8 @@ type cliRun struct {
 
 func runCLI(t *testing.T, stdin string, args ...string) cliRun {
 	t.Helper()
-	var out, errb strings.Builder
-	code := Main(args, strings.NewReader(stdin), &out, &errb)
-	return cliRun{code, out.String(), errb.String()}
+	code, stdout, stderr := runMain(stdin, args...)
+	return cliRun{code, stdout, stderr}
 }
 
 func writeSpec(t *testing.T, mode os.FileMode) string {

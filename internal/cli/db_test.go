@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -14,16 +13,8 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
-// run drives the CLI in-process and returns its exit code and streams.
-func dbRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = Main(args, strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestSchemaPrintsTheMigrations(t *testing.T) {
-	code, out, stderr := dbRun(t, "schema", "--schema", "billing", "--table", "idem_keys")
+	code, out, stderr := runMain("", "schema", "--schema", "billing", "--table", "idem_keys")
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -42,7 +33,7 @@ func TestSchemaPrintsTheMigrations(t *testing.T) {
 		t.Errorf("schema output does not name the table \"billing\".\"idem_keys\":\n%s", out)
 	}
 
-	code, down, _ := dbRun(t, "schema", "--down")
+	code, down, _ := runMain("", "schema", "--down")
 	if code != ExitOK || !strings.Contains(down, "(down)") {
 		t.Errorf("schema --down: exit %d, output %q", code, down)
 	}
@@ -52,11 +43,11 @@ func TestMigrateTwiceIsHarmless(t *testing.T) {
 	s := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
 	args := []string{"migrate", "--database-url", s.URL, "--schema", s.Name, "--table", "keys"}
 
-	code, out, stderr := dbRun(t, args...)
+	code, out, stderr := runMain("", args...)
 	if code != ExitOK || !strings.Contains(out, "applied migrations 1") {
 		t.Fatalf("first migrate: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
-	code, out, stderr = dbRun(t, args...)
+	code, out, stderr = runMain("", args...)
 	if code != ExitOK || !strings.Contains(out, "up to date") {
 		t.Fatalf("second migrate: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
@@ -98,11 +89,11 @@ func TestPurgeRemovesExactlyTheExpiredRows(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let the database clock pass the short TTL
 
 	base := []string{"--database-url", s.URL, "--schema", s.Name, "--table", s.Table}
-	code, out, stderr := dbRun(t, append([]string{"purge", "--dry-run"}, base...)...)
+	code, out, stderr := runMain("", append([]string{"purge", "--dry-run"}, base...)...)
 	if code != ExitOK || !strings.Contains(out, "5 expired keys would be deleted") {
 		t.Fatalf("purge --dry-run: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
-	code, out, stderr = dbRun(t, append([]string{"purge", "--batch-size", "2"}, base...)...)
+	code, out, stderr = runMain("", append([]string{"purge", "--batch-size", "2"}, base...)...)
 	if code != ExitOK || !strings.Contains(out, "deleted 5 expired keys") {
 		t.Fatalf("purge: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
@@ -134,7 +125,7 @@ func TestDatabaseCommandsRejectBadURLs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			code, out, stderr := dbRun(t, c.args...)
+			code, out, stderr := runMain("", c.args...)
 			if code != ExitUsage {
 				t.Errorf("exit %d, want %d", code, ExitUsage)
 			}

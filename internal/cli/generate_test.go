@@ -114,7 +114,7 @@ func runGoldenCase(t *testing.T, dir string) {
 	args := goldenArgs(t, dir)
 	t.Chdir(work)
 
-	code, stdout, stderr := genRunMain(args...)
+	code, stdout, stderr := runMain("", args...)
 	stderr = strings.ReplaceAll(stderr, work, "$WORK")
 	got := goldenGenFiles(t, ".")
 
@@ -159,7 +159,7 @@ func runGoldenCase(t *testing.T, dir string) {
 		return
 	}
 	// A second, separate generation must give the same bytes.
-	code, stdout, stderr = genRunMain(append(args, "--check")...)
+	code, stdout, stderr = runMain("", append(args, "--check")...)
 	if code != 0 || stdout != "" {
 		t.Errorf("second run with --check: exit %d, want 0 with nothing printed\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -268,12 +268,6 @@ func goldenWriteOrRemove(t *testing.T, path, content string) {
 }
 
 // runMain runs the CLI in-process.
-func genRunMain(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = Main(args, strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 const checkSpec = `openapi: 3.0.3
 info:
   title: Check
@@ -303,7 +297,7 @@ func TestGenerateCheck(t *testing.T) {
 	}
 	args := []string{"generate", "--package", "api", "--output", "api", "openapi.yaml"}
 
-	code, stdout, stderr := genRunMain(append(args, "--check")...)
+	code, stdout, stderr := runMain("", append(args, "--check")...)
 	if code != ExitFindings || !strings.Contains(stdout, "--- /dev/null\n+++ api/api.gen.go") {
 		t.Fatalf("--check before generating: exit %d, want 1 and a diff from /dev/null\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -311,14 +305,14 @@ func TestGenerateCheck(t *testing.T) {
 		t.Fatalf("--check created the output directory (stat: %v)", err)
 	}
 
-	if code, _, stderr := genRunMain(args...); code != ExitOK {
+	if code, _, stderr := runMain("", args...); code != ExitOK {
 		t.Fatalf("generate: exit %d\n%s", code, stderr)
 	}
 	before := goldenGenFiles(t, "api")
 	if len(before) != 2 {
 		t.Fatalf("generated %d files, want api.gen.go and idempotency.gen.go", len(before))
 	}
-	if code, stdout, stderr := genRunMain(append(args, "--check")...); code != ExitOK || stdout != "" || stderr != "" {
+	if code, stdout, stderr := runMain("", append(args, "--check")...); code != ExitOK || stdout != "" || stderr != "" {
 		t.Fatalf("--check on current files: exit %d, want 0 and no output\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 
@@ -326,7 +320,7 @@ func TestGenerateCheck(t *testing.T) {
 	if err := os.WriteFile("openapi.yaml", []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr = genRunMain(append(args, "--check")...)
+	code, stdout, stderr = runMain("", append(args, "--check")...)
 	if code != ExitFindings {
 		t.Fatalf("--check after the spec changed: exit %d, want 1\nstderr:\n%s", code, stderr)
 	}
@@ -357,7 +351,7 @@ func TestGenerateConfigFromWorkingDirectory(t *testing.T) {
 	if err := os.WriteFile("idemgen.yaml", []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, stderr := genRunMain("generate"); code != ExitOK {
+	if code, _, stderr := runMain("", "generate"); code != ExitOK {
 		t.Fatalf("generate: exit %d\n%s", code, stderr)
 	}
 	b, err := os.ReadFile("gen/things/idempotency.gen.go")
@@ -368,7 +362,7 @@ func TestGenerateConfigFromWorkingDirectory(t *testing.T) {
 		t.Errorf("idempotency.gen.go starts with %q", firstLines(string(b), 3))
 	}
 
-	if code, _, stderr := genRunMain("generate", "-p", "other", "-o", "out"); code != ExitOK {
+	if code, _, stderr := runMain("", "generate", "-p", "other", "-o", "out"); code != ExitOK {
 		t.Fatalf("generate with flags: exit %d\n%s", code, stderr)
 	}
 	b, err = os.ReadFile("out/api.gen.go")
@@ -398,7 +392,7 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"gin router", []string{"generate", "--router", "gin", "openapi.yaml"}, "--router gin: not supported yet (supported: std-http)"},
 	}
 	for _, tt := range tests {
-		code, stdout, stderr := genRunMain(tt.args...)
+		code, stdout, stderr := runMain("", tt.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit 2 and %q", tt.name, code, stderr, tt.want)
 		}
@@ -440,7 +434,7 @@ func TestGenerateRemoteRefs(t *testing.T) {
 	}
 	out := filepath.Join(dir, "api")
 
-	code, _, stderr := genRunMain("generate", "-p", "api", "-o", out, specPath)
+	code, _, stderr := runMain("", "generate", "-p", "api", "-o", out, specPath)
 	if code != ExitUsage || !strings.Contains(stderr, "remote $ref") || !strings.Contains(stderr, "--allow-remote-refs") {
 		t.Fatalf("without the flag: exit %d, stderr %q; want exit 2 naming --allow-remote-refs", code, stderr)
 	}
@@ -450,7 +444,7 @@ func TestGenerateRemoteRefs(t *testing.T) {
 
 	// With the flag idemgen follows the $ref (the policy resolves the remote key header); oapi-codegen
 	// then needs an import mapping for the other document, and the message says so.
-	code, _, stderr = genRunMain("generate", "-p", "api", "-o", out, "--allow-remote-refs", specPath)
+	code, _, stderr = runMain("", "generate", "-p", "api", "-o", out, "--allow-remote-refs", specPath)
 	if code != ExitUsage || strings.Contains(stderr, "remote $ref") ||
 		!strings.Contains(stderr, "oapi-codegen cannot generate code") || !strings.Contains(stderr, "import-mapping") {
 		t.Fatalf("with --allow-remote-refs: exit %d, stderr %q; want oapi-codegen's import-mapping message", code, stderr)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,9 +12,7 @@ import (
 )
 
 func lintRun(args ...string) (code int, stdout, stderr string) {
-	var out, errb bytes.Buffer
-	code = Main(append([]string{"lint"}, args...), strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
+	return runMain("", append([]string{"lint"}, args...)...)
 }
 
 // lintFinding is what every format must carry for one diagnostic.
