@@ -52,12 +52,14 @@ package spec
 import (
 	"errors"
 	"fmt"
+	yamlv4 "go.yaml.in/yaml/v4"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -171,9 +173,14 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	}
 	tree, err := parseTree(data)
 	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		msg := strings.TrimPrefix(syntaxError(data, err).Error(), "yaml: ")
 		if m := yamlProblem.FindStringSubmatchIndex(msg); m != nil && m[0] == 0 {
-			return nil, fmt.Errorf("%s:%s: not valid YAML or JSON: %s", path, msg[m[2]:m[3]], msg[m[1]:])
+			line, _ := strconv.Atoi(msg[m[2]:m[3]])
+			// A problem found at the end of input is placed on the last line that has text.
+			if last := strings.Count(strings.TrimRight(string(data), "\n"), "\n") + 1; line > last {
+				line = last
+			}
+			return nil, fmt.Errorf("%s:%d: not valid YAML or JSON: %s", path, line, msg[m[1]:])
 		}
 		return nil, fmt.Errorf("%s: not valid YAML or JSON: %s", path, msg)
 	}
@@ -216,6 +223,18 @@ func newLoader(opts *LoadOpts) *openapi3.Loader {
 		return openapi3.ReadFromFile(loader, u)
 	}
 	return l
+}
+
+// syntaxError re-reads a document yaml.v3 rejected with yaml v4 (the YAML library kin-openapi
+// itself uses), whose syntax errors carry the line where the problem was found: yaml.v3 names the
+// line of the enclosing construct instead, and counts it from zero for parser errors, so an
+// unclosed "[" on line 8 was reported on line 7.
+func syntaxError(data []byte, v3err error) error {
+	var n yamlv4.Node
+	if err := yamlv4.Unmarshal(data, &n); err != nil && yamlProblem.MatchString(err.Error()) {
+		return err
+	}
+	return v3err
 }
 
 var yamlProblem = regexp.MustCompile(`line (\d+): `)
