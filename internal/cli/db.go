@@ -45,7 +45,7 @@ func (f *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgconn's parse errors already hide the password.
-		return nil, fail(ExitUsage, fmt.Errorf("database URL is not valid: %v", unwrapAll(err)))
+		return nil, fail(ExitUsage, fmt.Errorf("database URL is not valid: %v", rootCause(err)))
 	}
 	cfg.MaxConns = 2
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -58,8 +58,14 @@ func (f *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
 		if pool != nil {
 			pool.Close()
 		}
-		return nil, fail(ExitUsage, fmt.Errorf("cannot reach PostgreSQL at %s: %v (is the server running, and is the URL right?)",
-			describeTarget(cfg.ConnConfig.Config), unwrapAll(err)))
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server answered: a wrong user, password or database, not an outage.
+			return nil, fail(ExitUsage, fmt.Errorf("PostgreSQL at %s refused the connection: %s (check the user, password and database in the URL)",
+				describeTarget(cfg.ConnConfig.Config), pgErr.Message))
+		}
+		return nil, fail(ExitUsage, fmt.Errorf("cannot reach PostgreSQL at %s: %s (is the server running, and is the URL right?)",
+			describeTarget(cfg.ConnConfig.Config), rootCause(err)))
 	}
 	return pool, nil
 }
@@ -69,13 +75,18 @@ func describeTarget(c pgconn.Config) string {
 	return fmt.Sprintf("host=%s port=%d database=%s user=%s", c.Host, c.Port, c.Database, c.User)
 }
 
-// unwrapAll returns the innermost error's text: pgx wraps the useful cause (connection refused,
-// password authentication failed, …) in several layers that repeat the target.
-func unwrapAll(err error) string {
+// rootCause returns the innermost error's text on one line: pgx wraps the useful cause
+// (connection refused, no such socket, …) in layers that repeat the target, and joins the errors
+// of its connection attempts (sslmode=prefer tries twice) with newlines.
+func rootCause(err error) string {
 	for {
+		if joined, ok := err.(interface{ Unwrap() []error }); ok && len(joined.Unwrap()) > 0 {
+			err = joined.Unwrap()[0]
+			continue
+		}
 		next := errors.Unwrap(err)
 		if next == nil {
-			return err.Error()
+			return strings.Join(strings.Fields(err.Error()), " ")
 		}
 		err = next
 	}

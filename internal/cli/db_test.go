@@ -121,6 +121,8 @@ func TestDatabaseCommandsRejectBadURLs(t *testing.T) {
 		{"missing", []string{"migrate"}, "pass --database-url or set DATABASE_URL"},
 		{"unparsable", []string{"migrate", "--database-url", "postgres://a:b@host:notaport/db"}, "database URL is not valid"},
 		{"unreachable", []string{"purge", "--database-url", "postgres://nobody@/db?host=/nonexistent-idemgen-socket-dir&connect_timeout=2"}, "cannot reach PostgreSQL"},
+		// sslmode=prefer (the default) makes pgx try twice and join both errors with a newline.
+		{"unreachable tcp", []string{"migrate", "--database-url", "postgres://nobody@127.0.0.1:1/db?connect_timeout=2"}, "cannot reach PostgreSQL"},
 		{"bad batch", []string{"purge", "--batch-size", "0"}, "--batch-size must be at least 1"},
 	}
 	for _, c := range cases {
@@ -140,5 +142,26 @@ func TestDatabaseCommandsRejectBadURLs(t *testing.T) {
 				t.Errorf("stderr leaks the password: %q", stderr)
 			}
 		})
+	}
+}
+
+// TestDatabaseCommandsNameARefusedLogin: a server that answers but refuses the user is not
+// reported as unreachable, and the message is one line.
+func TestDatabaseCommandsNameARefusedLogin(t *testing.T) {
+	cfg, err := pgx.ParseConfig(idemtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("postgres://idemgen_no_such_role@/postgres?host=%s&port=%d&sslmode=disable", cfg.Host, cfg.Port)
+	if !strings.HasPrefix(cfg.Host, "/") {
+		url = fmt.Sprintf("postgres://idemgen_no_such_role@%s:%d/postgres?sslmode=disable", cfg.Host, cfg.Port)
+	}
+	code, out, stderr := runMain("", "migrate", "--database-url", url)
+	if code != ExitUsage || out != "" {
+		t.Errorf("exit %d, stdout %q; want exit 2 and no output", code, out)
+	}
+	if lines := strings.Count(strings.TrimSpace(stderr), "\n") + 1; lines != 1 ||
+		!strings.Contains(stderr, "refused the connection") || !strings.Contains(stderr, "idemgen_no_such_role") {
+		t.Errorf("stderr should be one line saying the login was refused, got %q", stderr)
 	}
 }
