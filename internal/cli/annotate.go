@@ -127,8 +127,14 @@ func writeDiff(w io.Writer, name string, before, after []byte) error {
 }
 
 // writeFileAtomic replaces path with data through a temporary file in the same directory and a
-// rename, so a crash never leaves half a spec behind; the file keeps its mode.
+// rename, so a crash never leaves half a spec behind; the file keeps its mode. A symbolic link
+// is followed, so the file it points at is updated and the link stays a link.
 func writeFileAtomic(path string, data []byte) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	path = real
 	info, err := os.Stat(path)
 	if err != nil {
 		return err

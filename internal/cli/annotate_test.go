@@ -265,3 +265,26 @@ func TestAnnotateFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestAnnotateWriteFollowsSymlinks: -w on a link updates the file it points at and keeps the link.
+func TestAnnotateWriteFollowsSymlinks(t *testing.T) {
+	t.Parallel()
+	target := writeSpec(t, 0o644)
+	link := filepath.Join(t.TempDir(), "link.yaml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, "", "annotate", "-w", link); r.code != ExitOK {
+		t.Fatalf("annotate -w link: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("link.yaml is no longer a symbolic link (mode %v, err %v)", fi.Mode(), err)
+	}
+	got, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), "x-idempotency") {
+		t.Errorf("the file behind the link was not annotated:\n%s", got)
+	}
+}
