@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go/token"
 	"regexp"
 	"strings"
 
@@ -69,6 +70,9 @@ func Generate(in Input, opts Options) (Files, error) {
 	}
 	if !goIdent.MatchString(opts.Package) {
 		return nil, fmt.Errorf("package name %q is not a Go identifier (use e.g. --package api)", opts.Package)
+	}
+	if token.IsKeyword(opts.Package) {
+		return nil, fmt.Errorf("package name %q is a Go keyword (use e.g. --package api)", opts.Package)
 	}
 	if s.Model == nil {
 		return nil, errors.New("generator: Input.Model is nil")

@@ -120,6 +120,9 @@ func TestGenerateErrors(t *testing.T) {
 	if _, err := Generate(in, Options{Package: "my-api"}); err == nil || !strings.Contains(err.Error(), `package name "my-api" is not a Go identifier`) {
 		t.Errorf("bad package: %v", err)
 	}
+	if _, err := Generate(in, Options{Package: "type"}); err == nil || !strings.Contains(err.Error(), `package name "type" is a Go keyword`) {
+		t.Errorf("keyword package: err = %v", err)
+	}
 	if _, err := Generate(in, Options{Package: "api", Router: "chi"}); err == nil || !strings.Contains(err.Error(), `router "chi" is not supported yet`) {
 		t.Errorf("chi: %v", err)
 	}
