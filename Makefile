@@ -14,9 +14,10 @@ test: ## run every test with -race on real PostgreSQL (a throwaway server unless
 	$(PG) TEST_DATABASE_URL $(GO) test -race -count=1 ./...
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and a tidy go.mod
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod is not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 .PHONY: bench
 bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a baseline from the same run
