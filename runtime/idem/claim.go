@@ -87,8 +87,8 @@ func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
 // Outcome is what a completed request answered.
 type Outcome struct {
 	Status    int
-	Header    http.Header // response storage: allow-listed headers only
-	Body      []byte      // response storage only
+	Header    http.Header // stored whole: allow-listed headers only
+	Body      []byte      // stored whole (response storage, or reference storage without a Reference)
 	Reference string      // reference storage only
 }
 

@@ -69,7 +69,8 @@ type Request struct {
 }
 
 // HandlerFunc runs the business handler inside tx and returns what it answered (recorded with a
-// Recorder) — for reference storage Outcome.Reference must be set. It must neither commit nor
+// Recorder). For reference storage a 2xx Outcome must carry a Reference (else ErrNoReference);
+// any other persisted outcome without one is stored whole and replayed like response storage. It must neither commit nor
 // roll back tx: the runtime completes the key in it and commits both together.
 type HandlerFunc func(ctx context.Context, tx pgx.Tx) (*Outcome, error)
 
@@ -78,7 +79,7 @@ type ResultKind int
 
 const (
 	ResultExecuted ResultKind = iota + 1 // the handler ran now; Outcome is its answer
-	ResultReplayed                       // a stored outcome; reference/marker replays call Replay<Op>
+	ResultReplayed                       // a stored outcome; Replay<Op> answers marker replays and those with a Reference
 	ResultProblem                        // Problem says why the handler did not run
 )
 
@@ -163,10 +164,18 @@ func (s *Store) Serve(ctx context.Context, p *Policy, req *Request, fn HandlerFu
 func (s *Store) storedOutcome(p *Policy, o *Outcome) (*Outcome, error) {
 	switch p.Storage {
 	case StorageReference:
-		if o.Reference == "" {
-			return nil, fmt.Errorf("idem: operation %s stores a reference, but the handler's outcome has none: set Outcome.Reference to the created resource's id", p.Operation)
+		if o.Reference != "" {
+			return &Outcome{Status: o.Status, Reference: o.Reference}, nil
 		}
-		return &Outcome{Status: o.Status, Reference: o.Reference}, nil
+		if o.Status >= 200 && o.Status <= 299 {
+			// The details go to the log only: the strict handler's default error handler
+			// prints err.Error() to the client, so the returned error stays generic.
+			s.log.Error("idem: a reference-storage handler answered 2xx without a reference; the request was rolled back and answered 500: return the created resource's id as the reference",
+				"operation", p.Operation, "status", o.Status)
+			return nil, ErrNoReference
+		}
+		// A persisted answer without a resource (a 404, a 400, a redirect) has nothing to
+		// reload: it is stored whole, like response storage, and replayed byte for byte.
 	case StorageMarker:
 		return &Outcome{Status: o.Status}, nil
 	}
@@ -250,8 +259,9 @@ func replayHeaders(h http.Header, extra []string) http.Header {
 
 // WriteTo writes the result: the outcome (with Idempotent-Replayed: true on replays, only
 // allow-listed headers) or the problem. A fresh execution is written as the handler produced it,
-// with all its headers. Adapters answer reference and marker replays themselves, through
-// Replay<Op> and ReplayWriter, instead of calling WriteTo.
+// with all its headers. Adapters answer marker replays and reference replays that carry a
+// Reference themselves, through Replay<Op> and ReplayWriter, instead of calling WriteTo; a
+// reference-storage outcome stored without a Reference (a 4xx, say) is replayed by WriteTo.
 func (r *Result) WriteTo(w http.ResponseWriter) error {
 	switch r.Kind {
 	case ResultProblem:

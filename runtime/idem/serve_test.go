@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -371,8 +372,11 @@ func TestReferenceAndMarkerStorage(t *testing.T) {
 	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "pay_1" || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 {
 		t.Fatalf("reference replay = %+v, %v; want status and reference only", r.Outcome, err)
 	}
-	if _, err := e.store.Serve(ctx, ref, request("r2", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Reference") {
-		t.Fatalf("reference storage without a reference gave %v", err)
+	if _, err := e.store.Serve(ctx, ref, request("r2", "fp"), insertPayment(1)); !errors.Is(err, idem.ErrNoReference) {
+		t.Fatalf("reference storage, 2xx without a reference gave %v; want ErrNoReference", err)
+	}
+	if e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = 'r2'") != 0 {
+		t.Fatal("a 2xx without a reference left its key behind; want it released")
 	}
 	marker := policy()
 	marker.Storage = idem.StorageMarker
@@ -383,6 +387,39 @@ func TestReferenceAndMarkerStorage(t *testing.T) {
 	}
 	if n := e.payments(); n != 2 {
 		t.Fatalf("%d payments; want 2", n)
+	}
+}
+
+// A reference-storage operation that answers 404 or 400 has no resource to reload: the answer is
+// stored whole and replayed byte for byte, and only the allow-listed headers come back.
+func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, &idem.Config{Logger: newDebugLogger(io.Discard)}, nil)
+	ctx := context.Background()
+	ref := policy()
+	ref.Storage = idem.StorageReference
+	calls := 0
+	notFound := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		calls++
+		rec := idem.NewRecorder()
+		rec.Header().Set("Content-Type", "application/problem+json")
+		rec.Header().Set("Set-Cookie", "s=1")
+		rec.WriteHeader(http.StatusNotFound)
+		rec.Write([]byte(`{"title":"no such payment"}`))
+		return rec.Outcome(), nil
+	}
+	first, err := e.store.Serve(ctx, ref, request("nf", "fp"), notFound)
+	if err != nil || first.Kind != idem.ResultExecuted || !first.Persisted {
+		t.Fatalf("404 without a reference = %+v, %v; want executed and persisted", first, err)
+	}
+	r, err := e.store.Serve(ctx, ref, request("nf", "fp"), notFound)
+	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
+		t.Fatalf("retry = %+v, %v (handler ran %d times); want a replay without a reference", r, err, calls)
+	}
+	w := written(t, r)
+	if w.Code != 404 || w.Body.String() != `{"title":"no such payment"}` || w.Header().Get("Content-Type") != "application/problem+json" ||
+		w.Header().Get("Set-Cookie") != "" || w.Header().Get(idem.HeaderReplayed) != "true" {
+		t.Fatalf("replayed 404 = %d %v %q; want the stored answer, allow-listed headers, marked replayed", w.Code, w.Header(), w.Body)
 	}
 }
 

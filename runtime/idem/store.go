@@ -37,6 +37,11 @@ var (
 	ErrFingerprintMismatch = errors.New("idem: key reused with a different request")
 	// ErrBodyTooLarge: an outcome's body is over Config.MaxStoredBody.
 	ErrBodyTooLarge = errors.New("idem: response body too large to store")
+	// ErrNoReference: a reference-storage handler answered 2xx without a reference, so a
+	// replay could not reload the resource; the work was rolled back and the key released.
+	// Its text is safe to show a client (oapi-codegen's strict handler prints errors as they
+	// are); the operation and what to fix are logged at error level.
+	ErrNoReference = errors.New("idem: internal error: the response could not be stored for replay")
 )
 
 // Defaults for zero-valued settings.

@@ -21,7 +21,9 @@ import (
 // signature.
 type IdempotentServerInterface interface {
 	// CreateSubscription handles POST /subscriptions once per key. It also returns the reference
-	// (for example the resource id) that ReplayCreateSubscription reloads the resource from.
+	// (for example the resource id) that ReplayCreateSubscription reloads the resource from; a
+	// 2xx answer must have one. An answer returned without a reference (a 404, say) is
+	// stored whole and replayed as it was.
 	CreateSubscription(ctx context.Context, tx pgx.Tx, request CreateSubscriptionRequestObject) (CreateSubscriptionResponseObject, string, error)
 	// ReplayCreateSubscription answers a retry of a completed CreateSubscription with the resource's
 	// current state, loaded through reference.
@@ -101,7 +103,9 @@ func (s *idemServer) CreateSubscription(ctx context.Context, request CreateSubsc
 	if err != nil {
 		return nil, err
 	}
-	if res.Kind == idem.ResultReplayed {
+	// An answer stored without a reference (a 4xx, say) has no resource to reload: the
+	// runtime stored it whole, and res.WriteTo below replays it byte for byte.
+	if res.Kind == idem.ResultReplayed && res.Outcome.Reference != "" {
 		resp, err := s.impl.ReplayCreateSubscription(ctx, request, res.Outcome.Reference)
 		if err != nil {
 			return nil, err

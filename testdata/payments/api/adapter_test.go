@@ -33,7 +33,8 @@ type tenantKey struct{}
 // server implements the generated IdempotentServerInterface on a payments table.
 type server struct {
 	pool    *pgxpool.Pool
-	failing atomic.Bool // CreatePayment fails after its insert while set
+	failing atomic.Bool  // CreatePayment fails after its insert while set
+	replays atomic.Int64 // ReplayCapturePayment calls
 }
 
 func tenant(ctx context.Context) string { s, _ := ctx.Value(tenantKey{}).(string); return s }
@@ -92,6 +93,7 @@ func (s *server) CapturePayment(ctx context.Context, tx pgx.Tx, req api.CaptureP
 }
 
 func (s *server) ReplayCapturePayment(ctx context.Context, req api.CapturePaymentRequestObject, reference string) (api.CapturePaymentResponseObject, error) {
+	s.replays.Add(1)
 	p, err := s.load(ctx, s.pool, reference)
 	if err != nil || p == nil {
 		return api.CapturePayment404ApplicationProblemPlusJSONResponse{}, err
@@ -314,5 +316,34 @@ func TestReferenceReplayReloadsAndMarkerReplayRecomputes(t *testing.T) {
 	// mismatchStatus is 409 for refunds.
 	if a := f.do(t, "POST", refunds, `{"amount_minor": 600}`, "r"); a.status != 409 || problemCode(t, a) != idem.CodeKeyReused {
 		t.Errorf("refund, same key, other amount: %d %s, want 409 key-reused", a.status, a.body)
+	}
+}
+
+// A reference-storage operation that answers 404 has no resource to reload: the default persist
+// set stores the 404 whole, a retry gets it back byte for byte (marked replayed) without running
+// the handler or Replay<Op>, and nothing leaks the runtime's internals.
+func TestReferenceOperationReplaysA404ItStoredWhole(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	capture := "/v1/payments/missing/capture"
+	first := f.do(t, "POST", capture, `{}`, "c404")
+	if first.status != 404 || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("capture of a missing payment: %d %v %s, want a fresh 404", first.status, first.header, first.body)
+	}
+	// The payment appears meanwhile: a retry must still answer what the first request did.
+	if _, err := f.pool.Exec(context.Background(), `INSERT INTO payments (id, amount_minor, currency, status) VALUES ('missing', 1, 'RUB', 'created')`); err != nil {
+		t.Fatal(err)
+	}
+	again := f.do(t, "POST", capture, `{}`, "c404")
+	if again.status != 404 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" ||
+		again.header.Get("Content-Type") != first.header.Get("Content-Type") {
+		t.Errorf("retry: %d %v %q, want the stored 404 %q byte for byte, marked replayed", again.status, again.header, again.body, first.body)
+	}
+	if n := f.srv.replays.Load(); n != 0 {
+		t.Errorf("ReplayCapturePayment ran %d times for an answer stored without a reference, want 0", n)
+	}
+	var status string
+	if err := f.pool.QueryRow(context.Background(), `SELECT status FROM payments WHERE id = 'missing'`).Scan(&status); err != nil || status != "created" {
+		t.Errorf("payment status %q, %v: the retry ran the handler again", status, err)
 	}
 }

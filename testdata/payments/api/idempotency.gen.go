@@ -25,7 +25,9 @@ type IdempotentServerInterface interface {
 	// GetPayment handles GET /v1/payments/{payment_id} (not idempotent).
 	GetPayment(ctx context.Context, request GetPaymentRequestObject) (GetPaymentResponseObject, error)
 	// CapturePayment handles POST /v1/payments/{payment_id}/capture once per key. It also returns the reference
-	// (for example the resource id) that ReplayCapturePayment reloads the resource from.
+	// (for example the resource id) that ReplayCapturePayment reloads the resource from; a
+	// 2xx answer must have one. An answer returned without a reference (a 404, say) is
+	// stored whole and replayed as it was.
 	CapturePayment(ctx context.Context, tx pgx.Tx, request CapturePaymentRequestObject) (CapturePaymentResponseObject, string, error)
 	// ReplayCapturePayment answers a retry of a completed CapturePayment with the resource's
 	// current state, loaded through reference.
@@ -33,7 +35,8 @@ type IdempotentServerInterface interface {
 	// RefundPayment handles POST /v1/payments/{payment_id}/refunds once per key; only its status is stored.
 	RefundPayment(ctx context.Context, tx pgx.Tx, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error)
 	// ReplayRefundPayment answers a retry of a completed RefundPayment: it recomputes the
-	// answer from the request and the status the first request answered with.
+	// answer from the request and the status the first request answered with (any
+	// persisted status, a 4xx too).
 	ReplayRefundPayment(ctx context.Context, request RefundPaymentRequestObject, status int) (RefundPaymentResponseObject, error)
 }
 
@@ -201,7 +204,9 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 	if err != nil {
 		return nil, err
 	}
-	if res.Kind == idem.ResultReplayed {
+	// An answer stored without a reference (a 4xx, say) has no resource to reload: the
+	// runtime stored it whole, and res.WriteTo below replays it byte for byte.
+	if res.Kind == idem.ResultReplayed && res.Outcome.Reference != "" {
 		resp, err := s.impl.ReplayCapturePayment(ctx, request, res.Outcome.Reference)
 		if err != nil {
 			return nil, err

@@ -24,7 +24,8 @@ type IdempotentServerInterface interface {
 	// ReleaseHolds handles DELETE /accounts/{account_id}/holds once per key; only its status is stored.
 	ReleaseHolds(ctx context.Context, tx pgx.Tx, request ReleaseHoldsRequestObject) (ReleaseHoldsResponseObject, error)
 	// ReplayReleaseHolds answers a retry of a completed ReleaseHolds: it recomputes the
-	// answer from the request and the status the first request answered with.
+	// answer from the request and the status the first request answered with (any
+	// persisted status, a 4xx too).
 	ReplayReleaseHolds(ctx context.Context, request ReleaseHoldsRequestObject, status int) (ReleaseHoldsResponseObject, error)
 	// PlaceHold handles POST /accounts/{account_id}/holds once per key; retries get its stored response.
 	PlaceHold(ctx context.Context, tx pgx.Tx, request PlaceHoldRequestObject) (PlaceHoldResponseObject, error)

@@ -23,7 +23,8 @@ type IdempotentServerInterface interface {
 	// PayInvoice handles POST /invoices/{invoice_id}/pay once per key; only its status is stored.
 	PayInvoice(ctx context.Context, tx pgx.Tx, request PayInvoiceRequestObject) (PayInvoiceResponseObject, error)
 	// ReplayPayInvoice answers a retry of a completed PayInvoice: it recomputes the
-	// answer from the request and the status the first request answered with.
+	// answer from the request and the status the first request answered with (any
+	// persisted status, a 4xx too).
 	ReplayPayInvoice(ctx context.Context, request PayInvoiceRequestObject, status int) (PayInvoiceResponseObject, error)
 }
 
