@@ -49,14 +49,20 @@ var policyAddPet = &idem.Policy{
 	ScopeTenant: true,
 }
 
-// idemPolicies lists every idempotent operation's policy, for IdempotencyParamErrorHandler.
+// idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
+// IdempotencyParamErrorHandler.
 var idemPolicies = []*idem.Policy{
 	policyAddPet,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
-// as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil).
+// as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
+// a setup mistake, reported at startup rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
+	if err := store.CheckPolicies(idemPolicies...); err != nil {
+		panic("NewIdempotentServer: " + err.Error())
+	}
 	return &idemServer{impl: impl, store: store}
 }
 

@@ -347,3 +347,21 @@ func TestReferenceOperationReplaysA404ItStoredWhole(t *testing.T) {
 		t.Errorf("payment status %q, %v: the retry ran the handler again", status, err)
 	}
 }
+
+// Every payments operation scopes its keys by tenant: a Store without Config.Tenant is a setup
+// mistake that NewIdempotentServer reports at once, not a 500 on every request.
+func TestNewIdempotentServerPanicsWithoutTenant(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		msg, _ := recover().(string)
+		if !strings.HasPrefix(msg, "NewIdempotentServer: ") || !strings.Contains(msg, "POST /v1/payments (createPayment): the scope includes the tenant, but Config.Tenant is nil") {
+			t.Errorf("NewIdempotentServer without Config.Tenant panicked with %q; want the tenant misconfiguration named", msg)
+		}
+	}()
+	api.NewIdempotentServer(&server{pool: sch.Pool}, store)
+}

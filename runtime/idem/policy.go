@@ -1,0 +1,79 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// CheckPolicies reports the misconfigurations that would otherwise surface only when a request
+// arrives: a policy that scopes keys by tenant on a Store without Config.Tenant, and policy
+// values Serve cannot honour (an unknown Storage or ClaimMode, negative durations, a
+// MismatchStatus other than 400, 409 or 422, a negative key length). Every problem is reported,
+// joined with errors.Join; nil means Serve can run every policy given.
+//
+// Call it once at startup with every policy the Store will serve. Generated code does so in
+// NewIdempotentServer and panics on an error, as regexp.MustCompile does: a wrong policy or a
+// missing Config.Tenant is a programmer error that no request can fix.
+func (s *Store) CheckPolicies(ps ...*Policy) error {
+	if s == nil {
+		return errors.New("idem: CheckPolicies: the Store is nil (pass the one idem.NewStore returned)")
+	}
+	var errs []error
+	for i, p := range ps {
+		if p == nil {
+			errs = append(errs, fmt.Errorf("idem: policy %d is nil", i))
+			continue
+		}
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("idem: policy of %s: %s", p.name(), fmt.Sprintf(format, args...)))
+		}
+		if p.Operation == "" {
+			bad("Operation is empty (set it to the operationId: it separates the operation's keys and names it in logs)")
+		}
+		if p.ScopeTenant && s.cfg.Tenant == nil {
+			bad("the scope includes the tenant, but Config.Tenant is nil: set it to a function that returns the request's tenant, or drop tenant from the policy's scope")
+		}
+		switch p.Storage {
+		case 0, StorageResponse, StorageReference, StorageMarker:
+		default:
+			bad("Storage %d is not StorageResponse, StorageReference or StorageMarker", int(p.Storage))
+		}
+		switch p.Claim {
+		case 0, ClaimModeLease, ClaimModeTransaction:
+		default:
+			bad("Claim %d is not ClaimModeLease or ClaimModeTransaction", int(p.Claim))
+		}
+		for _, d := range []struct {
+			name string
+			v    any
+			neg  bool
+		}{{"TTL", p.TTL, p.TTL < 0}, {"Lease", p.Lease, p.Lease < 0}, {"Wait", p.Wait, p.Wait < 0}} {
+			if d.neg {
+				bad("%s is negative (%v): use 0 for the default or a positive duration", d.name, d.v)
+			}
+		}
+		switch p.MismatchStatus {
+		case 0, http.StatusBadRequest, http.StatusConflict, http.StatusUnprocessableEntity:
+		default:
+			bad("MismatchStatus %d is not allowed (use 422, 409 or 400; 0 means 422)", p.MismatchStatus)
+		}
+		if p.Key.MaxLength < 0 {
+			bad("Key.MaxLength is negative (%d): use 0 for the default of %d", p.Key.MaxLength, DefaultMaxKeyLength)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// name is how errors name the policy: its route and operation id, whichever are set.
+func (p *Policy) name() string {
+	switch {
+	case p.Route != "" && p.Operation != "":
+		return p.Route + " (" + p.Operation + ")"
+	case p.Route != "":
+		return p.Route
+	case p.Operation != "":
+		return p.Operation
+	}
+	return "an unnamed operation"
+}
