@@ -224,6 +224,10 @@ type ClaimTxOpts struct {
 // The claim is made in one round trip (a pipelined batch that bounds the wait with a
 // transaction-local lock_timeout and restores the caller's setting afterwards). If tx rolls
 // back, so does the claim: no Release is needed.
+//
+// While ClaimTx waits, tx holds its connection. Serve and Do therefore wait differently: they
+// call it with a short wait and, when that runs out, roll back and retry after a pause in which
+// they hold no connection.
 func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, opts *ClaimTxOpts) (*ClaimResult, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -232,29 +236,37 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, opts *Cl
 	if opts != nil && opts.Wait > 0 {
 		wait = opts.Wait
 	}
+	res, locked, err := s.claimTx(ctx, tx, p, wait)
+	if locked {
+		s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+	}
+	return res, err
+}
+
+// claimTx is ClaimTx without its in-progress event for a lock wait that ran out (locked), so
+// that a caller retrying such a claim reports the wait once, when it gives up.
+func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, wait time.Duration) (res *ClaimResult, locked bool, err error) {
 	token := newToken()
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
 	set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", millis(wait)))
-	var res *ClaimResult
 	batch.Queue(s.sql.claim, s.claimArgs(p, token)...).QueryRow(func(row pgx.Row) error {
 		var err error
 		res, err = s.scanClaim(row, p, token)
 		return err
 	})
 	batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
-	err := tx.SendBatch(ctx, batch).Close()
+	err = tx.SendBatch(ctx, batch).Close()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the wait ran out
-		s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-		return &ClaimResult{Status: ClaimInProgress, RetryAfter: time.Second}, nil
+		return &ClaimResult{Status: ClaimInProgress, RetryAfter: time.Second}, true, nil
 	}
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-		return nil, storeError(ctx, "claim in transaction", err)
+		return nil, false, storeError(ctx, "claim in transaction", err)
 	}
 	s.emitClaim(ctx, p, res)
-	return res, nil
+	return res, false, nil
 }
 
 func (s *Store) claimArgs(p *ClaimParams, token string) []any {

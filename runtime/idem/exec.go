@@ -42,22 +42,11 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func (s *Store) execute(ctx context.Context, ep *execParams, fn HandlerFunc) (*execResult, error) {
 	if ep.mode == ClaimModeTransaction {
-		tx, err := s.begin(ctx)
+		tx, res, err := s.claimInTransaction(ctx, &ep.claim, orDefault(ep.wait, ep.claim.lease()))
 		if err != nil {
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: ep.claim.Operation, KeyHash: KeyHash(ep.claim.Scope, ep.claim.Key)})
 			return nil, err
 		}
-		var res *ClaimResult
-		wait := orDefault(ep.wait, ep.claim.lease())
-		err = s.bounded(ctx, wait, func(ctx context.Context) (err error) {
-			res, err = s.ClaimTx(ctx, tx, &ep.claim, &ClaimTxOpts{Wait: wait})
-			return err
-		})
-		if err != nil || (res.Status != ClaimAcquired && res.Status != ClaimTakenOver) {
-			s.rollback(ctx, tx)
-			if err != nil {
-				return nil, err
-			}
+		if res.Status != ClaimAcquired && res.Status != ClaimTakenOver {
 			return &execResult{status: res.Status, outcome: res.Outcome, retryAfter: res.RetryAfter}, nil
 		}
 		return s.runClaimed(ctx, tx, res.Claim, ep, fn, false)
@@ -91,6 +80,67 @@ func (s *Store) begin(ctx context.Context) (tx pgx.Tx, err error) {
 	return tx, nil
 }
 
+// txLockWait bounds each transaction-mode claim's wait on a concurrent holder's row lock. It is
+// short because the waiting transaction holds a pool connection: a few duplicates of one slow
+// request must not starve every other request of connections. Longer waits happen between
+// attempts, with no connection held.
+const txLockWait = 50 * time.Millisecond
+
+// claimInTransaction begins the business transaction and claims in it (claim: transaction).
+// While a concurrent transaction holds the key, it rolls back, waits
+// with a bounded backoff outside any connection, and tries again, until wait runs out: the
+// result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the caller
+// owns it; on any other result it has been rolled back.
+func (s *Store) claimInTransaction(ctx context.Context, p *ClaimParams, wait time.Duration) (pgx.Tx, *ClaimResult, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 20 * time.Millisecond
+	for {
+		tx, err := s.begin(ctx)
+		if err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+			return nil, nil, err
+		}
+		lockWait := min(txLockWait, max(time.Until(deadline), time.Millisecond))
+		var res *ClaimResult
+		var locked bool
+		err = s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
+			res, locked, err = s.claimTx(ctx, tx, p, lockWait)
+			return err
+		})
+		if err == nil && (res.Status == ClaimAcquired || res.Status == ClaimTakenOver) {
+			return tx, res, nil
+		}
+		s.rollback(ctx, tx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
+			return nil, res, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			// claimTx leaves the in-progress event of a lock wait to the caller that gives up.
+			s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+			return nil, res, nil
+		}
+		if err := sleep(ctx, min(backoff, left)); err != nil {
+			return nil, nil, err
+		}
+		backoff = min(2*backoff, 250*time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // claimWaiting claims; while the key is in progress and wait has not run out it polls again with
 // a small backoff (each poll may take over a lease that has meanwhile expired).
 func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Duration) (*ClaimResult, error) {
@@ -109,15 +159,10 @@ func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Dura
 		if left <= 0 {
 			return res, nil
 		}
-		sleep := min(backoff, left)
-		backoff = min(2*backoff, 500*time.Millisecond)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, min(backoff, left)); err != nil {
+			return nil, err
 		}
+		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
 

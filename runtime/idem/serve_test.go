@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -534,5 +536,103 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 	}
 	if n := e.payments(); n != 1 {
 		t.Fatalf("%d payments; want 1", n)
+	}
+}
+
+// batchCounter signals reached once n batches (the transaction-mode claims) have been sent.
+type batchCounter struct {
+	n       atomic.Int64
+	want    int64
+	reached chan struct{}
+}
+
+func (c *batchCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	if c.n.Add(1) == c.want {
+		close(c.reached)
+	}
+	return ctx
+}
+func (c *batchCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (c *batchCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData)     {}
+func (c *batchCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *batchCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// Duplicates waiting in transaction mode must not each hold a pool connection for their whole
+// wait: with four connections, a slow first request and four duplicates of it, a request for
+// another key still gets a connection and succeeds.
+func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := &batchCounter{want: 4, reached: make(chan struct{})} // the first and three duplicates
+	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
+	cfg.ConnConfig.Tracer = claims
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := sch.Config()
+	c.StoreTimeout = time.Second // a request starved of connections fails after this
+	s, err := idem.NewStore(pool, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE payments (id bigint GENERATED ALWAYS AS IDENTITY, key text, tenant text, amount int)`); err != nil {
+		t.Fatal(err)
+	}
+	p := policy()
+	p.Claim = idem.ClaimModeTransaction
+	p.Wait = 30 * time.Second
+
+	started, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan *idem.Result, 1)
+	go func() {
+		r, err := s.Serve(context.Background(), p, request("slow", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			close(started)
+			<-finish
+			return insertPayment(1)(ctx, tx)
+		})
+		if err != nil {
+			t.Errorf("first: %v", err)
+		}
+		first <- r
+	}()
+	<-started
+	dups := make(chan *idem.Result, 4)
+	for range 4 {
+		go func() {
+			r, err := s.Serve(context.Background(), p, request("slow", "fp"), insertPayment(2))
+			if err != nil {
+				t.Errorf("duplicate: %v", err)
+			}
+			dups <- r
+		}()
+	}
+	<-claims.reached // three duplicates have sent their claims; the fourth may be waiting too
+
+	r, err := s.Serve(context.Background(), p, request("other", "fp"), insertPayment(3))
+	if err != nil || r.Kind != idem.ResultExecuted {
+		close(finish)
+		t.Fatalf("a request for another key while four duplicates wait = %s, %v; want executed (the waiters hold connections?)", kindName(r), err)
+	}
+	close(finish)
+	if r := <-first; r == nil || r.Kind != idem.ResultExecuted {
+		t.Fatalf("first = %+v", r)
+	}
+	for range 4 {
+		if r := <-dups; r == nil || r.Kind != idem.ResultReplayed {
+			t.Errorf("duplicate = %+v; want a replay of the first", r)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM payments WHERE key = 'slow'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d payments for the duplicated key, %v; want 1", n, err)
 	}
 }
