@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
@@ -124,6 +127,13 @@ func (e *env) count(sql string, args ...any) int {
 	return n
 }
 
+// events counts the ledger rows (payment_events) of kind written under key: how many times a
+// handler acted on that key. Exactly-once means this is 1 however many duplicates arrived.
+func (e *env) events(kind, key string) int {
+	e.t.Helper()
+	return e.count("SELECT count(*) FROM payment_events WHERE kind = $1 AND idempotency_key = $2", kind, key)
+}
+
 func (e *env) keyRows() int {
 	return e.count("SELECT count(*) FROM " + pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize())
 }
@@ -136,14 +146,18 @@ type problemBody struct {
 	Code   string `json:"code"`
 }
 
-// wantProblem checks that resp is an RFC 9457 problem with status and code.
+// wantProblem checks that resp is an RFC 9457 problem with status and code, answered like every
+// problem of the runtime and the example: application/problem+json, Cache-Control: no-store.
 func wantProblem(t *testing.T, what string, resp response, status int, code string) problemBody {
 	t.Helper()
 	if resp.status != status {
 		t.Fatalf("%s: status %d, want %d; body %s", what, resp.status, status, resp.body)
 	}
-	if ct := resp.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+	if ct := resp.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("%s: Content-Type %q, want application/problem+json", what, ct)
+	}
+	if cc := resp.header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("%s: Cache-Control %q, want no-store (a problem must not be cached)", what, cc)
 	}
 	var p problemBody
 	if err := json.Unmarshal(resp.body, &p); err != nil {
@@ -196,13 +210,12 @@ func (e *env) createPayment(tenant, key string) string {
 	return decode[paymentBody](e.t, "create payment", resp).PaymentID
 }
 
-func TestConcurrentIdenticalPostsCreateOnePayment(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	const n = 50
+// burst sends n copies of r at the same instant and returns the answers in order.
+func (e *env) burst(n int, r request) []response {
+	e.t.Helper()
 	reqs := make([]*http.Request, n)
 	for i := range reqs {
-		reqs[i] = e.newRequest(create("acme", "double-click-1", body19900))
+		reqs[i] = e.newRequest(r)
 	}
 	resps := make([]response, n)
 	errs := make([]error, n)
@@ -214,49 +227,77 @@ func TestConcurrentIdenticalPostsCreateOnePayment(t *testing.T) {
 			resps[i], errs[i] = e.do(reqs[i])
 		})
 	}
-	close(start) // the barrier: all 50 leave at the same instant
+	close(start) // the barrier: all n leave at the same instant
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatalf("%s %s ×%d: %v", r.method, r.path, n, err)
+	}
+	return resps
+}
 
-	var first *response
-	var replays, inProgress int
+// executedOnce checks the answers to a burst of identical requests: exactly one was executed
+// (status want, not a replay); every other one got that outcome replayed (want, with
+// Idempotent-Replayed: true) or 409 in-progress with Retry-After. It reports with t.Errorf, so
+// the caller goes on to count rows and events, and returns the executed answer, or nil.
+func executedOnce(t *testing.T, resps []response, want int) *response {
+	t.Helper()
+	var (
+		first                      *response
+		fresh, replays, inProgress int
+		unexpected                 []string
+	)
 	for i, resp := range resps {
-		if errs[i] != nil {
-			t.Fatalf("request %d: %v", i, errs[i])
-		}
 		switch {
-		case resp.status == http.StatusCreated && !resp.replayed():
-			if first != nil {
-				t.Fatalf("two requests executed: %s and %s", first.body, resp.body)
+		case resp.status == want && !resp.replayed():
+			fresh++
+			if first == nil {
+				first = &resps[i]
 			}
-			first = &resps[i]
-		case resp.status == http.StatusCreated:
+		case resp.status == want:
 			replays++
-		case resp.status == http.StatusConflict:
+		case resp.status == http.StatusConflict && bytes.Contains(resp.body, []byte(`"code":"in-progress"`)):
 			wantProblem(t, "concurrent duplicate", resp, http.StatusConflict, "in-progress")
-			ra, err := strconv.Atoi(resp.header.Get("Retry-After"))
-			if err != nil || ra < 1 {
+			if ra, err := strconv.Atoi(resp.header.Get("Retry-After")); err != nil || ra < 1 {
 				t.Errorf("in-progress answer: Retry-After %q, want whole seconds ≥ 1", resp.header.Get("Retry-After"))
 			}
 			inProgress++
 		default:
-			t.Fatalf("request %d: unexpected status %d: %s", i, resp.status, resp.body)
+			unexpected = append(unexpected, fmt.Sprintf("request %d: %d %s", i, resp.status, bytes.TrimSpace(resp.body)))
 		}
+	}
+	t.Logf("%d executed, %d replayed, %d in progress, %d other", fresh, replays, inProgress, len(unexpected))
+	if len(unexpected) > 0 {
+		t.Errorf("%d of %d answers are neither %d nor 409 in-progress (first ones: %q)", len(unexpected), len(resps), want, unexpected[:min(3, len(unexpected))])
+	}
+	if fresh != 1 {
+		t.Errorf("%d of %d identical requests were executed (status %d without Idempotent-Replayed), want exactly 1", fresh, len(resps), want)
+	}
+	return first
+}
+
+// TestConcurrentIdenticalPostsCreateOnePayment is the double click, 50 times over: one execution,
+// one payment and one authorization in the ledger. The ledger has no unique key, so a second
+// execution would show there even where the payment's primary key refuses a second row.
+func TestConcurrentIdenticalPostsCreateOnePayment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const key = "double-click-1"
+	first := executedOnce(t, e.burst(50, create("acme", key, body19900)), http.StatusCreated)
+	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
+		t.Errorf("%d rows in payments after 50 identical requests, want 1", got)
+	}
+	if got := e.events("authorized", key); got != 1 {
+		t.Errorf("%d authorized events in the ledger for key %s after 50 identical requests, want 1: the handler ran %[1]d times", got, key)
 	}
 	if first == nil {
-		t.Fatalf("no request executed: %d replays, %d in progress", replays, inProgress)
+		t.FailNow()
 	}
-	t.Logf("1 executed, %d replayed, %d in progress", replays, inProgress)
-	for i, resp := range resps {
-		if resp.status == http.StatusCreated && resp.replayed() && !bytes.Equal(resp.body, first.body) {
-			t.Errorf("request %d: replayed body\n%s\nwant byte for byte\n%s", i, resp.body, first.body)
-		}
-	}
-	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
-		t.Fatalf("%d rows in payments after 50 identical requests, want 1", got)
+	if got := e.count("SELECT count(*) FROM payment_events"); got != 1 {
+		t.Errorf("%d events in the ledger, want 1", got)
 	}
 
 	// A retry once everything is done replays the first answer, Location included.
-	retry := e.send(create("acme", "double-click-1", body19900))
+	retry := e.send(create("acme", key, body19900))
 	if retry.status != http.StatusCreated || !retry.replayed() {
 		t.Fatalf("retry after completion: status %d, Idempotent-Replayed %q; want a replayed 201",
 			retry.status, retry.header.Get("Idempotent-Replayed"))
@@ -268,7 +309,68 @@ func TestConcurrentIdenticalPostsCreateOnePayment(t *testing.T) {
 		t.Errorf("retry Location %q, want %q (non-empty)", got, want)
 	}
 	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
-		t.Fatalf("%d rows in payments after the retry, want 1", got)
+		t.Errorf("%d rows in payments after the retry, want 1", got)
+	}
+	if got := e.events("authorized", key); got != 1 {
+		t.Errorf("%d authorized events after the retry, want 1", got)
+	}
+}
+
+func TestConcurrentIdenticalCapturesCaptureOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-pay")
+	const key = "k-capture-burst"
+	resps := e.burst(50, request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: key})
+	first := executedOnce(t, resps, http.StatusOK)
+	if got := e.events("captured", key); got != 1 {
+		t.Errorf("%d captured events in the ledger for key %s after 50 identical captures, want 1", got, key)
+	}
+	if first == nil {
+		t.FailNow()
+	}
+	p := decode[paymentBody](t, "capture", *first)
+	for i, resp := range resps {
+		// storage: reference, so replays reload the payment: the same payment, captured once.
+		if resp.status == http.StatusOK && resp.replayed() {
+			if q := decode[paymentBody](t, "capture replay", resp); q.PaymentID != id || q.Status != "captured" || !q.CapturedAt.Equal(*p.CapturedAt) {
+				t.Errorf("request %d: replayed %+v, want payment %s captured at %v", i, q, id, p.CapturedAt)
+			}
+		}
+	}
+}
+
+func TestConcurrentIdenticalRefundsRefundOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-pay")
+	if resp := e.send(request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}); resp.status != http.StatusOK {
+		t.Fatalf("capture: status %d: %s", resp.status, resp.body)
+	}
+	const key = "k-refund-burst"
+	resps := e.burst(50, request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: key, body: `{"amount_minor": 5000}`})
+	first := executedOnce(t, resps, http.StatusCreated)
+	if got := e.events("refunded", key); got != 1 {
+		t.Errorf("%d refunded events in the ledger for key %s after 50 identical refunds, want 1", got, key)
+	}
+	if got := e.count("SELECT count(*) FROM refunds"); got != 1 {
+		t.Errorf("%d refunds after 50 identical requests, want 1", got)
+	}
+	pay := decode[paymentBody](t, "get", e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"}))
+	if pay.AmountRefundedMinor != 5000 {
+		t.Errorf("amount_refunded_minor %d after 50 identical refunds of 5000, want 5000", pay.AmountRefundedMinor)
+	}
+	if first == nil {
+		t.FailNow()
+	}
+	r := decode[refundBody](t, "refund", *first)
+	for i, resp := range resps {
+		// storage: marker, so replays are recomputed: the same refund.
+		if resp.status == http.StatusCreated && resp.replayed() {
+			if q := decode[refundBody](t, "refund replay", resp); q != r {
+				t.Errorf("request %d: replayed %+v, want %+v", i, q, r)
+			}
+		}
 	}
 }
 
@@ -360,6 +462,9 @@ func TestHandlerErrorReleasesKey(t *testing.T) {
 	if got := e.keyRows(); got != 0 {
 		t.Errorf("%d rows in the key table after the handler failed, want 0 (the key must be released)", got)
 	}
+	if got := e.events("authorized", "k-fail"); got != 0 {
+		t.Errorf("%d authorized events after the handler failed, want 0 (the ledger row must roll back with the payment)", got)
+	}
 	// The retry (without the failure switch, which is excluded from the fingerprint) runs anew.
 	retry := e.send(create("acme", "k-fail", body19900))
 	if retry.status != http.StatusCreated || retry.replayed() {
@@ -367,6 +472,9 @@ func TestHandlerErrorReleasesKey(t *testing.T) {
 	}
 	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
 		t.Errorf("%d payments after the retry, want 1", got)
+	}
+	if got := e.events("authorized", "k-fail"); got != 1 {
+		t.Errorf("%d authorized events after the retry, want 1", got)
 	}
 }
 
@@ -398,12 +506,18 @@ func TestCaptureReplayShowsCurrentState(t *testing.T) {
 	if !p.CapturedAt.Equal(*q.CapturedAt) {
 		t.Errorf("capture replay captured_at %v, want %v: the capture ran again", q.CapturedAt, p.CapturedAt)
 	}
+	if got := e.events("captured", "k-capture"); got != 1 {
+		t.Errorf("%d captured events after a capture and its replay, want 1", got)
+	}
 
 	// Another key is another capture attempt, and the handler refuses it; 409 is not stored.
 	wantProblem(t, "second capture with a new key",
 		e.send(request{method: "POST", path: capture.path, tenant: "acme", key: "k-capture-2"}), http.StatusConflict, "not-capturable")
 	if got := e.count("SELECT count(*) FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()+" WHERE key = $1", "k-capture-2"); got != 0 {
 		t.Errorf("the refused capture left %d key rows; persist: [2xx] should release it", got)
+	}
+	if got := e.events("captured", "k-capture-2"); got != 0 {
+		t.Errorf("the refused capture left %d captured events, want 0", got)
 	}
 }
 
@@ -435,6 +549,9 @@ func TestRefundReplayRecomputes(t *testing.T) {
 	}
 	if got := e.count("SELECT count(*) FROM refunds"); got != 1 {
 		t.Errorf("%d refunds, want 1", got)
+	}
+	if got := e.events("refunded", "k-refund"); got != 1 {
+		t.Errorf("%d refunded events after a refund and its replay, want 1", got)
 	}
 	pay := decode[paymentBody](t, "get", e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"}))
 	if pay.AmountRefundedMinor != 19900 || pay.Status != "refunded" {
@@ -497,33 +614,108 @@ func TestDuplicateWhileInFlightIs409(t *testing.T) {
 	if retry := e.send(create("acme", "k-slow", body19900)); !retry.replayed() || !bytes.Equal(retry.body, first.body) {
 		t.Errorf("retry once the first finished: status %d, replayed %v; want the first answer replayed", retry.status, retry.replayed())
 	}
+	if got := e.events("authorized", "k-slow"); got != 1 {
+		t.Errorf("%d authorized events, want 1", got)
+	}
 }
 
 // TestKeyReusedAfterExpiry covers a key used again after its record expired and was purged: the
-// derived payment id already exists, so the handler answers with that payment, or with key-reused
-// when the request differs. Deleting the key rows stands in for expiry and purge.
+// runtime lets the handler run, which finds the payment the key already made and refuses the key
+// (422 key-reused, pointing at the payment) for the same request as for another one. It answers
+// no success that was not an execution or a replay, and moves no money. Deleting the key rows
+// stands in for expiry and purge.
 func TestKeyReusedAfterExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	id := e.createPayment("acme", "k-old")
-	purge := func() {
-		t.Helper()
-		if _, err := e.schema.Pool.Exec(context.Background(), "DELETE FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()); err != nil {
-			t.Fatal(err)
+	for _, body := range []string{body19900, `{"amount_minor": 1, "currency": "RUB"}`} {
+		e.purgeKeys()
+		p := wantProblem(t, "after expiry: "+body, e.send(create("acme", "k-old", body)), http.StatusUnprocessableEntity, "key-reused")
+		if want := idem.ProblemTypePrefix + idem.CodeKeyReused; p.Type != want {
+			t.Errorf("after expiry: type %q, want the runtime's %q", p.Type, want)
+		}
+		if !strings.Contains(p.Detail, "/v1/payments/"+id) {
+			t.Errorf("after expiry: detail %q does not say where the key's payment is (/v1/payments/%s)", p.Detail, id)
 		}
 	}
-	purge()
-	again := e.send(create("acme", "k-old", body19900))
-	if again.status != http.StatusCreated || again.replayed() {
-		t.Fatalf("same request after expiry: status %d, replayed %v; want a fresh 201: %s", again.status, again.replayed(), again.body)
-	}
-	if got := decode[paymentBody](t, "same request after expiry", again).PaymentID; got != id {
-		t.Errorf("payment_id %q after expiry, want the existing %q", got, id)
-	}
-	purge()
-	wantProblem(t, "other request after expiry", e.send(create("acme", "k-old", `{"amount_minor": 1, "currency": "RUB"}`)),
-		http.StatusUnprocessableEntity, "key-reused")
 	if got := e.count("SELECT count(*) FROM payments"); got != 1 {
 		t.Errorf("%d payments, want 1", got)
+	}
+	if got := e.events("authorized", "k-old"); got != 1 {
+		t.Errorf("%d authorized events, want 1: a key reused after expiry authorised again", got)
+	}
+}
+
+// purgeKeys deletes every idempotency record, standing in for their expiry and purge.
+func (e *env) purgeKeys() {
+	e.t.Helper()
+	if _, err := e.schema.Pool.Exec(context.Background(), "DELETE FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestRefundKeyReusedAfterExpiry is the same for refunds, whose ids derive from the key too.
+func TestRefundKeyReusedAfterExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.createPayment("acme", "k-pay")
+	if resp := e.send(request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}); resp.status != http.StatusOK {
+		t.Fatalf("capture: status %d: %s", resp.status, resp.body)
+	}
+	refund := request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 5000}`}
+	if first := e.send(refund); first.status != http.StatusCreated {
+		t.Fatalf("refund: status %d: %s", first.status, first.body)
+	}
+	e.purgeKeys()
+	p := wantProblem(t, "same refund after expiry", e.send(refund), http.StatusUnprocessableEntity, "key-reused")
+	if !strings.Contains(p.Detail, "/v1/payments/"+id) {
+		t.Errorf("after expiry: detail %q does not say which payment the key refunded (/v1/payments/%s)", p.Detail, id)
+	}
+	if got := e.events("refunded", "k-refund"); got != 1 {
+		t.Errorf("%d refunded events, want 1", got)
+	}
+	if pay := decode[paymentBody](t, "get", e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"})); pay.AmountRefundedMinor != 5000 {
+		t.Errorf("amount_refunded_minor %d, want 5000 refunded once", pay.AmountRefundedMinor)
+	}
+}
+
+// TestExampleProblems covers the problems the example answers itself (the runtime's are covered
+// where they arise): each is RFC 9457 application/problem+json with Cache-Control: no-store (see
+// wantProblem) and a type under the example's own prefix.
+func TestExampleProblems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	authorized := e.createPayment("acme", "k-authorized")
+	captured := e.createPayment("acme", "k-captured")
+	if resp := e.send(request{method: "POST", path: "/v1/payments/" + captured + "/capture", tenant: "acme", key: "k-capture"}); resp.status != http.StatusOK {
+		t.Fatalf("capture: status %d: %s", resp.status, resp.body)
+	}
+	for _, c := range []struct {
+		what   string
+		req    request
+		status int
+		code   string
+	}{
+		{"GET an unknown payment", request{method: "GET", path: "/v1/payments/pay_unknown", tenant: "acme"}, http.StatusNotFound, "not-found"},
+		{"capture an unknown payment", request{method: "POST", path: "/v1/payments/pay_unknown/capture", tenant: "acme", key: "k-1"}, http.StatusNotFound, "not-found"},
+		{"refund an unknown payment", request{method: "POST", path: "/v1/payments/pay_unknown/refunds", tenant: "acme", key: "k-2", body: `{"amount_minor": 1}`}, http.StatusNotFound, "not-found"},
+		{"capture a captured payment", request{method: "POST", path: "/v1/payments/" + captured + "/capture", tenant: "acme", key: "k-3"}, http.StatusConflict, "not-capturable"},
+		{"refund an authorized payment", request{method: "POST", path: "/v1/payments/" + authorized + "/refunds", tenant: "acme", key: "k-4", body: `{"amount_minor": 1}`}, http.StatusConflict, "not-refundable"},
+		{"refund more than was paid", request{method: "POST", path: "/v1/payments/" + captured + "/refunds", tenant: "acme", key: "k-5", body: `{"amount_minor": 19901}`}, http.StatusConflict, "refund-too-large"},
+		{"no tenant", request{method: "GET", path: "/v1/payments/" + authorized}, http.StatusUnauthorized, "unauthenticated"},
+		{"invalid body", create("acme", "k-6", `{"amount_minor": 1, "currency": "rub"}`), http.StatusBadRequest, "invalid-request"},
+		{"unparsable body", create("acme", "k-7", `{"amount_minor": "many"}`), http.StatusBadRequest, "invalid-request"},
+	} {
+		p := wantProblem(t, c.what, e.send(c.req), c.status, c.code)
+		if want := problemTypePrefix + c.code; p.Type != want {
+			t.Errorf("%s: type %q, want %q", c.what, p.Type, want)
+		}
+		if p.Detail == "" {
+			t.Errorf("%s: the problem has no detail", c.what)
+		}
+	}
+	// None of them moved money: the two authorizations and the one capture are all there is.
+	if got := e.count("SELECT count(*) FROM payment_events"); got != 3 {
+		t.Errorf("%d events in the ledger, want 3", got)
 	}
 }

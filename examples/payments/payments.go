@@ -39,17 +39,45 @@ func derivedID(prefix, tenant, key string) string {
 	return prefix + hex.EncodeToString(sum[:])[:24]
 }
 
-// claimedID derives an id from the tenant and the key of the claim the adapter holds for ctx.
-func claimedID(ctx context.Context, prefix string) (string, error) {
+// claimed returns the request's tenant and the key of the claim the adapter holds for ctx.
+func claimed(ctx context.Context) (tenant, key string, err error) {
 	tenant, ok := tenantFrom(ctx)
 	if !ok {
-		return "", errors.New("payments: no tenant in the request context (is the tenant middleware installed?)")
+		return "", "", errors.New("payments: no tenant in the request context (is the tenant middleware installed?)")
 	}
 	c, ok := idem.ClaimFromContext(ctx)
 	if !ok {
-		return "", errors.New("payments: no idempotency claim in the context (is the handler wired through api.NewIdempotentServer?)")
+		return "", "", errors.New("payments: no idempotency claim in the context (is the handler wired through api.NewIdempotentServer?)")
 	}
-	return derivedID(prefix, tenant, c.Key), nil
+	return tenant, c.Key, nil
+}
+
+// event is one row of the ledger, payment_events.
+type event struct {
+	tenant, paymentID string
+	refundID          string // refunded events only
+	kind              string // authorized, captured or refunded
+	amountMinor       int64
+	key               string // the idempotency key the request carried
+}
+
+// record appends ev to the ledger inside the handler's transaction. Every handler that moves
+// money writes exactly one event per execution, and the ledger has no unique key that could
+// absorb a second one: the number of events for a key is the number of times a handler acted
+// on it, which is what the exactly-once tests count.
+func record(ctx context.Context, tx pgx.Tx, ev event) error {
+	var refundID *string
+	if ev.refundID != "" {
+		refundID = &ev.refundID
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO payment_events (tenant_id, payment_id, refund_id, kind, amount_minor, idempotency_key)
+		VALUES ($1, $2, $3, $4, $5, $6)`,
+		ev.tenant, ev.paymentID, refundID, ev.kind, ev.amountMinor, ev.key)
+	if err != nil {
+		return fmt.Errorf("payments: record the %s event of payment %s in the ledger: %w", ev.kind, ev.paymentID, err)
+	}
+	return nil
 }
 
 const paymentColumns = `payment_id, status, amount_minor, currency, amount_refunded_minor, created_at, captured_at`
@@ -90,31 +118,36 @@ func loadPayment(ctx context.Context, q querier, id string, lock bool) (api.Paym
 }
 
 func (s *payments) CreatePayment(ctx context.Context, tx pgx.Tx, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
-	id, err := claimedID(ctx, "pay_")
+	tenant, key, err := claimed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	tenant, _ := tenantFrom(ctx)
-	// ON CONFLICT DO NOTHING: the id exists only when this key was used before and its record has
-	// expired since (keys live 24h). Then the payment is answered as it is, if it matches.
+	id := derivedID("pay_", tenant, key)
+
+	// A committed payment with this id means the key was used before, and its record has expired
+	// since (keys live 24h) or this is a second execution: either way the key is refused, never
+	// answered as a success the client could take for its own. Only committed rows are visible
+	// here, so two executions racing for one key both miss it, and the second fails loudly on
+	// the primary key below.
+	var exists bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM payments WHERE tenant_id = $1 AND payment_id = $2)`, tenant, id).Scan(&exists)
+	if err != nil {
+		return nil, fmt.Errorf("payments: create payment %s: look for an earlier payment with this key: %w", id, err)
+	}
+	if exists {
+		return keyUsed("payment", "/v1/payments/"+id), nil
+	}
+
 	p, err := scanPayment(tx.QueryRow(ctx, `
 		INSERT INTO payments (tenant_id, payment_id, status, amount_minor, currency)
 		VALUES ($1, $2, 'authorized', $3, $4)
-		ON CONFLICT (tenant_id, payment_id) DO NOTHING
 		RETURNING `+paymentColumns,
 		tenant, id, req.Body.AmountMinor, req.Body.Currency))
-	if errors.Is(err, pgx.ErrNoRows) {
-		p, err = loadPayment(ctx, tx, id, false)
-		if err == nil && (p.AmountMinor != req.Body.AmountMinor || p.Currency != req.Body.Currency) {
-			prob := problem(http.StatusUnprocessableEntity, idem.CodeKeyReused, "Idempotency key reused",
-				"payment "+id+" was created with this key for a different amount or currency; use a new key")
-			prob.Type = idem.ProblemTypePrefix + idem.CodeKeyReused
-			return api.CreatePayment422ApplicationProblemPlusJSONResponse{
-				KeyReusedApplicationProblemPlusJSONResponse: api.KeyReusedApplicationProblemPlusJSONResponse(prob)}, nil
-		}
-	}
 	if err != nil {
 		return nil, fmt.Errorf("payments: create payment %s: %w", id, err)
+	}
+	if err := record(ctx, tx, event{tenant: tenant, paymentID: id, kind: "authorized", amountMinor: p.AmountMinor, key: key}); err != nil {
+		return nil, err
 	}
 	if req.Body.SimulateFailure != nil && *req.Body.SimulateFailure {
 		return nil, errSimulatedFailure
@@ -126,7 +159,7 @@ func (s *payments) CreatePayment(ctx context.Context, tx pgx.Tx, req api.CreateP
 func (s *payments) GetPayment(ctx context.Context, req api.GetPaymentRequestObject) (api.GetPaymentResponseObject, error) {
 	p, err := loadPayment(ctx, s.db, req.PaymentId, false)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return api.GetPayment404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(req.PaymentId)}, nil
+		return notFound(req.PaymentId), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("payments: read payment %s: %w", req.PaymentId, err)
@@ -136,25 +169,30 @@ func (s *payments) GetPayment(ctx context.Context, req api.GetPaymentRequestObje
 
 // CapturePayment is stored by reference: the payment id is what a replay reloads.
 func (s *payments) CapturePayment(ctx context.Context, tx pgx.Tx, req api.CapturePaymentRequestObject) (api.CapturePaymentResponseObject, string, error) {
+	tenant, key, err := claimed(ctx)
+	if err != nil {
+		return nil, "", err
+	}
 	p, err := loadPayment(ctx, tx, req.PaymentId, true)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return api.CapturePayment404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(req.PaymentId)}, "", nil
+		return notFound(req.PaymentId), "", nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("payments: capture payment %s: %w", req.PaymentId, err)
 	}
 	if p.Status != "authorized" {
-		return api.CapturePayment409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(
-			problem(http.StatusConflict, "not-capturable", "Payment cannot be captured",
-				"payment "+p.PaymentId+" is "+string(p.Status)+"; only an authorized payment can be captured"))}, "", nil
+		return problem(http.StatusConflict, "not-capturable", "Payment cannot be captured",
+			"payment "+p.PaymentId+" is "+string(p.Status)+"; only an authorized payment can be captured"), "", nil
 	}
-	tenant, _ := tenantFrom(ctx)
 	p, err = scanPayment(tx.QueryRow(ctx, `
 		UPDATE payments SET status = 'captured', captured_at = now()
 		WHERE tenant_id = $1 AND payment_id = $2
 		RETURNING `+paymentColumns, tenant, req.PaymentId))
 	if err != nil {
 		return nil, "", fmt.Errorf("payments: capture payment %s: %w", req.PaymentId, err)
+	}
+	if err := record(ctx, tx, event{tenant: tenant, paymentID: p.PaymentId, kind: "captured", amountMinor: p.AmountMinor, key: key}); err != nil {
+		return nil, "", err
 	}
 	return api.CapturePayment200JSONResponse(p), p.PaymentId, nil
 }
@@ -188,20 +226,33 @@ func scanRefund(row pgx.Row) (api.Refund, error) {
 // RefundPayment is stored as a marker: only the status is kept, and ReplayRefundPayment rebuilds
 // the answer from the request and the database.
 func (s *payments) RefundPayment(ctx context.Context, tx pgx.Tx, req api.RefundPaymentRequestObject) (api.RefundPaymentResponseObject, error) {
-	id, err := claimedID(ctx, "re_")
+	tenant, key, err := claimed(ctx)
 	if err != nil {
 		return nil, err
 	}
+	id := derivedID("re_", tenant, key)
 	p, err := loadPayment(ctx, tx, req.PaymentId, true)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return api.RefundPayment404ApplicationProblemPlusJSONResponse{NotFoundApplicationProblemPlusJSONResponse: notFound(req.PaymentId)}, nil
+		return notFound(req.PaymentId), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("payments: refund payment %s: %w", req.PaymentId, err)
 	}
+
+	// As in CreatePayment, a refund this key made already refuses the key. The payment lock above
+	// serialises the refunds of one payment, so this sees any earlier one of the same payment;
+	// a second execution that got past it would fail on the refund's primary key.
+	var paymentOfRefund string
+	err = tx.QueryRow(ctx, `SELECT payment_id FROM refunds WHERE tenant_id = $1 AND refund_id = $2`, tenant, id).Scan(&paymentOfRefund)
+	switch {
+	case err == nil:
+		return keyUsed("refund "+id+" of", "/v1/payments/"+paymentOfRefund), nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("payments: refund payment %s: look for an earlier refund with this key: %w", p.PaymentId, err)
+	}
+
 	conflict := func(code, title, detail string) api.RefundPaymentResponseObject {
-		return api.RefundPayment409ApplicationProblemPlusJSONResponse{ConflictApplicationProblemPlusJSONResponse: api.ConflictApplicationProblemPlusJSONResponse(
-			problem(http.StatusConflict, code, title, detail))}
+		return problem(http.StatusConflict, code, title, detail)
 	}
 	if p.Status == "authorized" {
 		return conflict("not-refundable", "Payment cannot be refunded",
@@ -212,7 +263,6 @@ func (s *payments) RefundPayment(ctx context.Context, tx pgx.Tx, req api.RefundP
 		return conflict("refund-too-large", "Refund exceeds the payment",
 			fmt.Sprintf("payment %s has %d left to refund; asked for %d", p.PaymentId, left, req.Body.AmountMinor)), nil
 	}
-	tenant, _ := tenantFrom(ctx)
 	r, err := scanRefund(tx.QueryRow(ctx, `
 		INSERT INTO refunds (tenant_id, refund_id, payment_id, amount_minor, status)
 		VALUES ($1, $2, $3, $4, 'pending')
@@ -226,6 +276,9 @@ func (s *payments) RefundPayment(ctx context.Context, tx pgx.Tx, req api.RefundP
 		    status = CASE WHEN amount_refunded_minor + $3 = amount_minor THEN 'refunded' ELSE status END
 		WHERE tenant_id = $1 AND payment_id = $2`, tenant, p.PaymentId, req.Body.AmountMinor); err != nil {
 		return nil, fmt.Errorf("payments: refund payment %s: %w", p.PaymentId, err)
+	}
+	if err := record(ctx, tx, event{tenant: tenant, paymentID: p.PaymentId, refundID: id, kind: "refunded", amountMinor: r.AmountMinor, key: key}); err != nil {
+		return nil, err
 	}
 	return api.RefundPayment201JSONResponse(r), nil
 }
@@ -260,17 +313,58 @@ func (s *payments) ReplayRefundPayment(ctx context.Context, req api.RefundPaymen
 // idem.ProblemTypePrefix for the idempotency ones.
 const problemTypePrefix = "urn:idemgen:example:payments:problem:"
 
-func problem(status int, code, title, detail string) api.Problem {
-	return api.Problem{
+// problemResponse is every problem the example answers with itself (404, 409, 422, and through
+// writeProblem 400, 401, 500 and 503), written like the runtime writes its own: RFC 9457
+// application/problem+json with Cache-Control: no-store (idem.Problem.WriteTo). The generated
+// ...ApplicationProblemPlusJSONResponse types would leave Cache-Control out, so a cache between
+// client and server could keep a "not found" or a "not capturable" that is no longer true. It is
+// a response object of every operation.
+type problemResponse struct{ *idem.Problem }
+
+var (
+	_ api.CreatePaymentResponseObject  = problemResponse{}
+	_ api.GetPaymentResponseObject     = problemResponse{}
+	_ api.CapturePaymentResponseObject = problemResponse{}
+	_ api.RefundPaymentResponseObject  = problemResponse{}
+)
+
+func (p problemResponse) VisitCreatePaymentResponse(w http.ResponseWriter) error {
+	return p.WriteTo(w)
+}
+
+func (p problemResponse) VisitGetPaymentResponse(w http.ResponseWriter) error {
+	return p.WriteTo(w)
+}
+
+func (p problemResponse) VisitCapturePaymentResponse(w http.ResponseWriter) error {
+	return p.WriteTo(w)
+}
+
+func (p problemResponse) VisitRefundPaymentResponse(w http.ResponseWriter) error {
+	return p.WriteTo(w)
+}
+
+func problem(status int, code, title, detail string) problemResponse {
+	return problemResponse{&idem.Problem{
 		Type:   problemTypePrefix + code,
 		Title:  title,
 		Status: status,
-		Detail: &detail,
+		Detail: detail,
 		Code:   code,
-	}
+	}}
 }
 
-func notFound(id string) api.NotFoundApplicationProblemPlusJSONResponse {
-	return api.NotFoundApplicationProblemPlusJSONResponse(problem(http.StatusNotFound, "not-found", "Payment not found",
-		"no payment "+id+" for this tenant"))
+func notFound(id string) problemResponse {
+	return problem(http.StatusNotFound, "not-found", "Payment not found", "no payment "+id+" for this tenant")
+}
+
+// keyUsed refuses a key that already made a resource (what, at path) although the runtime let
+// the handler run: its record has expired (keys live 24h) and the first answer cannot be replayed
+// any more. It is the problem (status, type, code) the runtime answers for a key reused while
+// its record exists.
+func keyUsed(what, path string) problemResponse {
+	p := problem(http.StatusUnprocessableEntity, idem.CodeKeyReused, "Idempotency key reused",
+		"this Idempotency-Key already made "+what+" "+path+" and its record has expired, so the first answer cannot be replayed: GET "+path+" to see it, or send a new key for a new request")
+	p.Type = idem.ProblemTypePrefix + idem.CodeKeyReused
+	return p
 }

@@ -6,8 +6,8 @@
 
 CREATE TABLE IF NOT EXISTS payments (
 	tenant_id             text        NOT NULL,
-	-- Derived from the tenant and the idempotency key (see paymentID in payments.go), so one key can
-	-- never produce two payments, even if a request somehow ran twice.
+	-- Derived from the tenant and the idempotency key (see derivedID in payments.go), so one key can
+	-- never produce two payments: a second execution for one key fails on this primary key.
 	payment_id            text        NOT NULL,
 	status                text        NOT NULL CHECK (status IN ('authorized', 'captured', 'refunded')),
 	amount_minor          bigint      NOT NULL CHECK (amount_minor > 0),
@@ -31,3 +31,27 @@ CREATE TABLE IF NOT EXISTS refunds (
 	PRIMARY KEY (tenant_id, refund_id),
 	FOREIGN KEY (tenant_id, payment_id) REFERENCES payments (tenant_id, payment_id)
 );
+
+-- The ledger: one row per money movement, i.e. per execution of a business handler that
+-- authorised, captured or refunded. Append-only, and deliberately without a unique key on the
+-- payment, the kind or the idempotency key: a handler that ran twice for one key leaves two rows
+-- here, whatever the tables above would absorb. That makes exactly-once observable (the tests
+-- count these rows per key); a real payments service keeps such a ledger anyway for accounting.
+-- event_id is random, not a sequence, so the table can be distributed by tenant like the others.
+CREATE TABLE IF NOT EXISTS payment_events (
+	tenant_id       text        NOT NULL,
+	event_id        uuid        NOT NULL DEFAULT gen_random_uuid(),
+	payment_id      text        NOT NULL,
+	refund_id       text,
+	kind            text        NOT NULL CHECK (kind IN ('authorized', 'captured', 'refunded')),
+	amount_minor    bigint      NOT NULL CHECK (amount_minor > 0),
+	-- The key the request carried, to find the events of one client request. The key table holds
+	-- the raw key in the same database, so this exposes nothing new (logs hash keys instead).
+	idempotency_key text        NOT NULL,
+	created_at      timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (tenant_id, event_id),
+	FOREIGN KEY (tenant_id, payment_id) REFERENCES payments (tenant_id, payment_id),
+	CHECK ((kind = 'refunded') = (refund_id IS NOT NULL))
+);
+
+CREATE INDEX IF NOT EXISTS payment_events_payment ON payment_events (tenant_id, payment_id, created_at);

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -83,11 +82,11 @@ func validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerF
 	}
 }
 
-func writeProblem(w http.ResponseWriter, p api.Problem) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+// writeProblem answers a problem outside the strict server (before routing, or for errors it
+// hands back), the same way as the handlers' problemResponse.
+func writeProblem(w http.ResponseWriter, p problemResponse) {
+	// An error here is a client that went away; there is no one left to answer.
+	_ = p.WriteTo(w)
 }
 
 // newHandler builds the whole HTTP stack: /healthz, and the API behind the tenant check, with
