@@ -16,7 +16,8 @@ var schemaSQL string
 // second session creating the same table at the same moment.
 const schemaLockID = 0x1de_9e1_0001
 
-// migrate creates the example's tables (payments, refunds) in the pool's search_path schema.
+// migrate creates the example's tables (payments, refunds, payment_events) in the pool's
+// search_path schema.
 // idemgen's key table is migrated separately by idem.Migrate.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -103,7 +103,7 @@ func TestDemo(t *testing.T) {
 		"→ 500 Internal Server Error",
 		`"amount_refunded_minor":5000`,
 		`"status":"succeeded"`,
-		": 2 payment(s), 1 refund(s).",
+		": 2 payment(s), 1 refund(s); ledger: 2 authorization(s), 1 capture(s), 1 refund(s).",
 	} {
 		if !strings.Contains(transcript, want) {
 			t.Errorf("the transcript lacks %q:\n%s", want, transcript)

@@ -353,20 +353,28 @@ func (d *demo) withDB(ctx context.Context, fn func(*pgx.Conn) error) error {
 	return fn(conn)
 }
 
-// count prints how many payments and refunds this run's tenant has.
+// count prints how many payments, refunds and ledger events this run's tenant has, and fails
+// when a retry was executed twice: the ledger (payment_events) gets one row per execution that
+// moved money, with no unique key that could absorb a second one.
 func (d *demo) count(ctx context.Context) error {
 	return d.withDB(ctx, func(conn *pgx.Conn) error {
-		var payments, refunds int
+		var payments, refunds, authorized, captured, refunded int
 		err := conn.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM payments WHERE tenant_id = $1),
-			(SELECT count(*) FROM refunds WHERE tenant_id = $1)`, d.tenant).Scan(&payments, &refunds)
+			(SELECT count(*) FROM refunds WHERE tenant_id = $1),
+			(SELECT count(*) FROM payment_events WHERE tenant_id = $1 AND kind = 'authorized'),
+			(SELECT count(*) FROM payment_events WHERE tenant_id = $1 AND kind = 'captured'),
+			(SELECT count(*) FROM payment_events WHERE tenant_id = $1 AND kind = 'refunded')`,
+			d.tenant).Scan(&payments, &refunds, &authorized, &captured, &refunded)
 		if err != nil {
 			return fmt.Errorf("count payments: %w", err)
 		}
-		fmt.Fprintf(d.out, "\nIn the database for tenant %s: %d payment(s), %d refund(s).\n", d.tenant, payments, refunds)
-		fmt.Fprintln(d.out, "(8 × POST /v1/payments: 4 with the first key, 2 with the second, 2 refused; 2 refunds with one key.)")
-		if payments != 2 || refunds != 1 {
-			return fmt.Errorf("want 2 payments and 1 refund for tenant %s, found %d and %d: a retry was executed twice", d.tenant, payments, refunds)
+		fmt.Fprintf(d.out, "\nIn the database for tenant %s: %d payment(s), %d refund(s); ledger: %d authorization(s), %d capture(s), %d refund(s).\n",
+			d.tenant, payments, refunds, authorized, captured, refunded)
+		fmt.Fprintln(d.out, "(8 × POST /v1/payments: 4 with the first key, 2 with the second, 2 refused; 2 captures and 2 refunds with one key each.)")
+		if payments != 2 || refunds != 1 || authorized != 2 || captured != 1 || refunded != 1 {
+			return fmt.Errorf("want 2 payments, 1 refund and a ledger of 2 authorizations, 1 capture and 1 refund for tenant %s; "+
+				"found %d, %d and %d, %d, %d: a retry was executed twice", d.tenant, payments, refunds, authorized, captured, refunded)
 		}
 		return nil
 	})
