@@ -17,6 +17,10 @@ import (
 
 // ClaimParams identify a request.
 type ClaimParams struct {
+	// Tenant is the key table's distribution column: every statement about the key names it, so
+	// on Citus it stays on one shard. Empty when the scope has no tenant. Scope includes the
+	// tenant too (ScopeString), so keys stay apart whatever Tenant is set to.
+	Tenant      string
 	Scope       string // canonical scope, see ScopeString
 	Key         string // the validated idempotency key
 	Operation   string // operation id
@@ -74,6 +78,7 @@ func (c ClaimStatus) String() string {
 
 // Claim is a held key; its Token fences completion and release.
 type Claim struct {
+	Tenant    string
 	Scope     string
 	Key       string
 	Operation string
@@ -140,15 +145,15 @@ func newStatements(table string) statements {
 	fmt.Fprintf(&b, `WITH cur AS (
 	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at,
 		%[2]s AS takeable
-	FROM %[1]s AS k WHERE k.scope = $1 AND k.key = $2
+	FROM %[1]s AS k WHERE k.tenant = $8 AND k.scope = $1 AND k.key = $2
 ), ins AS (
 	INSERT INTO %[1]s AS k
-		(scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
-	SELECT $1, $2, $3, $4, 'in_flight', $5::uuid,
+		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
+	SELECT $8, $1, $2, $3, $4, 'in_flight', $5::uuid,
 		statement_timestamp() + $6::bigint * interval '1 millisecond', 1, statement_timestamp(),
 		statement_timestamp() + $7::bigint * interval '1 millisecond'
 	WHERE NOT EXISTS (SELECT FROM cur WHERE NOT cur.takeable)
-	ON CONFLICT (scope, key) DO UPDATE SET
+	ON CONFLICT (tenant, scope, key) DO UPDATE SET
 		%[3]s, %[4]s, %[5]s, %[6]s, %[7]s, %[8]s,
 		attempt = CASE WHEN %[9]s THEN 1 WHEN %[10]s THEN k.attempt + 1 ELSE k.attempt END,
 		%[11]s, %[12]s, %[13]s, %[14]s, %[15]s
@@ -169,14 +174,15 @@ SELECT false, attempt, fingerprint = $4, state, status, headers, body, reference
 		complete: `UPDATE ` + table + ` SET state = 'complete', status = $4, headers = $5, body = $6, reference = $7,
 	completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
 	expires_at = statement_timestamp() + $8::bigint * interval '1 millisecond'
-WHERE scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
-		release: `DELETE FROM ` + table + ` WHERE scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+WHERE tenant = $9 AND scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+		release: `DELETE FROM ` + table + ` WHERE tenant = $4 AND scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
 		renew: `UPDATE ` + table + ` SET lease_expires_at = statement_timestamp() + $4::bigint * interval '1 millisecond'
-WHERE scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+WHERE tenant = $5 AND scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
+		// Purge alone spans tenants: a maintenance job off the request path.
 		purge: `DELETE FROM ` + table + ` AS k USING (
-	SELECT scope, key FROM ` + table + ` AS k WHERE ` + fresh + `
+	SELECT tenant, scope, key FROM ` + table + ` AS k WHERE ` + fresh + `
 	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS doomed
-WHERE k.scope = doomed.scope AND k.key = doomed.key`,
+WHERE k.tenant = doomed.tenant AND k.scope = doomed.scope AND k.key = doomed.key`,
 		purgeCount: `SELECT count(*) FROM ` + table + ` AS k WHERE ` + fresh,
 	}
 }
@@ -270,7 +276,7 @@ func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, wait tim
 }
 
 func (s *Store) claimArgs(p *ClaimParams, token string) []any {
-	return []any{p.Scope, p.Key, p.Operation, p.Fingerprint, token, millis(p.lease()), millis(p.ttl())}
+	return []any{p.Scope, p.Key, p.Operation, p.Fingerprint, token, millis(p.lease()), millis(p.ttl()), tenantColumn(p.Tenant)}
 }
 
 func (s *Store) claim(ctx context.Context, q interface {
@@ -307,7 +313,7 @@ func (s *Store) scanClaim(row pgx.Row, p *ClaimParams, token string) (*ClaimResu
 			st = ClaimTakenOver
 		}
 		return &ClaimResult{Status: st, Claim: &Claim{
-			Scope: p.Scope, Key: p.Key, Operation: p.Operation, Token: token, Attempt: int(attempt), Lease: p.lease(),
+			Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Token: token, Attempt: int(attempt), Lease: p.lease(),
 		}}, nil
 	case !sameFP:
 		return &ClaimResult{Status: ClaimMismatch}, nil
@@ -379,7 +385,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome,
 		hdr = string(headers)
 	}
 	tag, err := tx.Exec(ctx, s.sql.complete, c.Scope, c.Key, c.Token, int32(o.Status), hdr, o.Body, ref,
-		millis(orDefault(ttl, DefaultTTL)))
+		millis(orDefault(ttl, DefaultTTL)), tenantColumn(c.Tenant))
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return storeError(ctx, "complete", err)
@@ -397,7 +403,7 @@ func (s *Store) Release(ctx context.Context, c *Claim) error {
 	if c == nil {
 		return nil
 	}
-	if _, err := s.db.Exec(ctx, s.sql.release, c.Scope, c.Key, c.Token); err != nil {
+	if _, err := s.db.Exec(ctx, s.sql.release, c.Scope, c.Key, c.Token, tenantColumn(c.Tenant)); err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return storeError(ctx, "release", err)
 	}
@@ -406,7 +412,7 @@ func (s *Store) Release(ctx context.Context, c *Claim) error {
 
 // Renew extends c's lease by lease from now (database clock); ErrLeaseLost if not owned.
 func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error {
-	tag, err := s.db.Exec(ctx, s.sql.renew, c.Scope, c.Key, c.Token, millis(orDefault(lease, DefaultLease)))
+	tag, err := s.db.Exec(ctx, s.sql.renew, c.Scope, c.Key, c.Token, millis(orDefault(lease, DefaultLease)), tenantColumn(c.Tenant))
 	if err != nil {
 		return storeError(ctx, "renew lease", err)
 	}

@@ -11,6 +11,9 @@ import (
 
 // DoParams identify a unit of work.
 type DoParams struct {
+	// Tenant is the key table's distribution column (see ClaimParams.Tenant); it also keeps
+	// tenants' keys apart. Empty when the work has no tenant.
+	Tenant      string
 	Scope       string
 	Key         string
 	Operation   string
@@ -52,7 +55,7 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn func(ctx context.Context
 		return nil, errors.New("idem: Do: an empty key cannot be made idempotent (set DoParams.Key)")
 	}
 	ep := &execParams{
-		claim: ClaimParams{Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint,
+		claim: ClaimParams{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint,
 			Lease: p.Lease, TTL: p.TTL},
 		mode:     ClaimModeLease,
 		wait:     p.Wait,

@@ -15,7 +15,7 @@
 // # The key table
 //
 // Migrate creates it (embedded, numbered up/down migrations; Migrations renders their SQL for
-// review or for a migration tool of your own). One row per (scope, key): in_flight with an owner
+// review or for a migration tool of your own). One row per (tenant, scope, key): in_flight with an owner
 // token and a lease while a request runs, complete with the stored outcome afterwards, and
 // treated as new once expires_at has passed. Purge (or PurgeEvery in a goroutine) deletes
 // expired rows in batches.

@@ -21,8 +21,8 @@ func TestPurgeRemovesOnlyExpiredRowsInBatches(t *testing.T) {
 		t.Helper()
 		for i := range n {
 			_, err := e.sch.Pool.Exec(ctx, `INSERT INTO `+e.store.Table()+`
-				(scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at)
-				VALUES ('s', $1, 'op', 'fp', $2, gen_random_uuid(), now() + $3::interval, now() + $4::interval)`,
+				(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at)
+				VALUES ('', 's', $1, 'op', 'fp', $2, gen_random_uuid(), now() + $3::interval, now() + $4::interval)`,
 				fmt.Sprintf("%s-%d", prefix, i), state, lease, expires)
 			if err != nil {
 				t.Fatal(err)

@@ -19,7 +19,9 @@ type ScopePart struct {
 // Every string is written with its length in front ("4:acme|9:operation=13:createPayment"), so
 // no tenant or value, whatever characters it holds, can make two different scopes render alike.
 // Values PostgreSQL text cannot hold (NUL, invalid UTF-8) are written in hex behind an "x".
-// The tenant comes first, so the scope can serve as a distribution key per tenant.
+// The tenant is part of the scope so that keys of different tenants never meet, whatever the
+// other parts are. It cannot serve as a distribution key (a hash of the whole scope scatters a
+// tenant's keys): the table's tenant column, set from ClaimParams.Tenant, is that key.
 func ScopeString(tenant string, parts []ScopePart) string {
 	var b strings.Builder
 	lp := func(s string) {
@@ -41,6 +43,17 @@ func ScopeString(tenant string, parts []ScopePart) string {
 		lp(p.Value)
 	}
 	return b.String()
+}
+
+// tenantColumn is tenant as the key table's tenant column holds it. PostgreSQL text holds
+// neither NUL nor invalid UTF-8, so such a tenant goes in as "x" and hex. That form may equal
+// another tenant's plain name; the two then share a shard, never a key: the scope keeps them
+// apart.
+func tenantColumn(tenant string) string {
+	if utf8.ValidString(tenant) && strings.IndexByte(tenant, 0) < 0 {
+		return tenant
+	}
+	return "x" + hex.EncodeToString([]byte(tenant))
 }
 
 type claimKey struct{}

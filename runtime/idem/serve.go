@@ -131,7 +131,7 @@ func (s *Store) Serve(ctx context.Context, p *Policy, req *Request, fn HandlerFu
 	}
 	persist := p.persist()
 	ep := &execParams{
-		claim: ClaimParams{Scope: ScopeString(tenant, req.Scope), Key: key, Operation: p.Operation,
+		claim: ClaimParams{Tenant: tenant, Scope: ScopeString(tenant, req.Scope), Key: key, Operation: p.Operation,
 			Fingerprint: req.Fingerprint, Lease: p.Lease, TTL: p.TTL},
 		mode:    p.Claim,
 		wait:    p.Wait,

@@ -636,3 +636,58 @@ func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 		t.Errorf("%d payments for the duplicated key, %v; want 1", n, err)
 	}
 }
+
+// The key table leads its primary key with the tenant, and every request stores its tenant
+// there (empty without a tenant in the scope), so on Citus the table can be distributed by
+// tenant and co-located with the business tables: claim, complete, release and renew each name
+// one tenant.
+func TestTenantColumnLeadsTheKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, &idem.Config{Tenant: func(context.Context) (string, error) { return "acme", nil }}, nil)
+	ctx := context.Background()
+	var pk []string
+	if err := e.sch.Pool.QueryRow(ctx, `SELECT array_agg(a.attname ORDER BY k.i)
+		FROM pg_index x CROSS JOIN unnest(x.indkey) WITH ORDINALITY AS k(attnum, i)
+		JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+		WHERE x.indrelid = $1::regclass AND x.indisprimary`, e.store.Table()).Scan(&pk); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(pk, ",") != "tenant,scope,key" {
+		t.Fatalf("primary key (%s); want (tenant, scope, key), led by the distribution column", strings.Join(pk, ", "))
+	}
+
+	scoped := policy()
+	scoped.ScopeTenant = true
+	if _, err := e.store.Serve(ctx, scoped, request("k1", "fp"), insertPayment(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Serve(ctx, policy(), request("k2", "fp"), insertPayment(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Do(ctx, &idem.DoParams{Tenant: "globex", Key: "k3"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"k1": "acme", "k2": "", "k3": "globex"} {
+		var tenant string
+		if err := e.sch.Pool.QueryRow(ctx, "SELECT tenant FROM "+e.store.Table()+" WHERE key = $1", key).Scan(&tenant); err != nil || tenant != want {
+			t.Errorf("key %s stored with tenant %q, %v; want %q", key, tenant, err, want)
+		}
+	}
+
+	// Completion, release and renewal find the row by its tenant too: a claim naming another
+	// tenant owns nothing.
+	res, err := e.store.Claim(ctx, &idem.ClaimParams{Tenant: "acme", Scope: "s", Key: "k4", Fingerprint: "fp"})
+	if err != nil || res.Claim == nil || res.Claim.Tenant != "acme" {
+		t.Fatalf("claim = %+v, %v; want acquired for tenant acme", res, err)
+	}
+	other := *res.Claim
+	other.Tenant = "globex"
+	if err := e.store.Renew(ctx, &other, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("renew under another tenant = %v; want ErrLeaseLost", err)
+	}
+	if err := e.store.Release(ctx, res.Claim); err != nil || e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = 'k4'") != 0 {
+		t.Errorf("release = %v; want the row gone", err)
+	}
+}

@@ -1,7 +1,10 @@
 -- One row per idempotency key. The claim inserts it in_flight with a lease; completion, inside
--- the business transaction, turns it complete with the stored outcome. Keys never come from a
--- sequence, so the table can be distributed by scope and partitioned by time.
+-- the business transaction, turns it complete with the stored outcome. The primary key leads
+-- with tenant (empty when a policy's scope has none) and every statement on the request path
+-- names one tenant, so on Citus the table can be distributed by tenant and co-located with the
+-- business tables. Keys never come from a sequence.
 CREATE TABLE {{.Table}} (
+    tenant           text        NOT NULL,
     scope            text        NOT NULL,
     key              text        NOT NULL,
     operation        text        NOT NULL,
@@ -17,7 +20,7 @@ CREATE TABLE {{.Table}} (
     created_at       timestamptz NOT NULL DEFAULT now(),
     completed_at     timestamptz,
     expires_at       timestamptz NOT NULL,
-    PRIMARY KEY (scope, key)
+    PRIMARY KEY (tenant, scope, key)
 );
 
 -- Purge walks expired rows oldest first.
