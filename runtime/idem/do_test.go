@@ -300,8 +300,9 @@ func TestSlowStoreFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	begin := time.Now()
-	// Without the StoreTimeout, this request would wait for the lock until its own deadline.
+	// Without the StoreTimeout, this request would wait for the lock until its own deadline and
+	// end with that context's error instead of a store-unavailable problem: the answer, not the
+	// time taken, shows which bound fired.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r, err := e.store.Serve(ctx, policy(), request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
@@ -310,9 +311,6 @@ func TestSlowStoreFailsClosed(t *testing.T) {
 	})
 	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeStoreUnavailable || ran {
 		t.Fatalf("Serve against a blocked store = %+v, %v (ran %v); want 503 store-unavailable", r, err, ran)
-	}
-	if took := time.Since(begin); took > 3*time.Second {
-		t.Fatalf("Serve took %s; want about the 300ms StoreTimeout", took)
 	}
 	if _, err := e.store.Do(ctx, &idem.DoParams{Key: "k"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
 		ran = true
