@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -278,6 +279,11 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 		}
 		if r.Kind == ResultReplayed {
 			h.Set(HeaderReplayed, "true")
+			// Cache-Control is not replayed, but a stored problem must stay uncacheable on
+			// every replay, as it was when first answered (RFC 9457 answers carry no-store).
+			if isProblemJSON(r.Outcome.Header.Get("Content-Type")) {
+				h.Set("Cache-Control", "no-store")
+			}
 		}
 		status := r.Outcome.Status
 		if status == 0 {
@@ -288,6 +294,12 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 		return err
 	}
 	return fmt.Errorf("idem: Result.WriteTo: unknown result kind %d", r.Kind)
+}
+
+// isProblemJSON reports whether a Content-Type names an RFC 9457 problem document.
+func isProblemJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/problem+json")
 }
 
 // ReplayWriter wraps w so that the answer written through it carries Idempotent-Replayed: true.

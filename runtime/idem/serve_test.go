@@ -706,3 +706,25 @@ func TestTenantColumnLeadsTheKey(t *testing.T) {
 		t.Errorf("release = %v; want the row gone", err)
 	}
 }
+
+// TestReplayedProblemStaysUncacheable: a stored problem answer (a persisted 4xx) is replayed with
+// Cache-Control: no-store although Cache-Control is not on the replay allow-list.
+func TestReplayedProblemStaysUncacheable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		w := idem.NewRecorder()
+		(&idem.Problem{Type: "urn:example:problem:not-capturable", Title: "Not capturable", Status: 409, Code: "not-capturable"}).WriteTo(w)
+		return w.Outcome(), nil
+	}
+	for i, want := range []idem.ResultKind{idem.ResultExecuted, idem.ResultReplayed} {
+		r, err := e.store.Serve(context.Background(), policy(), request("k", "fp"), fn)
+		if err != nil || r.Kind != want {
+			t.Fatalf("request %d = %+v, %v; want kind %v", i, r, err, want)
+		}
+		w := written(t, r)
+		if w.Code != 409 || w.Header().Get("Cache-Control") != "no-store" || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("request %d: %d, headers %v; want 409 problem+json with Cache-Control: no-store", i, w.Code, w.Header())
+		}
+	}
+}
