@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,18 +164,20 @@ func (s *Store) Serve(ctx context.Context, p *Policy, req *Request, fn HandlerFu
 func (s *Store) storedOutcome(p *Policy, o *Outcome) (*Outcome, error) {
 	switch p.Storage {
 	case StorageReference:
-		if o.Reference != "" {
+		success := o.Status >= 200 && o.Status <= 299
+		if success && o.Reference != "" {
 			return &Outcome{Status: o.Status, Reference: o.Reference}, nil
 		}
-		if o.Status >= 200 && o.Status <= 299 {
+		if success {
 			// The details go to the log only: the strict handler's default error handler
 			// prints err.Error() to the client, so the returned error stays generic.
 			s.log.Error("idem: a reference-storage handler answered 2xx without a reference; the request was rolled back and answered 500: return the created resource's id as the reference",
 				"operation", p.Operation, "status", o.Status)
 			return nil, ErrNoReference
 		}
-		// A persisted answer without a resource (a 404, a 400, a redirect) has nothing to
-		// reload: it is stored whole, like response storage, and replayed byte for byte.
+		// Only a success is replayed by reloading its resource. Any other persisted answer (a
+		// 404, a 409 about the resource, a redirect) is stored whole, like response storage, and
+		// replayed byte for byte: reloading would turn a stored refusal into today's success.
 	case StorageMarker:
 		return &Outcome{Status: o.Status}, nil
 	}
@@ -279,11 +280,9 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 		}
 		if r.Kind == ResultReplayed {
 			h.Set(HeaderReplayed, "true")
-			// Cache-Control is not replayed, but a stored problem must stay uncacheable on
-			// every replay, as it was when first answered (RFC 9457 answers carry no-store).
-			if isProblemJSON(r.Outcome.Header.Get("Content-Type")) {
-				h.Set("Cache-Control", "no-store")
-			}
+			// A replay answers one client's retry of one key: no shared cache may keep it. The
+			// handler's own Cache-Control is not replayed, so this holds whatever it said.
+			h.Set("Cache-Control", "no-store")
 		}
 		status := r.Outcome.Status
 		if status == 0 {
@@ -296,18 +295,14 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 	return fmt.Errorf("idem: Result.WriteTo: unknown result kind %d", r.Kind)
 }
 
-// isProblemJSON reports whether a Content-Type names an RFC 9457 problem document.
-func isProblemJSON(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	return strings.EqualFold(strings.TrimSpace(mt), "application/problem+json")
-}
-
-// ReplayWriter wraps w so that the answer written through it carries Idempotent-Replayed: true.
+// ReplayWriter wraps w so that the answer written through it carries Idempotent-Replayed: true
+// and Cache-Control: no-store, as every replay does.
 // Adapters use it for reference and marker replays, whose answer Replay<Op> recomputes: pass
 // ReplayWriter(w) to the response's Visit method. The header is set before the status line is
 // written, whatever the handler does to the header map first.
 func ReplayWriter(w http.ResponseWriter) http.ResponseWriter {
 	w.Header().Set(HeaderReplayed, "true")
+	w.Header().Set("Cache-Control", "no-store")
 	return &replayWriter{ResponseWriter: w}
 }
 
@@ -320,6 +315,7 @@ func (rw *replayWriter) WriteHeader(status int) {
 	if !rw.wrote {
 		rw.wrote = true
 		rw.Header().Set(HeaderReplayed, "true")
+		rw.Header().Set("Cache-Control", "no-store")
 	}
 	rw.ResponseWriter.WriteHeader(status)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -341,6 +342,7 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 		"Etag":              {`"v1"`},
 		"X-Payment-Status":  {"captured"},
 		idem.HeaderReplayed: {"true"},
+		"Cache-Control":     {"no-store"},
 	}
 	for k := range w.Header() {
 		if _, ok := want[k]; !ok {
@@ -422,6 +424,30 @@ func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
 	if w.Code != 404 || w.Body.String() != `{"title":"no such payment"}` || w.Header().Get("Content-Type") != "application/problem+json" ||
 		w.Header().Get("Set-Cookie") != "" || w.Header().Get(idem.HeaderReplayed) != "true" {
 		t.Fatalf("replayed 404 = %d %v %q; want the stored answer, allow-listed headers, marked replayed", w.Code, w.Header(), w.Body)
+	}
+
+	// A refusal that names its resource (a 409 with a reference) is stored whole too: reloading
+	// the resource on a replay would turn the stored refusal into today's state of the resource.
+	conflict := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		calls++
+		rec := idem.NewRecorder()
+		rec.Header().Set("Content-Type", "application/problem+json")
+		rec.WriteHeader(http.StatusConflict)
+		rec.Write([]byte(`{"title":"already captured"}`))
+		out := rec.Outcome()
+		out.Reference = "pay_1"
+		return out, nil
+	}
+	calls = 0
+	if _, err := e.store.Serve(ctx, ref, request("conflict", "fp"), conflict); err != nil {
+		t.Fatal(err)
+	}
+	r, err = e.store.Serve(ctx, ref, request("conflict", "fp"), conflict)
+	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
+		t.Fatalf("retry of a 409 with a reference = %+v, %v (handler ran %d times); want a whole replay without a reference", r, err, calls)
+	}
+	if w := written(t, r); w.Code != 409 || w.Body.String() != `{"title":"already captured"}` {
+		t.Fatalf("replayed 409 = %d %q; want the stored answer byte for byte", w.Code, w.Body)
 	}
 }
 
@@ -707,24 +733,45 @@ func TestTenantColumnLeadsTheKey(t *testing.T) {
 	}
 }
 
-// TestReplayedProblemStaysUncacheable: a stored problem answer (a persisted 4xx) is replayed with
-// Cache-Control: no-store although Cache-Control is not on the replay allow-list.
-func TestReplayedProblemStaysUncacheable(t *testing.T) {
+// TestReplaysAreNotCacheable: every replay, a stored problem or a stored success, carries
+// Cache-Control: no-store although Cache-Control is not on the replay allow-list; so does an
+// answer written through ReplayWriter.
+func TestReplaysAreNotCacheable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
-	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	problem := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		w := idem.NewRecorder()
 		(&idem.Problem{Type: "urn:example:problem:not-capturable", Title: "Not capturable", Status: 409, Code: "not-capturable"}).WriteTo(w)
 		return w.Outcome(), nil
 	}
-	for i, want := range []idem.ResultKind{idem.ResultExecuted, idem.ResultReplayed} {
-		r, err := e.store.Serve(context.Background(), policy(), request("k", "fp"), fn)
-		if err != nil || r.Kind != want {
-			t.Fatalf("request %d = %+v, %v; want kind %v", i, r, err, want)
+	created := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		w := idem.NewRecorder()
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.WriteHeader(201)
+		return w.Outcome(), nil
+	}
+	for _, c := range []struct {
+		key    string
+		fn     idem.HandlerFunc
+		status int
+	}{{"problem", problem, 409}, {"created", created, 201}} {
+		if _, err := e.store.Serve(context.Background(), policy(), request(c.key, "fp"), c.fn); err != nil {
+			t.Fatal(err)
 		}
-		w := written(t, r)
-		if w.Code != 409 || w.Header().Get("Cache-Control") != "no-store" || w.Header().Get("Content-Type") != "application/problem+json" {
-			t.Errorf("request %d: %d, headers %v; want 409 problem+json with Cache-Control: no-store", i, w.Code, w.Header())
+		r, err := e.store.Serve(context.Background(), policy(), request(c.key, "fp"), c.fn)
+		if err != nil || r.Kind != idem.ResultReplayed {
+			t.Fatalf("%s: retry = %+v, %v; want a replay", c.key, r, err)
 		}
+		if w := written(t, r); w.Code != c.status || w.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("%s: replay %d, headers %v; want %d with Cache-Control: no-store", c.key, w.Code, w.Header(), c.status)
+		}
+	}
+
+	w := httptest.NewRecorder()
+	rw := idem.ReplayWriter(w)
+	rw.Header().Set("Cache-Control", "max-age=60") // what a Replay<Op> response might set
+	rw.WriteHeader(200)
+	if w.Header().Get("Cache-Control") != "no-store" || w.Header().Get(idem.HeaderReplayed) != "true" {
+		t.Errorf("ReplayWriter headers %v; want Cache-Control: no-store and %s: true", w.Header(), idem.HeaderReplayed)
 	}
 }
