@@ -436,3 +436,32 @@ func TestLogsAndEventsNeverCarryTheRawKey(t *testing.T) {
 		t.Fatalf("events %q; want %q", got, want)
 	}
 }
+
+// TestCallerGivingUpIsNotAStoreError: a claim whose context has already ended fails, but the
+// store did nothing wrong, so no store_error event is counted.
+func TestCallerGivingUpIsNotAStoreError(t *testing.T) {
+	t.Parallel()
+	var events []idem.Event
+	e := newEnv(t, &idem.Config{
+		Observer: func(_ context.Context, ev idem.Event) { events = append(events, ev) },
+	}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := e.store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"})
+	if err == nil {
+		t.Fatal("a claim with a cancelled context succeeded")
+	}
+	for _, ev := range events {
+		if ev.Kind == idem.EventStoreError {
+			t.Fatalf("a cancelled caller was counted as a store error: %+v", ev)
+		}
+	}
+	// The same failure with a live context (the store really is gone) is counted.
+	e.sch.Pool.Close()
+	if _, err := e.store.Claim(context.Background(), &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"}); err == nil {
+		t.Fatal("a claim on a closed pool succeeded")
+	}
+	if n := len(events); n == 0 || events[n-1].Kind != idem.EventStoreError {
+		t.Fatalf("events %+v; want a store_error for the closed pool", events)
+	}
+}

@@ -166,6 +166,11 @@ func KeyHash(scope, key string) string {
 }
 
 func (s *Store) emit(ctx context.Context, e Event) {
+	if e.Kind == EventStoreError && ctx.Err() != nil {
+		// The caller gave up (a client that disconnected, a waiter whose deadline passed): the
+		// store did nothing wrong, and counting it would make the outage metric cry wolf.
+		return
+	}
 	if s.cfg.Observer != nil {
 		s.cfg.Observer(ctx, e)
 	}
