@@ -59,10 +59,15 @@ func (f *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
 			pool.Close()
 		}
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			// The server answered: a wrong user, password or database, not an outage.
+		if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000") {
+			// The server answered that the login is wrong (class 28: authorization; 3D000: no such
+			// database): not an outage. Others (too many clients, starting up) fall through.
 			return nil, fail(ExitUsage, fmt.Errorf("PostgreSQL at %s refused the connection: %s (check the user, password and database in the URL)",
 				describeTarget(cfg.ConnConfig.Config), pgErr.Message))
+		}
+		if errors.As(err, &pgErr) {
+			return nil, fail(ExitUsage, fmt.Errorf("PostgreSQL at %s is not accepting connections: %s (SQLSTATE %s); try again later",
+				describeTarget(cfg.ConnConfig.Config), pgErr.Message, pgErr.Code))
 		}
 		return nil, fail(ExitUsage, fmt.Errorf("cannot reach PostgreSQL at %s: %s (is the server running, and is the URL right?)",
 			describeTarget(cfg.ConnConfig.Config), rootCause(err)))

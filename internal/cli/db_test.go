@@ -165,3 +165,30 @@ func TestDatabaseCommandsNameARefusedLogin(t *testing.T) {
 		t.Errorf("stderr should be one line saying the login was refused, got %q", stderr)
 	}
 }
+
+// TestDatabaseCommandsNameAServerThatTurnsConnectionsAway: a server that answers "too many
+// connections" is neither a wrong login nor unreachable.
+func TestDatabaseCommandsNameAServerThatTurnsConnectionsAway(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, idemtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	role := fmt.Sprintf("idemgen_limited_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP ROLE "+role) })
+
+	cfg := admin.Config()
+	url := fmt.Sprintf("postgres://%s@/%s?host=%s&port=%d&sslmode=disable", role, cfg.Database, cfg.Host, cfg.Port)
+	if !strings.HasPrefix(cfg.Host, "/") {
+		url = fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", role, cfg.Host, cfg.Port, cfg.Database)
+	}
+	code, _, stderr := runMain("", "migrate", "--database-url", url)
+	if code != ExitUsage || !strings.Contains(stderr, "is not accepting connections") || !strings.Contains(stderr, "53300") ||
+		strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("exit %d, stderr %q; want exit 2 and one line saying the server is not accepting connections (53300)", code, stderr)
+	}
+}
