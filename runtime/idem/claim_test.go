@@ -2,9 +2,12 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 )
@@ -55,5 +58,42 @@ func TestClaimOutcomes(t *testing.T) {
 	r, err = s.Claim(ctx, &other)
 	if err != nil || r.Status != idem.ClaimMismatch {
 		t.Fatalf("different fingerprint after completion = %+v, %v; want mismatch", r, err)
+	}
+}
+
+// TestRequestPathStatementsNameTheTenant: complete and release find the row by tenant as well as
+// scope, key and token (so each stays on one shard when the table is distributed by tenant): a
+// claim presented under another tenant completes nothing and releases nothing.
+func TestRequestPathStatementsNameTheTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	res, err := e.store.Claim(ctx, &idem.ClaimParams{Tenant: "acme", Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"})
+	if err != nil || res.Status != idem.ClaimAcquired {
+		t.Fatalf("claim = %+v, %v", res, err)
+	}
+	wrong := *res.Claim
+	wrong.Tenant = "globex"
+
+	err = pgx.BeginFunc(ctx, e.sch.Pool, func(tx pgx.Tx) error {
+		return e.store.CompleteTx(ctx, tx, &wrong, &idem.Outcome{Status: 201}, 0)
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("complete under another tenant: %v; want ErrLeaseLost", err)
+	}
+	if err := e.store.Release(ctx, &wrong); err != nil {
+		t.Fatalf("release under another tenant: %v", err)
+	}
+	var state, tenant string
+	err = e.sch.Pool.QueryRow(ctx, "SELECT state, tenant FROM "+pgx.Identifier{e.sch.Name, e.sch.Table}.Sanitize()+" WHERE key = 'k'").Scan(&state, &tenant)
+	if err != nil || state != "in_flight" || tenant != "acme" {
+		t.Fatalf("row after a wrong-tenant complete and release: state %q tenant %q, %v; want acme's in-flight row untouched", state, tenant, err)
+	}
+	// The right tenant completes it.
+	err = pgx.BeginFunc(ctx, e.sch.Pool, func(tx pgx.Tx) error {
+		return e.store.CompleteTx(ctx, tx, res.Claim, &idem.Outcome{Status: 201}, 0)
+	})
+	if err != nil {
+		t.Fatalf("complete under the claim's own tenant: %v", err)
 	}
 }
