@@ -52,18 +52,17 @@ package spec
 import (
 	"errors"
 	"fmt"
-	yamlv4 "go.yaml.in/yaml/v4"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	yamlv4 "go.yaml.in/yaml/v4"
 
 	"github.com/idemgen/idemgen/generator/model"
 )
@@ -173,16 +172,7 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	}
 	tree, err := parseTree(data)
 	if err != nil {
-		msg := strings.TrimPrefix(syntaxError(data, err).Error(), "yaml: ")
-		if m := yamlProblem.FindStringSubmatchIndex(msg); m != nil && m[0] == 0 {
-			line, _ := strconv.Atoi(msg[m[2]:m[3]])
-			// A problem found at the end of input is placed on the last line that has text.
-			if last := strings.Count(strings.TrimRight(string(data), "\n"), "\n") + 1; line > last {
-				line = last
-			}
-			return nil, fmt.Errorf("%s:%d: not valid YAML or JSON: %s", path, line, msg[m[1]:])
-		}
-		return nil, fmt.Errorf("%s: not valid YAML or JSON: %s", path, msg)
+		return nil, syntaxError(path, data, err)
 	}
 	doc, err := newLoader(opts).LoadFromDataWithPath(data, &url.URL{Path: filepath.ToSlash(path)})
 	if err != nil {
@@ -225,16 +215,29 @@ func newLoader(opts *LoadOpts) *openapi3.Loader {
 	return l
 }
 
-// syntaxError re-reads a document yaml.v3 rejected with yaml v4 (the YAML library kin-openapi
-// itself uses), whose syntax errors carry the line where the problem was found: yaml.v3 names the
-// line of the enclosing construct instead, and counts it from zero for parser errors, so an
-// unclosed "[" on line 8 was reported on line 7.
-func syntaxError(data []byte, v3err error) error {
+// syntaxError describes a document yaml.v3 rejected. It re-reads it with yaml v4 (the YAML
+// library kin-openapi itself uses), whose errors carry the line and column where the problem was
+// found and the construct it was in: yaml.v3 names only the line of the enclosing construct, and
+// counts it from zero for parser errors, so an unclosed "[" on line 8 was reported on line 7.
+func syntaxError(path string, data []byte, v3err error) error {
 	var n yamlv4.Node
-	if err := yamlv4.Unmarshal(data, &n); err != nil && yamlProblem.MatchString(err.Error()) {
-		return err
+	var le *yamlv4.LoadError
+	if err := yamlv4.Unmarshal(data, &n); errors.As(err, &le) && le.Mark.Line > 0 {
+		line, col := le.Mark.Line, le.Mark.Column
+		// A problem found at the end of input is placed at the end of the last line with text.
+		if text := strings.TrimRight(string(data), "\r\n"); line > strings.Count(text, "\n")+1 {
+			line = strings.Count(text, "\n") + 1
+			col = len(text) - strings.LastIndex(text, "\n")
+		}
+		msg := le.Message
+		if le.ContextMsg != "" && le.ContextMark.Line > 0 && le.ContextMark.Line <= line {
+			construct := strings.TrimPrefix(strings.TrimPrefix(le.ContextMsg, "while parsing "), "while scanning ")
+			msg += fmt.Sprintf(" (in %s that starts at %d:%d)", construct, le.ContextMark.Line, le.ContextMark.Column)
+		}
+		return fmt.Errorf("%s:%d:%d: not valid YAML or JSON: %s", path, line, col, msg)
 	}
-	return v3err
+	msg := strings.TrimPrefix(v3err.Error(), "yaml: ")
+	return fmt.Errorf("%s: not valid YAML or JSON: %s", path, msg)
 }
 
 var yamlProblem = regexp.MustCompile(`line (\d+): `)
