@@ -124,25 +124,19 @@ func (s *payments) CreatePayment(ctx context.Context, tx pgx.Tx, req api.CreateP
 	}
 	id := derivedID("pay_", tenant, key)
 
-	// A committed payment with this id means the key was used before, and its record has expired
+	// An existing payment with this id means the key was used before, and its record has expired
 	// since (keys live 24h) or this is a second execution: either way the key is refused, never
-	// answered as a success the client could take for its own. Only committed rows are visible
-	// here, so two executions racing for one key both miss it, and the second fails loudly on
-	// the primary key below.
-	var exists bool
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM payments WHERE tenant_id = $1 AND payment_id = $2)`, tenant, id).Scan(&exists)
-	if err != nil {
-		return nil, fmt.Errorf("payments: create payment %s: look for an earlier payment with this key: %w", id, err)
-	}
-	if exists {
-		return keyUsed("payment", "/v1/payments/"+id), nil
-	}
-
+	// answered as a success the client could take for its own. One statement decides: an
+	// execution racing another for the same key waits on its row and then inserts nothing.
 	p, err := scanPayment(tx.QueryRow(ctx, `
 		INSERT INTO payments (tenant_id, payment_id, status, amount_minor, currency)
 		VALUES ($1, $2, 'authorized', $3, $4)
+		ON CONFLICT (tenant_id, payment_id) DO NOTHING
 		RETURNING `+paymentColumns,
 		tenant, id, req.Body.AmountMinor, req.Body.Currency))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return keyUsed("payment", "/v1/payments/"+id), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("payments: create payment %s: %w", id, err)
 	}
