@@ -2,13 +2,14 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemgen/idemgen/internal/lint/sariftest"
 )
 
 func lintRun(args ...string) (code int, stdout, stderr string) {
@@ -74,7 +75,7 @@ func TestLintJSON(t *testing.T) {
 	}
 }
 
-// TestLintSARIF validates the output against ../lint/testdata/sarif-2.1.0-subset.json, a
+// TestLintSARIF validates the output against sariftest.Schema, a
 // hand-written subset of the official SARIF 2.1.0 schema (see internal/lint).
 func TestLintSARIF(t *testing.T) {
 	t.Parallel()
@@ -82,24 +83,7 @@ func TestLintSARIF(t *testing.T) {
 	if code != ExitFindings || errOut != "" {
 		t.Errorf("exit %d, stderr %q; want %d and nothing", code, errOut, ExitFindings)
 	}
-	f, err := os.Open(filepath.Join("..", "lint", "testdata", "sarif-2.1.0-subset.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	schemaDoc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("sarif.json", schemaDoc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("sarif.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sch := sariftest.Schema(t)
 	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

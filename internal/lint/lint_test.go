@@ -3,13 +3,14 @@ package lint
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/idemgen/idemgen/internal/lint/sariftest"
 
 	"github.com/idemgen/idemgen/generator/model"
 	"github.com/idemgen/idemgen/generator/spec"
@@ -70,32 +71,6 @@ func TestJSON(t *testing.T) {
 	}
 }
 
-// sarifSchema compiles testdata/sarif-2.1.0-subset.json: a hand-written subset of the official
-// SARIF 2.1.0 schema (required properties, enums, minimums, formats, additionalProperties:false
-// for the objects idemgen writes), since the full schema cannot be downloaded here.
-func sarifSchema(t testing.TB) *jsonschema.Schema {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "sarif-2.1.0-subset.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("sarif-2.1.0-subset.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("sarif-2.1.0-subset.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sch
-}
-
 // validateSARIF checks a SARIF log against the subset schema.
 func validateSARIF(t testing.TB, sch *jsonschema.Schema, data []byte) error {
 	t.Helper()
@@ -108,7 +83,7 @@ func validateSARIF(t testing.TB, sch *jsonschema.Schema, data []byte) error {
 
 func TestSARIFValidates(t *testing.T) {
 	t.Parallel()
-	sch := sarifSchema(t)
+	sch := sariftest.Schema(t)
 	// Real diagnostics from every rule case, so every rule id and message shape goes through.
 	var diags []spec.Diagnostic
 	cases, err := filepath.Glob(filepath.Join("..", "..", "generator", "spec", "testdata", "*", "openapi.yaml"))
@@ -151,7 +126,7 @@ func TestSARIFValidates(t *testing.T) {
 // one official constraint.
 func TestSARIFSchemaRejects(t *testing.T) {
 	t.Parallel()
-	sch := sarifSchema(t)
+	sch := sariftest.Schema(t)
 	var b bytes.Buffer
 	if err := SARIF(&b, sample); err != nil {
 		t.Fatal(err)
