@@ -15,20 +15,9 @@ import (
 // benchEnv is a store on its own schema whose pool counts round trips.
 func benchEnv(b *testing.B) (*idem.Store, *pgxpool.Pool, *queryCounter) {
 	b.Helper()
-	sch := idemtest.TestSchema(b, nil)
-	cfg, err := pgxpool.ParseConfig(sch.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
 	counter := &queryCounter{}
-	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
-	cfg.ConnConfig.Tracer = counter
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
+	sch := idemtest.TestSchema(b, &idemtest.SchemaOpts{MaxConns: 2, Tracer: counter})
+	pool := sch.Pool
 	if _, err := pool.Exec(context.Background(), "CREATE TABLE payments (key text PRIMARY KEY, amount int NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}

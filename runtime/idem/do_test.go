@@ -338,20 +338,9 @@ func (c *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 
 func TestRoundTripsPerRequest(t *testing.T) {
 	t.Parallel()
-	sch := idemtest.TestSchema(t, nil)
-	cfg, err := pgxpool.ParseConfig(sch.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := &queryCounter{}
-	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
-	cfg.ConnConfig.Tracer = counter
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 1, Tracer: counter})
+	pool := sch.Pool
 	s, _ := idem.NewStore(pool, sch.Config())
 	if _, err := pool.Exec(context.Background(), "CREATE TABLE payments (key text, amount int)"); err != nil {
 		t.Fatal(err)

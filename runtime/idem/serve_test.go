@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -605,20 +604,9 @@ func (c *batchCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 // another key still gets a connection and succeeds.
 func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 	t.Parallel()
-	sch := idemtest.TestSchema(t, nil)
-	cfg, err := pgxpool.ParseConfig(sch.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	claims := &batchCounter{want: 4, reached: make(chan struct{})} // the first and three duplicates
-	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
-	cfg.ConnConfig.Tracer = claims
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 4, Tracer: claims})
+	pool := sch.Pool
 	c := sch.Config()
 	c.StoreTimeout = time.Second // a request starved of connections fails after this
 	s, err := idem.NewStore(pool, c)

@@ -39,6 +39,9 @@ type SchemaOpts struct {
 	MaxConns  int32 // pool size; default 8
 	Table     string
 	NoMigrate bool // create the schema but do not run idem's migrations
+	// Tracer, when set, traces every query of the pool's connections (e.g. to count round
+	// trips); it also sees the migration's queries, so count differences.
+	Tracer pgx.QueryTracer
 }
 
 // Schema is a test's own schema and a pool whose search_path points at it.
@@ -96,6 +99,7 @@ func TestSchema(tb testing.TB, opts *SchemaOpts) *Schema {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}
+	cfg.ConnConfig.Tracer = opts.Tracer
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("idemtest: pool: %v", err)
