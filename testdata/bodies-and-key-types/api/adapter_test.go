@@ -6,11 +6,8 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +16,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemtest"
 
 	"idemgen.test/golden/bodies-and-key-types/api"
+	"idemgen.test/golden/internal/goldenhttp"
 )
 
 type server struct{}
@@ -53,23 +51,15 @@ func TestUUIDKeyFormBodyAndTransactionClaim(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	post := func(contentType, body, key string) (int, string) {
-		req, _ := http.NewRequest("POST", hs.URL+"/donations?campaign=trees", strings.NewReader(body))
-		req.Header.Set("Content-Type", contentType)
+		h := http.Header{}
 		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+			h.Set("Idempotency-Key", key)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		a := goldenhttp.Send(t, "POST", hs.URL+"/donations?campaign=trees", contentType, body, h)
+		if a.Status == 400 {
+			return a.Status, goldenhttp.ProblemCode(t, a)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode == 400 && resp.Header.Get("Content-Type") == "application/problem+json" {
-			var p struct{ Code string }
-			_ = json.Unmarshal(b, &p)
-			return resp.StatusCode, p.Code
-		}
-		return resp.StatusCode, resp.Header.Get("Idempotent-Replayed")
+		return a.Status, a.Header.Get("Idempotent-Replayed")
 	}
 
 	const key = "0b6f2c9e-3a7d-4f1e-9c2b-5d8e7f6a1b2c"

@@ -10,8 +10,6 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -26,6 +24,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemtest"
 
 	"idemgen.test/golden/fingerprint-exclusions/api"
+	"idemgen.test/golden/internal/goldenhttp"
 )
 
 type server struct{}
@@ -89,17 +88,7 @@ func setup(t *testing.T) *fixture {
 	return &fixture{url: hs.URL, pool: sch.Pool}
 }
 
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func (a answer) replayed() bool { return a.header.Get("Idempotent-Replayed") == "true" }
-
-func (a answer) String() string {
-	return fmt.Sprintf("%d replayed=%v %s", a.status, a.replayed(), strings.TrimSpace(a.body))
-}
+type answer = goldenhttp.Answer
 
 // do sends one JSON request; headers are name, value pairs.
 func (f *fixture) do(t *testing.T, path, body string, headers ...string) answer {
@@ -109,43 +98,16 @@ func (f *fixture) do(t *testing.T, path, body string, headers ...string) answer 
 
 func (f *fixture) send(t *testing.T, path, contentType, body string, headers ...string) answer {
 	t.Helper()
-	req, err := http.NewRequest("POST", f.url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", contentType)
+	h := http.Header{}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		h.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b)}
+	return goldenhttp.Send(t, "POST", f.url+path, contentType, body, h)
 }
 
-func (f *fixture) count(t *testing.T, table string) int {
-	t.Helper()
-	var n int
-	if err := f.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (f *fixture) count(t *testing.T, table string) int { return goldenhttp.Count(t, f.pool, table) }
 
-func problemCode(t *testing.T, a answer) string {
-	t.Helper()
-	var p struct{ Code string }
-	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
-		t.Fatalf("problem body %q: %v", a.body, err)
-	}
-	return p.Code
-}
+func problemCode(t *testing.T, a answer) string { return goldenhttp.ProblemCode(t, a) }
 
 const orderBody = `{"sku": "A-1", "quantity": 1, "client_time": "2026-11-30T10:00:00Z"}`
 
@@ -154,7 +116,7 @@ func TestExcludedParamsDoNotBreakRetries(t *testing.T) {
 	f := setup(t)
 	first := f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=false", orderBody,
 		"Idempotency-Key", "k1", "X-Request-Id", "req-1", "X-Signature", "sig-1", "X-Channel", "web")
-	if first.status != 201 || first.replayed() {
+	if first.Status != 201 || first.Replayed() {
 		t.Fatalf("first: %v, want a fresh 201", first)
 	}
 
@@ -162,8 +124,8 @@ func TestExcludedParamsDoNotBreakRetries(t *testing.T) {
 	retry := f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:05Z&dry_run=false",
 		`{"sku": "A-1", "quantity": 1, "client_time": "2026-11-30T10:00:05Z"}`,
 		"Idempotency-Key", "k1", "X-Request-Id", "req-2", "X-Signature", "sig-2", "X-Channel", "web")
-	if retry.status != 201 || !retry.replayed() || retry.body != first.body {
-		t.Errorf("retry with other excluded values: %v, want the first answer (%s) replayed", retry, strings.TrimSpace(first.body))
+	if retry.Status != 201 || !retry.Replayed() || retry.Body != first.Body {
+		t.Errorf("retry with other excluded values: %v, want the first answer (%s) replayed", retry, strings.TrimSpace(first.Body))
 	}
 
 	// Everything that is not excluded still counts.
@@ -175,7 +137,7 @@ func TestExcludedParamsDoNotBreakRetries(t *testing.T) {
 		"other query parameter": f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=true", orderBody,
 			"Idempotency-Key", "k1", "X-Request-Id", "req-1", "X-Signature", "sig-1", "X-Channel", "web"),
 	} {
-		if a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+		if a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
 			t.Errorf("%s with the same key: %v, want 422 key-reused", name, a)
 		}
 	}
@@ -188,13 +150,13 @@ func TestFingerprintOffReplaysAnyRequest(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	first := f.do(t, "/v1/orders/o1/notes", `{"text": "first"}`, "Idempotency-Key", "n1", "X-Request-Id", "req-1")
-	if first.status != 201 || first.replayed() || !strings.Contains(first.body, `"text":"first"`) {
+	if first.Status != 201 || first.Replayed() || !strings.Contains(first.Body, `"text":"first"`) {
 		t.Fatalf("first: %v, want a fresh 201", first)
 	}
 	// Another body and another declared header: with the fingerprint off it is the same request.
 	again := f.do(t, "/v1/orders/o1/notes", `{"text": "second"}`, "Idempotency-Key", "n1", "X-Request-Id", "req-2")
-	if again.status != 201 || !again.replayed() || again.body != first.body {
-		t.Errorf("same key, other body: %v, want the first answer (%s) replayed", again, strings.TrimSpace(first.body))
+	if again.Status != 201 || !again.Replayed() || again.Body != first.Body {
+		t.Errorf("same key, other body: %v, want the first answer (%s) replayed", again, strings.TrimSpace(first.Body))
 	}
 	if n := f.count(t, "notes"); n != 1 {
 		t.Errorf("%d notes, want 1", n)
@@ -202,13 +164,13 @@ func TestFingerprintOffReplaysAnyRequest(t *testing.T) {
 
 	// The scope leaves out the operation, so both operations share one key space: the route in
 	// the fingerprint still refuses a key that createOrder used, in either direction.
-	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "n1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "n1"); a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
 		t.Errorf("addNote's key on createOrder: %v, want 422 key-reused", a)
 	}
-	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "o1"); a.status != 201 {
+	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "o1"); a.Status != 201 {
 		t.Fatalf("createOrder: %v", a)
 	}
-	if a := f.do(t, "/v1/orders/o1/notes", `{"text": "x"}`, "Idempotency-Key", "o1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+	if a := f.do(t, "/v1/orders/o1/notes", `{"text": "x"}`, "Idempotency-Key", "o1"); a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
 		t.Errorf("createOrder's key on addNote: %v, want 422 key-reused", a)
 	}
 }
@@ -235,15 +197,15 @@ func TestFingerprintOffUnfingerprintableBody(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	first := f.upload(t, "/v1/orders/o1/attachments", "hello", "Idempotency-Key", "a1")
-	if first.status != 201 || first.replayed() || !strings.Contains(first.body, `"bytes":5`) {
+	if first.Status != 201 || first.Replayed() || !strings.Contains(first.Body, `"bytes":5`) {
 		t.Fatalf("first upload: %v, want a fresh 201 of 5 bytes", first)
 	}
 	again := f.upload(t, "/v1/orders/o1/attachments", "hello, world", "Idempotency-Key", "a1")
-	if again.status != 201 || !again.replayed() || again.body != first.body {
-		t.Errorf("same key, other file: %v, want the first answer (%s) replayed", again, strings.TrimSpace(first.body))
+	if again.Status != 201 || !again.Replayed() || again.Body != first.Body {
+		t.Errorf("same key, other file: %v, want the first answer (%s) replayed", again, strings.TrimSpace(first.Body))
 	}
 	// The scope has the order, so the same key on another order is another request.
-	if a := f.upload(t, "/v1/orders/o2/attachments", "hello", "Idempotency-Key", "a1"); a.status != 201 || a.replayed() {
+	if a := f.upload(t, "/v1/orders/o2/attachments", "hello", "Idempotency-Key", "a1"); a.Status != 201 || a.Replayed() {
 		t.Errorf("same key, other order: %v, want a fresh 201", a)
 	}
 	if n := f.count(t, "attachments"); n != 2 {

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 
+	"idemgen.test/golden/internal/goldenhttp"
 	"idemgen.test/golden/payments/api"
 )
 
@@ -150,55 +150,17 @@ func setup(t *testing.T) *fixture {
 	return &fixture{srv: srv, http: hs, pool: sch.Pool}
 }
 
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
+type answer = goldenhttp.Answer
 
 func (f *fixture) do(t *testing.T, method, path, body string, keys ...string) answer {
 	t.Helper()
-	req, err := http.NewRequest(method, f.http.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Tenant-ID", "t1")
-	for _, k := range keys {
-		req.Header.Add("Idempotency-Key", k)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b)}
+	return goldenhttp.Send(t, method, f.http.URL+path, "application/json", body,
+		http.Header{"X-Tenant-Id": {"t1"}, "Idempotency-Key": keys})
 }
 
-func (f *fixture) count(t *testing.T, table string) int {
-	t.Helper()
-	var n int
-	if err := f.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+func (f *fixture) count(t *testing.T, table string) int { return goldenhttp.Count(t, f.pool, table) }
 
-func problemCode(t *testing.T, a answer) string {
-	t.Helper()
-	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("problem Content-Type %q; body %s", ct, a.body)
-	}
-	var p struct{ Code string }
-	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
-		t.Fatalf("problem body %q: %v", a.body, err)
-	}
-	return p.Code
-}
+func problemCode(t *testing.T, a answer) string { return goldenhttp.ProblemCode(t, a) }
 
 const paymentBody = `{"amount_minor": 19900, "currency": "RUB"}`
 
@@ -206,24 +168,24 @@ func TestCreateReplaysAndRejects(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 
-	if a := f.do(t, "POST", "/v1/payments", paymentBody); a.status != 400 || problemCode(t, a) != idem.CodeKeyMissing {
-		t.Errorf("no key: %d %s, want 400 key-missing (the required header must reach the runtime)", a.status, a.body)
+	if a := f.do(t, "POST", "/v1/payments", paymentBody); a.Status != 400 || problemCode(t, a) != idem.CodeKeyMissing {
+		t.Errorf("no key: %d %s, want 400 key-missing (the required header must reach the runtime)", a.Status, a.Body)
 	}
-	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k1", "k2"); a.status != 400 || problemCode(t, a) != idem.CodeKeyInvalid {
-		t.Errorf("two key headers: %d %s, want 400 key-invalid from IdempotencyParamErrorHandler", a.status, a.body)
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k1", "k2"); a.Status != 400 || problemCode(t, a) != idem.CodeKeyInvalid {
+		t.Errorf("two key headers: %d %s, want 400 key-invalid from IdempotencyParamErrorHandler", a.Status, a.Body)
 	}
 
 	first := f.do(t, "POST", "/v1/payments", paymentBody, "k1")
-	if first.status != 201 || first.header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
+	if first.Status != 201 || first.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first: %d %v %s", first.Status, first.Header, first.Body)
 	}
 	// Same request, other key order and spacing: the fingerprint comes from the typed body.
 	again := f.do(t, "POST", "/v1/payments", `{"currency":"RUB","amount_minor":19900}`, "k1")
-	if again.status != 201 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("retry: %d %v %s, want the first answer byte for byte, marked replayed", again.status, again.header, again.body)
+	if again.Status != 201 || again.Body != first.Body || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("retry: %d %v %s, want the first answer byte for byte, marked replayed", again.Status, again.Header, again.Body)
 	}
-	if a := f.do(t, "POST", "/v1/payments", `{"amount_minor": 1, "currency": "RUB"}`, "k1"); a.status != 422 || problemCode(t, a) != idem.CodeKeyReused {
-		t.Errorf("same key, other body: %d %s, want 422 key-reused", a.status, a.body)
+	if a := f.do(t, "POST", "/v1/payments", `{"amount_minor": 1, "currency": "RUB"}`, "k1"); a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+		t.Errorf("same key, other body: %d %s, want 422 key-reused", a.Status, a.Body)
 	}
 	if n := f.count(t, "payments"); n != 1 {
 		t.Errorf("%d payments, want 1", n)
@@ -250,14 +212,14 @@ func TestConcurrentDuplicatesMakeOnePayment(t *testing.T) {
 	var created string
 	for _, a := range answers {
 		switch {
-		case a.status == 201 && a.header.Get("Idempotent-Replayed") == "":
+		case a.Status == 201 && a.Header.Get("Idempotent-Replayed") == "":
 			if created != "" {
 				t.Errorf("two requests executed")
 			}
-			created = a.body
-		case a.status == 201 || a.status == 409:
+			created = a.Body
+		case a.Status == 201 || a.Status == 409:
 		default:
-			t.Errorf("unexpected answer %d %s", a.status, a.body)
+			t.Errorf("unexpected answer %d %s", a.Status, a.Body)
 		}
 	}
 	if got := f.count(t, "payments"); got != 1 {
@@ -269,15 +231,15 @@ func TestHandlerErrorReleasesTheKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.srv.failing.Store(true)
-	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k"); a.status != 500 {
-		t.Errorf("failing handler: %d %s, want 500", a.status, a.body)
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k"); a.Status != 500 {
+		t.Errorf("failing handler: %d %s, want 500", a.Status, a.Body)
 	}
 	if n := f.count(t, "payments"); n != 0 {
 		t.Errorf("%d payments after a failed handler, want 0 (rolled back)", n)
 	}
 	f.srv.failing.Store(false)
-	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k"); a.status != 201 || a.header.Get("Idempotent-Replayed") != "" {
-		t.Errorf("retry after the failure: %d %v %s, want a fresh 201", a.status, a.header, a.body)
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k"); a.Status != 201 || a.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("retry after the failure: %d %v %s, want a fresh 201", a.Status, a.Header, a.Body)
 	}
 }
 
@@ -286,36 +248,36 @@ func TestReferenceReplayReloadsAndMarkerReplayRecomputes(t *testing.T) {
 	f := setup(t)
 	created := f.do(t, "POST", "/v1/payments", paymentBody, "p")
 	var p api.Payment
-	if err := json.Unmarshal([]byte(created.body), &p); err != nil {
+	if err := json.Unmarshal([]byte(created.Body), &p); err != nil {
 		t.Fatal(err)
 	}
 	capture := "/v1/payments/" + p.PaymentId + "/capture"
 
 	first := f.do(t, "POST", capture, `{}`, "c")
-	if first.status != 200 || !strings.Contains(first.body, `"status":"captured"`) {
-		t.Fatalf("capture: %d %s", first.status, first.body)
+	if first.Status != 200 || !strings.Contains(first.Body, `"status":"captured"`) {
+		t.Fatalf("capture: %d %s", first.Status, first.Body)
 	}
 	if _, err := f.pool.Exec(context.Background(), `UPDATE payments SET status = 'refunded' WHERE id = $1`, p.PaymentId); err != nil {
 		t.Fatal(err)
 	}
 	replay := f.do(t, "POST", capture, `{}`, "c")
-	if replay.status != 200 || !strings.Contains(replay.body, `"status":"refunded"`) || replay.header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("reference replay: %d %v %s, want the current state (refunded), marked replayed", replay.status, replay.header, replay.body)
+	if replay.Status != 200 || !strings.Contains(replay.Body, `"status":"refunded"`) || replay.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("reference replay: %d %v %s, want the current state (refunded), marked replayed", replay.Status, replay.Header, replay.Body)
 	}
 
 	refunds := "/v1/payments/" + p.PaymentId + "/refunds"
 	r1 := f.do(t, "POST", refunds, `{"amount_minor": 500, "note": "first"}`, "r")
 	// note is excluded from the fingerprint: a retry with another note is the same request.
 	r2 := f.do(t, "POST", refunds, `{"amount_minor": 500, "note": "retry"}`, "r")
-	if r1.status != 202 || r2.status != 202 || r2.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal([]byte(r1.body), []byte(r2.body)) {
-		t.Errorf("marker: first %d %s; replay %d %v %s", r1.status, r1.body, r2.status, r2.header, r2.body)
+	if r1.Status != 202 || r2.Status != 202 || r2.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal([]byte(r1.Body), []byte(r2.Body)) {
+		t.Errorf("marker: first %d %s; replay %d %v %s", r1.Status, r1.Body, r2.Status, r2.Header, r2.Body)
 	}
 	if n := f.count(t, "refunds"); n != 1 {
 		t.Errorf("%d refunds, want 1", n)
 	}
 	// mismatchStatus is 409 for refunds.
-	if a := f.do(t, "POST", refunds, `{"amount_minor": 600}`, "r"); a.status != 409 || problemCode(t, a) != idem.CodeKeyReused {
-		t.Errorf("refund, same key, other amount: %d %s, want 409 key-reused", a.status, a.body)
+	if a := f.do(t, "POST", refunds, `{"amount_minor": 600}`, "r"); a.Status != 409 || problemCode(t, a) != idem.CodeKeyReused {
+		t.Errorf("refund, same key, other amount: %d %s, want 409 key-reused", a.Status, a.Body)
 	}
 }
 
@@ -327,17 +289,17 @@ func TestReferenceOperationReplaysA404ItStoredWhole(t *testing.T) {
 	f := setup(t)
 	capture := "/v1/payments/missing/capture"
 	first := f.do(t, "POST", capture, `{}`, "c404")
-	if first.status != 404 || first.header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("capture of a missing payment: %d %v %s, want a fresh 404", first.status, first.header, first.body)
+	if first.Status != 404 || first.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("capture of a missing payment: %d %v %s, want a fresh 404", first.Status, first.Header, first.Body)
 	}
 	// The payment appears meanwhile: a retry must still answer what the first request did.
 	if _, err := f.pool.Exec(context.Background(), `INSERT INTO payments (id, amount_minor, currency, status) VALUES ('missing', 1, 'RUB', 'created')`); err != nil {
 		t.Fatal(err)
 	}
 	again := f.do(t, "POST", capture, `{}`, "c404")
-	if again.status != 404 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" ||
-		again.header.Get("Content-Type") != first.header.Get("Content-Type") {
-		t.Errorf("retry: %d %v %q, want the stored 404 %q byte for byte, marked replayed", again.status, again.header, again.body, first.body)
+	if again.Status != 404 || again.Body != first.Body || again.Header.Get("Idempotent-Replayed") != "true" ||
+		again.Header.Get("Content-Type") != first.Header.Get("Content-Type") {
+		t.Errorf("retry: %d %v %q, want the stored 404 %q byte for byte, marked replayed", again.Status, again.Header, again.Body, first.Body)
 	}
 	if n := f.srv.replays.Load(); n != 0 {
 		t.Errorf("ReplayCapturePayment ran %d times for an answer stored without a reference, want 0", n)
