@@ -92,15 +92,14 @@ const txLockWait = 50 * time.Millisecond
 // result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the caller
 // owns it; on any other result it has been rolled back.
 func (s *Store) claimInTransaction(ctx context.Context, p *ClaimParams, wait time.Duration) (pgx.Tx, *ClaimResult, error) {
-	deadline := time.Now().Add(wait)
-	backoff := 20 * time.Millisecond
+	pace := newPacer(wait, 250*time.Millisecond)
 	for {
 		tx, err := s.begin(ctx)
 		if err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 			return nil, nil, err
 		}
-		lockWait := min(txLockWait, max(time.Until(deadline), time.Millisecond))
+		lockWait := min(txLockWait, max(pace.left(), time.Millisecond))
 		var res *ClaimResult
 		var locked bool
 		err = s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
@@ -117,16 +116,15 @@ func (s *Store) claimInTransaction(ctx context.Context, p *ClaimParams, wait tim
 		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
 			return nil, res, nil
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		again, err := pace.next(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !again {
 			// claimTx leaves the in-progress event of a lock wait to the caller that gives up.
 			s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 			return nil, res, nil
 		}
-		if err := sleep(ctx, min(backoff, left)); err != nil {
-			return nil, nil, err
-		}
-		backoff = min(2*backoff, 250*time.Millisecond)
 	}
 }
 
@@ -144,8 +142,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // claimWaiting claims; while the key is in progress and wait has not run out it polls again with
 // a small backoff (each poll may take over a lease that has meanwhile expired).
 func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Duration) (*ClaimResult, error) {
-	deadline := time.Now().Add(wait)
-	backoff := 20 * time.Millisecond
+	pace := newPacer(wait, 500*time.Millisecond)
 	for {
 		var res *ClaimResult
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
@@ -155,15 +152,41 @@ func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Dura
 		if err != nil || res.Status != ClaimInProgress {
 			return res, err
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return res, nil
-		}
-		if err := sleep(ctx, min(backoff, left)); err != nil {
+		again, err := pace.next(ctx)
+		if err != nil {
 			return nil, err
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
+		if !again {
+			return res, nil
+		}
 	}
+}
+
+// pacer spaces the tries of a duplicate that waits for a key's holder: backoff from 20 ms,
+// doubling up to a cap, never sleeping past the end of the wait.
+type pacer struct {
+	deadline     time.Time
+	backoff, cap time.Duration
+}
+
+func newPacer(wait, cap time.Duration) *pacer {
+	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap}
+}
+
+// left is how long the wait still runs.
+func (p *pacer) left() time.Duration { return time.Until(p.deadline) }
+
+// next sleeps before the next try; false when the wait has run out (nothing slept).
+func (p *pacer) next(ctx context.Context) (bool, error) {
+	left := p.left()
+	if left <= 0 {
+		return false, nil
+	}
+	if err := sleep(ctx, min(p.backoff, left)); err != nil {
+		return false, err
+	}
+	p.backoff = min(2*p.backoff, p.cap)
+	return true, nil
 }
 
 // runClaimed runs fn inside tx for the held claim c and completes or gives the key back.
