@@ -22,9 +22,6 @@ type fileData struct {
 	Package    string
 	Ops        []opData
 	Idempotent []opData
-	// Helpers lists the generic helpers the adapter calls (idemKeyValues, …), so unused ones
-	// are not emitted.
-	Helpers map[string]bool
 }
 
 type opData struct {
@@ -33,31 +30,17 @@ type opData struct {
 	Idempotent bool
 	Storage    string // response, reference, marker
 	Policy     policyData
-	// Fingerprint parts after the route, in a fixed order: path, query, header, each by name.
-	Fingerprint []partData
-	Bodies      []bodyData
-	Exclude     []string // quoted JSON pointers
-	// NoFingerprint (fingerprint: false): Fingerprint and Bodies are empty and the fingerprint is
-	// the route alone, so every request with the key matches.
-	NoFingerprint bool
-	Scope         []partData
-	KeyExpr       string // Go expression of type []string
-}
-
-type partData struct {
-	Name string // quoted Go string: "path:payment_id"
-	Expr string // Go expression
-}
-
-type bodyData struct {
-	Field string // Body, JSONBody, FormdataBody
+	KeyExpr    string // the key's typed request field
+	Scope      string // the values of the policy's header:/path: scope parts, comma-separated
+	Parts      string // the values of the policy's fingerprint parts, comma-separated
+	Bodies     string // the request's fingerprinted body fields, comma-separated
 }
 
 type policyData struct {
 	Operation      string // quoted
 	Route          string // quoted
-	Storage        string // idem.StorageResponse
-	Claim          string // idem.ClaimModeLease
+	Storage        string // idemhttp.StorageResponse
+	Claim          string // idem.ClaimLease
 	TTL            string // 24 * time.Hour
 	Lease          string
 	Wait           string
@@ -68,7 +51,13 @@ type policyData struct {
 	KeyMaxLength   int
 	KeyPattern     string // quoted, or ""
 	ScopeTenant    bool
-	ReplayHeaders  string // "Retry-After", "X-Rate" or ""
+	Scope          string // quoted scope part names besides the tenant: "operation", "header:X-Account"
+	// NoFingerprint (fingerprint: false): Fingerprint and the op's Parts and Bodies are empty,
+	// so the fingerprint is the route alone and every request with the key matches.
+	NoFingerprint bool
+	Fingerprint   string // quoted part names: "path:payment_id", "header:X-Tenant-Id"
+	Exclude       string // quoted JSON pointers
+	ReplayHeaders string // "Retry-After", "X-Rate" or ""
 }
 
 func render(w io.Writer, router string, data *fileData) error {
@@ -85,7 +74,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	for _, op := range s.Model.Operations {
 		byRoute[op.Route()] = op
 	}
-	data := &fileData{Package: opts.Package, Helpers: map[string]bool{}}
+	data := &fileData{Package: opts.Package}
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
@@ -100,37 +89,62 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 		if co.Alias {
 			continue
 		}
-		if !strings.Contains(res.Code, "type "+co.GoName+"RequestObject struct") {
-			return nil, fmt.Errorf("%s: %s: oapi-codegen emitted no %sRequestObject; idemgen cannot wrap this operation (please report this)", s.File, co.Route, co.GoName)
-		}
 		od := opData{GoName: co.GoName, Route: co.Route}
-		mo := byRoute[co.Route]
-		if mo != nil && mo.Policy != nil {
+		if mo := byRoute[co.Route]; mo != nil && mo.Policy != nil {
 			if err := fillIdempotent(&od, mo, co); err != nil {
 				return nil, &Error{File: s.File, Line: mo.Policy.Pos.Line, Col: mo.Policy.Pos.Col, Operation: mo.Route(), Msg: err.Error()}
 			}
 			data.Idempotent = append(data.Idempotent, od)
-			for _, h := range []string{"idemKeyValues", "idemKeyValue", "idemString"} {
-				if strings.Contains(od.KeyExpr, h+"(") || slices.ContainsFunc(od.Scope, func(p partData) bool { return strings.Contains(p.Expr, h+"(") }) {
-					data.Helpers[h] = true
-				}
-			}
 		}
 		data.Ops = append(data.Ops, od)
 	}
 	return data, nil
 }
 
+// fillIdempotent resolves one idempotent operation: its policy literal, its key, its scope and
+// its fingerprint, each decided by its own function.
 func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	p := mo.Policy
 	od.Idempotent = true
 	od.Storage = p.Storage
-	id := mo.ID
-	if id == "" {
-		id = mo.Route()
+	pd, err := policyLiteral(mo)
+	if err != nil {
+		return err
 	}
+	keyHeader, keyExpr, err := keySource(p, co)
+	if err != nil {
+		return err
+	}
+	pd.KeyHeader, od.KeyExpr = keyHeader, keyExpr
+	scopeNames, scopeValues, err := scopeParts(p, co)
+	if err != nil {
+		return err
+	}
+	pd.ScopeTenant = slices.ContainsFunc(p.Scope, func(it model.ScopeItem) bool { return it.Kind == "tenant" })
+	pd.Scope, od.Scope = quoteList(scopeNames), strings.Join(scopeValues, ", ")
+	if p.NoFingerprint {
+		pd.NoFingerprint = true
+		od.Policy = pd
+		return nil
+	}
+	names, values, err := fingerprintParts(p, co)
+	if err != nil {
+		return err
+	}
+	pd.Fingerprint, od.Parts = quoteList(names), strings.Join(values, ", ")
+	od.Bodies = strings.Join(bodyFields(co), ", ")
+	if od.Bodies != "" {
+		pd.Exclude = quoteList(p.Exclude)
+	}
+	od.Policy = pd
+	return nil
+}
+
+// policyLiteral renders the policy's plain values: names, modes, durations and statuses.
+func policyLiteral(mo *model.Operation) (policyData, error) {
+	p := mo.Policy
 	pd := policyData{
-		Operation:      strconv.Quote(id),
+		Operation:      strconv.Quote(operationID(mo)),
 		Route:          strconv.Quote(mo.Route()),
 		TTL:            durationLiteral(p.TTL),
 		Lease:          durationLiteral(p.Lease),
@@ -138,89 +152,92 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		MismatchStatus: p.MismatchStatus,
 		KeyRequired:    p.Key.Required,
 		KeyMaxLength:   p.Key.MaxLength,
+		Persist:        quoteList(p.Persist),
+		ReplayHeaders:  quoteList(p.ReplayHeaders),
 	}
 	switch p.Storage {
 	case model.StorageResponse:
-		pd.Storage = "idem.StorageResponse"
+		pd.Storage = "idemhttp.StorageResponse"
 	case model.StorageReference:
-		pd.Storage = "idem.StorageReference"
+		pd.Storage = "idemhttp.StorageReference"
 	case model.StorageMarker:
-		pd.Storage = "idem.StorageMarker"
+		pd.Storage = "idemhttp.StorageMarker"
 	default:
-		return fmt.Errorf("storage %q is not one idemgen generates (response, reference, marker)", p.Storage)
+		return pd, fmt.Errorf("storage %q is not one idemgen generates (response, reference, marker)", p.Storage)
 	}
 	switch p.Claim {
 	case model.ClaimLease, "":
-		pd.Claim = "idem.ClaimModeLease"
+		pd.Claim = "idem.ClaimLease"
 	case model.ClaimTransaction:
-		pd.Claim = "idem.ClaimModeTransaction"
+		pd.Claim = "idem.ClaimTransaction"
 	default:
-		return fmt.Errorf("claim %q is not one idemgen generates (lease, transaction)", p.Claim)
+		return pd, fmt.Errorf("claim %q is not one idemgen generates (lease, transaction)", p.Claim)
 	}
-	pd.Persist = quoteList(p.Persist)
-	pd.ReplayHeaders = quoteList(p.ReplayHeaders)
 	if p.Key.Pattern != "" {
 		pd.KeyPattern = goString(p.Key.Pattern)
 	}
+	return pd, nil
+}
 
-	// The key.
+// operationID is the operation's id as written, or its route when it has none.
+func operationID(mo *model.Operation) string {
+	if mo.ID == "" {
+		return mo.Route()
+	}
+	return mo.ID
+}
+
+// keySource finds the key's parameter: the key header's declared name (quoted; "" for a path
+// key) and the typed request field that holds the key.
+func keySource(p *model.Policy, co *oapiOp) (header, expr string, err error) {
 	switch {
 	case p.Key.Header != "":
 		kp, ok := co.findParam("header", p.Key.Header)
 		if !ok {
-			return fmt.Errorf("key header %q is not a header parameter of the operation (declare it under parameters)", p.Key.Header)
+			return "", "", fmt.Errorf("key header %q is not a header parameter of the operation (declare it under parameters)", p.Key.Header)
 		}
-		pd.KeyHeader = strconv.Quote(kp.Name)
-		expr := "request.Params." + kp.GoName
-		if kp.Pointer {
-			od.KeyExpr = "idemKeyValues(" + expr + ")"
-		} else {
-			od.KeyExpr = "idemKeyValue(fmt.Sprint(" + expr + "))"
-		}
+		return strconv.Quote(kp.Name), fieldExpr(kp), nil
 	case p.Key.PathParam != "":
 		kp, ok := co.findParam("path", p.Key.PathParam)
 		if !ok {
-			return fmt.Errorf("key path parameter %q is not a path parameter of the operation", p.Key.PathParam)
+			return "", "", fmt.Errorf("key path parameter %q is not a path parameter of the operation", p.Key.PathParam)
 		}
-		od.KeyExpr = "[]string{fmt.Sprint(request." + kp.GoName + ")}"
-	default:
-		return fmt.Errorf("the policy names no key source")
+		return "", fieldExpr(kp), nil
 	}
+	return "", "", fmt.Errorf("the policy names no key source")
+}
 
-	// The scope, in the policy's order; the tenant is the runtime's.
+// scopeParts lists the scope's parts besides the tenant, in the policy's order: their names
+// and, for header: and path: parts, the typed request fields that hold their values.
+func scopeParts(p *model.Policy, co *oapiOp) (names, values []string, err error) {
 	for _, it := range p.Scope {
 		switch it.Kind {
 		case "tenant":
-			pd.ScopeTenant = true
 		case "operation":
-			od.Scope = append(od.Scope, partData{Name: strconv.Quote("operation"), Expr: strconv.Quote(id)})
+			names = append(names, "operation")
 		case "header", "path":
 			prm, ok := co.findParam(it.Kind, it.Name)
 			if !ok {
-				return fmt.Errorf("scope item %s:%s names no %s parameter of the operation", it.Kind, it.Name, it.Kind)
+				return nil, nil, fmt.Errorf("scope item %s:%s names no %s parameter of the operation", it.Kind, it.Name, it.Kind)
 			}
-			name := it.Name
-			if it.Kind == "header" {
-				name = http.CanonicalHeaderKey(name)
-			}
-			od.Scope = append(od.Scope, partData{Name: strconv.Quote(it.Kind + ":" + name), Expr: stringExpr(prm)})
+			names = append(names, partName(prm))
+			values = append(values, fieldExpr(prm))
 		default:
-			return fmt.Errorf("scope item kind %q is not one idemgen generates", it.Kind)
+			return nil, nil, fmt.Errorf("scope item kind %q is not one idemgen generates", it.Kind)
 		}
 	}
+	return names, values, nil
+}
 
-	od.Policy = pd
-	if p.NoFingerprint {
-		od.NoFingerprint = true
-		return nil
-	}
-	// The fingerprint: declared path, query and non-key header parameters minus the excluded
-	// ones, then the body.
+// fingerprintParts lists the declared path, query and non-key header parameters that are
+// fingerprinted (minus fingerprint.exclude's), in a fixed order: path, query, header, each by
+// name.
+func fingerprintParts(p *model.Policy, co *oapiOp) (names, values []string, err error) {
 	excluded := map[string]bool{}
 	for _, x := range p.ExcludeParams {
 		prm, ok := co.findParam(x.In, x.Name)
 		if !ok {
-			return fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
+			return nil, nil, fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
 		}
 		excluded[partName(prm)] = true
 	}
@@ -243,17 +260,21 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		return cmp.Or(cmp.Compare(order[a.In], order[b.In]), cmp.Compare(partName(a), partName(b)))
 	})
 	for _, prm := range parts {
-		od.Fingerprint = append(od.Fingerprint, partData{Name: strconv.Quote(partName(prm)), Expr: fieldExpr(prm)})
+		names = append(names, partName(prm))
+		values = append(values, fieldExpr(prm))
 	}
+	return names, values, nil
+}
+
+// bodyFields are the typed request's body fields that are fingerprinted (JSON and forms).
+func bodyFields(co *oapiOp) []string {
+	var fields []string
 	for _, b := range co.Bodies {
 		if b.Kind == model.BodyJSON || b.Kind == model.BodyForm {
-			od.Bodies = append(od.Bodies, bodyData{Field: b.Field})
+			fields = append(fields, "request."+b.Field)
 		}
 	}
-	for _, e := range p.Exclude {
-		od.Exclude = append(od.Exclude, strconv.Quote(e))
-	}
-	return nil
+	return fields
 }
 
 func partName(p oapiParam) string {
@@ -269,14 +290,6 @@ func fieldExpr(p oapiParam) string {
 		return "request." + p.GoName
 	}
 	return "request.Params." + p.GoName
-}
-
-// stringExpr renders p's value as a string expression; an absent optional value is "".
-func stringExpr(p oapiParam) string {
-	if p.Pointer {
-		return "idemString(" + fieldExpr(p) + ")"
-	}
-	return "fmt.Sprint(" + fieldExpr(p) + ")"
 }
 
 // goString quotes s for Go source, as a raw string when that keeps a regular expression

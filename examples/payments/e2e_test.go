@@ -22,7 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
@@ -631,7 +631,7 @@ func TestKeyReusedAfterExpiry(t *testing.T) {
 	for _, body := range []string{body19900, `{"amount_minor": 1, "currency": "RUB"}`} {
 		e.purgeKeys()
 		p := wantProblem(t, "after expiry: "+body, e.send(create("acme", "k-old", body)), http.StatusUnprocessableEntity, "key-reused")
-		if want := idem.ProblemTypePrefix + idem.CodeKeyReused; p.Type != want {
+		if want := idemhttp.ProblemTypePrefix + idemhttp.CodeKeyReused; p.Type != want {
 			t.Errorf("after expiry: type %q, want the runtime's %q", p.Type, want)
 		}
 		if !strings.Contains(p.Detail, "/v1/payments/"+id) {

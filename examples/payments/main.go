@@ -82,16 +82,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if schema == nil {
 		return errors.New("database: no current schema: the search_path in the database URL names no existing schema")
 	}
-	res, err := idem.Migrate(startCtx, pool, &idem.MigrateOpts{Schema: *schema})
+	cfg := &idem.Config{Schema: *schema}
+	migrator, err := idem.NewMigrator(pool, cfg)
+	if err != nil {
+		return fmt.Errorf("migrate idempotency table: %w", err)
+	}
+	res, err := migrator.Migrate(startCtx, idem.DirectionUp, nil)
 	if err != nil {
 		return fmt.Errorf("migrate idempotency table: %w", err)
 	}
 	if err := migrate(startCtx, pool); err != nil {
 		return err
 	}
-	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", res.Applied)
+	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))
 
-	handler, err := newHandler(pool, &idem.Config{Schema: *schema}, log)
+	handler, err := newHandler(pool, cfg, log)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // errSimulatedFailure is what CreatePayment returns for simulate_failure: a processor that failed
@@ -22,7 +23,7 @@ var errSimulatedFailure = errors.New("payments: simulated processor failure (sim
 
 // keyRule mirrors the spec's Idempotency-Key, for normalising the key on a marker replay, where no
 // claim is held and ClaimFromContext has nothing to offer.
-var keyRule = idem.KeyRule{Header: "Idempotency-Key", Required: true, MaxLength: 255}
+var keyRule = idemhttp.KeyRule{Header: "Idempotency-Key", Required: true, MaxLength: 255}
 
 // payments implements api.IdempotentServerInterface. Idempotent operations run inside the
 // transaction idemgen's adapter opened: the business rows and the stored outcome commit together.
@@ -289,7 +290,7 @@ func (s *payments) ReplayRefundPayment(ctx context.Context, req api.RefundPaymen
 	if req.Params.IdempotencyKey != nil {
 		raw = []string{*req.Params.IdempotencyKey}
 	}
-	key, prob := idem.ParseKey(raw, keyRule)
+	key, prob := idemhttp.ParseKey(raw, keyRule)
 	if prob != nil {
 		return nil, fmt.Errorf("payments: replay refund: the key that was claimed does not parse: %s", prob.Detail)
 	}
@@ -304,16 +305,16 @@ func (s *payments) ReplayRefundPayment(ctx context.Context, req api.RefundPaymen
 }
 
 // problemTypePrefix begins the type URI of the example's own problems; idemgen's runtime uses
-// idem.ProblemTypePrefix for the idempotency ones.
+// idemhttp.ProblemTypePrefix for the idempotency ones.
 const problemTypePrefix = "urn:idemgen:example:payments:problem:"
 
 // problemResponse is every problem the example answers with itself (404, 409, 422, and through
 // writeProblem 400, 401, 500 and 503), written like the runtime writes its own: RFC 9457
-// application/problem+json with Cache-Control: no-store (idem.Problem.WriteTo). The generated
+// application/problem+json with Cache-Control: no-store (idemhttp.Problem.WriteTo). The generated
 // ...ApplicationProblemPlusJSONResponse types would leave Cache-Control out, so a cache between
 // client and server could keep a "not found" or a "not capturable" that is no longer true. It is
 // a response object of every operation.
-type problemResponse struct{ *idem.Problem }
+type problemResponse struct{ *idemhttp.Problem }
 
 var (
 	_ api.CreatePaymentResponseObject  = problemResponse{}
@@ -339,7 +340,7 @@ func (p problemResponse) VisitRefundPaymentResponse(w http.ResponseWriter) error
 }
 
 func problem(status int, code, title, detail string) problemResponse {
-	return problemResponse{&idem.Problem{
+	return problemResponse{&idemhttp.Problem{
 		Type:   problemTypePrefix + code,
 		Title:  title,
 		Status: status,
@@ -357,8 +358,8 @@ func notFound(id string) problemResponse {
 // any more. It is the problem (status, type, code) the runtime answers for a key reused while
 // its record exists.
 func keyUsed(what, path string) problemResponse {
-	p := problem(http.StatusUnprocessableEntity, idem.CodeKeyReused, "Idempotency key reused",
+	p := problem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused, "Idempotency key reused",
 		"this Idempotency-Key already made "+what+" "+path+" and its record has expired, so the first answer cannot be replayed: GET "+path+" to see it, or send a new key for a new request")
-	p.Type = idem.ProblemTypePrefix + idem.CodeKeyReused
+	p.Type = idemhttp.ProblemTypePrefix + idemhttp.CodeKeyReused
 	return p
 }

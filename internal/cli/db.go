@@ -23,6 +23,9 @@ type dbFlags struct {
 	table  string
 }
 
+// config is the runtime's Config for the key table the flags name.
+func (f *dbFlags) config() *idem.Config { return &idem.Config{Schema: f.schema, Table: f.table} }
+
 func (f *dbFlags) addTable(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.schema, "schema", "public", "schema that holds the key table")
 	cmd.Flags().StringVar(&f.table, "table", "idempotency_keys", "name of the key table")
@@ -107,7 +110,11 @@ func newSchemaCmd(s *streams) *cobra.Command {
 			"for teams that apply schema changes with their own migration tool.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ms, err := idem.Migrations(&idem.MigrateOpts{Schema: f.schema, Table: f.table})
+			m, err := idem.NewMigrator(&pgxpool.Pool{}, f.config()) // Migrations reads no database
+			if err != nil {
+				return fail(ExitUsage, err)
+			}
+			ms, err := m.Migrations()
 			if err != nil {
 				return fail(ExitUsage, err)
 			}
@@ -141,15 +148,19 @@ func newMigrateCmd(s *streams) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			res, err := idem.Migrate(ctx, pool, &idem.MigrateOpts{Schema: f.schema, Table: f.table})
+			m, err := idem.NewMigrator(pool, f.config())
+			if err != nil {
+				return fail(ExitUsage, err)
+			}
+			res, err := m.Migrate(ctx, idem.DirectionUp, nil)
 			if err != nil {
 				return fail(ExitUsage, fmt.Errorf("migrate %s.%s: %v", f.schema, f.table, err))
 			}
-			if len(res.Applied) == 0 {
+			if len(res.Versions) == 0 {
 				fmt.Fprintf(s.out, "%s.%s is up to date\n", f.schema, f.table)
 				return nil
 			}
-			fmt.Fprintf(s.out, "%s.%s: applied migrations %s\n", f.schema, f.table, joinInts(res.Applied))
+			fmt.Fprintf(s.out, "%s.%s: applied migrations %s\n", f.schema, f.table, joinInts(res.Versions))
 			return nil
 		},
 	}
@@ -178,7 +189,7 @@ func newPurgeCmd(s *streams) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			store, err := idem.NewStore(pool, &idem.Config{Schema: f.schema, Table: f.table})
+			store, err := idem.NewStore(pool, f.config())
 			if err != nil {
 				return fail(ExitUsage, err)
 			}
@@ -209,10 +220,10 @@ func newPurgeCmd(s *streams) *cobra.Command {
 	return cmd
 }
 
-func joinInts(v []int) string {
-	parts := make([]string, len(v))
-	for i, n := range v {
-		parts[i] = fmt.Sprint(n)
+func joinInts(ms []idem.Migration) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprint(m.Version)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -18,7 +19,11 @@ func TestSchemaPrintsTheMigrations(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	ms, err := idem.Migrations(&idem.MigrateOpts{Schema: "billing", Table: "idem_keys"})
+	m, err := idem.NewMigrator(&pgxpool.Pool{}, &idem.Config{Schema: "billing", Table: "idem_keys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := m.Migrations()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,16 +73,12 @@ func TestPurgeRemovesExactlyTheExpiredRows(t *testing.T) {
 	}
 	complete := func(key string, ttl time.Duration) {
 		t.Helper()
-		res, err := store.Claim(ctx, &idem.ClaimParams{Scope: "t", Key: key, Operation: "op", Fingerprint: "f",
-			Lease: time.Minute, TTL: ttl})
-		if err != nil || res.Status != idem.ClaimAcquired {
-			t.Fatalf("claim %s: %+v, %v", key, res, err)
-		}
-		err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			return store.CompleteTx(ctx, tx, res.Claim, &idem.Outcome{Status: 201}, ttl)
+		res, err := store.Do(ctx, &idem.DoParams{Scope: "t", Key: key, Operation: "op", Fingerprint: "f",
+			Lease: time.Minute, TTL: ttl}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+			return &idem.Outcome{Status: 201}, nil
 		})
-		if err != nil {
-			t.Fatalf("complete %s: %v", key, err)
+		if err != nil || !res.Persisted {
+			t.Fatalf("complete %s: %+v, %v", key, res, err)
 		}
 	}
 	for i := range 5 {

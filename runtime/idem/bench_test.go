@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
@@ -69,10 +70,10 @@ func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
 	p := policy()
 	p.Claim = mode
 	ctx := context.Background()
-	want := idem.ResultExecuted
+	want := idemhttp.ResultExecuted
 	if replay {
-		want = idem.ResultReplayed
-		if _, err := s.Serve(ctx, p, request("replayed", "fp"), benchBusiness); err != nil {
+		want = idemhttp.ResultReplayed
+		if _, err := idemhttp.Serve(ctx, s, p, request("replayed", "fp"), benchBusiness); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -84,7 +85,7 @@ func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
 			i++
 			key = fmt.Sprintf("k-%d", i)
 		}
-		r, err := s.Serve(ctx, p, request(key, "fp"), benchBusiness)
+		r, err := idemhttp.Serve(ctx, s, p, request(key, "fp"), benchBusiness)
 		if err != nil || r.Kind != want {
 			b.Fatalf("Serve = %+v, %v", r, err)
 		}
@@ -94,14 +95,14 @@ func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
 
 // BenchmarkClaimComplete is a first request in lease mode: claim, begin, business insert,
 // complete, commit.
-func BenchmarkClaimComplete(b *testing.B) { benchServe(b, idem.ClaimModeLease, false) }
+func BenchmarkClaimComplete(b *testing.B) { benchServe(b, idem.ClaimLease, false) }
 
 // BenchmarkClaimCompleteTransactionMode is a first request with the claim inside the business
 // transaction: begin, claim, business insert, complete, commit — one commit.
 func BenchmarkClaimCompleteTransactionMode(b *testing.B) {
-	benchServe(b, idem.ClaimModeTransaction, false)
+	benchServe(b, idem.ClaimTransaction, false)
 }
 
 // BenchmarkReplay is a retry of a completed request in lease mode: the claim returns the
 // stored outcome.
-func BenchmarkReplay(b *testing.B) { benchServe(b, idem.ClaimModeLease, true) }
+func BenchmarkReplay(b *testing.B) { benchServe(b, idem.ClaimLease, true) }

@@ -7,184 +7,82 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ClaimParams identify a request.
-type ClaimParams struct {
-	// Tenant is the key table's distribution column: every statement about the key names it, so
-	// on Citus it stays on one shard. Empty when the scope has no tenant. Scope includes the
-	// tenant too (ScopeString), so keys stay apart whatever Tenant is set to.
-	Tenant      string
-	Scope       string // canonical scope, see ScopeString
-	Key         string // the validated idempotency key
-	Operation   string // operation id
-	Fingerprint string // hex SHA-256 of the canonical request, see Fingerprinter
-	Lease       time.Duration
-	TTL         time.Duration
-}
-
-func (p *ClaimParams) validate() error {
-	if p == nil {
-		return errors.New("idem: claim: params are nil")
-	}
-	if p.Key == "" {
-		return errors.New("idem: claim: empty key (validate it with ParseKey first)")
-	}
-	return nil
-}
-
-func (p *ClaimParams) lease() time.Duration { return orDefault(p.Lease, DefaultLease) }
-func (p *ClaimParams) ttl() time.Duration   { return orDefault(p.TTL, DefaultTTL) }
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-// ClaimStatus is the outcome of a claim.
-type ClaimStatus int
+// claimStatus is what a claim decided.
+type claimStatus int
 
 const (
-	ClaimAcquired   ClaimStatus = iota + 1 // new key: the caller executes
-	ClaimTakenOver                         // the previous holder's lease expired: the caller executes
-	ClaimReplay                            // completed before: Outcome holds what to answer
-	ClaimInProgress                        // held by a live lease: RetryAfter says for how long
-	ClaimMismatch                          // same key, different fingerprint (checked first)
+	claimAcquired   claimStatus = iota + 1 // new key: the caller executes
+	claimTakenOver                         // the previous holder's lease expired: the caller executes
+	claimReplayed                          // completed before: the outcome is the answer
+	claimInProgress                        // held by a live lease
+	claimKeyReused                         // same key, different fingerprint (checked first)
 )
 
-func (c ClaimStatus) String() string {
+// event is the event each claim status is reported as.
+func (c claimStatus) event() EventKind {
 	switch c {
-	case ClaimAcquired:
-		return "acquired"
-	case ClaimTakenOver:
-		return "taken over"
-	case ClaimReplay:
-		return "replay"
-	case ClaimInProgress:
-		return "in progress"
-	case ClaimMismatch:
-		return "fingerprint mismatch"
+	case claimAcquired:
+		return EventAcquired
+	case claimTakenOver:
+		return EventTakenOver
+	case claimReplayed:
+		return EventReplayed
+	case claimInProgress:
+		return EventInProgress
+	case claimKeyReused:
+		return EventKeyReused
 	}
-	return fmt.Sprintf("ClaimStatus(%d)", int(c))
+	return EventKind(fmt.Sprintf("claim status %d", int(c)))
 }
 
-// Claim is a held key; its Token fences completion and release.
+func (c claimStatus) owns() bool { return c == claimAcquired || c == claimTakenOver }
+
+// Claim is a held key, as the handler's context carries it (ClaimFromContext). Its token
+// fences completion and release: only the holder of the current claim can store an outcome.
 type Claim struct {
 	Tenant    string
 	Scope     string
 	Key       string
 	Operation string
-	Token     string
-	Attempt   int
-	Lease     time.Duration
+	// Attempt counts the executions of this key: 1, or more after takeovers of abandoned claims.
+	Attempt int
+	Lease   time.Duration
+
+	token string
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
 
-// Outcome is what a completed request answered.
-type Outcome struct {
-	Status    int
-	Header    http.Header // stored whole: allow-listed headers only
-	Body      []byte      // stored whole (response storage, or reference storage without a Reference)
-	Reference string      // reference storage only
+// args are the leading parameters of every statement about c: tenant, scope, key, token.
+func (c *Claim) args(more ...any) []any {
+	return append([]any{tenantColumn(c.Tenant), c.Scope, c.Key, c.token}, more...)
 }
 
-// ClaimResult is what Claim returns.
-type ClaimResult struct {
-	Status     ClaimStatus
-	Claim      *Claim        // ClaimAcquired, ClaimTakenOver
-	Outcome    *Outcome      // ClaimReplay
-	RetryAfter time.Duration // ClaimInProgress: time left on the lease, at least 1s
+type claimKey struct{}
+
+func withClaim(ctx context.Context, c *Claim) context.Context {
+	return context.WithValue(ctx, claimKey{}, c)
 }
 
-// statements are the SQL texts for one key table, built once per Store.
-type statements struct {
-	claim, complete, release, renew, purge, purgeCount string
+// ClaimFromContext returns the claim under which a handler runs: its key, scope, tenant and
+// attempt. ok is false outside a handler run by Do or by generated code.
+func ClaimFromContext(ctx context.Context) (c *Claim, ok bool) {
+	c, ok = ctx.Value(claimKey{}).(*Claim)
+	return c, ok
 }
 
-func newStatements(table string) statements {
-	// A row is "fresh" (behaves as a new key) when its TTL has run out and nobody holds it; it is
-	// "takeable" when it is fresh or its holder's lease ran out on the same request. The
-	// fingerprint condition means a different request can never take over a live key's history.
-	const fresh = `(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp()))`
-	takeable := func(fingerprint string) string {
-		return `(` + fresh + ` OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = ` + fingerprint + `))`
-	}
-	set := func(col string) string {
-		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN EXCLUDED.%[1]s ELSE k.%[1]s END", col, takeable("EXCLUDED.fingerprint"))
-	}
-	clear := func(col string) string {
-		return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN NULL ELSE k.%[1]s END", col, takeable("EXCLUDED.fingerprint"))
-	}
-	const leftMS = `greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint`
-	var b strings.Builder
-	// The claim is one statement and one round trip for all five outcomes.
-	//
-	// cur reads the row as this statement's snapshot sees it. When it exists and nobody may take
-	// it (the common duplicate: in flight, completed, or a different request), that row is the
-	// answer and the statement writes nothing: replays and in-progress answers are plain reads.
-	//
-	// Otherwise (no row yet, or one that looks takeable) the INSERT decides, and it alone may
-	// hand out ownership. Its ON CONFLICT DO UPDATE always updates (a takeover writes new values,
-	// anything else rewrites the row unchanged), so RETURNING yields the row's latest committed
-	// version even when a concurrent request inserted or took it over after the snapshot; a
-	// DO NOTHING would return no row at all in that race. The conflict check locks the row and
-	// re-evaluates "takeable" on its latest version, so two racing takeovers cannot both win.
-	//
-	// A snapshot answer can be stale by the time it is read (a holder that has just completed or
-	// released): the caller then gets in-progress and its retry sees the new state. Ownership is
-	// never decided from the snapshot.
-	fmt.Fprintf(&b, `WITH cur AS (
-	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at,
-		%[2]s AS takeable
-	FROM %[1]s AS k WHERE k.tenant = $8 AND k.scope = $1 AND k.key = $2
-), ins AS (
-	INSERT INTO %[1]s AS k
-		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
-	SELECT $8, $1, $2, $3, $4, 'in_flight', $5::uuid,
-		statement_timestamp() + $6::bigint * interval '1 millisecond', 1, statement_timestamp(),
-		statement_timestamp() + $7::bigint * interval '1 millisecond'
-	WHERE NOT EXISTS (SELECT FROM cur WHERE NOT cur.takeable)
-	ON CONFLICT (tenant, scope, key) DO UPDATE SET
-		%[3]s, %[4]s, %[5]s, %[6]s, %[7]s, %[8]s,
-		attempt = CASE WHEN %[9]s THEN 1 WHEN %[10]s THEN k.attempt + 1 ELSE k.attempt END,
-		%[11]s, %[12]s, %[13]s, %[14]s, %[15]s
-	RETURNING owner_token = $5::uuid AS mine, attempt, fingerprint = $4 AS same_fingerprint, state,
-		status, headers, body, reference, %[16]s AS lease_left_ms
-)
-SELECT * FROM ins
-UNION ALL
-SELECT false, attempt, fingerprint = $4, state, status, headers, body, reference, %[16]s FROM cur WHERE NOT cur.takeable`,
-		table, takeable("$4"),
-		set("operation"), set("fingerprint"), set("state"), set("owner_token"), set("lease_expires_at"), set("expires_at"),
-		fresh, takeable("EXCLUDED.fingerprint"),
-		fmt.Sprintf("created_at = CASE WHEN %s THEN EXCLUDED.created_at ELSE k.created_at END", fresh),
-		clear("status"), clear("headers"), clear("body"), clear("reference")+", "+clear("completed_at"),
-		leftMS)
-	return statements{
-		claim: b.String(),
-		complete: `UPDATE ` + table + ` SET state = 'complete', status = $4, headers = $5, body = $6, reference = $7,
-	completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
-	expires_at = statement_timestamp() + $8::bigint * interval '1 millisecond'
-WHERE tenant = $9 AND scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
-		release: `DELETE FROM ` + table + ` WHERE tenant = $4 AND scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
-		renew: `UPDATE ` + table + ` SET lease_expires_at = statement_timestamp() + $4::bigint * interval '1 millisecond'
-WHERE tenant = $5 AND scope = $1 AND key = $2 AND owner_token = $3::uuid AND state = 'in_flight'`,
-		// Purge alone spans tenants: a maintenance job off the request path.
-		purge: `DELETE FROM ` + table + ` AS k USING (
-	SELECT tenant, scope, key FROM ` + table + ` AS k WHERE ` + fresh + `
-	ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS doomed
-WHERE k.tenant = doomed.tenant AND k.scope = doomed.scope AND k.key = doomed.key`,
-		purgeCount: `SELECT count(*) FROM ` + table + ` AS k WHERE ` + fresh,
-	}
+// claimResult is what a claim returns.
+type claimResult struct {
+	status     claimStatus
+	claim      *Claim        // claimAcquired, claimTakenOver
+	outcome    *Outcome      // claimReplayed
+	retryAfter time.Duration // claimInProgress: time left on the lease, at least 1s
 }
 
 func newToken() string {
@@ -196,103 +94,75 @@ func newToken() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-func millis(d time.Duration) int64 {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
+func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+func lease(p *DoParams) time.Duration { return orDefault(p.Lease, DefaultLease) }
+func ttl(p *DoParams) time.Duration   { return orDefault(p.TTL, DefaultTTL) }
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
 	}
-	return ms
+	return d
 }
 
-// Claim claims p.Key in one statement and commits at once (claim: lease).
-//
+// newClaim is the claim p would hold; its token is fresh.
+func newClaim(p *DoParams) *Claim {
+	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken()}
+}
+
+func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
+	return c.args(p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)))
+}
+
+// claim claims p's key in one statement (claim: lease; q is the pool, so it commits at once).
 // It inserts the key in flight with a lease, or returns the existing row, or takes over a row
 // whose holder's lease expired (same fingerprint only). The fingerprint is compared before
-// anything else about an existing row: a different request gets ClaimMismatch even while the
-// first is in flight. Errors that mean the store cannot be reached wrap ErrStoreUnavailable.
-func (s *Store) Claim(ctx context.Context, p *ClaimParams) (*ClaimResult, error) {
-	if err := p.validate(); err != nil {
-		return nil, err
+// anything else about an existing row: a different request gets claimKeyReused even while the
+// first is in flight.
+func (s *Store) claim(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, p *DoParams) (*claimResult, error) {
+	c := newClaim(p)
+	res, err := s.scanClaim(q.QueryRow(ctx, s.sql.claim, s.claimArgs(c, p)...), c)
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		return nil, storeError(ctx, "claim", err)
 	}
-	return s.claim(ctx, s.db, p)
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+	return res, nil
 }
 
-// ClaimTxOpts tune ClaimTx.
-type ClaimTxOpts struct {
-	// Wait bounds how long the claim waits for a concurrent holder's transaction to end.
-	// Zero means the claim's lease.
-	Wait time.Duration
-}
-
-// ClaimTx claims inside the caller's transaction (claim: transaction). A concurrent duplicate
-// waits (bounded by opts.Wait) for the first transaction to end, then replays or claims. When the
-// wait runs out the result is ClaimInProgress and tx is aborted: the caller must roll it back.
-// The claim is made in one round trip (a pipelined batch that bounds the wait with a
-// transaction-local lock_timeout and restores the caller's setting afterwards). If tx rolls
-// back, so does the claim: no Release is needed.
-//
-// While ClaimTx waits, tx holds its connection. Serve and Do therefore wait differently: they
-// call it with a short wait and, when that runs out, roll back and retry after a pause in which
-// they hold no connection.
-func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, opts *ClaimTxOpts) (*ClaimResult, error) {
-	if err := p.validate(); err != nil {
-		return nil, err
-	}
-	wait := p.lease()
-	if opts != nil && opts.Wait > 0 {
-		wait = opts.Wait
-	}
-	res, locked, err := s.claimTx(ctx, tx, p, wait)
-	if locked {
-		s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-	}
-	return res, err
-}
-
-// claimTx is ClaimTx without its in-progress event for a lock wait that ran out (locked), so
-// that a caller retrying such a claim reports the wait once, when it gives up.
-func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, p *ClaimParams, wait time.Duration) (res *ClaimResult, locked bool, err error) {
-	token := newToken()
+// claimTx claims inside tx (claim: transaction), waiting at most wait for a concurrent
+// holder's transaction to end: one pipelined batch bounds the wait with a transaction-local
+// lock_timeout and restores the caller's setting afterwards. locked says the wait ran out; tx
+// is then aborted. It reports no in-progress event for a wait that ran out: a caller retrying
+// such a claim reports the wait once, when it gives up.
+func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, p *DoParams, wait time.Duration) (res *claimResult, locked bool, err error) {
+	c := newClaim(p)
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
 	set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", millis(wait)))
-	batch.Queue(s.sql.claim, s.claimArgs(p, token)...).QueryRow(func(row pgx.Row) error {
+	batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
 		var err error
-		res, err = s.scanClaim(row, p, token)
+		res, err = s.scanClaim(row, c)
 		return err
 	})
 	batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
 	err = tx.SendBatch(ctx, batch).Close()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the wait ran out
-		return &ClaimResult{Status: ClaimInProgress, RetryAfter: time.Second}, true, nil
+		return &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 	}
 	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return nil, false, storeError(ctx, "claim in transaction", err)
 	}
-	s.emitClaim(ctx, p, res)
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
 	return res, false, nil
 }
 
-func (s *Store) claimArgs(p *ClaimParams, token string) []any {
-	return []any{p.Scope, p.Key, p.Operation, p.Fingerprint, token, millis(p.lease()), millis(p.ttl()), tenantColumn(p.Tenant)}
-}
-
-func (s *Store) claim(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, p *ClaimParams) (*ClaimResult, error) {
-	token := newToken()
-	res, err := s.scanClaim(q.QueryRow(ctx, s.sql.claim, s.claimArgs(p, token)...), p, token)
-	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-		return nil, storeError(ctx, "claim", err)
-	}
-	s.emitClaim(ctx, p, res)
-	return res, nil
-}
-
-func (s *Store) scanClaim(row pgx.Row, p *ClaimParams, token string) (*ClaimResult, error) {
+func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 	var (
 		mine, sameFP bool
 		attempt      int32
@@ -308,15 +178,14 @@ func (s *Store) scanClaim(row pgx.Row, p *ClaimParams, token string) (*ClaimResu
 	}
 	switch {
 	case mine:
-		st := ClaimAcquired
+		c.Attempt = int(attempt)
+		st := claimAcquired
 		if attempt > 1 {
-			st = ClaimTakenOver
+			st = claimTakenOver
 		}
-		return &ClaimResult{Status: st, Claim: &Claim{
-			Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Token: token, Attempt: int(attempt), Lease: p.lease(),
-		}}, nil
+		return &claimResult{status: st, claim: c}, nil
 	case !sameFP:
-		return &ClaimResult{Status: ClaimMismatch}, nil
+		return &claimResult{status: claimKeyReused}, nil
 	case state == "complete":
 		o := &Outcome{Body: body}
 		if status != nil {
@@ -330,62 +199,33 @@ func (s *Store) scanClaim(row pgx.Row, p *ClaimParams, token string) (*ClaimResu
 				return nil, fmt.Errorf("stored headers are not a JSON object of string lists: %w", err)
 			}
 		}
-		return &ClaimResult{Status: ClaimReplay, Outcome: o}, nil
+		return &claimResult{status: claimReplayed, outcome: o}, nil
 	default:
-		return &ClaimResult{Status: ClaimInProgress, RetryAfter: retryAfter(time.Duration(leftMS) * time.Millisecond)}, nil
+		return &claimResult{status: claimInProgress, retryAfter: retryAfter(time.Duration(leftMS) * time.Millisecond)}, nil
 	}
 }
 
 // retryAfter rounds the time left on a lease up to whole seconds, at least one.
 func retryAfter(left time.Duration) time.Duration {
-	secs := (left + time.Second - 1) / time.Second
-	if secs < 1 {
-		secs = 1
-	}
-	return secs * time.Second
+	return max((left+time.Second-1)/time.Second, 1) * time.Second
 }
 
-func (s *Store) emitClaim(ctx context.Context, p *ClaimParams, r *ClaimResult) {
-	var kind EventKind
-	switch r.Status {
-	case ClaimAcquired:
-		kind = EventClaimed
-	case ClaimTakenOver:
-		kind = EventTakeover
-	case ClaimReplay:
-		kind = EventReplayed
-	case ClaimInProgress:
-		kind = EventInProgress
-	case ClaimMismatch:
-		kind = EventMismatch
-	}
-	s.emit(ctx, Event{Kind: kind, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-}
-
-// CompleteTx stores o for c inside tx. If tx is rolled back, the completion is as well.
-// ErrLeaseLost means another request took the key over: tx must roll back. ttl <= 0 means 24h.
-// o is stored as given (Serve filters headers and checks the body size before calling it).
-func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, ttl time.Duration) error {
-	if c == nil || o == nil {
-		return errors.New("idem: complete: claim and outcome must not be nil")
-	}
-	var headers []byte
+// complete stores o for c inside tx: if tx is rolled back, so is the completion. ErrLeaseLost
+// means another request took the key over, and tx must roll back.
+func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, ttl time.Duration) error {
+	var headers any // SQL NULL without headers
 	if len(o.Header) > 0 {
-		var err error
-		if headers, err = json.Marshal(o.Header); err != nil {
+		b, err := json.Marshal(o.Header)
+		if err != nil {
 			return fmt.Errorf("idem: complete: encode headers: %w", err)
 		}
+		headers = string(b)
 	}
 	var ref *string
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
-	var hdr any
-	if headers != nil {
-		hdr = string(headers)
-	}
-	tag, err := tx.Exec(ctx, s.sql.complete, c.Scope, c.Key, c.Token, int32(o.Status), hdr, o.Body, ref,
-		millis(orDefault(ttl, DefaultTTL)), tenantColumn(c.Tenant))
+	tag, err := tx.Exec(ctx, s.sql.complete, c.args(int32(o.Status), headers, o.Body, ref, millis(ttl))...)
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return storeError(ctx, "complete", err)
@@ -397,22 +237,18 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome,
 	return nil
 }
 
-// Release deletes c's row if c still owns it, so a retry executes anew. A row that another
-// request has taken over, or that was completed, is left alone.
-func (s *Store) Release(ctx context.Context, c *Claim) error {
-	if c == nil {
-		return nil
-	}
-	if _, err := s.db.Exec(ctx, s.sql.release, c.Scope, c.Key, c.Token, tenantColumn(c.Tenant)); err != nil {
+// releaseRow deletes c's row if c still owns it.
+func (s *Store) releaseRow(ctx context.Context, c *Claim) error {
+	if _, err := s.db.Exec(ctx, s.sql.release, c.args()...); err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return storeError(ctx, "release", err)
 	}
 	return nil
 }
 
-// Renew extends c's lease by lease from now (database clock); ErrLeaseLost if not owned.
-func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error {
-	tag, err := s.db.Exec(ctx, s.sql.renew, c.Scope, c.Key, c.Token, millis(orDefault(lease, DefaultLease)), tenantColumn(c.Tenant))
+// renew extends c's lease by c.Lease from now; ErrLeaseLost if c no longer owns the key.
+func (s *Store) renew(ctx context.Context, c *Claim) error {
+	tag, err := s.db.Exec(ctx, s.sql.renew, c.args(millis(c.Lease))...)
 	if err != nil {
 		return storeError(ctx, "renew lease", err)
 	}

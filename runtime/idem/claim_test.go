@@ -32,7 +32,7 @@ func TestClaimOutcomes(t *testing.T) {
 	other := *p
 	other.Fingerprint = "fp2"
 	r, err = s.Claim(ctx, &other)
-	if err != nil || r.Status != idem.ClaimMismatch {
+	if err != nil || r.Status != idem.ClaimKeyReused {
 		t.Fatalf("different fingerprint while in flight = %+v, %v; want mismatch", r, err)
 	}
 
@@ -49,14 +49,14 @@ func TestClaimOutcomes(t *testing.T) {
 	}
 
 	r, err = s.Claim(ctx, p)
-	if err != nil || r.Status != idem.ClaimReplay {
+	if err != nil || r.Status != idem.ClaimReplayed {
 		t.Fatalf("claim after completion = %+v, %v; want replay", r, err)
 	}
 	if r.Outcome.Status != 201 || string(r.Outcome.Body) != `{"id":1}` || r.Outcome.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("replayed outcome = %+v; want the stored 201", r.Outcome)
 	}
 	r, err = s.Claim(ctx, &other)
-	if err != nil || r.Status != idem.ClaimMismatch {
+	if err != nil || r.Status != idem.ClaimKeyReused {
 		t.Fatalf("different fingerprint after completion = %+v, %v; want mismatch", r, err)
 	}
 }

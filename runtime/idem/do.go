@@ -4,35 +4,94 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// DoParams identify a unit of work.
-type DoParams struct {
-	// Tenant is the key table's distribution column (see ClaimParams.Tenant); it also keeps
-	// tenants' keys apart. Empty when the work has no tenant.
-	Tenant      string
-	Scope       string
-	Key         string
-	Operation   string
-	Fingerprint string
-	Lease       time.Duration // default 60s
-	TTL         time.Duration // default 24h
-	Transaction bool          // claim inside the business transaction (claim: transaction)
-	Wait        time.Duration
+// ClaimMode is when the claim is made: x-idempotency's claim field, lease or transaction.
+type ClaimMode int
+
+const (
+	// ClaimLease (the default) commits the claim at once, before the handler runs; a concurrent
+	// duplicate is told the key is in progress (or, with a wait, polls for the outcome).
+	ClaimLease ClaimMode = iota + 1
+	// ClaimTransaction makes the claim inside the business transaction; a concurrent duplicate
+	// waits, bounded, for that transaction to end and then replays its outcome.
+	ClaimTransaction
+)
+
+func (m ClaimMode) String() string {
+	switch m {
+	case ClaimLease:
+		return "lease"
+	case ClaimTransaction:
+		return "transaction"
+	}
+	return fmt.Sprintf("ClaimMode(%d)", int(m))
 }
 
-// DoResult says whether fn ran and what the outcome is.
+// Outcome is what a completed request answered: what is stored, and what a replay returns.
+type Outcome struct {
+	Status    int
+	Header    http.Header // stored as given
+	Body      []byte
+	Reference string // a resource reference (reference storage), reloaded on replay
+}
+
+// HandlerFunc is the work done at most once per key. It runs inside tx, the transaction that
+// also stores its outcome: every business write goes through tx, so the write and the stored
+// outcome commit together or not at all. It must neither commit nor roll back tx.
+type HandlerFunc func(ctx context.Context, tx pgx.Tx) (*Outcome, error)
+
+// DoParams identify one unit of work for Do.
+type DoParams struct {
+	// Tenant is the key table's distribution column: every statement about the key names it, so
+	// on Citus the key stays on the tenant's shard, and tenants never share keys. Empty when the
+	// work has no tenant.
+	Tenant string
+	// Scope is what Key is unique within, besides the tenant (for example the queue's name).
+	Scope string
+	// Key identifies the unit of work (a message id, an Idempotency-Key). An empty Key is an
+	// error unless AllowNoKey is set.
+	Key string
+	// AllowNoKey runs fn in a plain transaction, without idempotency, when Key is empty: an
+	// operation whose key is optional.
+	AllowNoKey bool
+	// Operation names the work in logs and events (an operationId).
+	Operation string
+	// Fingerprint is a digest of the request (see Fingerprinter). The same key with another
+	// fingerprint is refused with ErrKeyReused, also while the first is in flight.
+	Fingerprint string
+	// Lease is how long a claim is held before another caller may take it over; it is renewed
+	// while fn runs. Default DefaultLease.
+	Lease time.Duration
+	// TTL is how long a completed key is remembered. Default DefaultTTL.
+	TTL time.Duration
+	// Claim is the claim mode; zero means ClaimLease.
+	Claim ClaimMode
+	// Wait bounds how long a duplicate waits for a concurrent holder to finish. ClaimLease:
+	// zero answers ErrInProgress at once; ClaimTransaction: zero means up to the lease.
+	Wait time.Duration
+	// Persist says which outcome statuses are stored; an outcome outside it is rolled back and
+	// its key released, as if fn had failed, but returned. The zero set stores every outcome.
+	Persist StatusSet
+}
+
+// DoResult is what Do decided.
 type DoResult struct {
-	Outcome  *Outcome
+	// Outcome is fn's answer (Replayed false) or the stored one (Replayed true).
+	Outcome *Outcome
+	// Replayed says the key was completed before and fn did not run.
 	Replayed bool
+	// Persisted says fn ran and its outcome was committed with its work; false when fn's
+	// status is outside DoParams.Persist or the key was empty (AllowNoKey).
+	Persisted bool
 }
 
 // InProgressError is Do's error while another caller holds the key: errors.Is(err,
-// ErrInProgress) holds, and RetryAfter (the time left on the holder's lease, at least 1s) says
-// when to redeliver.
+// ErrInProgress) holds, and RetryAfter says when to try again.
 type InProgressError struct{ RetryAfter time.Duration }
 
 func (e *InProgressError) Error() string {
@@ -41,40 +100,65 @@ func (e *InProgressError) Error() string {
 
 func (e *InProgressError) Unwrap() error { return ErrInProgress }
 
-// Do runs fn at most once per key: it claims, runs fn in a transaction, completes and commits;
-// a completed key returns its stored outcome with Replayed set. ErrInProgress,
-// ErrFingerprintMismatch and ErrStoreUnavailable say why fn did not run. An error from fn rolls
-// back and releases the key.
+// Do runs fn at most once per (Tenant, Scope, Key): it claims the key, runs fn in a
+// transaction, and stores fn's outcome in that same transaction before committing. A key
+// completed before returns its stored outcome with Replayed set, and fn does not run.
 //
-// fn may return a nil Outcome when only its side effects matter. The whole outcome is stored.
-// ErrLeaseLost means fn ran but another caller took the key over (fn's lease expired), so fn's
-// transaction was rolled back. With p.Transaction, duplicates wait up to p.Wait (default: the
-// lease) for the first to finish; otherwise p.Wait > 0 makes them poll for that long.
-func (s *Store) Do(ctx context.Context, p *DoParams, fn func(ctx context.Context, tx pgx.Tx) (*Outcome, error)) (*DoResult, error) {
-	if p == nil || p.Key == "" {
-		return nil, errors.New("idem: Do: an empty key cannot be made idempotent (set DoParams.Key)")
+// Errors say why fn did not run or did not commit: *InProgressError (ErrInProgress) while
+// another caller holds the key; ErrKeyReused for the same key with another fingerprint;
+// ErrStoreUnavailable when the store cannot be reached (fn never runs without a claim);
+// ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back.
+// fn's own error, a panic or a cancelled ctx rolls the work back and releases the key, so a
+// later call runs fn anew; fn's error is returned as it is.
+//
+// fn may return a nil Outcome when only its side effects matter; an empty outcome is stored.
+func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult, error) {
+	if p == nil {
+		return nil, errors.New("idem: Do: params are nil")
 	}
-	ep := &execParams{
-		claim: ClaimParams{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Fingerprint: p.Fingerprint,
-			Lease: p.Lease, TTL: p.TTL},
-		mode:     ClaimModeLease,
-		wait:     p.Wait,
-		allowNil: true,
+	if p.Key == "" {
+		if !p.AllowNoKey {
+			return nil, errors.New("idem: Do: an empty key cannot be made idempotent (set DoParams.Key, or AllowNoKey for an optional key)")
+		}
+		return s.doWithoutKey(ctx, p, fn)
 	}
-	if p.Transaction {
-		ep.mode = ClaimModeTransaction
-	}
-	r, err := s.execute(ctx, ep, fn)
+	r, err := s.execute(ctx, p, fn)
 	if err != nil {
 		return nil, err
 	}
 	switch r.status {
-	case ClaimReplay:
+	case claimReplayed:
 		return &DoResult{Outcome: r.outcome, Replayed: true}, nil
-	case ClaimInProgress:
+	case claimInProgress:
 		return nil, &InProgressError{RetryAfter: r.retryAfter}
-	case ClaimMismatch:
-		return nil, ErrFingerprintMismatch
+	case claimKeyReused:
+		return nil, ErrKeyReused
 	}
-	return &DoResult{Outcome: r.outcome}, nil
+	return &DoResult{Outcome: r.outcome, Persisted: r.persisted}, nil
+}
+
+// doWithoutKey runs fn in a plain transaction, committed when its status is persisted.
+func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.rollback(ctx, tx) // a no-op after Commit; undoes the work on error or panic
+	out, err := fn(ctx, tx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = &Outcome{}
+	}
+	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
+		return &DoResult{Outcome: out}, nil // rolled back by the deferred call
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, storeError(ctx, "commit", err)
+	}
+	return &DoResult{Outcome: out}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
@@ -124,7 +125,7 @@ func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
-	scope := idem.ScopeString("", nil) // what Serve uses for a request without scope parts
+	scope := "0:" // the scope idemhttp.Serve renders for no tenant and no scope parts
 	// A crash: claimed, never completed nor released.
 	cr, err := e.store.Claim(ctx, &idem.ClaimParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second})
 	if err != nil || cr.Status != idem.ClaimAcquired {
@@ -136,15 +137,15 @@ func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
 	if !errors.Is(err, idem.ErrInProgress) || !errors.As(err, &inProgress) || inProgress.RetryAfter != time.Second {
 		t.Fatalf("during the dead holder's lease = %v; want ErrInProgress, retry after 1s", err)
 	}
-	r, err := e.store.Serve(ctx, policy(), &idem.Request{KeyValues: []string{"crash"}, Fingerprint: "fp"}, insertPayment(1))
-	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeInProgress || r.Problem.RetryAfter != time.Second {
+	r, err := idemhttp.Serve(ctx, e.store, policy(), &idemhttp.Request{KeyValues: []string{"crash"}, Fingerprint: "fp"}, insertPayment(1))
+	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeInProgress || r.Problem.RetryAfter != time.Second {
 		t.Fatalf("Serve during the lease = %+v, %v", r, err)
 	}
 	time.Sleep(1100 * time.Millisecond)
 	// A different request may not inherit the dead holder's key, lease or not.
 	other := *p
 	other.Fingerprint = "other"
-	if _, err := e.store.Do(ctx, &other, pay(1, "x")); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := e.store.Do(ctx, &other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
 		t.Fatalf("different request after the lease = %v; want ErrFingerprintMismatch", err)
 	}
 	res, err := e.store.Do(ctx, p, pay(1, "after"))
@@ -220,10 +221,10 @@ func TestDoErrorsAndTransactionMode(t *testing.T) {
 	}
 	mismatch := *p
 	mismatch.Fingerprint = "other"
-	if _, err := e.store.Do(ctx, &mismatch, pay(1, "")); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := e.store.Do(ctx, &mismatch, pay(1, "")); !errors.Is(err, idem.ErrKeyReused) {
 		t.Fatalf("other fingerprint = %v; want ErrFingerprintMismatch", err)
 	}
-	tp := &idem.DoParams{Scope: "queue", Key: "msg-2", Operation: "consume", Fingerprint: "fp", Transaction: true}
+	tp := &idem.DoParams{Scope: "queue", Key: "msg-2", Operation: "consume", Fingerprint: "fp", Claim: idem.ClaimTransaction}
 	for i, want := range []bool{false, true} {
 		r, err := e.store.Do(ctx, tp, pay(1, "tx"))
 		if err != nil || r.Replayed != want || string(r.Outcome.Body) != "tx" {
@@ -265,11 +266,11 @@ func TestStoreUnavailableFailsClosed(t *testing.T) {
 			ran = true
 			return &idem.Outcome{Status: 200}, nil
 		}
-		for _, mode := range []idem.ClaimMode{idem.ClaimModeLease, idem.ClaimModeTransaction} {
+		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
 			p := policy()
 			p.Claim = mode
-			r, err := s.Serve(context.Background(), p, request("k", "fp"), fn)
-			if err != nil || r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeStoreUnavailable || ran {
+			r, err := idemhttp.Serve(context.Background(), s, p, request("k", "fp"), fn)
+			if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeStoreUnavailable || ran {
 				t.Fatalf("%s, mode %d: Serve = %+v, %v (ran %v); want 503 store-unavailable without running", name, mode, r, err, ran)
 			}
 			w := written(t, r)
@@ -305,11 +306,11 @@ func TestSlowStoreFailsClosed(t *testing.T) {
 	// time taken, shows which bound fired.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r, err := e.store.Serve(ctx, policy(), request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	r, err := idemhttp.Serve(ctx, e.store, policy(), request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		ran = true
 		return &idem.Outcome{Status: 200}, nil
 	})
-	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeStoreUnavailable || ran {
+	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeStoreUnavailable || ran {
 		t.Fatalf("Serve against a blocked store = %+v, %v (ran %v); want 503 store-unavailable", r, err, ran)
 	}
 	if _, err := e.store.Do(ctx, &idem.DoParams{Key: "k"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
@@ -351,10 +352,10 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		return &idem.Outcome{Status: 201, Body: []byte(`{}`)}, err
 	}
 	lease, txMode := policy(), policy()
-	txMode.Claim = idem.ClaimModeTransaction
-	measure := func(p *idem.Policy, key, fingerprint string) (int64, string) {
+	txMode.Claim = idem.ClaimTransaction
+	measure := func(p *idemhttp.Policy, key, fingerprint string) (int64, string) {
 		before := counter.n.Load()
-		r, err := s.Serve(context.Background(), p, request(key, fingerprint), business)
+		r, err := idemhttp.Serve(context.Background(), s, p, request(key, fingerprint), business)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +368,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
-		p      *idem.Policy
+		p      *idemhttp.Policy
 		key    string
 		fp     string
 		kind   string
@@ -399,17 +400,17 @@ func TestLogsAndEventsNeverCarryTheRawKey(t *testing.T) {
 	}, nil)
 	ctx := context.Background()
 	key := "secret-key-4f1c9a"
-	e.store.Serve(ctx, policy(), request(key, "fp"), insertPayment(1))
-	e.store.Serve(ctx, policy(), request(key, "fp"), insertPayment(1))
-	e.store.Serve(ctx, policy(), request(key, "other"), insertPayment(1))
-	e.store.Serve(ctx, policy(), request(key+"-2", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	idemhttp.Serve(ctx, e.store, policy(), request(key, "fp"), insertPayment(1))
+	idemhttp.Serve(ctx, e.store, policy(), request(key, "fp"), insertPayment(1))
+	idemhttp.Serve(ctx, e.store, policy(), request(key, "other"), insertPayment(1))
+	idemhttp.Serve(ctx, e.store, policy(), request(key+"-2", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		return nil, errors.New("fail")
 	})
 	logs := buf.String()
 	if strings.Contains(logs, key) {
 		t.Fatalf("logs contain the raw key:\n%s", logs)
 	}
-	hash := idem.KeyHash(idem.ScopeString("", request(key, "").Scope), key)
+	hash := idem.KeyHash("0:|9:operation=13:createPayment", key) // the scope idemhttp.Serve renders for request()
 	if !strings.Contains(logs, hash) {
 		t.Fatalf("logs do not name the key by its hash %s:\n%s", hash, logs)
 	}
@@ -420,7 +421,7 @@ func TestLogsAndEventsNeverCarryTheRawKey(t *testing.T) {
 			t.Fatalf("event carries the raw key: %+v", ev)
 		}
 	}
-	want := "claimed completed replayed mismatch claimed released"
+	want := "acquired completed replayed key_reused acquired released"
 	if got := strings.Join(kinds, " "); got != want {
 		t.Fatalf("events %q; want %q", got, want)
 	}

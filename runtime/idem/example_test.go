@@ -2,9 +2,7 @@ package idem_test
 
 import (
 	"context"
-	"encoding/json"
 	"log"
-	"net/http"
 	"os"
 	"time"
 
@@ -22,7 +20,11 @@ func ExampleStore_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := idem.Migrate(ctx, pool, nil); err != nil {
+	migrator, err := idem.NewMigrator(pool, nil) // the same Config as NewStore's
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Migrate(ctx, idem.DirectionUp, nil); err != nil {
 		log.Fatal(err)
 	}
 	store, err := idem.NewStore(pool, nil)
@@ -46,52 +48,4 @@ func ExampleStore_Do() {
 	case res.Replayed:
 		log.Printf("already charged")
 	}
-}
-
-// What a generated adapter does for one operation, written by hand: fingerprint the request,
-// Serve it, write the result (the handler's answer, a replay or a problem).
-func ExampleStore_Serve() {
-	var store *idem.Store // from idem.NewStore
-	policy := &idem.Policy{
-		Operation: "createPayment",
-		Route:     "POST /v1/payments",
-		Persist:   idem.Statuses("2xx", "4xx"),
-		Key:       idem.KeyRule{Header: "Idempotency-Key", Required: true},
-	}
-	http.HandleFunc("POST /v1/payments", func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Amount   int    `json:"amount"`
-			Currency string `json:"currency"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		fp := idem.NewFingerprinter(policy.Route)
-		if err := fp.Body(body); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		res, err := store.Serve(r.Context(), policy, &idem.Request{
-			KeyValues:   r.Header.Values("Idempotency-Key"),
-			Scope:       []idem.ScopePart{{Name: "operation", Value: policy.Operation}},
-			Fingerprint: fp.Sum(),
-		}, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-			var id int64
-			if err := tx.QueryRow(ctx, "INSERT INTO payments (amount, currency) VALUES ($1, $2) RETURNING id",
-				body.Amount, body.Currency).Scan(&id); err != nil {
-				return nil, err
-			}
-			rec := idem.NewRecorder()
-			rec.Header().Set("Content-Type", "application/json")
-			rec.WriteHeader(http.StatusCreated)
-			json.NewEncoder(rec).Encode(map[string]any{"id": id, "amount": body.Amount})
-			return rec.Outcome(), nil
-		})
-		if err != nil {
-			http.Error(w, "internal error", http.StatusInternalServerError)
-			return
-		}
-		res.WriteTo(w)
-	})
 }

@@ -10,23 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// execParams is one idempotent execution; Serve and Do both run through execute.
-type execParams struct {
-	claim ClaimParams
-	mode  ClaimMode
-	wait  time.Duration
-	// persist says which outcome statuses are stored; nil stores every outcome.
-	persist func(status int) bool
-	// stored turns the handler's outcome into what is stored; nil stores it as it is.
-	stored func(o *Outcome) (*Outcome, error)
-	// allowNil lets fn return a nil outcome (Do: side effects only); it is stored as empty.
-	allowNil bool
-}
-
-// execResult is what execute decided. For ClaimAcquired and ClaimTakenOver, fn ran and outcome
+// execResult is what execute decided. For claimAcquired and claimTakenOver, fn ran and outcome
 // is its answer; persisted says whether it was committed with the stored outcome.
 type execResult struct {
-	status     ClaimStatus
+	status     claimStatus
 	outcome    *Outcome
 	retryAfter time.Duration
 	persisted  bool
@@ -40,31 +27,33 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-func (s *Store) execute(ctx context.Context, ep *execParams, fn HandlerFunc) (*execResult, error) {
-	if ep.mode == ClaimModeTransaction {
-		tx, res, err := s.claimInTransaction(ctx, &ep.claim, orDefault(ep.wait, ep.claim.lease()))
+// execute claims p's key in p's claim mode and, when this call owns it, runs fn.
+func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*execResult, error) {
+	if p.Claim == ClaimTransaction {
+		wait := orDefault(p.Wait, lease(p))
+		tx, res, err := s.claimInTransaction(ctx, p, wait)
 		if err != nil {
 			return nil, err
 		}
-		if res.Status != ClaimAcquired && res.Status != ClaimTakenOver {
-			return &execResult{status: res.Status, outcome: res.Outcome, retryAfter: res.RetryAfter}, nil
+		if !res.status.owns() {
+			return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 		}
-		return s.runClaimed(ctx, tx, res.Claim, ep, fn, false)
+		return s.runClaimed(ctx, tx, res.claim, p, fn, false)
 	}
 
-	res, err := s.claimWaiting(ctx, &ep.claim, ep.wait)
+	res, err := s.claimWaiting(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	if res.Status != ClaimAcquired && res.Status != ClaimTakenOver {
-		return &execResult{status: res.Status, outcome: res.Outcome, retryAfter: res.RetryAfter}, nil
+	if !res.status.owns() {
+		return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}
 	tx, err := s.begin(ctx)
 	if err != nil {
-		s.release(ctx, res.Claim, 0)
+		s.release(ctx, res.claim, 0)
 		return nil, err
 	}
-	return s.runClaimed(ctx, tx, res.Claim, ep, fn, true)
+	return s.runClaimed(ctx, tx, res.claim, p, fn, true)
 }
 
 // begin starts the business transaction; it is bounded by Config.StoreTimeout, and the
@@ -91,7 +80,7 @@ const txLockWait = 50 * time.Millisecond
 // with a bounded backoff outside any connection, and tries again, until wait runs out: the
 // result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the caller
 // owns it; on any other result it has been rolled back.
-func (s *Store) claimInTransaction(ctx context.Context, p *ClaimParams, wait time.Duration) (pgx.Tx, *ClaimResult, error) {
+func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (pgx.Tx, *claimResult, error) {
 	pace := newPacer(wait, 250*time.Millisecond)
 	for {
 		tx, err := s.begin(ctx)
@@ -100,13 +89,13 @@ func (s *Store) claimInTransaction(ctx context.Context, p *ClaimParams, wait tim
 			return nil, nil, err
 		}
 		lockWait := min(txLockWait, max(pace.left(), time.Millisecond))
-		var res *ClaimResult
+		var res *claimResult
 		var locked bool
 		err = s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
 			res, locked, err = s.claimTx(ctx, tx, p, lockWait)
 			return err
 		})
-		if err == nil && (res.Status == ClaimAcquired || res.Status == ClaimTakenOver) {
+		if err == nil && res.status.owns() {
 			return tx, res, nil
 		}
 		s.rollback(ctx, tx)
@@ -139,17 +128,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// claimWaiting claims; while the key is in progress and wait has not run out it polls again with
-// a small backoff (each poll may take over a lease that has meanwhile expired).
-func (s *Store) claimWaiting(ctx context.Context, p *ClaimParams, wait time.Duration) (*ClaimResult, error) {
-	pace := newPacer(wait, 500*time.Millisecond)
+// claimWaiting claims (claim: lease); while the key is in progress and p.Wait has not run out
+// it polls again with a small backoff (each poll may take over a lease that has meanwhile
+// expired).
+func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, error) {
+	pace := newPacer(p.Wait, 500*time.Millisecond)
 	for {
-		var res *ClaimResult
+		var res *claimResult
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-			res, err = s.Claim(ctx, p)
+			res, err = s.claim(ctx, s.db, p)
 			return err
 		})
-		if err != nil || res.Status != ClaimInProgress {
+		if err != nil || res.status != claimInProgress {
 			return res, err
 		}
 		again, err := pace.next(ctx)
@@ -193,7 +183,7 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 // lease is true in lease mode: the claim was committed on its own, so it is renewed while fn
 // runs and released (token-guarded) when the work is rolled back. In transaction mode the
 // rollback itself undoes the claim.
-func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, ep *execParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
+func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
 	start := time.Now()
 	hctx, cancel := context.WithCancelCause(withClaim(ctx, c))
 	defer cancel(nil)
@@ -230,32 +220,21 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, ep *execPar
 		err = ctx.Err()
 	}
 	if err == nil && out == nil {
-		if !ep.allowNil {
-			err = fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", c.Operation)
-		} else {
-			out = &Outcome{}
-		}
+		out = &Outcome{}
 	}
 	if err != nil {
 		giveBack()
 		return nil, err
 	}
-	res = &execResult{status: ClaimAcquired, outcome: out}
+	res = &execResult{status: claimAcquired, outcome: out}
 	if c.Attempt > 1 {
-		res.status = ClaimTakenOver
+		res.status = claimTakenOver
 	}
-	if ep.persist != nil && !ep.persist(out.Status) {
+	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
 		giveBack()
 		return res, nil
 	}
-	stored := out
-	if ep.stored != nil {
-		if stored, err = ep.stored(out); err != nil {
-			giveBack()
-			return nil, err
-		}
-	}
-	if err := s.CompleteTx(ctx, tx, c, stored, ep.claim.ttl()); err != nil {
+	if err := s.complete(ctx, tx, c, out, ttl(p)); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			s.rollback(ctx, tx)
 			return nil, s.leaseLost(c)
@@ -291,7 +270,7 @@ func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
 func (s *Store) release(ctx context.Context, c *Claim, ran time.Duration) {
 	cctx, cancel := detached(ctx)
 	defer cancel()
-	if err := s.Release(cctx, c); err != nil {
+	if err := s.releaseRow(cctx, c); err != nil {
 		// The lease runs out on its own; until then retries get in-progress.
 		s.log.Warn("idem: release failed; the key stays in progress until its lease ends",
 			"operation", c.Operation, "key_hash", c.hash(), "error", err)
@@ -321,7 +300,7 @@ func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.
 				// A renewal that cannot finish before the next one is due has failed; the next
 				// tick tries again on a fresh connection.
 				rctx, rcancel := context.WithTimeout(ctx, max(c.Lease/3, 100*time.Millisecond))
-				err := s.Renew(rctx, c, c.Lease)
+				err := s.renew(rctx, c)
 				rcancel()
 				if errors.Is(err, ErrLeaseLost) {
 					cancel(ErrLeaseLost)

@@ -1,5 +1,53 @@
 package idem
 
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // DisableRenewal stops s from renewing leases, so a test can let a lease run out under a live
 // handler (the fencing test).
 func DisableRenewal(s *Store) { s.noRenew = true }
+
+// The claim's building blocks, exposed to the tests of the state machine.
+
+type ClaimParams = DoParams
+
+type ClaimStatus = claimStatus
+
+const (
+	ClaimAcquired   = claimAcquired
+	ClaimTakenOver  = claimTakenOver
+	ClaimReplayed   = claimReplayed
+	ClaimInProgress = claimInProgress
+	ClaimKeyReused  = claimKeyReused
+)
+
+type ClaimResult struct {
+	Status     ClaimStatus
+	Claim      *Claim
+	Outcome    *Outcome
+	RetryAfter time.Duration
+}
+
+func (s *Store) Claim(ctx context.Context, p *DoParams) (*ClaimResult, error) {
+	r, err := s.claim(ctx, s.db, p)
+	if err != nil {
+		return nil, err
+	}
+	return &ClaimResult{Status: r.status, Claim: r.claim, Outcome: r.outcome, RetryAfter: r.retryAfter}, nil
+}
+
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, ttl time.Duration) error {
+	return s.complete(ctx, tx, c, o, orDefault(ttl, DefaultTTL))
+}
+
+func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error {
+	cc := *c
+	cc.Lease = orDefault(lease, DefaultLease)
+	return s.renew(ctx, &cc)
+}
+
+func (s *Store) Release(ctx context.Context, c *Claim) error { return s.releaseRow(ctx, c) }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
@@ -87,7 +88,7 @@ func insertPayment(amount int) idem.HandlerFunc {
 		if err := tx.QueryRow(ctx, "INSERT INTO payments (key, amount) VALUES ($1, $2) RETURNING id", key, amount).Scan(&id); err != nil {
 			return nil, err
 		}
-		rec := idem.NewRecorder()
+		rec := idemhttp.NewRecorder()
 		rec.Header().Set("Content-Type", "application/json")
 		rec.Header().Set("Location", fmt.Sprintf("/v1/payments/%d", id))
 		rec.WriteHeader(201)
@@ -96,24 +97,24 @@ func insertPayment(amount int) idem.HandlerFunc {
 	}
 }
 
-func policy() *idem.Policy {
-	return &idem.Policy{
+func policy() *idemhttp.Policy {
+	return &idemhttp.Policy{
 		Operation: "createPayment",
 		Route:     "POST /v1/payments",
 		Lease:     5 * time.Second,
-		Key:       idem.KeyRule{Header: "Idempotency-Key", Required: true},
+		Key:       idemhttp.KeyRule{Header: "Idempotency-Key", Required: true},
 	}
 }
 
-func request(key, fingerprint string) *idem.Request {
-	return &idem.Request{
+func request(key, fingerprint string) *idemhttp.Request {
+	return &idemhttp.Request{
 		KeyValues:   []string{key},
-		Scope:       []idem.ScopePart{{Name: "operation", Value: "createPayment"}},
+		Scope:       []idemhttp.ScopePart{{Name: "operation", Value: "createPayment"}},
 		Fingerprint: fingerprint,
 	}
 }
 
-func written(t testing.TB, r *idem.Result) *httptest.ResponseRecorder {
+func written(t testing.TB, r *idemhttp.Result) *httptest.ResponseRecorder {
 	t.Helper()
 	w := httptest.NewRecorder()
 	if err := r.WriteTo(w); err != nil {
@@ -122,13 +123,13 @@ func written(t testing.TB, r *idem.Result) *httptest.ResponseRecorder {
 	return w
 }
 
-func kindName(r *idem.Result) string {
+func kindName(r *idemhttp.Result) string {
 	switch r.Kind {
-	case idem.ResultExecuted:
+	case idemhttp.ResultExecuted:
 		return "executed"
-	case idem.ResultReplayed:
+	case idemhttp.ResultReplayed:
 		return "replayed"
-	case idem.ResultProblem:
+	case idemhttp.ResultProblem:
 		return "problem " + r.Problem.Code
 	}
 	return fmt.Sprintf("kind %d", r.Kind)

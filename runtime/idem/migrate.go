@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,21 +20,42 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// MigrateOpts names where the table lives; nil means the defaults.
-type MigrateOpts struct {
-	Schema string
-	Table  string
+// Migrator applies the key table's migrations. Build it from the same Config as the Store
+// (NewMigrator(pool, cfg) beside NewStore(pool, cfg)), so the table migrated is the table served.
+type Migrator struct {
+	db            DB
+	schema, table string
 }
 
-func (o *MigrateOpts) names() (schema, table string) {
-	schema, table = DefaultSchema, DefaultTable
-	if o != nil && o.Schema != "" {
-		schema = o.Schema
+// NewMigrator returns a Migrator for the key table cfg names; cfg may be nil (the defaults).
+func NewMigrator(db DB, cfg *Config) (*Migrator, error) {
+	if db == nil {
+		return nil, errors.New("idem: NewMigrator: db is nil (pass a *pgxpool.Pool)")
 	}
-	if o != nil && o.Table != "" {
-		table = o.Table
+	m := &Migrator{db: db, schema: DefaultSchema, table: DefaultTable}
+	if cfg != nil && cfg.Schema != "" {
+		m.schema = cfg.Schema
 	}
-	return schema, table
+	if cfg != nil && cfg.Table != "" {
+		m.table = cfg.Table
+	}
+	return m, nil
+}
+
+// Direction is which way Migrate goes.
+type Direction int
+
+const (
+	DirectionUp   Direction = iota + 1 // apply what is not applied, oldest first
+	DirectionDown                      // revert what is applied, newest first (drops the table and what it holds)
+)
+
+// MigrateOpts say how to migrate; nil means every step, for real.
+type MigrateOpts struct {
+	// MaxSteps limits how many migrations are applied or reverted; zero means all.
+	MaxSteps int
+	// DryRun reports what would run, and runs nothing.
+	DryRun bool
 }
 
 // Migration is one numbered, embedded SQL migration, rendered for a schema and table.
@@ -50,9 +73,10 @@ type migrationVars struct {
 	ExpiresIndex string // "table_expires_at_idx" (an index lives in its table's schema)
 }
 
-// Migrations returns the migrations rendered for opts, in version order.
-func Migrations(opts *MigrateOpts) ([]Migration, error) {
-	schema, table := opts.names()
+// Migrations returns the migrations rendered for m's table, in version order: the SQL to review
+// or to hand to a migration tool of your own.
+func (m *Migrator) Migrations() ([]Migration, error) {
+	schema, table := m.schema, m.table
 	vars := migrationVars{
 		Table:        pgx.Identifier{schema, table}.Sanitize(),
 		ExpiresIndex: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
@@ -104,30 +128,48 @@ func renderMigration(file string, vars migrationVars) (string, error) {
 	return b.String(), nil
 }
 
-// MigrateResult tells which versions were applied (or, for MigrateDown, reverted) by this call.
-type MigrateResult struct{ Applied []int }
+// MigrateResult tells which versions were applied (DirectionUp) or reverted (DirectionDown)
+// by this call, or with MigrateOpts.DryRun would be.
+type MigrateResult struct {
+	Direction Direction
+	Versions  []Migration
+}
 
-// Migrate applies the migrations not yet applied, in a transaction under an advisory lock;
-// running it again is a no-op. Applied versions are recorded in <table>_migrations next to the
-// key table. The schema is created when it does not exist.
-func Migrate(ctx context.Context, db DB, opts *MigrateOpts) (*MigrateResult, error) {
-	ms, err := Migrations(opts)
+// Migrate applies (DirectionUp) or reverts (DirectionDown) migrations in one transaction under
+// an advisory lock named after the table, so concurrent calls (several replicas starting at
+// once) run each migration once; running it again is a no-op. Applied versions are recorded in
+// <table>_migrations next to the key table. The schema is created when it does not exist.
+func (m *Migrator) Migrate(ctx context.Context, dir Direction, opts *MigrateOpts) (*MigrateResult, error) {
+	if dir != DirectionUp && dir != DirectionDown {
+		return nil, fmt.Errorf("idem: Migrate: direction %d is neither DirectionUp nor DirectionDown", int(dir))
+	}
+	var o MigrateOpts
+	if opts != nil {
+		o = *opts
+	}
+	ms, err := m.Migrations()
 	if err != nil {
 		return nil, err
 	}
-	res := &MigrateResult{}
-	err = migrateTx(ctx, db, opts, func(tx pgx.Tx, versions string, applied map[int]bool) error {
-		for _, m := range ms {
-			if applied[m.Version] {
+	if dir == DirectionDown {
+		slices.Reverse(ms)
+	}
+	res := &MigrateResult{Direction: dir}
+	err = m.inTx(ctx, func(tx pgx.Tx, versions string, applied map[int]bool) error {
+		for _, mg := range ms {
+			if applied[mg.Version] == (dir == DirectionUp) {
 				continue
 			}
-			if _, err := tx.Exec(ctx, m.Up); err != nil {
-				return fmt.Errorf("idem: migration %d (%s) up: %w", m.Version, m.Name, err)
+			if o.MaxSteps > 0 && len(res.Versions) == o.MaxSteps {
+				break
 			}
-			if _, err := tx.Exec(ctx, "INSERT INTO "+versions+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-				return fmt.Errorf("idem: record migration %d: %w", m.Version, err)
+			res.Versions = append(res.Versions, mg)
+			if o.DryRun {
+				continue
 			}
-			res.Applied = append(res.Applied, m.Version)
+			if err := m.step(ctx, tx, dir, versions, mg); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -137,40 +179,27 @@ func Migrate(ctx context.Context, db DB, opts *MigrateOpts) (*MigrateResult, err
 	return res, nil
 }
 
-// MigrateDown reverts every applied migration, newest first, under the same lock as Migrate.
-// It drops the key table and everything stored in it.
-func MigrateDown(ctx context.Context, db DB, opts *MigrateOpts) (*MigrateResult, error) {
-	ms, err := Migrations(opts)
-	if err != nil {
-		return nil, err
+// step runs one migration in dir and records it.
+func (m *Migrator) step(ctx context.Context, tx pgx.Tx, dir Direction, versions string, mg Migration) error {
+	sql, record, what := mg.Up, "INSERT INTO "+versions+" (version, name) VALUES ($1, $2)", "up"
+	args := []any{mg.Version, mg.Name}
+	if dir == DirectionDown {
+		sql, record, what = mg.Down, "DELETE FROM "+versions+" WHERE version = $1", "down"
+		args = args[:1]
 	}
-	res := &MigrateResult{}
-	err = migrateTx(ctx, db, opts, func(tx pgx.Tx, versions string, applied map[int]bool) error {
-		for i := len(ms) - 1; i >= 0; i-- {
-			m := ms[i]
-			if !applied[m.Version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.Down); err != nil {
-				return fmt.Errorf("idem: migration %d (%s) down: %w", m.Version, m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+versions+" WHERE version = $1", m.Version); err != nil {
-				return fmt.Errorf("idem: unrecord migration %d: %w", m.Version, err)
-			}
-			res.Applied = append(res.Applied, m.Version)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("idem: migration %d (%s) %s: %w", mg.Version, mg.Name, what, err)
 	}
-	return res, nil
+	if _, err := tx.Exec(ctx, record, args...); err != nil {
+		return fmt.Errorf("idem: record migration %d %s: %w", mg.Version, what, err)
+	}
+	return nil
 }
 
-// migrateTx runs fn in one transaction that holds an advisory lock named after the table, so
+// inTx runs fn in one transaction that holds an advisory lock named after the table, so
 // concurrent Migrate calls (several replicas starting at once) apply each migration once.
-func migrateTx(ctx context.Context, db DB, opts *MigrateOpts, fn func(tx pgx.Tx, versions string, applied map[int]bool) error) error {
-	schema, table := opts.names()
+func (m *Migrator) inTx(ctx context.Context, fn func(tx pgx.Tx, versions string, applied map[int]bool) error) error {
+	db, schema, table := m.db, m.schema, m.table
 	versions := pgx.Identifier{schema, table + "_migrations"}.Sanitize()
 	tx, err := db.Begin(ctx)
 	if err != nil {

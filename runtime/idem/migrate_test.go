@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -16,7 +17,7 @@ import (
 
 func TestMigrations(t *testing.T) {
 	t.Parallel()
-	ms, err := idem.Migrations(nil)
+	ms, err := mustMigrator(t, nil).Migrations()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +25,7 @@ func TestMigrations(t *testing.T) {
 		!strings.Contains(ms[0].Down, `DROP TABLE IF EXISTS "public"."idempotency_keys"`) {
 		t.Fatalf("default migrations: %+v", ms)
 	}
-	odd, err := idem.Migrations(&idem.MigrateOpts{Schema: `we"ird`, Table: "keys v2"})
+	odd, err := mustMigrator(t, &idem.Config{Schema: `we"ird`, Table: "keys v2"}).Migrations()
 	if err != nil || !strings.Contains(odd[0].Up, `"we""ird"."keys v2"`) {
 		t.Fatalf("names are not sanitised: %v\n%s", err, odd[0].Up)
 	}
@@ -38,7 +39,11 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
 	ctx := context.Background()
 	// A schema and table name that need quoting, in a schema Migrate has to create.
-	opts := &idem.MigrateOpts{Schema: sch.Name + `_Odd "Schema"`, Table: "keys-v2"}
+	opts := &idem.Config{Schema: sch.Name + `_Odd "Schema"`, Table: "keys-v2"}
+	m, err := idem.NewMigrator(sch.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		sch.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{opts.Schema}.Sanitize()+" CASCADE")
 	})
@@ -50,10 +55,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := idem.Migrate(ctx, sch.Pool, opts)
+			r, err := m.Migrate(ctx, idem.DirectionUp, nil)
 			errs[i] = err
 			if r != nil {
-				applied[i] = r.Applied
+				applied[i] = versions(r)
 			}
 		}()
 	}
@@ -68,7 +73,7 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if total != 1 {
 		t.Fatalf("concurrent Migrate applied %v; want version 1 applied exactly once", applied)
 	}
-	if r, err := idem.Migrate(ctx, sch.Pool, opts); err != nil || len(r.Applied) != 0 {
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || len(r.Versions) != 0 {
 		t.Fatalf("second Migrate = %+v, %v; want a no-op", r, err)
 	}
 	s, err := idem.NewStore(sch.Pool, &idem.Config{Schema: opts.Schema, Table: opts.Table})
@@ -90,7 +95,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		t.Fatalf("created_at is %s before the database's now()", skew)
 	}
 
-	if r, err := idem.MigrateDown(ctx, sch.Pool, opts); err != nil || fmt.Sprint(r.Applied) != "[1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[1]" {
+		t.Fatalf("dry run down = %+v, %v; want version 1 listed", r, err)
+	}
+	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[1]" {
 		t.Fatalf("MigrateDown = %+v, %v", r, err)
 	}
 	var exists bool
@@ -98,7 +106,25 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if exists {
 		t.Fatal("MigrateDown left the table")
 	}
-	if r, err := idem.Migrate(ctx, sch.Pool, opts); err != nil || fmt.Sprint(r.Applied) != "[1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1]" {
 		t.Fatalf("Migrate after MigrateDown = %+v, %v; want version 1 again", r, err)
 	}
+}
+
+func mustMigrator(t *testing.T, cfg *idem.Config) *idem.Migrator {
+	t.Helper()
+	m, err := idem.NewMigrator(&pgxpool.Pool{}, cfg) // Migrations reads no database
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// versions lists a migration result's versions in the order they ran.
+func versions(r *idem.MigrateResult) []int {
+	var vs []int
+	for _, m := range r.Versions {
+		vs = append(vs, m.Version)
+	}
+	return vs
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
@@ -52,7 +53,11 @@ func TestStoreGoingDownFailsClosedAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := idem.Migrate(ctx, pool, nil); err != nil {
+	m, err := idem.NewMigrator(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
 		t.Fatal(err)
 	}
 	store, err := idem.NewStore(pool, nil)
@@ -64,15 +69,15 @@ func TestStoreGoingDownFailsClosedAndRecovers(t *testing.T) {
 		runs++
 		return &idem.Outcome{Status: 201}, nil
 	}
-	serve := func(key string) *idem.Result {
+	serve := func(key string) *idemhttp.Result {
 		t.Helper()
-		r, err := store.Serve(ctx, policy(), request(key, "fp"), fn)
+		r, err := idemhttp.Serve(ctx, store, policy(), request(key, "fp"), fn)
 		if err != nil {
 			t.Fatalf("Serve(%s): %v", key, err)
 		}
 		return r
 	}
-	if r := serve("before"); r.Kind != idem.ResultExecuted || runs != 1 {
+	if r := serve("before"); r.Kind != idemhttp.ResultExecuted || runs != 1 {
 		t.Fatalf("before the outage: %s", kindName(r))
 	}
 
@@ -83,7 +88,7 @@ func TestStoreGoingDownFailsClosedAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"during-1", "during-2", "before"} { // dead pooled sessions, then refused ones
-		if r := serve(key); r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeStoreUnavailable || runs != 1 {
+		if r := serve(key); r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeStoreUnavailable || runs != 1 {
 			t.Fatalf("during the outage, key %s: %s (runs %d); want store-unavailable and no run", key, kindName(r), runs)
 		}
 	}
@@ -91,10 +96,10 @@ func TestStoreGoingDownFailsClosedAndRecovers(t *testing.T) {
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true"); err != nil {
 		t.Fatal(err)
 	}
-	if r := serve("during-1"); r.Kind != idem.ResultExecuted || runs != 2 {
+	if r := serve("during-1"); r.Kind != idemhttp.ResultExecuted || runs != 2 {
 		t.Fatalf("after the outage, a key refused during it: %s; want executed", kindName(r))
 	}
-	if r := serve("before"); r.Kind != idem.ResultReplayed || runs != 2 {
+	if r := serve("before"); r.Kind != idemhttp.ResultReplayed || runs != 2 {
 		t.Fatalf("after the outage, a key completed before it: %s; want replayed", kindName(r))
 	}
 }

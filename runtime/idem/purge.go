@@ -7,7 +7,7 @@ import (
 
 // PurgeOpts tune Purge; nil means defaults.
 type PurgeOpts struct {
-	BatchSize int                      // rows per DELETE; default 1000
+	BatchSize int                      // rows per DELETE; default DefaultPurgeBatchSize
 	DryRun    bool                     // count only
 	Progress  func(deletedSoFar int64) // called after each batch
 }
@@ -24,7 +24,7 @@ type PurgeResult struct {
 // Each batch is its own short DELETE that skips rows locked by live requests, so purging never
 // blocks claims for long. It is safe to run from several processes at once.
 func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error) {
-	batch := 1000
+	batch := DefaultPurgeBatchSize
 	var o PurgeOpts
 	if opts != nil {
 		o = *opts

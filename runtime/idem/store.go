@@ -24,24 +24,19 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Sentinel errors. Wrapped errors keep them reachable through errors.Is.
+// Sentinel errors. Wrapped errors keep them reachable through errors.Is. Each names one
+// outcome, as its event and its HTTP problem code do (see docs/runtime.md for the table).
 var (
-	// ErrLeaseLost: the claim's lease expired and another request took the key over; the caller's
-	// business transaction must roll back.
-	ErrLeaseLost = errors.New("idem: lease lost to another request")
-	// ErrStoreUnavailable: the key store could not be reached; no handler ran (fail closed).
-	ErrStoreUnavailable = errors.New("idem: key store unavailable")
-	// ErrInProgress: (Do) the key is held by a request still in flight.
+	// ErrInProgress: the key is held by a request still in flight (problem in-progress).
 	ErrInProgress = errors.New("idem: request with this key is in progress")
-	// ErrFingerprintMismatch: the key was used before with a different request.
-	ErrFingerprintMismatch = errors.New("idem: key reused with a different request")
-	// ErrBodyTooLarge: an outcome's body is over Config.MaxStoredBody.
-	ErrBodyTooLarge = errors.New("idem: response body too large to store")
-	// ErrNoReference: a reference-storage handler answered 2xx without a reference, so a
-	// replay could not reload the resource; the work was rolled back and the key released.
-	// Its text is safe to show a client (oapi-codegen's strict handler prints errors as they
-	// are); the operation and what to fix are logged at error level.
-	ErrNoReference = errors.New("idem: internal error: the response could not be stored for replay")
+	// ErrKeyReused: the key was used before with a different request (problem key-reused).
+	ErrKeyReused = errors.New("idem: key reused with a different request")
+	// ErrLeaseLost: the claim's lease expired and another request took the key over; the
+	// caller's business transaction was rolled back.
+	ErrLeaseLost = errors.New("idem: lease lost to another request")
+	// ErrStoreUnavailable: the key store could not be reached; no handler ran (fail closed;
+	// problem store-unavailable).
+	ErrStoreUnavailable = errors.New("idem: key store unavailable")
 )
 
 // Defaults for zero-valued settings.
@@ -56,6 +51,8 @@ const (
 	DefaultUnavailableRetryAfter = 1 * time.Second
 	// DefaultStoreTimeout bounds each step taken before a handler runs.
 	DefaultStoreTimeout = 5 * time.Second
+	// DefaultPurgeBatchSize is how many expired rows one purge statement deletes.
+	DefaultPurgeBatchSize = 1000
 )
 
 // Config configures a Store. The zero value of every field means its default.
@@ -67,7 +64,7 @@ type Config struct {
 	// Called after authentication (it reads what middleware put in ctx). An error is answered
 	// like the handler's own error; an empty tenant is allowed only when Tenant is nil.
 	Tenant func(ctx context.Context) (string, error)
-	// Logger receives structured logs; keys are logged only as hashes. Default: discard.
+	// Logger receives structured logs; keys are logged only as hashes. Default: slog.Default().
 	Logger *slog.Logger
 	// Observer, when set, is called for every event (claimed, replayed, …) for metrics.
 	// It runs on the request's goroutine: keep it fast and never block in it.
@@ -82,20 +79,21 @@ type Config struct {
 	StoreTimeout time.Duration
 }
 
-// EventKind names what happened to a key.
+// EventKind names what happened to a key: one word per outcome, shared with ClaimStatus-like
+// decisions, sentinel errors and problem codes (docs/runtime.md has the table).
 type EventKind string
 
 const (
-	EventClaimed    EventKind = "claimed"
-	EventTakeover   EventKind = "takeover"
-	EventReplayed   EventKind = "replayed"
-	EventInProgress EventKind = "in_progress"
-	EventMismatch   EventKind = "mismatch"
-	EventCompleted  EventKind = "completed"
-	EventLeaseLost  EventKind = "lease_lost"
-	EventReleased   EventKind = "released"
-	EventPurged     EventKind = "purged"
-	EventStoreError EventKind = "store_error"
+	EventAcquired   EventKind = "acquired"    // a new key was claimed: the handler runs
+	EventTakenOver  EventKind = "taken_over"  // an abandoned claim was taken over: the handler runs
+	EventReplayed   EventKind = "replayed"    // a completed key answered with its stored outcome
+	EventInProgress EventKind = "in_progress" // the key was held by a request in flight
+	EventKeyReused  EventKind = "key_reused"  // the key came with a different request
+	EventCompleted  EventKind = "completed"   // the handler's outcome committed with its work
+	EventLeaseLost  EventKind = "lease_lost"  // a holder found its lease taken over: its work rolled back
+	EventReleased   EventKind = "released"    // the handler's work rolled back and the key was given back
+	EventPurged     EventKind = "purged"      // expired keys were deleted (Count says how many)
+	EventStoreError EventKind = "store_error" // a statement failed (an outage, or a misconfigured table)
 )
 
 // Event is passed to Config.Observer.
@@ -103,7 +101,7 @@ type Event struct {
 	Kind      EventKind
 	Operation string
 	KeyHash   string        // hex SHA-256 prefix of scope+key; never the raw key
-	Duration  time.Duration // handler time for EventCompleted/EventReleased
+	Duration  time.Duration // handler time for EventCompleted and EventReleased
 	Count     int           // rows for EventPurged
 }
 
@@ -144,13 +142,19 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if c.UnavailableRetryAfter <= 0 {
 		c.UnavailableRetryAfter = DefaultUnavailableRetryAfter
 	}
-	log := c.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
-	return &Store{db: db, cfg: c, table: table, log: log, sql: newStatements(table)}, nil
+	st, err := newStatements(table)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st}, nil
 }
+
+// Config returns the Store's configuration with every default applied.
+func (s *Store) Config() Config { return s.cfg }
 
 // Table returns the sanitised, schema-qualified name of the key table.
 func (s *Store) Table() string { return s.table }

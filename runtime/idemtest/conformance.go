@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // Operation describes one idempotent operation of an http.Handler for Conformance.
@@ -91,21 +91,21 @@ func ConformanceChecks(h http.Handler, op Operation) []Check {
 
 	add("key-missing", func(t testing.TB) {
 		before := op.Effects(t)
-		checkProblem(t, send(op.Body), http.StatusBadRequest, idem.CodeKeyMissing)
+		checkProblem(t, send(op.Body), http.StatusBadRequest, idemhttp.CodeKeyMissing)
 		checkEffects(t, op, before)
 	})
 	add("key-invalid", func(t testing.TB) {
 		before := op.Effects(t)
-		checkProblem(t, send(op.Body, newKey(), newKey()), http.StatusBadRequest, idem.CodeKeyInvalid)
-		checkProblem(t, send(op.Body, strings.Repeat("k", 256)), http.StatusBadRequest, idem.CodeKeyInvalid)
+		checkProblem(t, send(op.Body, newKey(), newKey()), http.StatusBadRequest, idemhttp.CodeKeyInvalid)
+		checkProblem(t, send(op.Body, strings.Repeat("k", 256)), http.StatusBadRequest, idemhttp.CodeKeyInvalid)
 		checkEffects(t, op, before)
 	})
 	add("replay", func(t testing.TB) {
 		before := op.Effects(t)
 		key := newKey()
 		first := send(op.Body, key)
-		if first.Header().Get(idem.HeaderReplayed) != "" {
-			t.Errorf("first answer carries %s", idem.HeaderReplayed)
+		if first.Header().Get(idemhttp.HeaderReplayed) != "" {
+			t.Errorf("first answer carries %s", idemhttp.HeaderReplayed)
 		}
 		if isProblem(first) {
 			t.Fatalf("first request answered a problem: %d %s", first.Code, first.Body)
@@ -116,8 +116,8 @@ func ConformanceChecks(h http.Handler, op Operation) []Check {
 			if again.Code != first.Code || !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
 				t.Errorf("retry with key %s answered %d %q; want the first answer %d %q", k, again.Code, again.Body, first.Code, first.Body)
 			}
-			if again.Header().Get(idem.HeaderReplayed) != "true" {
-				t.Errorf("retry with key %s lacks %s: true", k, idem.HeaderReplayed)
+			if again.Header().Get(idemhttp.HeaderReplayed) != "true" {
+				t.Errorf("retry with key %s lacks %s: true", k, idemhttp.HeaderReplayed)
 			}
 			if again.Header().Get("Set-Cookie") != "" {
 				t.Errorf("replay carries Set-Cookie")
@@ -125,7 +125,7 @@ func ConformanceChecks(h http.Handler, op Operation) []Check {
 		}
 		checkEffects(t, op, before+1)
 		if op.OtherBody != nil {
-			checkProblem(t, send(op.OtherBody, key), mismatch, idem.CodeKeyReused)
+			checkProblem(t, send(op.OtherBody, key), mismatch, idemhttp.CodeKeyReused)
 			checkEffects(t, op, before+1)
 		}
 	})
@@ -153,13 +153,13 @@ func ConformanceChecks(h http.Handler, op Operation) []Check {
 		for _, a := range answers {
 			switch {
 			case a.Code == http.StatusConflict && isProblem(a):
-				checkProblem(t, a, http.StatusConflict, idem.CodeInProgress)
+				checkProblem(t, a, http.StatusConflict, idemhttp.CodeInProgress)
 				if ra, err := strconv.Atoi(a.Header().Get("Retry-After")); err != nil || ra < 1 {
 					t.Errorf("in-progress answer has Retry-After %q; want whole seconds >= 1", a.Header().Get("Retry-After"))
 				}
 			case isProblem(a):
 				t.Errorf("a duplicate answered %d %s", a.Code, a.Body)
-			case a.Header().Get(idem.HeaderReplayed) == "":
+			case a.Header().Get(idemhttp.HeaderReplayed) == "":
 				fresh++
 			}
 		}
@@ -190,13 +190,13 @@ func checkEffects(t testing.TB, op Operation, want int) {
 // checkProblem checks an RFC 9457 answer with idem's stable type and code.
 func checkProblem(t testing.TB, w *httptest.ResponseRecorder, status int, code string) {
 	t.Helper()
-	var p idem.Problem
+	var p idemhttp.Problem
 	if w.Code != status || !isProblem(w) || json.Unmarshal(w.Body.Bytes(), &p) != nil {
 		t.Errorf("answer %d %s %q; want a %d problem %s", w.Code, w.Header().Get("Content-Type"), w.Body, status, code)
 		return
 	}
-	if p.Code != code || p.Type != idem.ProblemTypePrefix+code || p.Status != status || p.Title == "" || p.Detail == "" {
-		t.Errorf("problem %+v; want code %s, type %s%s, status %d, a title and a detail", p, code, idem.ProblemTypePrefix, code, status)
+	if p.Code != code || p.Type != idemhttp.ProblemTypePrefix+code || p.Status != status || p.Title == "" || p.Detail == "" {
+		t.Errorf("problem %+v; want code %s, type %s%s, status %d, a title and a detail", p, code, idemhttp.ProblemTypePrefix, code, status)
 	}
 	if w.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("problem %s lacks Cache-Control: no-store", code)

@@ -12,15 +12,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
 // paymentsHandler is what a generated adapter does for POST /v1/payments, written by hand: parse,
 // fingerprint the typed request, Serve, write the result.
 func paymentsHandler(store *idem.Store, forget bool) http.Handler {
-	policy := &idem.Policy{
+	policy := &idemhttp.Policy{
 		Operation: "createPayment", Route: "POST /v1/payments", Lease: 5 * time.Second,
-		Key: idem.KeyRule{Header: "Idempotency-Key", Required: true},
+		Key: idemhttp.KeyRule{Header: "Idempotency-Key", Required: true},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -41,9 +42,9 @@ func paymentsHandler(store *idem.Store, forget bool) http.Handler {
 		if forget {
 			key = []string{fmt.Sprint(time.Now().UnixNano())} // a broken adapter: a new key every time
 		}
-		res, err := store.Serve(r.Context(), policy, &idem.Request{
+		res, err := idemhttp.Serve(r.Context(), store, policy, &idemhttp.Request{
 			KeyValues:   key,
-			Scope:       []idem.ScopePart{{Name: "operation", Value: policy.Operation}},
+			Scope:       []idemhttp.ScopePart{{Name: "operation", Value: policy.Operation}},
 			Fingerprint: f.Sum(),
 		}, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			c, _ := idem.ClaimFromContext(ctx)
@@ -52,7 +53,7 @@ func paymentsHandler(store *idem.Store, forget bool) http.Handler {
 				return nil, err
 			}
 			time.Sleep(20 * time.Millisecond)
-			rec := idem.NewRecorder()
+			rec := idemhttp.NewRecorder()
 			rec.Header().Set("Content-Type", "application/json")
 			rec.Header().Set("Set-Cookie", "session=abc")
 			rec.WriteHeader(http.StatusCreated)

@@ -111,7 +111,11 @@ func TestSchema(tb testing.TB, opts *SchemaOpts) *Schema {
 		table = "idempotency_keys"
 	}
 	if !opts.NoMigrate {
-		if _, err := idem.Migrate(ctx, pool, &idem.MigrateOpts{Schema: name, Table: table}); err != nil {
+		m, err := idem.NewMigrator(pool, &idem.Config{Schema: name, Table: table})
+		if err == nil {
+			_, err = m.Migrate(ctx, idem.DirectionUp, nil)
+		}
+		if err != nil {
 			tb.Fatalf("idemtest: migrate schema %s: %v", name, err)
 		}
 	}

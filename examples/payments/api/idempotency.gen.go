@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -41,65 +40,72 @@ type IdempotentServerInterface interface {
 }
 
 // policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
-var policyCreatePayment = &idem.Policy{
+var policyCreatePayment = &idemhttp.Policy{
 	Operation:      "createPayment",
 	Route:          "POST /v1/payments",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"header:X-Tenant-Id"},
+	Exclude:     []string{"/simulate_failure"},
 }
 
 // policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
-var policyCapturePayment = &idem.Policy{
+var policyCapturePayment = &idemhttp.Policy{
 	Operation:      "capturePayment",
 	Route:          "POST /v1/payments/{payment_id}/capture",
-	Storage:        idem.StorageReference,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageReference,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 }
 
 // policyRefundPayment is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
-var policyRefundPayment = &idem.Policy{
+var policyRefundPayment = &idemhttp.Policy{
 	Operation:      "refundPayment",
 	Route:          "POST /v1/payments/{payment_id}/refunds",
-	Storage:        idem.StorageMarker,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageMarker,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyCreatePayment,
 	policyCapturePayment,
 	policyRefundPayment,
@@ -107,10 +113,11 @@ var idemPolicies = []*idem.Policy{
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -124,221 +131,75 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreatePayment fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// CreatePayment runs s.impl.CreatePayment at most once per key.
 func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
-	fp := idem.NewFingerprinter(policyCreatePayment.Route)
-	if err := fp.Add("header:X-Tenant-Id", request.Params.XTenantID); err != nil {
-		return nil, fmt.Errorf("CreatePayment: fingerprint %s: %w", "header:X-Tenant-Id", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body, "/simulate_failure"); err != nil {
-			return nil, fmt.Errorf("CreatePayment: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "createPayment"},
+	return idemHandle(ctx, s.store, policyCreatePayment, &idemhttp.Op[CreatePaymentResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.Params.XTenantID},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, string, error) {
+			resp, err := s.impl.CreatePayment(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyCreatePayment, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.CreatePayment(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("CreatePayment returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitCreatePaymentResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
 func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestObject) (GetPaymentResponseObject, error) {
 	return s.impl.GetPayment(ctx, request)
 }
 
-// CapturePayment fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// CapturePayment runs s.impl.CapturePayment at most once per key.
 func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentRequestObject) (CapturePaymentResponseObject, error) {
-	fp := idem.NewFingerprinter(policyCapturePayment.Route)
-	if err := fp.Add("path:payment_id", request.PaymentId); err != nil {
-		return nil, fmt.Errorf("CapturePayment: fingerprint %s: %w", "path:payment_id", err)
-	}
-	if err := fp.Add("header:X-Tenant-Id", request.Params.XTenantID); err != nil {
-		return nil, fmt.Errorf("CapturePayment: fingerprint %s: %w", "header:X-Tenant-Id", err)
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "capturePayment"},
+	return idemHandle(ctx, s.store, policyCapturePayment, &idemhttp.Op[CapturePaymentResponseObject]{
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.PaymentId, request.Params.XTenantID},
+		Run: func(ctx context.Context, tx pgx.Tx) (CapturePaymentResponseObject, string, error) {
+			return s.impl.CapturePayment(ctx, tx, request)
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyCapturePayment, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, reference, err := s.impl.CapturePayment(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("CapturePayment returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitCapturePaymentResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		out.Reference = reference
-		return out, nil
+		Replay: func(ctx context.Context, reference string, _ int) (CapturePaymentResponseObject, error) {
+			return s.impl.ReplayCapturePayment(ctx, request, reference)
+		},
+		Record: idemhttp.Record(CapturePaymentResponseObject.VisitCapturePaymentResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	// An answer stored without a reference (a 4xx, say) has no resource to reload: the
-	// runtime stored it whole, and res.WriteTo below replays it byte for byte.
-	if res.Kind == idem.ResultReplayed && res.Outcome.Reference != "" {
-		resp, err := s.impl.ReplayCapturePayment(ctx, request, res.Outcome.Reference)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("ReplayCapturePayment returned a nil response and no error")
-		}
-		return idemReplayCapturePayment{resp: resp}, nil
-	}
-	return idemResult{res: res}, nil
 }
 
-// RefundPayment fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// RefundPayment runs s.impl.RefundPayment at most once per key.
 func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error) {
-	fp := idem.NewFingerprinter(policyRefundPayment.Route)
-	if err := fp.Add("path:payment_id", request.PaymentId); err != nil {
-		return nil, fmt.Errorf("RefundPayment: fingerprint %s: %w", "path:payment_id", err)
-	}
-	if err := fp.Add("header:X-Tenant-Id", request.Params.XTenantID); err != nil {
-		return nil, fmt.Errorf("RefundPayment: fingerprint %s: %w", "header:X-Tenant-Id", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("RefundPayment: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "refundPayment"},
+	return idemHandle(ctx, s.store, policyRefundPayment, &idemhttp.Op[RefundPaymentResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.PaymentId, request.Params.XTenantID},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (RefundPaymentResponseObject, string, error) {
+			resp, err := s.impl.RefundPayment(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyRefundPayment, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.RefundPayment(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("RefundPayment returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitRefundPaymentResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Replay: func(ctx context.Context, _ string, status int) (RefundPaymentResponseObject, error) {
+			return s.impl.ReplayRefundPayment(ctx, request, status)
+		},
+		Record: idemhttp.Record(RefundPaymentResponseObject.VisitRefundPaymentResponse),
 	})
+}
+
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
 	if err != nil {
-		return nil, err
+		var none R
+		return none, err
 	}
-	if res.Kind == idem.ResultReplayed {
-		resp, err := s.impl.ReplayRefundPayment(ctx, request, res.Outcome.Status)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("ReplayRefundPayment returned a nil response and no error")
-		}
-		return idemReplayRefundPayment{resp: resp}, nil
-	}
-	return idemResult{res: res}, nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitCapturePaymentResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitCapturePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-// idemReplayCapturePayment is ReplayCapturePayment's answer, marked as a replay.
-type idemReplayCapturePayment struct{ resp CapturePaymentResponseObject }
-
-func (r idemReplayCapturePayment) VisitCapturePaymentResponse(w http.ResponseWriter) error {
-	return r.resp.VisitCapturePaymentResponse(idem.ReplayWriter(w))
-}
-
-// idemReplayRefundPayment is ReplayRefundPayment's answer, marked as a replay.
-type idemReplayRefundPayment struct{ resp RefundPaymentResponseObject }
-
-func (r idemReplayRefundPayment) VisitRefundPaymentResponse(w http.ResponseWriter) error {
-	return r.resp.VisitRefundPaymentResponse(idem.ReplayWriter(w))
-}
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -358,19 +219,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 
 	"idemgen.test/golden/bodies-and-key-types/api"
@@ -63,10 +64,10 @@ func TestUUIDKeyFormBodyAndTransactionClaim(t *testing.T) {
 	}
 
 	const key = "0b6f2c9e-3a7d-4f1e-9c2b-5d8e7f6a1b2c"
-	if status, code := post("application/json", `{"amount_minor": 5}`, "not-a-uuid"); status != 400 || code != idem.CodeKeyInvalid {
+	if status, code := post("application/json", `{"amount_minor": 5}`, "not-a-uuid"); status != 400 || code != idemhttp.CodeKeyInvalid {
 		t.Errorf("malformed UUID key: %d %q, want 400 key-invalid (through IdempotencyParamErrorHandler)", status, code)
 	}
-	if status, code := post("application/json", `{"amount_minor": 5}`, ""); status != 400 || code != idem.CodeKeyMissing {
+	if status, code := post("application/json", `{"amount_minor": 5}`, ""); status != 400 || code != idemhttp.CodeKeyMissing {
 		t.Errorf("no key: %d %q, want 400 key-missing", status, code)
 	}
 	if status, replayed := post("application/json", `{"amount_minor": 5}`, key); status != 201 || replayed != "" {

@@ -5,15 +5,14 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -28,57 +27,62 @@ type IdempotentServerInterface interface {
 }
 
 // policyDonate is the x-idempotency of POST /donations, with every default applied.
-var policyDonate = &idem.Policy{
+var policyDonate = &idemhttp.Policy{
 	Operation:      "donate",
 	Route:          "POST /donations",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeTransaction,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimTransaction,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           5 * time.Second,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 		Pattern:   regexp.MustCompile(`^[0-9a-f-]{36}$`),
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"query:campaign"},
 }
 
 // policyPutPledge is the x-idempotency of PUT /pledges/{pledge_id}, with every default applied.
-var policyPutPledge = &idem.Policy{
+var policyPutPledge = &idemhttp.Policy{
 	Operation:      "putPledge",
 	Route:          "PUT /pledges/{pledge_id}",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "X-Request-Key",
 		Required:  false,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation", "path:pledge_id"},
+	Fingerprint: []string{"path:pledge_id"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyDonate,
 	policyPutPledge,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -92,151 +96,52 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// Donate fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// Donate runs s.impl.Donate at most once per key.
 func (s *idemServer) Donate(ctx context.Context, request DonateRequestObject) (DonateResponseObject, error) {
-	fp := idem.NewFingerprinter(policyDonate.Route)
-	if err := fp.Add("query:campaign", request.Params.Campaign); err != nil {
-		return nil, fmt.Errorf("Donate: fingerprint %s: %w", "query:campaign", err)
-	}
-	if request.JSONBody != nil {
-		if err := fp.Body(request.JSONBody); err != nil {
-			return nil, fmt.Errorf("Donate: fingerprint the body: %w", err)
-		}
-	}
-	if request.FormdataBody != nil {
-		if err := fp.Body(request.FormdataBody); err != nil {
-			return nil, fmt.Errorf("Donate: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "donate"},
+	return idemHandle(ctx, s.store, policyDonate, &idemhttp.Op[DonateResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.Params.Campaign},
+		Bodies: []any{request.JSONBody, request.FormdataBody},
+		Run: func(ctx context.Context, tx pgx.Tx) (DonateResponseObject, string, error) {
+			resp, err := s.impl.Donate(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyDonate, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.Donate(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("Donate returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitDonateResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(DonateResponseObject.VisitDonateResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PutPledge fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PutPledge runs s.impl.PutPledge at most once per key.
 func (s *idemServer) PutPledge(ctx context.Context, request PutPledgeRequestObject) (PutPledgeResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPutPledge.Route)
-	if err := fp.Add("path:pledge_id", request.PledgeId); err != nil {
-		return nil, fmt.Errorf("PutPledge: fingerprint %s: %w", "path:pledge_id", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PutPledge: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValue(fmt.Sprint(request.Params.XRequestKey)),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "putPledge"},
-			{Name: "path:pledge_id", Value: fmt.Sprint(request.PledgeId)},
+	return idemHandle(ctx, s.store, policyPutPledge, &idemhttp.Op[PutPledgeResponseObject]{
+		Key:    request.Params.XRequestKey,
+		Scope:  []any{request.PledgeId},
+		Parts:  []any{request.PledgeId},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PutPledgeResponseObject, string, error) {
+			resp, err := s.impl.PutPledge(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPutPledge, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PutPledge(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PutPledge returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPutPledgeResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PutPledgeResponseObject.VisitPutPledgeResponse),
 	})
+}
+
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
 	if err != nil {
-		return nil, err
+		var none R
+		return none, err
 	}
-	return idemResult{res: res}, nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-func (r idemResult) VisitDonateResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitDonateResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPutPledgeResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemKeyValue is the value of a key header field without a pointer, where absent is "".
-func idemKeyValue(v string) []string {
-	if v == "" {
-		return nil
-	}
-	return []string{v}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitPutPledgeResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -256,19 +161,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -79,426 +78,453 @@ type IdempotentServerInterface interface {
 }
 
 // policyPostApplePaySessions is the x-idempotency of POST /applePay/sessions, with every default applied.
-var policyPostApplePaySessions = &idem.Policy{
+var policyPostApplePaySessions = &idemhttp.Policy{
 	Operation:      "post-applePay-sessions",
 	Route:          "POST /applePay/sessions",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostCancels is the x-idempotency of POST /cancels, with every default applied.
-var policyPostCancels = &idem.Policy{
+var policyPostCancels = &idemhttp.Policy{
 	Operation:      "post-cancels",
 	Route:          "POST /cancels",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostCardDetails is the x-idempotency of POST /cardDetails, with every default applied.
-var policyPostCardDetails = &idem.Policy{
+var policyPostCardDetails = &idemhttp.Policy{
 	Operation:      "post-cardDetails",
 	Route:          "POST /cardDetails",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostDonationCampaigns is the x-idempotency of POST /donationCampaigns, with every default applied.
-var policyPostDonationCampaigns = &idem.Policy{
+var policyPostDonationCampaigns = &idemhttp.Policy{
 	Operation:      "post-donationCampaigns",
 	Route:          "POST /donationCampaigns",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostDonations is the x-idempotency of POST /donations, with every default applied.
-var policyPostDonations = &idem.Policy{
+var policyPostDonations = &idemhttp.Policy{
 	Operation:      "post-donations",
 	Route:          "POST /donations",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostForward is the x-idempotency of POST /forward, with every default applied.
-var policyPostForward = &idem.Policy{
+var policyPostForward = &idemhttp.Policy{
 	Operation:      "post-forward",
 	Route:          "POST /forward",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostOrders is the x-idempotency of POST /orders, with every default applied.
-var policyPostOrders = &idem.Policy{
+var policyPostOrders = &idemhttp.Policy{
 	Operation:      "post-orders",
 	Route:          "POST /orders",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostOrdersCancel is the x-idempotency of POST /orders/cancel, with every default applied.
-var policyPostOrdersCancel = &idem.Policy{
+var policyPostOrdersCancel = &idemhttp.Policy{
 	Operation:      "post-orders-cancel",
 	Route:          "POST /orders/cancel",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostOriginKeys is the x-idempotency of POST /originKeys, with every default applied.
-var policyPostOriginKeys = &idem.Policy{
+var policyPostOriginKeys = &idemhttp.Policy{
 	Operation:      "post-originKeys",
 	Route:          "POST /originKeys",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostPaymentLinks is the x-idempotency of POST /paymentLinks, with every default applied.
-var policyPostPaymentLinks = &idem.Policy{
+var policyPostPaymentLinks = &idemhttp.Policy{
 	Operation:      "post-paymentLinks",
 	Route:          "POST /paymentLinks",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostPaymentMethods is the x-idempotency of POST /paymentMethods, with every default applied.
-var policyPostPaymentMethods = &idem.Policy{
+var policyPostPaymentMethods = &idemhttp.Policy{
 	Operation:      "post-paymentMethods",
 	Route:          "POST /paymentMethods",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostPaymentMethodsBalance is the x-idempotency of POST /paymentMethods/balance, with every default applied.
-var policyPostPaymentMethodsBalance = &idem.Policy{
+var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 	Operation:      "post-paymentMethods-balance",
 	Route:          "POST /paymentMethods/balance",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostPayments is the x-idempotency of POST /payments, with every default applied.
-var policyPostPayments = &idem.Policy{
+var policyPostPayments = &idemhttp.Policy{
 	Operation:      "post-payments",
 	Route:          "POST /payments",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostPaymentsDetails is the x-idempotency of POST /payments/details, with every default applied.
-var policyPostPaymentsDetails = &idem.Policy{
+var policyPostPaymentsDetails = &idemhttp.Policy{
 	Operation:      "post-payments-details",
 	Route:          "POST /payments/details",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostPaymentsPaymentPspReferenceAmountUpdates is the x-idempotency of POST /payments/{paymentPspReference}/amountUpdates, with every default applied.
-var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idem.Policy{
+var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 	Operation:      "post-payments-paymentPspReference-amountUpdates",
 	Route:          "POST /payments/{paymentPspReference}/amountUpdates",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:paymentPspReference"},
 }
 
 // policyPostPaymentsPaymentPspReferenceCancels is the x-idempotency of POST /payments/{paymentPspReference}/cancels, with every default applied.
-var policyPostPaymentsPaymentPspReferenceCancels = &idem.Policy{
+var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 	Operation:      "post-payments-paymentPspReference-cancels",
 	Route:          "POST /payments/{paymentPspReference}/cancels",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:paymentPspReference"},
 }
 
 // policyPostPaymentsPaymentPspReferenceCaptures is the x-idempotency of POST /payments/{paymentPspReference}/captures, with every default applied.
-var policyPostPaymentsPaymentPspReferenceCaptures = &idem.Policy{
+var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 	Operation:      "post-payments-paymentPspReference-captures",
 	Route:          "POST /payments/{paymentPspReference}/captures",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:paymentPspReference"},
 }
 
 // policyPostPaymentsPaymentPspReferenceRefunds is the x-idempotency of POST /payments/{paymentPspReference}/refunds, with every default applied.
-var policyPostPaymentsPaymentPspReferenceRefunds = &idem.Policy{
+var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 	Operation:      "post-payments-paymentPspReference-refunds",
 	Route:          "POST /payments/{paymentPspReference}/refunds",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:paymentPspReference"},
 }
 
 // policyPostPaymentsPaymentPspReferenceReversals is the x-idempotency of POST /payments/{paymentPspReference}/reversals, with every default applied.
-var policyPostPaymentsPaymentPspReferenceReversals = &idem.Policy{
+var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 	Operation:      "post-payments-paymentPspReference-reversals",
 	Route:          "POST /payments/{paymentPspReference}/reversals",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:paymentPspReference"},
 }
 
 // policyPostPaypalUpdateOrder is the x-idempotency of POST /paypal/updateOrder, with every default applied.
-var policyPostPaypalUpdateOrder = &idem.Policy{
+var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 	Operation:      "post-paypal-updateOrder",
 	Route:          "POST /paypal/updateOrder",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostSessions is the x-idempotency of POST /sessions, with every default applied.
-var policyPostSessions = &idem.Policy{
+var policyPostSessions = &idemhttp.Policy{
 	Operation:      "post-sessions",
 	Route:          "POST /sessions",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyPostStoredPaymentMethods is the x-idempotency of POST /storedPaymentMethods, with every default applied.
-var policyPostStoredPaymentMethods = &idem.Policy{
+var policyPostStoredPaymentMethods = &idemhttp.Policy{
 	Operation:      "post-storedPaymentMethods",
 	Route:          "POST /storedPaymentMethods",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyPostApplePaySessions,
 	policyPostCancels,
 	policyPostCardDetails,
@@ -525,10 +551,11 @@ var idemPolicies = []*idem.Policy{
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -542,374 +569,134 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// PostApplePaySessions fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostApplePaySessions runs s.impl.PostApplePaySessions at most once per key.
 func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApplePaySessionsRequestObject) (PostApplePaySessionsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostApplePaySessions.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostApplePaySessions: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-applePay-sessions"},
+	return idemHandle(ctx, s.store, policyPostApplePaySessions, &idemhttp.Op[PostApplePaySessionsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostApplePaySessionsResponseObject, string, error) {
+			resp, err := s.impl.PostApplePaySessions(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostApplePaySessions, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostApplePaySessions(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostApplePaySessions returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostApplePaySessionsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostApplePaySessionsResponseObject.VisitPostApplePaySessionsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostCancels fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostCancels runs s.impl.PostCancels at most once per key.
 func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequestObject) (PostCancelsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostCancels.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostCancels: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-cancels"},
+	return idemHandle(ctx, s.store, policyPostCancels, &idemhttp.Op[PostCancelsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostCancelsResponseObject, string, error) {
+			resp, err := s.impl.PostCancels(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostCancels, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostCancels(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostCancels returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostCancelsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostCancelsResponseObject.VisitPostCancelsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostCardDetails fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostCardDetails runs s.impl.PostCardDetails at most once per key.
 func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetailsRequestObject) (PostCardDetailsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostCardDetails.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostCardDetails: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-cardDetails"},
+	return idemHandle(ctx, s.store, policyPostCardDetails, &idemhttp.Op[PostCardDetailsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostCardDetailsResponseObject, string, error) {
+			resp, err := s.impl.PostCardDetails(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostCardDetails, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostCardDetails(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostCardDetails returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostCardDetailsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostCardDetailsResponseObject.VisitPostCardDetailsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostDonationCampaigns fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostDonationCampaigns runs s.impl.PostDonationCampaigns at most once per key.
 func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDonationCampaignsRequestObject) (PostDonationCampaignsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostDonationCampaigns.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostDonationCampaigns: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-donationCampaigns"},
+	return idemHandle(ctx, s.store, policyPostDonationCampaigns, &idemhttp.Op[PostDonationCampaignsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationCampaignsResponseObject, string, error) {
+			resp, err := s.impl.PostDonationCampaigns(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostDonationCampaigns, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostDonationCampaigns(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostDonationCampaigns returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostDonationCampaignsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostDonationCampaignsResponseObject.VisitPostDonationCampaignsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostDonations fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostDonations runs s.impl.PostDonations at most once per key.
 func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsRequestObject) (PostDonationsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostDonations.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostDonations: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-donations"},
+	return idemHandle(ctx, s.store, policyPostDonations, &idemhttp.Op[PostDonationsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationsResponseObject, string, error) {
+			resp, err := s.impl.PostDonations(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostDonations, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostDonations(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostDonations returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostDonationsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostDonationsResponseObject.VisitPostDonationsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostForward fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostForward runs s.impl.PostForward at most once per key.
 func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequestObject) (PostForwardResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostForward.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostForward: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-forward"},
+	return idemHandle(ctx, s.store, policyPostForward, &idemhttp.Op[PostForwardResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostForwardResponseObject, string, error) {
+			resp, err := s.impl.PostForward(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostForward, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostForward(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostForward returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostForwardResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostForwardResponseObject.VisitPostForwardResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostOrders fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostOrders runs s.impl.PostOrders at most once per key.
 func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestObject) (PostOrdersResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostOrders.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostOrders: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-orders"},
+	return idemHandle(ctx, s.store, policyPostOrders, &idemhttp.Op[PostOrdersResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersResponseObject, string, error) {
+			resp, err := s.impl.PostOrders(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostOrders, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostOrders(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostOrders returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostOrdersResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostOrdersResponseObject.VisitPostOrdersResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostOrdersCancel fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostOrdersCancel runs s.impl.PostOrdersCancel at most once per key.
 func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCancelRequestObject) (PostOrdersCancelResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostOrdersCancel.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostOrdersCancel: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-orders-cancel"},
+	return idemHandle(ctx, s.store, policyPostOrdersCancel, &idemhttp.Op[PostOrdersCancelResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersCancelResponseObject, string, error) {
+			resp, err := s.impl.PostOrdersCancel(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostOrdersCancel, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostOrdersCancel(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostOrdersCancel returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostOrdersCancelResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostOrdersCancelResponseObject.VisitPostOrdersCancelResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostOriginKeys fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostOriginKeys runs s.impl.PostOriginKeys at most once per key.
 func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysRequestObject) (PostOriginKeysResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostOriginKeys.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostOriginKeys: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-originKeys"},
+	return idemHandle(ctx, s.store, policyPostOriginKeys, &idemhttp.Op[PostOriginKeysResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostOriginKeysResponseObject, string, error) {
+			resp, err := s.impl.PostOriginKeys(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostOriginKeys, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostOriginKeys(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostOriginKeys returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostOriginKeysResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostOriginKeysResponseObject.VisitPostOriginKeysResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentLinks fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentLinks runs s.impl.PostPaymentLinks at most once per key.
 func (s *idemServer) PostPaymentLinks(ctx context.Context, request PostPaymentLinksRequestObject) (PostPaymentLinksResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentLinks.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentLinks: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-paymentLinks"},
+	return idemHandle(ctx, s.store, policyPostPaymentLinks, &idemhttp.Op[PostPaymentLinksResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentLinksResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentLinks(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentLinks, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentLinks(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentLinks returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentLinksResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentLinksResponseObject.VisitPostPaymentLinksResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
 func (s *idemServer) GetPaymentLinksLinkId(ctx context.Context, request GetPaymentLinksLinkIdRequestObject) (GetPaymentLinksLinkIdResponseObject, error) {
@@ -920,426 +707,152 @@ func (s *idemServer) PatchPaymentLinksLinkId(ctx context.Context, request PatchP
 	return s.impl.PatchPaymentLinksLinkId(ctx, request)
 }
 
-// PostPaymentMethods fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentMethods runs s.impl.PostPaymentMethods at most once per key.
 func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPaymentMethodsRequestObject) (PostPaymentMethodsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentMethods.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentMethods: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-paymentMethods"},
+	return idemHandle(ctx, s.store, policyPostPaymentMethods, &idemhttp.Op[PostPaymentMethodsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentMethods(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentMethods, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentMethods(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentMethods returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentMethodsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentMethodsResponseObject.VisitPostPaymentMethodsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentMethodsBalance fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentMethodsBalance runs s.impl.PostPaymentMethodsBalance at most once per key.
 func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request PostPaymentMethodsBalanceRequestObject) (PostPaymentMethodsBalanceResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentMethodsBalance.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentMethodsBalance: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-paymentMethods-balance"},
+	return idemHandle(ctx, s.store, policyPostPaymentMethodsBalance, &idemhttp.Op[PostPaymentMethodsBalanceResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsBalanceResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentMethodsBalance(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentMethodsBalance, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentMethodsBalance(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentMethodsBalance returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentMethodsBalanceResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentMethodsBalanceResponseObject.VisitPostPaymentMethodsBalanceResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPayments fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPayments runs s.impl.PostPayments at most once per key.
 func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsRequestObject) (PostPaymentsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPayments.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPayments: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments"},
+	return idemHandle(ctx, s.store, policyPostPayments, &idemhttp.Op[PostPaymentsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsResponseObject, string, error) {
+			resp, err := s.impl.PostPayments(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPayments, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPayments(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPayments returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsResponseObject.VisitPostPaymentsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentsDetails fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsDetails runs s.impl.PostPaymentsDetails at most once per key.
 func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymentsDetailsRequestObject) (PostPaymentsDetailsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentsDetails.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentsDetails: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments-details"},
+	return idemHandle(ctx, s.store, policyPostPaymentsDetails, &idemhttp.Op[PostPaymentsDetailsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsDetailsResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentsDetails(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentsDetails, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentsDetails(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentsDetails returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsDetailsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsDetailsResponseObject.VisitPostPaymentsDetailsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceAmountUpdates fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceAmountUpdates runs s.impl.PostPaymentsPaymentPspReferenceAmountUpdates at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceAmountUpdates.Route)
-	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
-		return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceAmountUpdates: fingerprint %s: %w", "path:paymentPspReference", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceAmountUpdates: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments-paymentPspReference-amountUpdates"},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceAmountUpdates, &idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.PaymentPspReference},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentsPaymentPspReferenceAmountUpdates, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentsPaymentPspReferenceAmountUpdates returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject.VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceCancels fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceCancels runs s.impl.PostPaymentsPaymentPspReferenceCancels at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context, request PostPaymentsPaymentPspReferenceCancelsRequestObject) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceCancels.Route)
-	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
-		return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceCancels: fingerprint %s: %w", "path:paymentPspReference", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceCancels: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments-paymentPspReference-cancels"},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCancels, &idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.PaymentPspReference},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCancelsResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentsPaymentPspReferenceCancels, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentsPaymentPspReferenceCancels returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsPaymentPspReferenceCancelsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCancelsResponseObject.VisitPostPaymentsPaymentPspReferenceCancelsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceCaptures fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceCaptures runs s.impl.PostPaymentsPaymentPspReferenceCaptures at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, request PostPaymentsPaymentPspReferenceCapturesRequestObject) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceCaptures.Route)
-	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
-		return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceCaptures: fingerprint %s: %w", "path:paymentPspReference", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceCaptures: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments-paymentPspReference-captures"},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCaptures, &idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.PaymentPspReference},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCapturesResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentsPaymentPspReferenceCaptures, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentsPaymentPspReferenceCaptures returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsPaymentPspReferenceCapturesResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCapturesResponseObject.VisitPostPaymentsPaymentPspReferenceCapturesResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceRefunds fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceRefunds runs s.impl.PostPaymentsPaymentPspReferenceRefunds at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, request PostPaymentsPaymentPspReferenceRefundsRequestObject) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceRefunds.Route)
-	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
-		return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceRefunds: fingerprint %s: %w", "path:paymentPspReference", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceRefunds: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments-paymentPspReference-refunds"},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceRefunds, &idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.PaymentPspReference},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceRefundsResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentsPaymentPspReferenceRefunds, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentsPaymentPspReferenceRefunds returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsPaymentPspReferenceRefundsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceRefundsResponseObject.VisitPostPaymentsPaymentPspReferenceRefundsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaymentsPaymentPspReferenceReversals fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaymentsPaymentPspReferenceReversals runs s.impl.PostPaymentsPaymentPspReferenceReversals at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Context, request PostPaymentsPaymentPspReferenceReversalsRequestObject) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaymentsPaymentPspReferenceReversals.Route)
-	if err := fp.Add("path:paymentPspReference", request.PaymentPspReference); err != nil {
-		return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceReversals: fingerprint %s: %w", "path:paymentPspReference", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaymentsPaymentPspReferenceReversals: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-payments-paymentPspReference-reversals"},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceReversals, &idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.PaymentPspReference},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceReversalsResponseObject, string, error) {
+			resp, err := s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaymentsPaymentPspReferenceReversals, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaymentsPaymentPspReferenceReversals returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaymentsPaymentPspReferenceReversalsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceReversalsResponseObject.VisitPostPaymentsPaymentPspReferenceReversalsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostPaypalUpdateOrder fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostPaypalUpdateOrder runs s.impl.PostPaypalUpdateOrder at most once per key.
 func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPaypalUpdateOrderRequestObject) (PostPaypalUpdateOrderResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostPaypalUpdateOrder.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostPaypalUpdateOrder: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-paypal-updateOrder"},
+	return idemHandle(ctx, s.store, policyPostPaypalUpdateOrder, &idemhttp.Op[PostPaypalUpdateOrderResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaypalUpdateOrderResponseObject, string, error) {
+			resp, err := s.impl.PostPaypalUpdateOrder(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostPaypalUpdateOrder, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostPaypalUpdateOrder(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostPaypalUpdateOrder returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostPaypalUpdateOrderResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostPaypalUpdateOrderResponseObject.VisitPostPaypalUpdateOrderResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// PostSessions fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostSessions runs s.impl.PostSessions at most once per key.
 func (s *idemServer) PostSessions(ctx context.Context, request PostSessionsRequestObject) (PostSessionsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostSessions.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostSessions: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-sessions"},
+	return idemHandle(ctx, s.store, policyPostSessions, &idemhttp.Op[PostSessionsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostSessionsResponseObject, string, error) {
+			resp, err := s.impl.PostSessions(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostSessions, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostSessions(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostSessions returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostSessionsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostSessionsResponseObject.VisitPostSessionsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
 func (s *idemServer) GetSessionsSessionId(ctx context.Context, request GetSessionsSessionIdRequestObject) (GetSessionsSessionIdResponseObject, error) {
@@ -1350,41 +863,17 @@ func (s *idemServer) GetStoredPaymentMethods(ctx context.Context, request GetSto
 	return s.impl.GetStoredPaymentMethods(ctx, request)
 }
 
-// PostStoredPaymentMethods fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PostStoredPaymentMethods runs s.impl.PostStoredPaymentMethods at most once per key.
 func (s *idemServer) PostStoredPaymentMethods(ctx context.Context, request PostStoredPaymentMethodsRequestObject) (PostStoredPaymentMethodsResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPostStoredPaymentMethods.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("PostStoredPaymentMethods: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "post-storedPaymentMethods"},
+	return idemHandle(ctx, s.store, policyPostStoredPaymentMethods, &idemhttp.Op[PostStoredPaymentMethodsResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (PostStoredPaymentMethodsResponseObject, string, error) {
+			resp, err := s.impl.PostStoredPaymentMethods(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPostStoredPaymentMethods, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PostStoredPaymentMethods(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PostStoredPaymentMethods returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPostStoredPaymentMethodsResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(PostStoredPaymentMethodsResponseObject.VisitPostStoredPaymentMethodsResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
 func (s *idemServer) DeleteStoredPaymentMethodsStoredPaymentMethodId(ctx context.Context, request DeleteStoredPaymentMethodsStoredPaymentMethodIdRequestObject) (DeleteStoredPaymentMethodsStoredPaymentMethodIdResponseObject, error) {
@@ -1395,126 +884,84 @@ func (s *idemServer) PostValidateShopperId(ctx context.Context, request PostVali
 	return s.impl.PostValidateShopperId(ctx, request)
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
+	if err != nil {
+		var none R
+		return none, err
+	}
+	return any(idemResult{res}).(R), nil
+}
+
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
 func (r idemResult) VisitPostApplePaySessionsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
-func (r idemResult) VisitPostCancelsResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostCancelsResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostCardDetailsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
+func (r idemResult) VisitPostCardDetailsResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitPostDonationCampaignsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
-func (r idemResult) VisitPostDonationsResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostDonationsResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostForwardResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostForwardResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostOrdersResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostOrdersResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostOrdersCancelResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
+func (r idemResult) VisitPostOrdersCancelResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostOriginKeysResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostOriginKeysResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostPaymentLinksResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
+func (r idemResult) VisitPostPaymentLinksResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitPostPaymentMethodsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
+func (r idemResult) VisitPostPaymentMethodsResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitPostPaymentMethodsBalanceResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
-func (r idemResult) VisitPostPaymentsResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostPaymentsResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitPostPaymentsDetailsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
 func (r idemResult) VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
 func (r idemResult) VisitPostPaymentsPaymentPspReferenceCancelsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
 func (r idemResult) VisitPostPaymentsPaymentPspReferenceCapturesResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
 func (r idemResult) VisitPostPaymentsPaymentPspReferenceRefundsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
 func (r idemResult) VisitPostPaymentsPaymentPspReferenceReversalsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
 func (r idemResult) VisitPostPaypalUpdateOrderResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
+	return r.WriteTo(w)
 }
 
-func (r idemResult) VisitPostSessionsResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitPostSessionsResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitPostStoredPaymentMethodsResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
+	return r.WriteTo(w)
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
@@ -1535,19 +982,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -6,9 +6,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -26,14 +26,15 @@ type IdempotentServerInterface interface {
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{}
+var idemPolicies = []*idemhttp.Policy{}
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -59,45 +60,19 @@ func (s *idemServer) ShowPetById(ctx context.Context, request ShowPetByIdRequest
 	return s.impl.ShowPetById(ctx, request)
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
+	if err != nil {
+		var none R
+		return none, err
 	}
-	return nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -117,19 +92,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

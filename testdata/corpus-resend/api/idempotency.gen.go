@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -231,56 +230,59 @@ type IdempotentServerInterface interface {
 }
 
 // policyEmailssend is the x-idempotency of POST /emails, with every default applied.
-var policyEmailssend = &idem.Policy{
+var policyEmailssend = &idemhttp.Policy{
 	Operation:      "emails/send",
 	Route:          "POST /emails",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  false,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // policyEmailssendBatch is the x-idempotency of POST /emails/batch, with every default applied.
-var policyEmailssendBatch = &idem.Policy{
+var policyEmailssendBatch = &idemhttp.Policy{
 	Operation:      "emails/send-batch",
 	Route:          "POST /emails/batch",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  false,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyEmailssend,
 	policyEmailssendBatch,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -510,78 +512,30 @@ func (s *idemServer) Emailslist(ctx context.Context, request EmailslistRequestOb
 	return s.impl.Emailslist(ctx, request)
 }
 
-// Emailssend fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// Emailssend runs s.impl.Emailssend at most once per key.
 func (s *idemServer) Emailssend(ctx context.Context, request EmailssendRequestObject) (EmailssendResponseObject, error) {
-	fp := idem.NewFingerprinter(policyEmailssend.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("Emailssend: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "emails/send"},
+	return idemHandle(ctx, s.store, policyEmailssend, &idemhttp.Op[EmailssendResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendResponseObject, string, error) {
+			resp, err := s.impl.Emailssend(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyEmailssend, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.Emailssend(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("Emailssend returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitEmailssendResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(EmailssendResponseObject.VisitEmailssendResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// EmailssendBatch fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// EmailssendBatch runs s.impl.EmailssendBatch at most once per key.
 func (s *idemServer) EmailssendBatch(ctx context.Context, request EmailssendBatchRequestObject) (EmailssendBatchResponseObject, error) {
-	fp := idem.NewFingerprinter(policyEmailssendBatch.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("EmailssendBatch: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "emails/send-batch"},
+	return idemHandle(ctx, s.store, policyEmailssendBatch, &idemhttp.Op[EmailssendBatchResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendBatchResponseObject, string, error) {
+			resp, err := s.impl.EmailssendBatch(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyEmailssendBatch, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.EmailssendBatch(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("EmailssendBatch returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitEmailssendBatchResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(EmailssendBatchResponseObject.VisitEmailssendBatchResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
 func (s *idemServer) Emailsmetrics(ctx context.Context, request EmailsmetricsRequestObject) (EmailsmetricsResponseObject, error) {
@@ -776,59 +730,23 @@ func (s *idemServer) Webhooksupdate(ctx context.Context, request WebhooksupdateR
 	return s.impl.Webhooksupdate(ctx, request)
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
-
-func (r idemResult) VisitEmailssendResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-func (r idemResult) VisitEmailssendBatchResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
+	if err != nil {
+		var none R
+		return none, err
 	}
-	return []string{fmt.Sprint(*v)}
+	return any(idemResult{res}).(R), nil
 }
 
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitEmailssendResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitEmailssendBatchResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -848,19 +766,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -29,17 +28,17 @@ type IdempotentServerInterface interface {
 }
 
 // policyCreateOrder is the x-idempotency of POST /orders, with every default applied.
-var policyCreateOrder = &idem.Policy{
+var policyCreateOrder = &idemhttp.Policy{
 	Operation:      "createOrder",
 	Route:          "POST /orders",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            72 * time.Hour,
 	Lease:          30 * time.Second,
 	Wait:           0,
 	MismatchStatus: 409,
 	Persist:        idem.Statuses("2xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "X-Idempotency-Key",
 		Required:  false,
 		MaxLength: 64,
@@ -49,38 +48,41 @@ var policyCreateOrder = &idem.Policy{
 }
 
 // policyUpdateOrder is the x-idempotency of PATCH /orders/{order_id}, with every default applied.
-var policyUpdateOrder = &idem.Policy{
+var policyUpdateOrder = &idemhttp.Policy{
 	Operation:      "updateOrder",
 	Route:          "PATCH /orders/{order_id}",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            time.Hour,
 	Lease:          30 * time.Second,
 	Wait:           0,
 	MismatchStatus: 409,
 	Persist:        idem.Statuses("2xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "X-Idempotency-Key",
 		Required:  false,
 		MaxLength: 64,
 	},
 	ScopeTenant:   true,
+	Fingerprint:   []string{"path:order_id"},
+	Exclude:       []string{"/client_time"},
 	ReplayHeaders: []string{"X-Order-Version"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyUpdateOrder,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -94,134 +96,54 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreateOrder fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// CreateOrder runs s.impl.CreateOrder at most once per key.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
-	fp := idem.NewFingerprinter(policyCreateOrder.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("CreateOrder: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues:   idemKeyValues(request.Params.XIdempotencyKey),
-		Scope:       []idem.ScopePart{},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyCreateOrder, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.CreateOrder(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("CreateOrder returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitCreateOrderResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
+		Key:    request.Params.XIdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, string, error) {
+			resp, err := s.impl.CreateOrder(ctx, tx, request)
+			return resp, "", err
+		},
+		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
 func (s *idemServer) DeleteOrder(ctx context.Context, request DeleteOrderRequestObject) (DeleteOrderResponseObject, error) {
 	return s.impl.DeleteOrder(ctx, request)
 }
 
-// UpdateOrder fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// UpdateOrder runs s.impl.UpdateOrder at most once per key.
 func (s *idemServer) UpdateOrder(ctx context.Context, request UpdateOrderRequestObject) (UpdateOrderResponseObject, error) {
-	fp := idem.NewFingerprinter(policyUpdateOrder.Route)
-	if err := fp.Add("path:order_id", request.OrderId); err != nil {
-		return nil, fmt.Errorf("UpdateOrder: fingerprint %s: %w", "path:order_id", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body, "/client_time"); err != nil {
-			return nil, fmt.Errorf("UpdateOrder: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues:   idemKeyValues(request.Params.XIdempotencyKey),
-		Scope:       []idem.ScopePart{},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyUpdateOrder, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.UpdateOrder(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("UpdateOrder returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitUpdateOrderResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+	return idemHandle(ctx, s.store, policyUpdateOrder, &idemhttp.Op[UpdateOrderResponseObject]{
+		Key:    request.Params.XIdempotencyKey,
+		Parts:  []any{request.OrderId},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (UpdateOrderResponseObject, string, error) {
+			resp, err := s.impl.UpdateOrder(ctx, tx, request)
+			return resp, "", err
+		},
+		Record: idemhttp.Record(UpdateOrderResponseObject.VisitUpdateOrderResponse),
 	})
+}
+
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
 	if err != nil {
-		return nil, err
+		var none R
+		return none, err
 	}
-	return idemResult{res: res}, nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitUpdateOrderResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitUpdateOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -241,19 +163,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 
 	"idemgen.test/golden/fingerprint-exclusions/api"
@@ -137,7 +138,7 @@ func TestExcludedParamsDoNotBreakRetries(t *testing.T) {
 		"other query parameter": f.do(t, "/v1/orders?sent_at=2026-11-30T10:00:00Z&dry_run=true", orderBody,
 			"Idempotency-Key", "k1", "X-Request-Id", "req-1", "X-Signature", "sig-1", "X-Channel", "web"),
 	} {
-		if a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+		if a.Status != 422 || problemCode(t, a) != idemhttp.CodeKeyReused {
 			t.Errorf("%s with the same key: %v, want 422 key-reused", name, a)
 		}
 	}
@@ -164,13 +165,13 @@ func TestFingerprintOffReplaysAnyRequest(t *testing.T) {
 
 	// The scope leaves out the operation, so both operations share one key space: the route in
 	// the fingerprint still refuses a key that createOrder used, in either direction.
-	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "n1"); a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "n1"); a.Status != 422 || problemCode(t, a) != idemhttp.CodeKeyReused {
 		t.Errorf("addNote's key on createOrder: %v, want 422 key-reused", a)
 	}
 	if a := f.do(t, "/v1/orders", orderBody, "Idempotency-Key", "o1"); a.Status != 201 {
 		t.Fatalf("createOrder: %v", a)
 	}
-	if a := f.do(t, "/v1/orders/o1/notes", `{"text": "x"}`, "Idempotency-Key", "o1"); a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+	if a := f.do(t, "/v1/orders/o1/notes", `{"text": "x"}`, "Idempotency-Key", "o1"); a.Status != 422 || problemCode(t, a) != idemhttp.CodeKeyReused {
 		t.Errorf("createOrder's key on addNote: %v, want 422 key-reused", a)
 	}
 }

@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -29,65 +28,72 @@ type IdempotentServerInterface interface {
 }
 
 // policyCreateOrder is the x-idempotency of POST /v1/orders, with every default applied.
-var policyCreateOrder = &idem.Policy{
+var policyCreateOrder = &idemhttp.Policy{
 	Operation:      "createOrder",
 	Route:          "POST /v1/orders",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Fingerprint: []string{"query:dry_run", "header:X-Channel"},
+	Exclude:     []string{"/client_time"},
 }
 
 // policyAttachFile is the x-idempotency of POST /v1/orders/{order_id}/attachments, with every default applied.
-var policyAttachFile = &idem.Policy{
+var policyAttachFile = &idemhttp.Policy{
 	Operation:      "attachFile",
 	Route:          "POST /v1/orders/{order_id}/attachments",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation", "path:order_id"},
+	// fingerprint: false, so the fingerprint is the route alone: any request with this key
+	// replays the first outcome, while the key reused on another operation is still refused.
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
-var policyAddNote = &idem.Policy{
+var policyAddNote = &idemhttp.Policy{
 	Operation:      "addNote",
 	Route:          "POST /v1/orders/{order_id}/notes",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	// fingerprint: false, so the fingerprint is the route alone: any request with this key
+	// replays the first outcome, while the key reused on another operation is still refused.
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyAttachFile,
 	policyAddNote,
@@ -95,10 +101,11 @@ var idemPolicies = []*idem.Policy{
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -112,167 +119,64 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CreateOrder fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// CreateOrder runs s.impl.CreateOrder at most once per key.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
-	fp := idem.NewFingerprinter(policyCreateOrder.Route)
-	if err := fp.Add("query:dry_run", request.Params.DryRun); err != nil {
-		return nil, fmt.Errorf("CreateOrder: fingerprint %s: %w", "query:dry_run", err)
-	}
-	if err := fp.Add("header:X-Channel", request.Params.XChannel); err != nil {
-		return nil, fmt.Errorf("CreateOrder: fingerprint %s: %w", "header:X-Channel", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body, "/client_time"); err != nil {
-			return nil, fmt.Errorf("CreateOrder: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues:   idemKeyValues(request.Params.IdempotencyKey),
-		Scope:       []idem.ScopePart{},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyCreateOrder, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.CreateOrder(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("CreateOrder returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitCreateOrderResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
-}
-
-// AttachFile fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
-func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestObject) (AttachFileResponseObject, error) {
-	// fingerprint: false, so the fingerprint is the route alone: any request with this key
-	// replays the first outcome, while the key reused on another operation is still refused.
-	fp := idem.NewFingerprinter(policyAttachFile.Route)
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "attachFile"},
-			{Name: "path:order_id", Value: fmt.Sprint(request.OrderId)},
+	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Parts:  []any{request.Params.DryRun, request.Params.XChannel},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, string, error) {
+			resp, err := s.impl.CreateOrder(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyAttachFile, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.AttachFile(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("AttachFile returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitAttachFileResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// AddNote fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// AttachFile runs s.impl.AttachFile at most once per key.
+func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestObject) (AttachFileResponseObject, error) {
+	return idemHandle(ctx, s.store, policyAttachFile, &idemhttp.Op[AttachFileResponseObject]{
+		Key:   request.Params.IdempotencyKey,
+		Scope: []any{request.OrderId},
+		Run: func(ctx context.Context, tx pgx.Tx) (AttachFileResponseObject, string, error) {
+			resp, err := s.impl.AttachFile(ctx, tx, request)
+			return resp, "", err
+		},
+		Record: idemhttp.Record(AttachFileResponseObject.VisitAttachFileResponse),
+	})
+}
+
+// AddNote runs s.impl.AddNote at most once per key.
 func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error) {
-	// fingerprint: false, so the fingerprint is the route alone: any request with this key
-	// replays the first outcome, while the key reused on another operation is still refused.
-	fp := idem.NewFingerprinter(policyAddNote.Route)
-	req := &idem.Request{
-		KeyValues:   idemKeyValues(request.Params.IdempotencyKey),
-		Scope:       []idem.ScopePart{},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyAddNote, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.AddNote(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("AddNote returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitAddNoteResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+	return idemHandle(ctx, s.store, policyAddNote, &idemhttp.Op[AddNoteResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Run: func(ctx context.Context, tx pgx.Tx) (AddNoteResponseObject, string, error) {
+			resp, err := s.impl.AddNote(ctx, tx, request)
+			return resp, "", err
+		},
+		Record: idemhttp.Record(AddNoteResponseObject.VisitAddNoteResponse),
 	})
+}
+
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
 	if err != nil {
-		return nil, err
+		var none R
+		return none, err
 	}
-	return idemResult{res: res}, nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitAttachFileResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitAttachFileResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -292,19 +196,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -25,36 +24,38 @@ type IdempotentServerInterface interface {
 }
 
 // policyV1ApplicationCreate is the x-idempotency of POST /api/v1/app, with every default applied.
-var policyV1ApplicationCreate = &idem.Policy{
+var policyV1ApplicationCreate = &idemhttp.Policy{
 	Operation:      "v1.application.create",
 	Route:          "POST /api/v1/app",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "idempotency-key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyV1ApplicationCreate,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -68,93 +69,35 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// V1ApplicationCreate fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// V1ApplicationCreate runs s.impl.V1ApplicationCreate at most once per key.
 func (s *idemServer) V1ApplicationCreate(ctx context.Context, request V1ApplicationCreateRequestObject) (V1ApplicationCreateResponseObject, error) {
-	fp := idem.NewFingerprinter(policyV1ApplicationCreate.Route)
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("V1ApplicationCreate: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "v1.application.create"},
+	return idemHandle(ctx, s.store, policyV1ApplicationCreate, &idemhttp.Op[V1ApplicationCreateResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (V1ApplicationCreateResponseObject, string, error) {
+			resp, err := s.impl.V1ApplicationCreate(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyV1ApplicationCreate, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.V1ApplicationCreate(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("V1ApplicationCreate returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitV1ApplicationCreateResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(V1ApplicationCreateResponseObject.VisitV1ApplicationCreateResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
+	if err != nil {
+		var none R
+		return none, err
+	}
+	return any(idemResult{res}).(R), nil
+}
+
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
 func (r idemResult) VisitV1ApplicationCreateResponse(w http.ResponseWriter) error {
-	return r.res.WriteTo(w)
-}
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
+	return r.WriteTo(w)
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
@@ -175,19 +118,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -5,14 +5,13 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -27,56 +26,61 @@ type IdempotentServerInterface interface {
 }
 
 // policyCheckoutCart is the x-idempotency of PUT /carts/{cart_id}/checkout, with every default applied.
-var policyCheckoutCart = &idem.Policy{
+var policyCheckoutCart = &idemhttp.Policy{
 	Operation:      "checkoutCart",
 	Route:          "PUT /carts/{cart_id}/checkout",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeTransaction,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimTransaction,
 	TTL:            168 * time.Hour,
 	Lease:          90 * time.Second,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "404"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation", "header:X-Account-Id"},
+	Fingerprint: []string{"path:cart_id", "query:coupon", "query:dry_run", "header:X-Account-Id"},
 }
 
 // policyAddLine is the x-idempotency of POST /carts/{cart_id}/lines/{line_no}, with every default applied.
-var policyAddLine = &idem.Policy{
+var policyAddLine = &idemhttp.Policy{
 	Operation:      "addLine",
 	Route:          "POST /carts/{cart_id}/lines/{line_no}",
-	Storage:        idem.StorageResponse,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           2 * time.Second,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"path:cart_id", "path:line_no"},
+	Fingerprint: []string{"path:cart_id", "path:line_no"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyCheckoutCart,
 	policyAddLine,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -90,151 +94,53 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// CheckoutCart fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// CheckoutCart runs s.impl.CheckoutCart at most once per key.
 func (s *idemServer) CheckoutCart(ctx context.Context, request CheckoutCartRequestObject) (CheckoutCartResponseObject, error) {
-	fp := idem.NewFingerprinter(policyCheckoutCart.Route)
-	if err := fp.Add("path:cart_id", request.CartId); err != nil {
-		return nil, fmt.Errorf("CheckoutCart: fingerprint %s: %w", "path:cart_id", err)
-	}
-	if err := fp.Add("query:coupon", request.Params.Coupon); err != nil {
-		return nil, fmt.Errorf("CheckoutCart: fingerprint %s: %w", "query:coupon", err)
-	}
-	if err := fp.Add("query:dry_run", request.Params.DryRun); err != nil {
-		return nil, fmt.Errorf("CheckoutCart: fingerprint %s: %w", "query:dry_run", err)
-	}
-	if err := fp.Add("header:X-Account-Id", request.Params.XAccountID); err != nil {
-		return nil, fmt.Errorf("CheckoutCart: fingerprint %s: %w", "header:X-Account-Id", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("CheckoutCart: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: []string{fmt.Sprint(request.CartId)},
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "checkoutCart"},
-			{Name: "header:X-Account-Id", Value: fmt.Sprint(request.Params.XAccountID)},
+	return idemHandle(ctx, s.store, policyCheckoutCart, &idemhttp.Op[CheckoutCartResponseObject]{
+		Key:    request.CartId,
+		Scope:  []any{request.Params.XAccountID},
+		Parts:  []any{request.CartId, request.Params.Coupon, request.Params.DryRun, request.Params.XAccountID},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (CheckoutCartResponseObject, string, error) {
+			resp, err := s.impl.CheckoutCart(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyCheckoutCart, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.CheckoutCart(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("CheckoutCart returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitCheckoutCartResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(CheckoutCartResponseObject.VisitCheckoutCartResponse),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return idemResult{res: res}, nil
 }
 
-// AddLine fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// AddLine runs s.impl.AddLine at most once per key.
 func (s *idemServer) AddLine(ctx context.Context, request AddLineRequestObject) (AddLineResponseObject, error) {
-	fp := idem.NewFingerprinter(policyAddLine.Route)
-	if err := fp.Add("path:cart_id", request.CartId); err != nil {
-		return nil, fmt.Errorf("AddLine: fingerprint %s: %w", "path:cart_id", err)
-	}
-	if err := fp.Add("path:line_no", request.LineNo); err != nil {
-		return nil, fmt.Errorf("AddLine: fingerprint %s: %w", "path:line_no", err)
-	}
-	if request.Body != nil {
-		if err := fp.Body(request.Body); err != nil {
-			return nil, fmt.Errorf("AddLine: fingerprint the body: %w", err)
-		}
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "path:cart_id", Value: fmt.Sprint(request.CartId)},
-			{Name: "path:line_no", Value: fmt.Sprint(request.LineNo)},
+	return idemHandle(ctx, s.store, policyAddLine, &idemhttp.Op[AddLineResponseObject]{
+		Key:    request.Params.IdempotencyKey,
+		Scope:  []any{request.CartId, request.LineNo},
+		Parts:  []any{request.CartId, request.LineNo},
+		Bodies: []any{request.Body},
+		Run: func(ctx context.Context, tx pgx.Tx) (AddLineResponseObject, string, error) {
+			resp, err := s.impl.AddLine(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyAddLine, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.AddLine(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("AddLine returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitAddLineResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Record: idemhttp.Record(AddLineResponseObject.VisitAddLineResponse),
 	})
+}
+
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
 	if err != nil {
-		return nil, err
+		var none R
+		return none, err
 	}
-	return idemResult{res: res}, nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-func (r idemResult) VisitCheckoutCartResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
+func (r idemResult) VisitCheckoutCartResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-func (r idemResult) VisitAddLineResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitAddLineResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -254,19 +160,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 
 	"idemgen.test/golden/internal/goldenhttp"
@@ -168,10 +169,10 @@ func TestCreateReplaysAndRejects(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 
-	if a := f.do(t, "POST", "/v1/payments", paymentBody); a.Status != 400 || problemCode(t, a) != idem.CodeKeyMissing {
+	if a := f.do(t, "POST", "/v1/payments", paymentBody); a.Status != 400 || problemCode(t, a) != idemhttp.CodeKeyMissing {
 		t.Errorf("no key: %d %s, want 400 key-missing (the required header must reach the runtime)", a.Status, a.Body)
 	}
-	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k1", "k2"); a.Status != 400 || problemCode(t, a) != idem.CodeKeyInvalid {
+	if a := f.do(t, "POST", "/v1/payments", paymentBody, "k1", "k2"); a.Status != 400 || problemCode(t, a) != idemhttp.CodeKeyInvalid {
 		t.Errorf("two key headers: %d %s, want 400 key-invalid from IdempotencyParamErrorHandler", a.Status, a.Body)
 	}
 
@@ -184,7 +185,7 @@ func TestCreateReplaysAndRejects(t *testing.T) {
 	if again.Status != 201 || again.Body != first.Body || again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("retry: %d %v %s, want the first answer byte for byte, marked replayed", again.Status, again.Header, again.Body)
 	}
-	if a := f.do(t, "POST", "/v1/payments", `{"amount_minor": 1, "currency": "RUB"}`, "k1"); a.Status != 422 || problemCode(t, a) != idem.CodeKeyReused {
+	if a := f.do(t, "POST", "/v1/payments", `{"amount_minor": 1, "currency": "RUB"}`, "k1"); a.Status != 422 || problemCode(t, a) != idemhttp.CodeKeyReused {
 		t.Errorf("same key, other body: %d %s, want 422 key-reused", a.Status, a.Body)
 	}
 	if n := f.count(t, "payments"); n != 1 {
@@ -276,7 +277,7 @@ func TestReferenceReplayReloadsAndMarkerReplayRecomputes(t *testing.T) {
 		t.Errorf("%d refunds, want 1", n)
 	}
 	// mismatchStatus is 409 for refunds.
-	if a := f.do(t, "POST", refunds, `{"amount_minor": 600}`, "r"); a.Status != 409 || problemCode(t, a) != idem.CodeKeyReused {
+	if a := f.do(t, "POST", refunds, `{"amount_minor": 600}`, "r"); a.Status != 409 || problemCode(t, a) != idemhttp.CodeKeyReused {
 		t.Errorf("refund, same key, other amount: %d %s, want 409 key-reused", a.Status, a.Body)
 	}
 }

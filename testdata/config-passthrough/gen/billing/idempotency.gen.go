@@ -5,14 +5,13 @@ package billing
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -29,36 +28,39 @@ type IdempotentServerInterface interface {
 }
 
 // policyPayInvoice is the x-idempotency of POST /invoices/{invoice_id}/pay, with every default applied.
-var policyPayInvoice = &idem.Policy{
+var policyPayInvoice = &idemhttp.Policy{
 	Operation:      "payInvoice",
 	Route:          "POST /invoices/{invoice_id}/pay",
-	Storage:        idem.StorageMarker,
-	Claim:          idem.ClaimModeLease,
+	Storage:        idemhttp.StorageMarker,
+	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
-	Key: idem.KeyRule{
+	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"path:invoice_id"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
-var idemPolicies = []*idem.Policy{
+var idemPolicies = []*idemhttp.Policy{
 	policyPayInvoice,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
-// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant): that is
-// a setup mistake, reported at startup rather than as a 500 on every request.
+// serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
+// regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
+// its fix rather than as a 500 on every request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := store.CheckPolicies(idemPolicies...); err != nil {
+	if err := idemhttp.Check(store, idemPolicies...); err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
 	return &idemServer{impl: impl, store: store}
@@ -72,107 +74,37 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
-// PayInvoice fingerprints the typed request, lets the runtime claim its key and run
-// the handler at most once, and answers with the handler's response, a replay or a problem.
+// PayInvoice runs s.impl.PayInvoice at most once per key.
 func (s *idemServer) PayInvoice(ctx context.Context, request PayInvoiceRequestObject) (PayInvoiceResponseObject, error) {
-	fp := idem.NewFingerprinter(policyPayInvoice.Route)
-	if err := fp.Add("path:invoice_id", request.InvoiceID); err != nil {
-		return nil, fmt.Errorf("PayInvoice: fingerprint %s: %w", "path:invoice_id", err)
-	}
-	req := &idem.Request{
-		KeyValues: idemKeyValues(request.Params.IdempotencyKey),
-		Scope: []idem.ScopePart{
-			{Name: "operation", Value: "payInvoice"},
+	return idemHandle(ctx, s.store, policyPayInvoice, &idemhttp.Op[PayInvoiceResponseObject]{
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.InvoiceID},
+		Run: func(ctx context.Context, tx pgx.Tx) (PayInvoiceResponseObject, string, error) {
+			resp, err := s.impl.PayInvoice(ctx, tx, request)
+			return resp, "", err
 		},
-		Fingerprint: fp.Sum(),
-	}
-	res, err := s.store.Serve(ctx, policyPayInvoice, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, err := s.impl.PayInvoice(ctx, tx, request)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("PayInvoice returned a nil response and no error")
-		}
-		rec := idem.NewRecorder()
-		if err := resp.VisitPayInvoiceResponse(rec); err != nil {
-			return nil, err
-		}
-		out := rec.Outcome()
-		return out, nil
+		Replay: func(ctx context.Context, _ string, status int) (PayInvoiceResponseObject, error) {
+			return s.impl.ReplayPayInvoice(ctx, request, status)
+		},
+		Record: idemhttp.Record(PayInvoiceResponseObject.VisitPayInvoiceResponse),
 	})
+}
+
+// idemHandle runs one idempotent operation through the runtime and answers with what it
+// decided: the handler's recorded response, a replay, or a problem.
+func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
+	res, err := idemhttp.Handle(ctx, store, p, op)
 	if err != nil {
-		return nil, err
+		var none R
+		return none, err
 	}
-	if res.Kind == idem.ResultReplayed {
-		resp, err := s.impl.ReplayPayInvoice(ctx, request, res.Outcome.Status)
-		if err != nil {
-			return nil, err
-		}
-		if resp == nil {
-			return nil, errors.New("ReplayPayInvoice returned a nil response and no error")
-		}
-		return idemReplayPayInvoice{resp: resp}, nil
-	}
-	return idemResult{res: res}, nil
+	return any(idemResult{res}).(R), nil
 }
 
-// idemResult writes what the runtime decided: the handler's recorded response, a stored
-// response, or a problem.
-type idemResult struct{ res *idem.Result }
+// idemResult writes what the runtime decided; it is every idempotent operation's response.
+type idemResult struct{ *idemhttp.Result }
 
-func (r idemResult) VisitPayInvoiceResponse(w http.ResponseWriter) error { return r.res.WriteTo(w) }
-
-// idemReplayPayInvoice is ReplayPayInvoice's answer, marked as a replay.
-type idemReplayPayInvoice struct{ resp PayInvoiceResponseObject }
-
-func (r idemReplayPayInvoice) VisitPayInvoiceResponse(w http.ResponseWriter) error {
-	return r.resp.VisitPayInvoiceResponse(idem.ReplayWriter(w))
-}
-
-// idemKeyValues is an optional key header's value as the runtime reads it: nil when absent.
-func idemKeyValues[T any](v *T) []string {
-	if v == nil {
-		return nil
-	}
-	return []string{fmt.Sprint(*v)}
-}
-
-// idemPolicyFor returns the policy of the idempotent operation the ServeMux matched (pattern is
-// http.Request.Pattern, which may carry a base URL) if it reads its key from header name. Without
-// a pattern it falls back to the first policy reading that header.
-func idemPolicyFor(name, pattern string) *idem.Policy {
-	pm, pp, routed := strings.Cut(pattern, " ")
-	for _, p := range idemPolicies {
-		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
-			continue
-		}
-		if !routed {
-			return p
-		}
-		method, path, _ := strings.Cut(p.Route, " ")
-		if pm == method && strings.HasSuffix(idemPathShape(pp), idemPathShape(path)) {
-			return p
-		}
-	}
-	return nil
-}
-
-// idemPathShape blanks path wildcards: the ServeMux pattern names them after Go identifiers,
-// the spec as written.
-func idemPathShape(path string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(path, '{')
-		j := strings.IndexByte(path[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(path)
-			return b.String()
-		}
-		b.WriteString(path[:i+1])
-		path = path[i+j:]
-	}
-}
+func (r idemResult) VisitPayInvoiceResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
 // rejects some malformed key headers while binding parameters, before the runtime sees them
@@ -192,19 +124,9 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
 	}
-	if p := idemPolicyFor(name, r.Pattern); name != "" && p != nil {
-		_, problem := idem.ParseKey(r.Header.Values(name), p.Key)
-		if problem == nil {
-			// The key is well formed but oapi-codegen could not bind it to the header's type:
-			// still a key the operation cannot accept.
-			if _, problem = idem.ParseKey([]string{""}, p.Key); problem != nil {
-				problem.Detail = err.Error()
-			}
-		}
-		if problem != nil {
-			_ = problem.WriteTo(w)
-			return
-		}
+	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
+		_ = problem.WriteTo(w)
+		return
 	}
 	http.Error(w, err.Error(), http.StatusBadRequest)
 }

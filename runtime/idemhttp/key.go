@@ -1,10 +1,14 @@
-package idem
+package idemhttp
 
 import (
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 )
+
+// DefaultMaxKeyLength is a key's longest length when KeyRule.MaxLength is zero.
+const DefaultMaxKeyLength = 255
 
 // KeyRule says where a key comes from and what a valid one looks like.
 type KeyRule struct {
@@ -104,4 +108,62 @@ func unquoteSFString(s string) (string, bool) {
 		}
 	}
 	return "", false // no closing quote
+}
+
+// KeyBindingProblem answers a request that oapi-codegen's parameter binding refused before the
+// adapter saw it, when the refused parameter is the key header of the idempotent operation r
+// is for: two key headers, or a value not of the header's declared type. It returns the
+// key-invalid (or key-missing) problem every other malformed key gets, or nil when the error is
+// about another parameter. param is the refused parameter's name; policies are the package's
+// idempotent operations; r.Pattern, when the router set it (net/http's ServeMux does), picks the
+// operation, else the first policy reading that header.
+func KeyBindingProblem(policies []*Policy, r *http.Request, param string) *Problem {
+	p := policyFor(policies, param, r.Pattern)
+	if param == "" || p == nil {
+		return nil
+	}
+	_, problem := ParseKey(r.Header.Values(param), p.Key)
+	if problem == nil {
+		// The key is well formed but could not be bound to the header's declared type: still a
+		// key the operation cannot accept.
+		_, problem = ParseKey([]string{""}, p.Key)
+		problem.Detail = fmt.Sprintf("the %s is not of the type this operation declares for it: send one value per logical request, of that type", p.Key.name())
+	}
+	return problem
+}
+
+// policyFor returns the policy of the idempotent operation the router matched (pattern is
+// http.Request.Pattern, which may carry a base URL) if it reads its key from header name.
+// Without a pattern it falls back to the first policy reading that header.
+func policyFor(policies []*Policy, name, pattern string) *Policy {
+	pm, pp, routed := strings.Cut(pattern, " ")
+	for _, p := range policies {
+		if p.Key.Header == "" || !strings.EqualFold(p.Key.Header, name) {
+			continue
+		}
+		if !routed {
+			return p
+		}
+		method, path, _ := strings.Cut(p.Route, " ")
+		if pm == method && strings.HasSuffix(pathShape(pp), pathShape(path)) {
+			return p
+		}
+	}
+	return nil
+}
+
+// pathShape blanks path wildcards: a ServeMux pattern names them after Go identifiers, the spec
+// as written.
+func pathShape(path string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(path, '{')
+		j := strings.IndexByte(path[max(i, 0):], '}')
+		if i < 0 || j < 0 {
+			b.WriteString(path)
+			return b.String()
+		}
+		b.WriteString(path[:i+1])
+		path = path[i+j:]
+	}
 }

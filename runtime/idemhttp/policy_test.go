@@ -1,4 +1,4 @@
-package idem_test
+package idemhttp_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 func TestCheckPolicies(t *testing.T) {
@@ -14,11 +15,11 @@ func TestCheckPolicies(t *testing.T) {
 	e := newEnv(t, nil, nil) // no Config.Tenant
 	tenantScoped := policy()
 	tenantScoped.ScopeTenant = true
-	if err := e.store.CheckPolicies(policy(), tenantScoped); err == nil ||
+	if err := idemhttp.Check(e.store, policy(), tenantScoped); err == nil ||
 		!strings.Contains(err.Error(), "POST /v1/payments (createPayment): the scope includes the tenant, but Config.Tenant is nil") {
 		t.Fatalf("tenant scope without Config.Tenant: %v", err)
 	}
-	if err := e.store.CheckPolicies(policy()); err != nil {
+	if err := idemhttp.Check(e.store, policy()); err != nil {
 		t.Fatalf("a valid policy: %v", err)
 	}
 
@@ -27,7 +28,7 @@ func TestCheckPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := withTenant.CheckPolicies(tenantScoped); err != nil {
+	if err := idemhttp.Check(withTenant, tenantScoped); err != nil {
 		t.Fatalf("tenant scope with Config.Tenant: %v", err)
 	}
 
@@ -37,7 +38,7 @@ func TestCheckPolicies(t *testing.T) {
 	wrong.TTL = -time.Second
 	wrong.MismatchStatus = 500
 	wrong.Key.MaxLength = -1
-	err = withTenant.CheckPolicies(wrong, nil)
+	err = idemhttp.Check(withTenant, wrong, nil)
 	want := []string{
 		"Storage 7 is not", "Claim 9 is not", "TTL is negative (-1s)", "MismatchStatus 500 is not allowed",
 		"Key.MaxLength is negative", "policy 1 is nil",
@@ -51,7 +52,7 @@ func TestCheckPolicies(t *testing.T) {
 		t.Errorf("CheckPolicies reported %d problems, want %d (all at once):\n%v", n, len(want), err)
 	}
 	var nilStore *idem.Store
-	if err := nilStore.CheckPolicies(policy()); err == nil || !strings.Contains(err.Error(), "Store is nil") {
+	if err := idemhttp.Check(nilStore, policy()); err == nil || !strings.Contains(err.Error(), "Store is nil") {
 		t.Errorf("nil store: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package idem
+package idemhttp
 
 import (
 	"encoding/json"
@@ -81,3 +81,8 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 
 // Error makes a Problem usable as an error, e.g. by adapters that return it.
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
+
+// retryAfter rounds d up to whole seconds, at least one: what a Retry-After header can say.
+func retryAfter(d time.Duration) time.Duration {
+	return max((d+time.Second-1)/time.Second, 1) * time.Second
+}

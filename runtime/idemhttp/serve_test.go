@@ -1,4 +1,4 @@
-package idem_test
+package idemhttp_test
 
 import (
 	"bytes"
@@ -17,16 +17,17 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
 // concurrent fires n identical requests at the same instant (a shared barrier) and returns what
 // each got.
-func concurrent(t *testing.T, n int, do func() (*idem.Result, error)) []*idem.Result {
+func concurrent(t *testing.T, n int, do func() (*idemhttp.Result, error)) []*idemhttp.Result {
 	t.Helper()
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
-	results := make([]*idem.Result, n)
+	results := make([]*idemhttp.Result, n)
 	errs := make([]error, n)
 	for i := range n {
 		ready.Add(1)
@@ -51,14 +52,14 @@ func concurrent(t *testing.T, n int, do func() (*idem.Result, error)) []*idem.Re
 
 func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []idem.ClaimMode{idem.ClaimModeLease, idem.ClaimModeTransaction} {
-		t.Run(map[idem.ClaimMode]string{idem.ClaimModeLease: "lease", idem.ClaimModeTransaction: "transaction"}[mode], func(t *testing.T) {
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		t.Run(map[idem.ClaimMode]string{idem.ClaimLease: "lease", idem.ClaimTransaction: "transaction"}[mode], func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 70})
 			e.warm(66)
 			p := policy()
 			p.Claim = mode
-			if mode == idem.ClaimModeTransaction {
+			if mode == idem.ClaimTransaction {
 				p.Wait = 10 * time.Second // duplicates wait for the first, then replay
 			}
 			var mu sync.Mutex
@@ -70,14 +71,14 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 				time.Sleep(200 * time.Millisecond) // keep the first in flight while the others arrive
 				return insertPayment(100)(ctx, tx)
 			}
-			res := concurrent(t, 64, func() (*idem.Result, error) {
-				return e.store.Serve(context.Background(), p, request("pay-64", "fp"), fn)
+			res := concurrent(t, 64, func() (*idemhttp.Result, error) {
+				return idemhttp.Serve(context.Background(), e.store, p, request("pay-64", "fp"), fn)
 			})
 			byKind := map[string]int{}
-			var executed *idem.Result
+			var executed *idemhttp.Result
 			for _, r := range res {
 				byKind[kindName(r)]++
-				if r.Kind == idem.ResultExecuted {
+				if r.Kind == idemhttp.ResultExecuted {
 					executed = r
 				}
 			}
@@ -88,16 +89,16 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 			if byKind["replayed"]+byKind["problem in-progress"] != 63 {
 				t.Fatalf("results %v; every other caller must get a replay or in-progress", byKind)
 			}
-			if mode == idem.ClaimModeTransaction && byKind["replayed"] != 63 {
+			if mode == idem.ClaimTransaction && byKind["replayed"] != 63 {
 				t.Fatalf("results %v; in transaction mode every duplicate waits and replays", byKind)
 			}
 			for _, r := range res {
-				if r.Kind == idem.ResultReplayed && !bytes.Equal(r.Outcome.Body, executed.Outcome.Body) {
+				if r.Kind == idemhttp.ResultReplayed && !bytes.Equal(r.Outcome.Body, executed.Outcome.Body) {
 					t.Fatalf("replayed %q; want the first answer %q", r.Outcome.Body, executed.Outcome.Body)
 				}
 			}
-			after, err := e.store.Serve(context.Background(), p, request("pay-64", "fp"), fn)
-			if err != nil || after.Kind != idem.ResultReplayed || calls != 1 {
+			after, err := idemhttp.Serve(context.Background(), e.store, p, request("pay-64", "fp"), fn)
+			if err != nil || after.Kind != idemhttp.ResultReplayed || calls != 1 {
 				t.Fatalf("request after all finished = %v, %v (calls %d); want a replay", after, err, calls)
 			}
 		})
@@ -109,9 +110,9 @@ func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	p := policy()
 	entered, finish := make(chan struct{}), make(chan struct{})
-	first := make(chan *idem.Result, 1)
+	first := make(chan *idemhttp.Result, 1)
 	go func() {
-		r, err := e.store.Serve(context.Background(), p, request("k", "fp-A"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, err := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-A"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
 			<-finish
 			return insertPayment(1)(ctx, tx)
@@ -123,17 +124,17 @@ func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
 	}()
 	<-entered
 
-	r, err := e.store.Serve(context.Background(), p, request("k", "fp-B"), insertPayment(2))
-	if err != nil || r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeKeyReused || r.Problem.Status != 422 {
+	r, err := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-B"), insertPayment(2))
+	if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeKeyReused || r.Problem.Status != 422 {
 		t.Fatalf("different request while the first is in flight = %+v, %v; want 422 key-reused", r, err)
 	}
 	p409 := policy()
 	p409.MismatchStatus = 409
-	if r, _ := e.store.Serve(context.Background(), p409, request("k", "fp-B"), insertPayment(2)); r.Problem == nil || r.Problem.Status != 409 || r.Problem.Code != idem.CodeKeyReused {
+	if r, _ := idemhttp.Serve(context.Background(), e.store, p409, request("k", "fp-B"), insertPayment(2)); r.Problem == nil || r.Problem.Status != 409 || r.Problem.Code != idemhttp.CodeKeyReused {
 		t.Fatalf("mismatchStatus 409 gave %+v", r)
 	}
-	r, err = e.store.Serve(context.Background(), p, request("k", "fp-A"), insertPayment(1))
-	if err != nil || r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeInProgress {
+	r, err = idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-A"), insertPayment(1))
+	if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeInProgress {
 		t.Fatalf("same request while in flight = %+v, %v; want in-progress", r, err)
 	}
 	w := written(t, r)
@@ -144,11 +145,11 @@ func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
 		t.Fatalf("Retry-After = %q; want the seconds left on a 5s lease", w.Header().Get("Retry-After"))
 	}
 	close(finish)
-	if r := <-first; r == nil || r.Kind != idem.ResultExecuted {
+	if r := <-first; r == nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("first request = %+v", r)
 	}
-	r, _ = e.store.Serve(context.Background(), p, request("k", "fp-B"), insertPayment(2))
-	if r.Kind != idem.ResultProblem || r.Problem.Code != idem.CodeKeyReused {
+	r, _ = idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-B"), insertPayment(2))
+	if r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeKeyReused {
 		t.Fatalf("different request after completion = %s; want key-reused", kindName(r))
 	}
 	if n := e.payments(); n != 1 {
@@ -178,12 +179,12 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	}
 
 	// A Go error: rolled back, released, returned as it is.
-	_, err := e.store.Serve(ctx, policy(), request("k1", "fp"), failing(boom, nil))
+	_, err := idemhttp.Serve(ctx, e.store, policy(), request("k1", "fp"), failing(boom, nil))
 	if !errors.Is(err, boom) {
 		t.Fatalf("Serve returned %v; want the handler's error", err)
 	}
 	check("after a handler error", 0, 0)
-	if r, err := e.store.Serve(ctx, policy(), request("k1", "fp"), insertPayment(1)); err != nil || r.Kind != idem.ResultExecuted {
+	if r, err := idemhttp.Serve(ctx, e.store, policy(), request("k1", "fp"), insertPayment(1)); err != nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("retry after an error = %+v, %v; want executed", r, err)
 	}
 	check("after the retry", 1, 1)
@@ -194,8 +195,8 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 		p.Persist = idem.Statuses("2xx", "4xx") // never 408/425/429, even inside a listed class
 		key := "k-status-" + strconv.Itoa(status)
 		for range 2 {
-			r, err := e.store.Serve(ctx, p, request(key, "fp"), failing(nil, &idem.Outcome{Status: status, Body: []byte("try later")}))
-			if err != nil || r.Kind != idem.ResultExecuted || r.Persisted || r.Outcome.Status != status {
+			r, err := idemhttp.Serve(ctx, e.store, p, request(key, "fp"), failing(nil, &idem.Outcome{Status: status, Body: []byte("try later")}))
+			if err != nil || r.Kind != idemhttp.ResultExecuted || r.Persisted || r.Outcome.Status != status {
 				t.Fatalf("status %d = %+v, %v; want executed, not persisted (every time)", status, r, err)
 			}
 		}
@@ -204,19 +205,19 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	// A listed 4xx is stored and replayed.
 	p := policy()
 	p.Persist = idem.Statuses("2xx", "409")
-	r, _ := e.store.Serve(ctx, p, request("k409", "fp"), failing(nil, &idem.Outcome{Status: 409, Body: []byte("conflict")}))
+	r, _ := idemhttp.Serve(ctx, e.store, p, request("k409", "fp"), failing(nil, &idem.Outcome{Status: 409, Body: []byte("conflict")}))
 	if !r.Persisted {
 		t.Fatal("a listed 409 was not persisted")
 	}
-	r, _ = e.store.Serve(ctx, p, request("k409", "fp"), insertPayment(1))
-	if r.Kind != idem.ResultReplayed || r.Outcome.Status != 409 {
+	r, _ = idemhttp.Serve(ctx, e.store, p, request("k409", "fp"), insertPayment(1))
+	if r.Kind != idemhttp.ResultReplayed || r.Outcome.Status != 409 {
 		t.Fatalf("replay of a stored 409 = %+v", r)
 	}
 	check("after a stored 409", 2, 2)
 
 	// A body over MaxStoredBody: an error, nothing kept.
 	big := &idem.Outcome{Status: 200, Body: bytes.Repeat([]byte("x"), 65)}
-	if _, err := e.store.Serve(ctx, policy(), request("k-big", "fp"), failing(nil, big)); !errors.Is(err, idem.ErrBodyTooLarge) {
+	if _, err := idemhttp.Serve(ctx, e.store, policy(), request("k-big", "fp"), failing(nil, big)); !errors.Is(err, idemhttp.ErrBodyTooLarge) {
 		t.Fatalf("oversized body gave %v; want ErrBodyTooLarge", err)
 	}
 	check("after an oversized body", 2, 2)
@@ -228,7 +229,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 				t.Fatal("the handler's panic was swallowed")
 			}
 		}()
-		_, _ = e.store.Serve(ctx, policy(), request("k-panic", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, _ = idemhttp.Serve(ctx, e.store, policy(), request("k-panic", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			_, _ = insertPayment(1)(ctx, tx)
 			panic("handler bug")
 		})
@@ -237,7 +238,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 
 	// A cancelled context: rolled back and released.
 	cctx, cancel := context.WithCancel(ctx)
-	_, err = e.store.Serve(cctx, policy(), request("k-cancel", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	_, err = idemhttp.Serve(cctx, e.store, policy(), request("k-cancel", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := insertPayment(1)(ctx, tx)
 		cancel()
 		return out, err
@@ -264,37 +265,37 @@ func TestTenantsNeverShareKeys(t *testing.T) {
 		return context.WithValue(context.Background(), tenantKey{}, tenant)
 	}
 
-	a, err := e.store.Serve(in("acme"), p, request("same-key", "fp"), insertPayment(10))
-	if err != nil || a.Kind != idem.ResultExecuted {
+	a, err := idemhttp.Serve(in("acme"), e.store, p, request("same-key", "fp"), insertPayment(10))
+	if err != nil || a.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("tenant acme = %+v, %v", a, err)
 	}
-	b, err := e.store.Serve(in("globex"), p, request("same-key", "fp"), insertPayment(20))
-	if err != nil || b.Kind != idem.ResultExecuted {
+	b, err := idemhttp.Serve(in("globex"), e.store, p, request("same-key", "fp"), insertPayment(20))
+	if err != nil || b.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("tenant globex with acme's key = %+v, %v; want executed", b, err)
 	}
-	for tenant, want := range map[string]*idem.Result{"acme": a, "globex": b} {
-		r, err := e.store.Serve(in(tenant), p, request("same-key", "fp"), insertPayment(99))
-		if err != nil || r.Kind != idem.ResultReplayed || !bytes.Equal(r.Outcome.Body, want.Outcome.Body) {
+	for tenant, want := range map[string]*idemhttp.Result{"acme": a, "globex": b} {
+		r, err := idemhttp.Serve(in(tenant), e.store, p, request("same-key", "fp"), insertPayment(99))
+		if err != nil || r.Kind != idemhttp.ResultReplayed || !bytes.Equal(r.Outcome.Body, want.Outcome.Body) {
 			t.Fatalf("replay in %s = %+v, %v; want its own %q", tenant, r, err, want.Outcome.Body)
 		}
 	}
 	if n := e.payments(); n != 2 {
 		t.Fatalf("%d payments; want 2", n)
 	}
-	if _, err := e.store.Serve(context.Background(), p, request("same-key", "fp"), insertPayment(1)); err == nil || err.Error() != "unauthenticated" {
+	if _, err := idemhttp.Serve(context.Background(), e.store, p, request("same-key", "fp"), insertPayment(1)); err == nil || err.Error() != "unauthenticated" {
 		t.Fatalf("tenant error gave %v; want it returned", err)
 	}
-	if _, err := e.store.Serve(in("\x00"), p, request("same-key", "fp"), insertPayment(1)); err != nil {
+	if _, err := idemhttp.Serve(in("\x00"), e.store, p, request("same-key", "fp"), insertPayment(1)); err != nil {
 		t.Fatalf("a tenant made of a NUL byte is still a tenant: %v", err)
 	}
 	emptyTenant, _ := idem.NewStore(e.sch.Pool, &idem.Config{Schema: e.sch.Name, Table: e.sch.Table,
 		Tenant: func(context.Context) (string, error) { return "", nil }})
-	if _, err := emptyTenant.Serve(in("acme"), p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "empty tenant") {
+	if _, err := idemhttp.Serve(in("acme"), emptyTenant, p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "empty tenant") {
 		t.Fatalf("an empty tenant gave %v; want an error", err)
 	}
 	// A policy that scopes by tenant on a store without a Tenant function is a wiring bug.
 	noTenant, _ := idem.NewStore(e.sch.Pool, e.sch.Config())
-	if _, err := noTenant.Serve(in("acme"), p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Config.Tenant") {
+	if _, err := idemhttp.Serve(in("acme"), noTenant, p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Config.Tenant") {
 		t.Fatalf("missing Config.Tenant gave %v", err)
 	}
 }
@@ -306,7 +307,7 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 	p.ReplayHeaders = []string{"X-Payment-Status", "Set-Cookie"} // Set-Cookie is never replayed
 	body := []byte("{\"id\":1}\x00\xff raw bytes\n")
 	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		w := idem.NewRecorder()
+		w := idemhttp.NewRecorder()
 		h := w.Header()
 		h.Set("Content-Type", "application/json; charset=utf-8")
 		h.Set("Location", "/v1/payments/1")
@@ -319,16 +320,16 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 		w.Write(body)
 		return w.Outcome(), nil
 	}
-	r, err := e.store.Serve(context.Background(), p, request("k", "fp"), fn)
+	r, err := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp"), fn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := written(t, r)
-	if w.Code != 201 || w.Header().Get("Set-Cookie") == "" || w.Header().Get("X-Request-Id") == "" || w.Header().Get(idem.HeaderReplayed) != "" {
-		t.Fatalf("fresh answer: %d %v; want the handler's own headers and no %s", w.Code, w.Header(), idem.HeaderReplayed)
+	if w.Code != 201 || w.Header().Get("Set-Cookie") == "" || w.Header().Get("X-Request-Id") == "" || w.Header().Get(idemhttp.HeaderReplayed) != "" {
+		t.Fatalf("fresh answer: %d %v; want the handler's own headers and no %s", w.Code, w.Header(), idemhttp.HeaderReplayed)
 	}
-	r, err = e.store.Serve(context.Background(), p, request("k", "fp"), fn)
-	if err != nil || r.Kind != idem.ResultReplayed {
+	r, err = idemhttp.Serve(context.Background(), e.store, p, request("k", "fp"), fn)
+	if err != nil || r.Kind != idemhttp.ResultReplayed {
 		t.Fatalf("second request = %+v, %v", r, err)
 	}
 	w = written(t, r)
@@ -336,12 +337,12 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 		t.Fatalf("replay = %d %q; want 201 %q byte for byte", w.Code, w.Body.Bytes(), body)
 	}
 	want := http.Header{
-		"Content-Type":      {"application/json; charset=utf-8"},
-		"Location":          {"/v1/payments/1"},
-		"Etag":              {`"v1"`},
-		"X-Payment-Status":  {"captured"},
-		idem.HeaderReplayed: {"true"},
-		"Cache-Control":     {"no-store"},
+		"Content-Type":          {"application/json; charset=utf-8"},
+		"Location":              {"/v1/payments/1"},
+		"Etag":                  {`"v1"`},
+		"X-Payment-Status":      {"captured"},
+		idemhttp.HeaderReplayed: {"true"},
+		"Cache-Control":         {"no-store"},
 	}
 	for k := range w.Header() {
 		if _, ok := want[k]; !ok {
@@ -360,7 +361,7 @@ func TestReferenceAndMarkerStorage(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
 	ref := policy()
-	ref.Storage = idem.StorageReference
+	ref.Storage = idemhttp.StorageReference
 	withRef := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := insertPayment(1)(ctx, tx)
 		if err == nil {
@@ -368,24 +369,24 @@ func TestReferenceAndMarkerStorage(t *testing.T) {
 		}
 		return out, err
 	}
-	if r, err := e.store.Serve(ctx, ref, request("r", "fp"), withRef); err != nil || r.Kind != idem.ResultExecuted {
+	if r, err := idemhttp.Serve(ctx, e.store, ref, request("r", "fp"), withRef); err != nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("reference execute = %+v, %v", r, err)
 	}
-	r, err := e.store.Serve(ctx, ref, request("r", "fp"), withRef)
-	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "pay_1" || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 {
+	r, err := idemhttp.Serve(ctx, e.store, ref, request("r", "fp"), withRef)
+	if err != nil || r.Kind != idemhttp.ResultReplayed || r.Outcome.Reference != "pay_1" || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 {
 		t.Fatalf("reference replay = %+v, %v; want status and reference only", r.Outcome, err)
 	}
-	if _, err := e.store.Serve(ctx, ref, request("r2", "fp"), insertPayment(1)); !errors.Is(err, idem.ErrNoReference) {
+	if _, err := idemhttp.Serve(ctx, e.store, ref, request("r2", "fp"), insertPayment(1)); !errors.Is(err, idemhttp.ErrNoReference) {
 		t.Fatalf("reference storage, 2xx without a reference gave %v; want ErrNoReference", err)
 	}
 	if e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = 'r2'") != 0 {
 		t.Fatal("a 2xx without a reference left its key behind; want it released")
 	}
 	marker := policy()
-	marker.Storage = idem.StorageMarker
-	e.store.Serve(ctx, marker, request("m", "fp"), insertPayment(1))
-	r, _ = e.store.Serve(ctx, marker, request("m", "fp"), insertPayment(1))
-	if r.Kind != idem.ResultReplayed || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 || len(r.Outcome.Header) != 0 {
+	marker.Storage = idemhttp.StorageMarker
+	idemhttp.Serve(ctx, e.store, marker, request("m", "fp"), insertPayment(1))
+	r, _ = idemhttp.Serve(ctx, e.store, marker, request("m", "fp"), insertPayment(1))
+	if r.Kind != idemhttp.ResultReplayed || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 || len(r.Outcome.Header) != 0 {
 		t.Fatalf("marker replay = %+v; want the status only", r.Outcome)
 	}
 	if n := e.payments(); n != 2 {
@@ -400,28 +401,28 @@ func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
 	e := newEnv(t, &idem.Config{Logger: newDebugLogger(io.Discard)}, nil)
 	ctx := context.Background()
 	ref := policy()
-	ref.Storage = idem.StorageReference
+	ref.Storage = idemhttp.StorageReference
 	calls := 0
 	notFound := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		calls++
-		rec := idem.NewRecorder()
+		rec := idemhttp.NewRecorder()
 		rec.Header().Set("Content-Type", "application/problem+json")
 		rec.Header().Set("Set-Cookie", "s=1")
 		rec.WriteHeader(http.StatusNotFound)
 		rec.Write([]byte(`{"title":"no such payment"}`))
 		return rec.Outcome(), nil
 	}
-	first, err := e.store.Serve(ctx, ref, request("nf", "fp"), notFound)
-	if err != nil || first.Kind != idem.ResultExecuted || !first.Persisted {
+	first, err := idemhttp.Serve(ctx, e.store, ref, request("nf", "fp"), notFound)
+	if err != nil || first.Kind != idemhttp.ResultExecuted || !first.Persisted {
 		t.Fatalf("404 without a reference = %+v, %v; want executed and persisted", first, err)
 	}
-	r, err := e.store.Serve(ctx, ref, request("nf", "fp"), notFound)
-	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
+	r, err := idemhttp.Serve(ctx, e.store, ref, request("nf", "fp"), notFound)
+	if err != nil || r.Kind != idemhttp.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
 		t.Fatalf("retry = %+v, %v (handler ran %d times); want a replay without a reference", r, err, calls)
 	}
 	w := written(t, r)
 	if w.Code != 404 || w.Body.String() != `{"title":"no such payment"}` || w.Header().Get("Content-Type") != "application/problem+json" ||
-		w.Header().Get("Set-Cookie") != "" || w.Header().Get(idem.HeaderReplayed) != "true" {
+		w.Header().Get("Set-Cookie") != "" || w.Header().Get(idemhttp.HeaderReplayed) != "true" {
 		t.Fatalf("replayed 404 = %d %v %q; want the stored answer, allow-listed headers, marked replayed", w.Code, w.Header(), w.Body)
 	}
 
@@ -429,7 +430,7 @@ func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
 	// the resource on a replay would turn the stored refusal into today's state of the resource.
 	conflict := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		calls++
-		rec := idem.NewRecorder()
+		rec := idemhttp.NewRecorder()
 		rec.Header().Set("Content-Type", "application/problem+json")
 		rec.WriteHeader(http.StatusConflict)
 		rec.Write([]byte(`{"title":"already captured"}`))
@@ -438,11 +439,11 @@ func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
 		return out, nil
 	}
 	calls = 0
-	if _, err := e.store.Serve(ctx, ref, request("conflict", "fp"), conflict); err != nil {
+	if _, err := idemhttp.Serve(ctx, e.store, ref, request("conflict", "fp"), conflict); err != nil {
 		t.Fatal(err)
 	}
-	r, err = e.store.Serve(ctx, ref, request("conflict", "fp"), conflict)
-	if err != nil || r.Kind != idem.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
+	r, err = idemhttp.Serve(ctx, e.store, ref, request("conflict", "fp"), conflict)
+	if err != nil || r.Kind != idemhttp.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
 		t.Fatalf("retry of a 409 with a reference = %+v, %v (handler ran %d times); want a whole replay without a reference", r, err, calls)
 	}
 	if w := written(t, r); w.Code != 409 || w.Body.String() != `{"title":"already captured"}` {
@@ -459,24 +460,24 @@ func TestKeyProblemsAndOptionalKeys(t *testing.T) {
 		ran = true
 		return insertPayment(1)(ctx, tx)
 	}
-	r, err := e.store.Serve(ctx, policy(), &idem.Request{Fingerprint: "fp"}, fn)
-	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeKeyMissing || ran {
+	r, err := idemhttp.Serve(ctx, e.store, policy(), &idemhttp.Request{Fingerprint: "fp"}, fn)
+	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeKeyMissing || ran {
 		t.Fatalf("missing required key = %+v, %v (ran %v); want key-missing without running", r, err, ran)
 	}
-	r, _ = e.store.Serve(ctx, policy(), &idem.Request{KeyValues: []string{"a", "b"}}, fn)
-	if r.Problem == nil || r.Problem.Code != idem.CodeKeyInvalid || ran {
+	r, _ = idemhttp.Serve(ctx, e.store, policy(), &idemhttp.Request{KeyValues: []string{"a", "b"}}, fn)
+	if r.Problem == nil || r.Problem.Code != idemhttp.CodeKeyInvalid || ran {
 		t.Fatalf("two key headers = %+v; want key-invalid", r)
 	}
 	optional := policy()
 	optional.Key.Required = false
-	r, err = e.store.Serve(ctx, optional, &idem.Request{Fingerprint: "fp"}, fn)
-	if err != nil || r.Kind != idem.ResultExecuted || !ran || e.payments() != 1 || e.keys() != 0 {
+	r, err = idemhttp.Serve(ctx, e.store, optional, &idemhttp.Request{Fingerprint: "fp"}, fn)
+	if err != nil || r.Kind != idemhttp.ResultExecuted || !ran || e.payments() != 1 || e.keys() != 0 {
 		t.Fatalf("optional key absent = %+v, %v; want executed without a key row", r, err)
 	}
 	// The quoted form is the same key.
-	e.store.Serve(ctx, policy(), request("abc", "fp"), insertPayment(1))
-	r, _ = e.store.Serve(ctx, policy(), request(`"abc"`, "fp"), insertPayment(1))
-	if r.Kind != idem.ResultReplayed {
+	idemhttp.Serve(ctx, e.store, policy(), request("abc", "fp"), insertPayment(1))
+	r, _ = idemhttp.Serve(ctx, e.store, policy(), request(`"abc"`, "fp"), insertPayment(1))
+	if r.Kind != idemhttp.ResultReplayed {
 		t.Fatalf(`"abc" after abc = %s; want a replay`, kindName(r))
 	}
 }
@@ -506,13 +507,13 @@ func TestLeaseModeWaitReplaysInsteadOf409(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			e.store.Serve(context.Background(), p, request(key, "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			idemhttp.Serve(context.Background(), e.store, p, request(key, "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 				close(started)
 				return slow(tc.run)(ctx, tx)
 			})
 		}()
 		<-started
-		r, err := e.store.Serve(context.Background(), p, request(key, "fp"), slow(0))
+		r, err := idemhttp.Serve(context.Background(), e.store, p, request(key, "fp"), slow(0))
 		if err != nil || kindName(r) != tc.want {
 			t.Errorf("%s: duplicate got %s, %v; want %s", tc.name, kindName(r), err, tc.want)
 		}
@@ -524,12 +525,12 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	p := policy()
-	p.Claim = idem.ClaimModeTransaction
+	p.Claim = idem.ClaimTransaction
 	p.Wait = 200 * time.Millisecond
 	started, finish := make(chan struct{}), make(chan struct{})
-	done := make(chan *idem.Result)
+	done := make(chan *idemhttp.Result)
 	go func() {
-		r, _ := e.store.Serve(context.Background(), p, request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, _ := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
 			<-finish
 			return insertPayment(1)(ctx, tx)
@@ -551,8 +552,8 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 			defer mu.Unlock()
 			events = append(events, ev.Kind)
 		}})
-	r, err := observed.Serve(ctx, p, request("k", "fp"), insertPayment(2))
-	if err != nil || r.Problem == nil || r.Problem.Code != idem.CodeInProgress {
+	r, err := idemhttp.Serve(ctx, observed, p, request("k", "fp"), insertPayment(2))
+	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeInProgress {
 		t.Fatalf("duplicate after the wait = %+v, %v; want in-progress", r, err)
 	}
 	mu.Lock()
@@ -561,18 +562,15 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 	}
 	mu.Unlock()
 	close(finish)
-	if first := <-done; first == nil || first.Kind != idem.ResultExecuted {
+	if first := <-done; first == nil || first.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("first = %+v", first)
 	}
 	// The wait bound is the claim's only: the business statements afterwards run without it.
 	var lt string
-	tx, _ := e.sch.Pool.Begin(context.Background())
-	defer tx.Rollback(context.Background())
-	if _, err := e.store.ClaimTx(context.Background(), tx, &idem.ClaimParams{Scope: "s", Key: "fresh", Fingerprint: "f"}, &idem.ClaimTxOpts{Wait: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(context.Background(), "SHOW lock_timeout").Scan(&lt); err != nil || lt != "0" {
-		t.Fatalf("lock_timeout after ClaimTx = %q, %v; want the session's 0", lt, err)
+	if _, err := idemhttp.Serve(context.Background(), e.store, p, request("fresh", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		return &idem.Outcome{Status: 204}, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&lt)
+	}); err != nil || lt != "0" {
+		t.Fatalf("lock_timeout in the handler after a transaction-mode claim = %q, %v; want the session's 0", lt, err)
 	}
 	if n := e.payments(); n != 1 {
 		t.Fatalf("%d payments; want 1", n)
@@ -617,13 +615,13 @@ func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := policy()
-	p.Claim = idem.ClaimModeTransaction
+	p.Claim = idem.ClaimTransaction
 	p.Wait = 30 * time.Second
 
 	started, finish := make(chan struct{}), make(chan struct{})
-	first := make(chan *idem.Result, 1)
+	first := make(chan *idemhttp.Result, 1)
 	go func() {
-		r, err := s.Serve(context.Background(), p, request("slow", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, err := idemhttp.Serve(context.Background(), s, p, request("slow", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
 			<-finish
 			return insertPayment(1)(ctx, tx)
@@ -634,10 +632,10 @@ func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 		first <- r
 	}()
 	<-started
-	dups := make(chan *idem.Result, 4)
+	dups := make(chan *idemhttp.Result, 4)
 	for range 4 {
 		go func() {
-			r, err := s.Serve(context.Background(), p, request("slow", "fp"), insertPayment(2))
+			r, err := idemhttp.Serve(context.Background(), s, p, request("slow", "fp"), insertPayment(2))
 			if err != nil {
 				t.Errorf("duplicate: %v", err)
 			}
@@ -646,17 +644,17 @@ func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 	}
 	<-claims.reached // three duplicates have sent their claims; the fourth may be waiting too
 
-	r, err := s.Serve(context.Background(), p, request("other", "fp"), insertPayment(3))
-	if err != nil || r.Kind != idem.ResultExecuted {
+	r, err := idemhttp.Serve(context.Background(), s, p, request("other", "fp"), insertPayment(3))
+	if err != nil || r.Kind != idemhttp.ResultExecuted {
 		close(finish)
 		t.Fatalf("a request for another key while four duplicates wait = %s, %v; want executed (the waiters hold connections?)", kindName(r), err)
 	}
 	close(finish)
-	if r := <-first; r == nil || r.Kind != idem.ResultExecuted {
+	if r := <-first; r == nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("first = %+v", r)
 	}
 	for range 4 {
-		if r := <-dups; r == nil || r.Kind != idem.ResultReplayed {
+		if r := <-dups; r == nil || r.Kind != idemhttp.ResultReplayed {
 			t.Errorf("duplicate = %+v; want a replay of the first", r)
 		}
 	}
@@ -687,10 +685,10 @@ func TestTenantColumnLeadsTheKey(t *testing.T) {
 
 	scoped := policy()
 	scoped.ScopeTenant = true
-	if _, err := e.store.Serve(ctx, scoped, request("k1", "fp"), insertPayment(1)); err != nil {
+	if _, err := idemhttp.Serve(ctx, e.store, scoped, request("k1", "fp"), insertPayment(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Serve(ctx, policy(), request("k2", "fp"), insertPayment(1)); err != nil {
+	if _, err := idemhttp.Serve(ctx, e.store, policy(), request("k2", "fp"), insertPayment(1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Do(ctx, &idem.DoParams{Tenant: "globex", Key: "k3"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
@@ -704,21 +702,6 @@ func TestTenantColumnLeadsTheKey(t *testing.T) {
 			t.Errorf("key %s stored with tenant %q, %v; want %q", key, tenant, err, want)
 		}
 	}
-
-	// Completion, release and renewal find the row by its tenant too: a claim naming another
-	// tenant owns nothing.
-	res, err := e.store.Claim(ctx, &idem.ClaimParams{Tenant: "acme", Scope: "s", Key: "k4", Fingerprint: "fp"})
-	if err != nil || res.Claim == nil || res.Claim.Tenant != "acme" {
-		t.Fatalf("claim = %+v, %v; want acquired for tenant acme", res, err)
-	}
-	other := *res.Claim
-	other.Tenant = "globex"
-	if err := e.store.Renew(ctx, &other, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Errorf("renew under another tenant = %v; want ErrLeaseLost", err)
-	}
-	if err := e.store.Release(ctx, res.Claim); err != nil || e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = 'k4'") != 0 {
-		t.Errorf("release = %v; want the row gone", err)
-	}
 }
 
 // TestReplaysAreNotCacheable: every replay, a stored problem or a stored success, carries
@@ -728,12 +711,12 @@ func TestReplaysAreNotCacheable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	problem := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		w := idem.NewRecorder()
-		(&idem.Problem{Type: "urn:example:problem:not-capturable", Title: "Not capturable", Status: 409, Code: "not-capturable"}).WriteTo(w)
+		w := idemhttp.NewRecorder()
+		(&idemhttp.Problem{Type: "urn:example:problem:not-capturable", Title: "Not capturable", Status: 409, Code: "not-capturable"}).WriteTo(w)
 		return w.Outcome(), nil
 	}
 	created := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		w := idem.NewRecorder()
+		w := idemhttp.NewRecorder()
 		w.Header().Set("Cache-Control", "max-age=3600")
 		w.WriteHeader(201)
 		return w.Outcome(), nil
@@ -743,11 +726,11 @@ func TestReplaysAreNotCacheable(t *testing.T) {
 		fn     idem.HandlerFunc
 		status int
 	}{{"problem", problem, 409}, {"created", created, 201}} {
-		if _, err := e.store.Serve(context.Background(), policy(), request(c.key, "fp"), c.fn); err != nil {
+		if _, err := idemhttp.Serve(context.Background(), e.store, policy(), request(c.key, "fp"), c.fn); err != nil {
 			t.Fatal(err)
 		}
-		r, err := e.store.Serve(context.Background(), policy(), request(c.key, "fp"), c.fn)
-		if err != nil || r.Kind != idem.ResultReplayed {
+		r, err := idemhttp.Serve(context.Background(), e.store, policy(), request(c.key, "fp"), c.fn)
+		if err != nil || r.Kind != idemhttp.ResultReplayed {
 			t.Fatalf("%s: retry = %+v, %v; want a replay", c.key, r, err)
 		}
 		if w := written(t, r); w.Code != c.status || w.Header().Get("Cache-Control") != "no-store" {
@@ -756,10 +739,10 @@ func TestReplaysAreNotCacheable(t *testing.T) {
 	}
 
 	w := httptest.NewRecorder()
-	rw := idem.ReplayWriter(w)
+	rw := idemhttp.ReplayWriter(w)
 	rw.Header().Set("Cache-Control", "max-age=60") // what a Replay<Op> response might set
 	rw.WriteHeader(200)
-	if w.Header().Get("Cache-Control") != "no-store" || w.Header().Get(idem.HeaderReplayed) != "true" {
-		t.Errorf("ReplayWriter headers %v; want Cache-Control: no-store and %s: true", w.Header(), idem.HeaderReplayed)
+	if w.Header().Get("Cache-Control") != "no-store" || w.Header().Get(idemhttp.HeaderReplayed) != "true" {
+		t.Errorf("ReplayWriter headers %v; want Cache-Control: no-store and %s: true", w.Header(), idemhttp.HeaderReplayed)
 	}
 }

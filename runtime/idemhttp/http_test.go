@@ -1,4 +1,4 @@
-package idem_test
+package idemhttp_test
 
 import (
 	"encoding/json"
@@ -10,11 +10,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 func TestProblemWriteTo(t *testing.T) {
 	t.Parallel()
-	_, p := idem.ParseKey(nil, idem.KeyRule{Header: "Idempotency-Key", Required: true})
+	_, p := idemhttp.ParseKey(nil, idemhttp.KeyRule{Header: "Idempotency-Key", Required: true})
 	p.RetryAfter = 1500 * time.Millisecond
 	w := httptest.NewRecorder()
 	if err := p.WriteTo(w); err != nil {
@@ -62,45 +63,45 @@ func TestScopeStringIsUnambiguous(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		tenant string
-		parts  []idem.ScopePart
+		parts  []idemhttp.ScopePart
 	}{
-		{"a", []idem.ScopePart{{"operation", "b"}}},
+		{"a", []idemhttp.ScopePart{{"operation", "b"}}},
 		{"a|9:operation=1:b", nil},
-		{"", []idem.ScopePart{{"operation", "a"}, {"header:X", "b"}}},
-		{"", []idem.ScopePart{{"operation", "a|6:header"}}},
-		{"", []idem.ScopePart{{"operation=", "a"}}},
+		{"", []idemhttp.ScopePart{{"operation", "a"}, {"header:X", "b"}}},
+		{"", []idemhttp.ScopePart{{"operation", "a|6:header"}}},
+		{"", []idemhttp.ScopePart{{"operation=", "a"}}},
 		{"", nil},
 		{"\x00", nil},
 		{"x2:00", nil},
 		{"00", nil},
-		{"\xff", []idem.ScopePart{{"path:id", "\xfe"}}},
+		{"\xff", []idemhttp.ScopePart{{"path:id", "\xfe"}}},
 	}
 	seen := map[string]int{}
 	for i, c := range cases {
-		s := idem.ScopeString(c.tenant, c.parts)
+		s := idemhttp.ScopeString(c.tenant, c.parts)
 		if j, dup := seen[s]; dup {
 			t.Errorf("cases %d and %d both render %q", j, i, s)
 		}
 		seen[s] = i
 	}
-	if got := idem.ScopeString("acme", []idem.ScopePart{{"operation", "createPayment"}}); got != "4:acme|9:operation=13:createPayment" {
+	if got := idemhttp.ScopeString("acme", []idemhttp.ScopePart{{"operation", "createPayment"}}); got != "4:acme|9:operation=13:createPayment" {
 		t.Errorf("ScopeString = %q", got)
 	}
 }
 
 func TestRecorderAndReplayWriter(t *testing.T) {
 	t.Parallel()
-	r := idem.NewRecorder()
+	r := idemhttp.NewRecorder()
 	r.Write([]byte("a"))
 	r.WriteHeader(500) // too late: net/http keeps the first status
 	r.Write([]byte("b"))
 	if o := r.Outcome(); o.Status != 200 || string(o.Body) != "ab" {
 		t.Fatalf("Outcome = %+v", o)
 	}
-	if o := idem.NewRecorder().Outcome(); o.Status != 200 || len(o.Body) != 0 {
+	if o := idemhttp.NewRecorder().Outcome(); o.Status != 200 || len(o.Body) != 0 {
 		t.Fatalf("empty Outcome = %+v", o)
 	}
-	late := idem.NewRecorder()
+	late := idemhttp.NewRecorder()
 	late.Header().Set("Content-Type", "text/plain")
 	late.WriteHeader(201)
 	late.Header().Set("X-Too-Late", "1") // net/http would not send it
@@ -110,12 +111,12 @@ func TestRecorderAndReplayWriter(t *testing.T) {
 	}
 
 	w := httptest.NewRecorder()
-	rw := idem.ReplayWriter(w)
-	rw.Header().Del(idem.HeaderReplayed) // a Visit method that resets headers still gets it
+	rw := idemhttp.ReplayWriter(w)
+	rw.Header().Del(idemhttp.HeaderReplayed) // a Visit method that resets headers still gets it
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(http.StatusCreated)
 	rw.Write([]byte("{}"))
-	if w.Code != 201 || w.Header().Get(idem.HeaderReplayed) != "true" || w.Body.String() != "{}" {
+	if w.Code != 201 || w.Header().Get(idemhttp.HeaderReplayed) != "true" || w.Body.String() != "{}" {
 		t.Fatalf("ReplayWriter answer %d %v %q", w.Code, w.Header(), w.Body)
 	}
 	if u, ok := rw.(interface{ Unwrap() http.ResponseWriter }); !ok || u.Unwrap() != w {
@@ -127,15 +128,15 @@ func FuzzScopeString(f *testing.F) {
 	f.Add("acme", "operation", "createPayment", "acme|9:operation", "=13", ":createPayment")
 	f.Add("\x00", "path:id", "\xff", "x2:00", "", "")
 	f.Fuzz(func(t *testing.T, t1, n1, v1, t2, n2, v2 string) {
-		a := idem.ScopeString(t1, []idem.ScopePart{{n1, v1}})
-		b := idem.ScopeString(t2, []idem.ScopePart{{n2, v2}})
+		a := idemhttp.ScopeString(t1, []idemhttp.ScopePart{{n1, v1}})
+		b := idemhttp.ScopeString(t2, []idemhttp.ScopePart{{n2, v2}})
 		if a == b && (t1 != t2 || n1 != n2 || v1 != v2) {
 			t.Fatalf("different scopes render alike: %q", a)
 		}
 		if !utf8.ValidString(a) || strings.IndexByte(a, 0) >= 0 {
 			t.Fatalf("scope %q cannot be stored as PostgreSQL text", a)
 		}
-		if c := idem.ScopeString(t1+n1, nil); c == a && n1+v1 != "" {
+		if c := idemhttp.ScopeString(t1+n1, nil); c == a && n1+v1 != "" {
 			t.Fatalf("a part and a longer tenant render alike: %q", a)
 		}
 	})

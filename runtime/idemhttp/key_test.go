@@ -1,21 +1,21 @@
-package idem_test
+package idemhttp_test
 
 import (
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 func TestParseKey(t *testing.T) {
 	t.Parallel()
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	req := idem.KeyRule{Header: "Idempotency-Key", Required: true}
+	req := idemhttp.KeyRule{Header: "Idempotency-Key", Required: true}
 	tests := []struct {
 		name   string
 		values []string
-		rule   idem.KeyRule
+		rule   idemhttp.KeyRule
 		want   string
 		code   string // "" means valid
 	}{
@@ -25,30 +25,30 @@ func TestParseKey(t *testing.T) {
 		{"quoted may hold a comma", []string{`"a,b"`}, req, "a,b", ""},
 		{"surrounding blanks are not part of the key", []string{" \tabc "}, req, "abc", ""},
 		{"inner space is printable", []string{"a b"}, req, "a b", ""},
-		{"missing and required", nil, req, "", idem.CodeKeyMissing},
-		{"missing and optional", nil, idem.KeyRule{Header: "Idempotency-Key"}, "", ""},
-		{"empty", []string{""}, req, "", idem.CodeKeyInvalid},
-		{"empty quoted", []string{`""`}, req, "", idem.CodeKeyInvalid},
-		{"two headers", []string{"a", "b"}, req, "", idem.CodeKeyInvalid},
-		{"two headers, same value", []string{"a", "a"}, req, "", idem.CodeKeyInvalid},
-		{"folded headers", []string{"a, b"}, req, "", idem.CodeKeyInvalid},
-		{"unterminated quote", []string{`"abc`}, req, "", idem.CodeKeyInvalid},
-		{"text after closing quote", []string{`"abc"x`}, req, "", idem.CodeKeyInvalid},
-		{"sf parameters are not a key", []string{`"abc";a=1`}, req, "", idem.CodeKeyInvalid},
-		{"bad escape", []string{`"a\nb"`}, req, "", idem.CodeKeyInvalid},
-		{"control character", []string{"a\x01b"}, req, "", idem.CodeKeyInvalid},
-		{"non-ASCII", []string{"clé"}, req, "", idem.CodeKeyInvalid},
-		{"non-ASCII quoted", []string{"\"clé\""}, req, "", idem.CodeKeyInvalid},
+		{"missing and required", nil, req, "", idemhttp.CodeKeyMissing},
+		{"missing and optional", nil, idemhttp.KeyRule{Header: "Idempotency-Key"}, "", ""},
+		{"empty", []string{""}, req, "", idemhttp.CodeKeyInvalid},
+		{"empty quoted", []string{`""`}, req, "", idemhttp.CodeKeyInvalid},
+		{"two headers", []string{"a", "b"}, req, "", idemhttp.CodeKeyInvalid},
+		{"two headers, same value", []string{"a", "a"}, req, "", idemhttp.CodeKeyInvalid},
+		{"folded headers", []string{"a, b"}, req, "", idemhttp.CodeKeyInvalid},
+		{"unterminated quote", []string{`"abc`}, req, "", idemhttp.CodeKeyInvalid},
+		{"text after closing quote", []string{`"abc"x`}, req, "", idemhttp.CodeKeyInvalid},
+		{"sf parameters are not a key", []string{`"abc";a=1`}, req, "", idemhttp.CodeKeyInvalid},
+		{"bad escape", []string{`"a\nb"`}, req, "", idemhttp.CodeKeyInvalid},
+		{"control character", []string{"a\x01b"}, req, "", idemhttp.CodeKeyInvalid},
+		{"non-ASCII", []string{"clé"}, req, "", idemhttp.CodeKeyInvalid},
+		{"non-ASCII quoted", []string{"\"clé\""}, req, "", idemhttp.CodeKeyInvalid},
 		{"255 is the default limit", []string{strings.Repeat("k", 255)}, req, strings.Repeat("k", 255), ""},
-		{"256 is too long", []string{strings.Repeat("k", 256)}, req, "", idem.CodeKeyInvalid},
+		{"256 is too long", []string{strings.Repeat("k", 256)}, req, "", idemhttp.CodeKeyInvalid},
 		{"quotes do not count towards the length", []string{`"` + strings.Repeat("k", 255) + `"`}, req, strings.Repeat("k", 255), ""},
-		{"custom limit", []string{"abcdef"}, idem.KeyRule{Required: true, MaxLength: 5}, "", idem.CodeKeyInvalid},
-		{"pattern ok", []string{"0b0e8b2a-7f5e-4c4e-9d1a-3f2b6c7d8e9f"}, idem.KeyRule{Required: true, Pattern: uuid}, "0b0e8b2a-7f5e-4c4e-9d1a-3f2b6c7d8e9f", ""},
-		{"pattern fails", []string{"not-a-uuid"}, idem.KeyRule{Required: true, Pattern: uuid}, "", idem.CodeKeyInvalid},
+		{"custom limit", []string{"abcdef"}, idemhttp.KeyRule{Required: true, MaxLength: 5}, "", idemhttp.CodeKeyInvalid},
+		{"pattern ok", []string{"0b0e8b2a-7f5e-4c4e-9d1a-3f2b6c7d8e9f"}, idemhttp.KeyRule{Required: true, Pattern: uuid}, "0b0e8b2a-7f5e-4c4e-9d1a-3f2b6c7d8e9f", ""},
+		{"pattern fails", []string{"not-a-uuid"}, idemhttp.KeyRule{Required: true, Pattern: uuid}, "", idemhttp.CodeKeyInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, p := idem.ParseKey(tt.values, tt.rule)
+			got, p := idemhttp.ParseKey(tt.values, tt.rule)
 			if tt.code == "" {
 				if p != nil || got != tt.want {
 					t.Fatalf("ParseKey(%q) = %q, %+v; want %q, no problem", tt.values, got, p, tt.want)
@@ -78,13 +78,13 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s, 0)
 	}
 	f.Fuzz(func(t *testing.T, v string, max int) {
-		rule := idem.KeyRule{Header: "Idempotency-Key", Required: true, MaxLength: max % 300}
-		key, p := idem.ParseKey([]string{v}, rule)
+		rule := idemhttp.KeyRule{Header: "Idempotency-Key", Required: true, MaxLength: max % 300}
+		key, p := idemhttp.ParseKey([]string{v}, rule)
 		if (p == nil) == (key == "") {
 			t.Fatalf("ParseKey(%q) = %q, %v: exactly one of key and problem must be set", v, key, p)
 		}
 		if p != nil {
-			if p.Status != 400 || p.Code != idem.CodeKeyInvalid {
+			if p.Status != 400 || p.Code != idemhttp.CodeKeyInvalid {
 				t.Fatalf("ParseKey(%q) problem = %+v; want 400 key-invalid", v, p)
 			}
 			return
@@ -102,11 +102,11 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 		// The quoted form of a valid key is the same key.
-		if q, p := idem.ParseKey([]string{quoteSF(key)}, rule); p != nil || q != key {
+		if q, p := idemhttp.ParseKey([]string{quoteSF(key)}, rule); p != nil || q != key {
 			t.Fatalf("quoted form %s of %q parses as %q, %+v", quoteSF(key), key, q, p)
 		}
 		// A key is never accepted twice in one request.
-		if _, p := idem.ParseKey([]string{v, v}, rule); p == nil {
+		if _, p := idemhttp.ParseKey([]string{v, v}, rule); p == nil {
 			t.Fatalf("two headers %q accepted", v)
 		}
 	})

@@ -1,8 +1,10 @@
-package idem
+package idemhttp
 
 import (
 	"bytes"
 	"net/http"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
 // Recorder is an http.ResponseWriter that captures a handler's response for storing.
@@ -39,9 +41,9 @@ func (r *Recorder) Write(b []byte) (int, error) {
 func (r *Recorder) Flush() {}
 
 // Outcome returns what was written (status 200 if WriteHeader was never called).
-func (r *Recorder) Outcome() *Outcome {
+func (r *Recorder) Outcome() *idem.Outcome {
 	if r.status == 0 {
-		return &Outcome{Status: http.StatusOK, Header: r.header.Clone(), Body: nil}
+		return &idem.Outcome{Status: http.StatusOK, Header: r.header.Clone(), Body: nil}
 	}
-	return &Outcome{Status: r.status, Header: r.sent.Clone(), Body: bytes.Clone(r.body.Bytes())}
+	return &idem.Outcome{Status: r.status, Header: r.sent.Clone(), Body: bytes.Clone(r.body.Bytes())}
 }

@@ -1,12 +1,14 @@
-package idem
+package idemhttp
 
 import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
-// CheckPolicies reports the misconfigurations that would otherwise surface only when a request
+// Check reports the misconfigurations that would otherwise surface only when a request
 // arrives: a policy that scopes keys by tenant on a Store without Config.Tenant, and policy
 // values Serve cannot honour (an unknown Storage or ClaimMode, negative durations, a
 // MismatchStatus other than 400, 409 or 422, a negative key length). Every problem is reported,
@@ -15,10 +17,11 @@ import (
 // Call it once at startup with every policy the Store will serve. Generated code does so in
 // NewIdempotentServer and panics on an error, as regexp.MustCompile does: a wrong policy or a
 // missing Config.Tenant is a programmer error that no request can fix.
-func (s *Store) CheckPolicies(ps ...*Policy) error {
+func Check(s *idem.Store, ps ...*Policy) error {
 	if s == nil {
-		return errors.New("idem: CheckPolicies: the Store is nil (pass the one idem.NewStore returned)")
+		return errors.New("idem: the Store is nil (pass the one idem.NewStore returned)")
 	}
+	cfg := s.Config()
 	var errs []error
 	for i, p := range ps {
 		if p == nil {
@@ -31,7 +34,7 @@ func (s *Store) CheckPolicies(ps ...*Policy) error {
 		if p.Operation == "" {
 			bad("Operation is empty (set it to the operationId: it separates the operation's keys and names it in logs)")
 		}
-		if p.ScopeTenant && s.cfg.Tenant == nil {
+		if p.ScopeTenant && cfg.Tenant == nil {
 			bad("the scope includes the tenant, but Config.Tenant is nil: set it to a function that returns the request's tenant, or drop tenant from the policy's scope")
 		}
 		switch p.Storage {
@@ -40,9 +43,9 @@ func (s *Store) CheckPolicies(ps ...*Policy) error {
 			bad("Storage %d is not StorageResponse, StorageReference or StorageMarker", int(p.Storage))
 		}
 		switch p.Claim {
-		case 0, ClaimModeLease, ClaimModeTransaction:
+		case 0, idem.ClaimLease, idem.ClaimTransaction:
 		default:
-			bad("Claim %d is not ClaimModeLease or ClaimModeTransaction", int(p.Claim))
+			bad("Claim %d is not idem.ClaimLease or idem.ClaimTransaction", int(p.Claim))
 		}
 		for _, d := range []struct {
 			name string

@@ -1,0 +1,46 @@
+package idem
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+	"text/template"
+)
+
+// The statements live in sql/*.sql, one file each, with the key table's name filled in once
+// per Store. Every statement on the request path takes the same leading parameters: $1 tenant
+// (the distribution column, first in every WHERE), $2 scope, $3 key, $4 owner token.
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// statements are the SQL texts for one key table.
+type statements struct {
+	claim, complete, release, renew, purge, purgeCount string
+}
+
+func newStatements(table string) (statements, error) {
+	var st statements
+	for _, s := range []struct {
+		file string
+		dst  *string
+	}{
+		{"claim", &st.claim}, {"complete", &st.complete}, {"release", &st.release},
+		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
+	} {
+		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
+		if err != nil {
+			return st, err
+		}
+		t, err := template.New(s.file).Option("missingkey=error").Parse(string(src))
+		if err != nil {
+			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
+		}
+		var b strings.Builder
+		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
+			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
+		}
+		*s.dst = b.String()
+	}
+	return st, nil
+}

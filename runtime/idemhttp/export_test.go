@@ -1,0 +1,4 @@
+package idemhttp
+
+// ScopeString exposes scopeString to the tests.
+var ScopeString = scopeString

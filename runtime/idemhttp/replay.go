@@ -1,0 +1,120 @@
+package idemhttp
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// HeaderReplayed marks an answer that repeats a stored outcome.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// defaultReplayHeaders are replayed for every operation; a policy's ReplayHeaders add to them.
+var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Last-Modified", "Link"}
+
+// neverReplayed are dropped even when a policy lists them: credentials, cookies and hop-by-hop
+// headers belong to one exchange, not to the outcome.
+var neverReplayed = map[string]bool{
+	"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
+	"Www-Authenticate": true, "Cookie": true, "Connection": true, "Keep-Alive": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+	HeaderReplayed: true,
+}
+
+func replayAllowed(name string, extra []string) bool {
+	name = http.CanonicalHeaderKey(name)
+	if neverReplayed[name] {
+		return false
+	}
+	for _, lists := range [][]string{defaultReplayHeaders, extra} {
+		for _, a := range lists {
+			if http.CanonicalHeaderKey(a) == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func replayHeaders(h http.Header, extra []string) http.Header {
+	out := http.Header{}
+	for k, vs := range h {
+		if replayAllowed(k, extra) {
+			out[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// WriteTo writes the result: the outcome (with Idempotent-Replayed: true on replays, only
+// allow-listed headers of a stored one) or the problem. A fresh execution, and a replay that
+// Handle answered anew through Op.Replay, are written as the handler produced them, with all
+// their headers.
+func (r *Result) WriteTo(w http.ResponseWriter) error {
+	switch r.Kind {
+	case ResultProblem:
+		return r.Problem.WriteTo(w)
+	case ResultReplayed, ResultExecuted:
+		if r.Outcome == nil {
+			return errors.New("idem: Result.WriteTo: no outcome to write")
+		}
+		h := w.Header()
+		for k, vs := range r.Outcome.Header {
+			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(k, r.allow) {
+				h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+			}
+		}
+		if r.Kind == ResultReplayed {
+			h.Set(HeaderReplayed, "true")
+			// A replay answers one client's retry of one key: no shared cache may keep it. The
+			// handler's own Cache-Control is not replayed, so this holds whatever it said.
+			h.Set("Cache-Control", "no-store")
+		}
+		status := r.Outcome.Status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		w.WriteHeader(status)
+		_, err := w.Write(r.Outcome.Body)
+		return err
+	}
+	return fmt.Errorf("idem: Result.WriteTo: unknown result kind %d", r.Kind)
+}
+
+// ReplayWriter wraps w so that the answer written through it carries Idempotent-Replayed: true
+// and Cache-Control: no-store, as every replay does.
+// Adapters use it for reference and marker replays, whose answer Replay<Op> recomputes: pass
+// ReplayWriter(w) to the response's Visit method. The header is set before the status line is
+// written, whatever the handler does to the header map first.
+func ReplayWriter(w http.ResponseWriter) http.ResponseWriter {
+	w.Header().Set(HeaderReplayed, "true")
+	w.Header().Set("Cache-Control", "no-store")
+	return &replayWriter{ResponseWriter: w}
+}
+
+type replayWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (rw *replayWriter) WriteHeader(status int) {
+	if !rw.wrote {
+		rw.wrote = true
+		rw.Header().Set(HeaderReplayed, "true")
+		rw.Header().Set("Cache-Control", "no-store")
+	}
+	rw.ResponseWriter.WriteHeader(status)
+}
+
+func (rw *replayWriter) Write(b []byte) (int, error) {
+	if !rw.wrote {
+		rw.WriteHeader(http.StatusOK)
+	}
+	return rw.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush, deadlines).
+func (rw *replayWriter) Unwrap() http.ResponseWriter { return rw.ResponseWriter }

@@ -1,0 +1,365 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+// Storage is what a policy stores of an answer: x-idempotency's storage field.
+type Storage int
+
+const (
+	StorageResponse  Storage = iota + 1 // status, allow-listed headers and body, replayed byte for byte
+	StorageReference                    // status and a resource reference; a replay reloads the resource
+	StorageMarker                       // status only; a replay recomputes the answer
+)
+
+// Policy is one operation's x-idempotency with every default applied, as generated code writes
+// it. A zero field means its default: response storage, lease claims, idem.DefaultTTL and
+// idem.DefaultLease, mismatch status 422, persist 2xx/3xx/4xx, key header Idempotency-Key.
+type Policy struct {
+	Operation      string // operationId as written in the spec
+	Route          string // "POST /v1/payments"
+	Storage        Storage
+	Claim          idem.ClaimMode
+	TTL            time.Duration
+	Lease          time.Duration
+	Wait           time.Duration
+	MismatchStatus int            // 422 by default; 409 or 400 allowed
+	Persist        idem.StatusSet // which statuses are stored
+	Key            KeyRule
+	// ScopeTenant puts the request's tenant (idem.Config.Tenant) in the key's scope.
+	ScopeTenant bool
+	// Scope names the scope's other parts in order: "operation" (the operation id),
+	// "header:<Name>" or "path:<param>", whose values Op.Scope gives in the same order.
+	Scope []string
+	// Fingerprint names the request parts fingerprinted besides the route and the body
+	// ("path:payment_id", "query:limit", "header:X-Account"), whose values Op.Parts gives in the
+	// same order. Exclude lists JSON pointers left out of the body's fingerprint.
+	Fingerprint []string
+	Exclude     []string
+	// ReplayHeaders are added to the default replay allow-list.
+	ReplayHeaders []string
+}
+
+func (p *Policy) persist() idem.StatusSet {
+	if p.Persist.IsEmpty() {
+		return defaultPersist
+	}
+	return p.Persist
+}
+
+var defaultPersist = idem.Statuses("2xx", "3xx", "4xx")
+
+func (p *Policy) mismatchStatus() int {
+	if p.MismatchStatus == 0 {
+		return http.StatusUnprocessableEntity
+	}
+	return p.MismatchStatus
+}
+
+// Request is one HTTP request as the runtime sees it.
+type Request struct {
+	// KeyValues are the raw values of the key header (nil when absent), or the path value.
+	KeyValues []string
+	// Scope are the scope's parts besides the tenant.
+	Scope []ScopePart
+	// Fingerprint is the canonical request digest (see idem.Fingerprinter).
+	Fingerprint string
+}
+
+// ResultKind says what Serve decided.
+type ResultKind int
+
+const (
+	ResultExecuted ResultKind = iota + 1 // the handler ran now; Outcome is its answer
+	ResultReplayed                       // a stored (or, for reference and marker storage, recomputed) outcome
+	ResultProblem                        // Problem says why the handler did not run
+)
+
+// Result is what Serve decided, ready to be written with WriteTo.
+type Result struct {
+	Kind    ResultKind
+	Outcome *idem.Outcome
+	Problem *Problem
+	// Persisted (ResultExecuted) says whether the outcome was committed for replay; false when
+	// its status is outside the policy's persist set or the request had no key.
+	Persisted bool
+
+	allow      []string // extra replay headers of the policy
+	recomputed bool     // a replay answered anew by Replay<Op>: its headers are its own
+}
+
+// ErrNoReference: a reference-storage handler answered 2xx without a reference, so a replay
+// could not reload the resource; the work was rolled back and the key released. Its text is
+// safe to show a client; the operation and what to fix are logged at error level.
+var ErrNoReference = errors.New("idem: internal error: the response could not be stored for replay")
+
+// ErrBodyTooLarge: a response-storage answer's body is over idem.Config.MaxStoredBody.
+var ErrBodyTooLarge = errors.New("idem: response body too large to store")
+
+// Serve is the whole idempotent request: validate the key, build the scope (tenant first),
+// claim, run fn in a transaction with lease renewal, complete and commit (or roll back and
+// release when fn fails, panics, the context ends or the status is not persisted), and map
+// every other case to a Problem. A store outage gives a 503 Problem; fn never runs without a
+// claim. The error returned is fn's own (after the key was released), Config.Tenant's, or a
+// store error that is not an outage (a missing table, say).
+//
+// When fn ran but its lease was taken over meanwhile, its work is rolled back and the result is
+// a 409 in-progress problem: a retry replays what the request that took over stored. A request
+// without a key on an operation whose key is optional runs fn in a plain transaction.
+func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.HandlerFunc) (*Result, error) {
+	key, prob := ParseKey(req.KeyValues, p.Key)
+	if prob != nil {
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
+	cfg := s.Config()
+	tenant, err := tenantOf(ctx, cfg, p, key)
+	if err != nil {
+		return nil, err
+	}
+	var live *idem.Outcome // what fn answered, as written to this client
+	do := &idem.DoParams{
+		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
+		Operation: p.Operation, Fingerprint: req.Fingerprint,
+		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
+	}
+	res, err := s.Do(ctx, do, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		out, err := fn(ctx, tx)
+		if err == nil && out == nil {
+			err = fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", p.Operation)
+		}
+		if err != nil {
+			return nil, err
+		}
+		live = out
+		if key == "" || !p.persist().Contains(out.Status) {
+			return out, nil // not stored
+		}
+		return storedOutcome(cfg, p, out)
+	})
+	var inProgress *idem.InProgressError
+	switch {
+	case errors.As(err, &inProgress):
+		return &Result{Kind: ResultProblem, Problem: problemInProgress(inProgress.RetryAfter)}, nil
+	case errors.Is(err, idem.ErrKeyReused):
+		return &Result{Kind: ResultProblem, Problem: problemKeyReused(p.mismatchStatus())}, nil
+	case errors.Is(err, idem.ErrStoreUnavailable):
+		cfg.Logger.WarnContext(ctx, "idem: store unavailable; answered 503", "operation", p.Operation,
+			"key_hash", idem.KeyHash(do.Scope, key), "error", err)
+		return &Result{Kind: ResultProblem, Problem: problemUnavailable(cfg.UnavailableRetryAfter)}, nil
+	case errors.Is(err, idem.ErrLeaseLost):
+		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
+	case err != nil:
+		return nil, err
+	case res.Replayed:
+		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, allow: p.ReplayHeaders}, nil
+	}
+	return &Result{Kind: ResultExecuted, Outcome: live, Persisted: res.Persisted && key != ""}, nil
+}
+
+// tenantOf is the request's tenant when the policy's scope has one (and the request a key).
+func tenantOf(ctx context.Context, cfg idem.Config, p *Policy, key string) (string, error) {
+	if !p.ScopeTenant || key == "" {
+		return "", nil
+	}
+	if cfg.Tenant == nil {
+		return "", fmt.Errorf("idem: operation %s scopes keys by tenant but Config.Tenant is nil: set it to a function that returns the request's tenant", p.Operation)
+	}
+	tenant, err := cfg.Tenant(ctx)
+	if err != nil {
+		return "", err
+	}
+	if tenant == "" {
+		// An empty tenant would let every unauthenticated caller share one key space.
+		return "", fmt.Errorf("idem: operation %s: Config.Tenant returned an empty tenant: return an error for requests without one", p.Operation)
+	}
+	return tenant, nil
+}
+
+// storedOutcome is what the policy keeps of o.
+func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome) (*idem.Outcome, error) {
+	switch p.Storage {
+	case StorageReference:
+		success := o.Status >= 200 && o.Status <= 299
+		if success && o.Reference != "" {
+			return &idem.Outcome{Status: o.Status, Reference: o.Reference}, nil
+		}
+		if success {
+			// The details go to the log only: the error handler may print err.Error() to the
+			// client, so the returned error stays generic.
+			cfg.Logger.Error("idem: a reference-storage handler answered 2xx without a reference; the request was rolled back and answered 500: return the created resource's id as the reference",
+				"operation", p.Operation, "status", o.Status)
+			return nil, ErrNoReference
+		}
+		// Only a success is replayed by reloading its resource. Any other persisted answer (a
+		// 404, a 409 about the resource, a redirect) is stored whole, like response storage, and
+		// replayed byte for byte: reloading would turn a stored refusal into today's success.
+	case StorageMarker:
+		return &idem.Outcome{Status: o.Status}, nil
+	}
+	if len(o.Body) > cfg.MaxStoredBody {
+		return nil, fmt.Errorf("%w: operation %s answered %d bytes, the limit is %d (raise Config.MaxStoredBody or use reference storage)",
+			ErrBodyTooLarge, p.Operation, len(o.Body), cfg.MaxStoredBody)
+	}
+	return &idem.Outcome{Status: o.Status, Header: replayHeaders(o.Header, p.ReplayHeaders), Body: o.Body}, nil
+}
+
+// Op is one operation's typed request and handler, as generated code hands it to Handle. R is
+// the operation's response object type.
+type Op[R any] struct {
+	// Key is the key's typed value (a header or path parameter field, pointer or not).
+	Key any
+	// Scope and Parts are the values of Policy.Scope's header:/path: items and of
+	// Policy.Fingerprint, in the same order.
+	Scope, Parts []any
+	// Bodies are the request's body fields (nil pointers for an absent body).
+	Bodies []any
+	// Run runs the handler in tx and returns its response and, for reference storage, the
+	// reference a replay reloads the resource from.
+	Run func(ctx context.Context, tx pgx.Tx) (R, string, error)
+	// Replay answers a replay anew (reference and marker storage): from the reference, or from
+	// the status the first request answered with.
+	Replay func(ctx context.Context, reference string, status int) (R, error)
+	// Record renders a response into an outcome (see Record).
+	Record func(R) (*idem.Outcome, error)
+}
+
+// Handle is Serve for generated code: it fingerprints op's typed request by p, runs op.Run at
+// most once per key, records its response, and answers a replay from the stored outcome or,
+// for reference and marker storage, through op.Replay.
+func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
+	req, err := op.request(p)
+	if err != nil {
+		return nil, err
+	}
+	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		resp, ref, err := op.Run(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		if isNil(resp) {
+			return nil, fmt.Errorf("%s returned a nil response and no error", p.Operation)
+		}
+		out, err := op.Record(resp)
+		if err != nil {
+			return nil, err
+		}
+		out.Reference = ref
+		return out, nil
+	})
+	if err != nil || res.Kind != ResultReplayed || op.Replay == nil {
+		return res, err
+	}
+	// An answer stored without a reference (a 4xx under reference storage, say) has no
+	// resource to reload: it was stored whole and is replayed as it is.
+	if p.Storage == StorageReference && res.Outcome.Reference == "" {
+		return res, nil
+	}
+	resp, err := op.Replay(ctx, res.Outcome.Reference, res.Outcome.Status)
+	if err != nil {
+		return nil, err
+	}
+	if isNil(resp) {
+		return nil, fmt.Errorf("the replay of %s returned a nil response and no error", p.Operation)
+	}
+	out, err := op.Record(resp)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Kind: ResultReplayed, Outcome: out, recomputed: true}, nil
+}
+
+// request builds the runtime's view of op's request under p.
+func (op *Op[R]) request(p *Policy) (*Request, error) {
+	req := &Request{KeyValues: keyValues(op.Key)}
+	dynamic := op.Scope
+	for _, name := range p.Scope {
+		v := p.Operation
+		if name != "operation" {
+			if len(dynamic) == 0 {
+				return nil, fmt.Errorf("idem: operation %s: no value for scope part %s", p.Operation, name)
+			}
+			v, dynamic = text(dynamic[0]), dynamic[1:]
+		}
+		req.Scope = append(req.Scope, ScopePart{Name: name, Value: v})
+	}
+	if len(op.Parts) != len(p.Fingerprint) {
+		return nil, fmt.Errorf("idem: operation %s: %d fingerprint values for %d parts", p.Operation, len(op.Parts), len(p.Fingerprint))
+	}
+	fp := idem.NewFingerprinter(p.Route)
+	for i, name := range p.Fingerprint {
+		if err := fp.Add(name, op.Parts[i]); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Operation, err)
+		}
+	}
+	for _, b := range op.Bodies {
+		if isNil(b) {
+			continue
+		}
+		if err := fp.Body(b, p.Exclude...); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Operation, err)
+		}
+	}
+	req.Fingerprint = fp.Sum()
+	return req, nil
+}
+
+// keyValues is a typed key as the key parser reads it: nil when absent (a nil pointer, or an
+// empty header field that is not a pointer).
+func keyValues(v any) []string {
+	if isNil(v) {
+		return nil
+	}
+	s := text(v)
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// text renders a parameter's value; an absent optional one (a nil pointer) is "".
+func text(v any) string {
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() {
+		return ""
+	}
+	if rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return ""
+		}
+		rv = rv.Elem()
+	}
+	return fmt.Sprint(rv.Interface())
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Record returns a recorder for one operation's responses: visit is the response's Visit
+// method (CreatePaymentResponseObject.VisitCreatePaymentResponse), run against a Recorder.
+func Record[R any](visit func(R, http.ResponseWriter) error) func(R) (*idem.Outcome, error) {
+	return func(resp R) (*idem.Outcome, error) {
+		rec := NewRecorder()
+		if err := visit(resp, rec); err != nil {
+			return nil, err
+		}
+		return rec.Outcome(), nil
+	}
+}
