@@ -3,7 +3,6 @@ package generator
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"runtime/debug"
@@ -15,6 +14,7 @@ import (
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 
 	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/generator/spec"
 )
 
 // oapiMu serializes every use of oapi-codegen: codegen.Generate and codegen.OperationDefinitions
@@ -104,31 +104,13 @@ func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
 }
 
 // loadFresh parses raw again so oapi-codegen, which rewrites operationIds and other fields in
-// place, never sees the document the model was built from nor the user's file.
+// place, never sees the document the model was built from nor the user's file. It reads $refs
+// the way spec.Load does (the same loader, the same refusal of remote refs).
 func loadFresh(file string, raw []byte, allowRemote bool) (*openapi3.T, error) {
-	loader := openapi3.NewLoader()
-	// Local files referenced by $ref must load; remote ones only when allowed.
-	loader.IsExternalRefsAllowed = true
+	loader := spec.NewLoader(&spec.LoadOpts{AllowRemoteRefs: allowRemote})
 	// oapi-codegen orders route registration by source line.
 	loader.IncludeOrigin = true
-	readers := []openapi3.ReadFromURIFunc{}
-	if !allowRemote {
-		readers = append(readers, refuseRemote)
-	}
-	readers = append(readers, openapi3.ReadFromHTTP(http.DefaultClient), openapi3.ReadFromFile)
-	loader.ReadFromURIFunc = openapi3.URIMapCache(openapi3.ReadFromURIs(readers...))
-	doc, err := loader.LoadFromDataWithPath(raw, &url.URL{Path: filepath.ToSlash(file)})
-	if err != nil {
-		return nil, err
-	}
-	return doc, nil
-}
-
-func refuseRemote(_ *openapi3.Loader, location *url.URL) ([]byte, error) {
-	if location.Host == "" {
-		return nil, openapi3.ErrURINotSupported
-	}
-	return nil, fmt.Errorf("remote $ref %q refused (set allow-remote-refs: true in idemgen.yaml to follow it)", location.String())
+	return loader.LoadFromDataWithPath(raw, &url.URL{Path: filepath.ToSlash(file)})
 }
 
 // runOapiCodegen renders models, strict server and router for doc, whose key headers it first
@@ -170,13 +152,7 @@ func runOapiCodegen(file string, doc *openapi3.T, ops []*model.Operation, cfg co
 			}
 		}
 		for _, b := range d.Bodies {
-			kind := model.BodyUnsupported
-			switch {
-			case b.IsJSON():
-				kind = model.BodyJSON
-			case b.NameTag == "Formdata":
-				kind = model.BodyForm
-			}
+			kind := model.ClassifyMediaType(b.ContentType)
 			field := "Body"
 			if len(d.Bodies) > 1 {
 				field = b.NameTag + "Body"

@@ -2,10 +2,8 @@ package spec
 
 import (
 	"fmt"
-	"mime"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"gopkg.in/yaml.v3"
@@ -13,18 +11,17 @@ import (
 	"github.com/idemgen/idemgen/generator/model"
 )
 
-// Built-in defaults (DESIGN §3), applied under the document-level defaults.
+// The built-in defaults are model's (model.DefaultTTL, …), applied under the document-level
+// defaults.
 const (
-	defaultTTL            = 24 * time.Hour
-	defaultLease          = 60 * time.Second
-	defaultMismatchStatus = 422
-	defaultKeyHeader      = "Idempotency-Key"
-	// maxKeyLength is both the default and the ceiling of key.maxLength: a longer "key" is a
-	// payload, not an identifier, and bounding it bounds the key column and its index.
-	maxKeyLength = 255
+	defaultTTL            = model.DefaultTTL
+	defaultLease          = model.DefaultLease
+	defaultMismatchStatus = model.DefaultMismatchStatus
+	defaultKeyHeader      = model.DefaultKeyHeader
+	maxKeyLength          = model.MaxKeyLength
 )
 
-var defaultPersist = []string{"2xx", "3xx", "4xx"}
+var defaultPersist = model.DefaultPersist()
 
 // methodOrder is the order of operations within a path: the common methods first, as most specs
 // and documentation list them, then any other method alphabetically.
@@ -218,7 +215,7 @@ func bodyKind(rb *openapi3.RequestBodyRef) (model.BodyKind, []string) {
 	sort.Strings(types)
 	kind := model.BodyForm
 	for _, mt := range types {
-		switch classifyMedia(mt) {
+		switch model.ClassifyMediaType(mt) {
 		case model.BodyJSON:
 			if kind != model.BodyUnsupported {
 				kind = model.BodyJSON
@@ -229,20 +226,6 @@ func bodyKind(rb *openapi3.RequestBodyRef) (model.BodyKind, []string) {
 		}
 	}
 	return kind, types
-}
-
-func classifyMedia(mt string) model.BodyKind {
-	base, _, err := mime.ParseMediaType(mt)
-	if err != nil {
-		return model.BodyUnsupported
-	}
-	switch {
-	case base == "application/json" || (strings.HasSuffix(base, "+json") && !strings.Contains(base, "*")):
-		return model.BodyJSON
-	case base == "application/x-www-form-urlencoded":
-		return model.BodyForm
-	}
-	return model.BodyUnsupported
 }
 
 // pick returns the operation's setting, else the document default, else def; fromDefs tells
@@ -331,10 +314,10 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 	}
 
 	if p.Wait > p.Lease {
-		errorf(waitNode, RuleWaitExceedsLease, "x-idempotency.wait: %s is longer than the lease (%s): a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)%s", fmtDur(p.Wait), fmtDur(p.Lease), note(waitDefs))
+		errorf(waitNode, RuleWaitExceedsLease, "x-idempotency.wait: %s is longer than the lease (%s): a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)%s", model.FormatDuration(p.Wait), model.FormatDuration(p.Lease), note(waitDefs))
 	}
 	if p.TTL < p.Lease {
-		errorf(ttlNode, RuleTTLShorterThanLease, "x-idempotency.ttl: %s is shorter than the lease (%s): a completed key is forgotten before a retry of a slow request arrives, and the retry runs again (use a ttl of at least the lease)%s", fmtDur(p.TTL), fmtDur(p.Lease), note(ttlDefs))
+		errorf(ttlNode, RuleTTLShorterThanLease, "x-idempotency.ttl: %s is shorter than the lease (%s): a completed key is forgotten before a retry of a slow request arrives, and the retry runs again (use a ttl of at least the lease)%s", model.FormatDuration(p.TTL), model.FormatDuration(p.Lease), note(ttlDefs))
 	}
 
 	if p.Storage == model.StorageMarker && p.NoFingerprint {
@@ -343,7 +326,7 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 	if o.Body == model.BodyUnsupported && !p.NoFingerprint {
 		var bad []string
 		for _, mt := range o.BodyTypes {
-			if classifyMedia(mt) == model.BodyUnsupported {
+			if model.ClassifyMediaType(mt) == model.BodyUnsupported {
 				bad = append(bad, mt)
 			}
 		}
@@ -534,21 +517,6 @@ func (b *builder) unusedKeyHeaders(o *model.Operation) {
 		}
 		b.diags = append(b.diags, d)
 	}
-}
-
-// fmtDur prints a duration the way people write one: 2m, 1h30m, 3d, not 2m0s.
-func fmtDur(d time.Duration) string {
-	if d > 0 && d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }

@@ -2,7 +2,6 @@ package spec
 
 import (
 	"fmt"
-	"math"
 	"net/textproto"
 	"regexp"
 	"strconv"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/idemgen/idemgen/generator/model"
 )
 
 // setting is one x-idempotency field as written: ok is false when the field is absent or invalid
@@ -170,35 +171,13 @@ func (c *checker) parsePolicy(m *yaml.Node) *rawPolicy {
 	return p
 }
 
-// parseDuration reads a Go duration, or a number of days with "d" optionally followed by a Go
-// duration ("3d", "1d12h"): days are what people write for a ttl, and Go has no unit for them.
-func parseDuration(s string) (time.Duration, bool) {
-	var days time.Duration
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.ParseInt(s[:i], 10, 64)
-		if err != nil || n < 0 || n > math.MaxInt64/int64(24*time.Hour) {
-			return 0, false
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		s = s[i+1:]
-		if s == "" {
-			return days, true
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || (days > 0 && (d < 0 || d > math.MaxInt64-days)) {
-		return 0, false
-	}
-	return days + d, true
-}
-
 func (c *checker) duration(field string, n *yaml.Node, zeroOK bool) (time.Duration, bool) {
 	if !isScalar(n) || (n.Tag != "!!str" && n.Tag != "!!int" && n.Tag != "!!float") {
 		c.errorf(n, RuleDurationInvalid, "%s: %s is not a duration (use e.g. 24h or 3d)", field, show(n))
 		return 0, false
 	}
-	d, ok := parseDuration(n.Value)
-	if !ok {
+	d, err := model.ParseDuration(n.Value)
+	if err != nil {
 		c.errorf(n, RuleDurationInvalid, "%s: %q is not a duration (use e.g. 24h or 3d)", field, n.Value)
 		return 0, false
 	}

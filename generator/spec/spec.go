@@ -7,7 +7,7 @@
 // x-idempotency is read from those nodes, so every diagnostic points at the value it is about.
 // The document is never validated as a whole: specs that oapi-codegen accepts must load here.
 //
-// Decisions where DESIGN §3 leaves room (each pinned by a golden case under testdata/):
+// Decisions the x-idempotency reference (docs/x-idempotency.md) records (each pinned by a golden case under testdata/):
 //
 //   - The document-level x-idempotency must be a mapping of defaults; true or false there is an
 //     error (root-invalid), because "every operation is idempotent" is never what a reader of the
@@ -174,7 +174,7 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	if err != nil {
 		return nil, syntaxError(path, data, err)
 	}
-	doc, err := newLoader(opts).LoadFromDataWithPath(data, &url.URL{Path: filepath.ToSlash(path)})
+	doc, err := NewLoader(opts).LoadFromDataWithPath(data, &url.URL{Path: filepath.ToSlash(path)})
 	if err != nil {
 		var rr *RemoteRefError
 		if errors.As(err, &rr) {
@@ -196,10 +196,15 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	return s, nil
 }
 
-// newLoader reads local $refs relative to the spec and refuses http(s) ones unless allowed. A
+// NewLoader is the one OpenAPI loader idemgen uses: it reads local $refs relative to the spec
+// and refuses http(s) ones (RemoteRefError) unless allowed, with a bounded wait when it follows
+// them. A
 // custom ReadFromURIFunc owns the whole access policy (kin-openapi then ignores
 // IsExternalRefsAllowed), which is what lets local files through while holding remote hosts back.
-func newLoader(opts *LoadOpts) *openapi3.Loader {
+func NewLoader(opts *LoadOpts) *openapi3.Loader {
+	if opts == nil {
+		opts = &LoadOpts{}
+	}
 	l := openapi3.NewLoader()
 	l.IsExternalRefsAllowed = true
 	remote := openapi3.ReadFromHTTP(&http.Client{Timeout: 30 * time.Second})

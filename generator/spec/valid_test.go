@@ -220,23 +220,6 @@ paths:
 	}
 }
 
-func TestParseDuration(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]time.Duration{
-		"24h": 24 * time.Hour, "3d": 72 * time.Hour, "1d12h": 36 * time.Hour, "90s": 90 * time.Second,
-		"0s": 0, "1.5h": 90 * time.Minute,
-	} {
-		if got, ok := parseDuration(in); !ok || got != want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, ok, want)
-		}
-	}
-	for _, in := range []string{"", "5x", "d", "3days", "1d-5h", "99999999999999d", "12", "-d"} {
-		if got, ok := parseDuration(in); ok {
-			t.Errorf("parseDuration(%q) = %v; want an error", in, got)
-		}
-	}
-}
-
 // TestRemoteRefs serves a shared parameter from a local HTTP server: refused by default with
 // RemoteRefError, read when AllowRemoteRefs is set.
 func TestRemoteRefs(t *testing.T) {

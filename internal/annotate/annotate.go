@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"mime"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -16,9 +15,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // Options choose the operations and the policy written for them. Empty fields mean "the
@@ -91,8 +92,7 @@ const (
 	ProblemSchemaName  = "IdempotencyProblem"
 	ProblemResponse    = "IdempotencyProblem"
 	ReplayedHeaderName = "IdempotentReplayed"
-	ReplayedHeader     = "Idempotent-Replayed"
-	defaultKeyHeader   = "Idempotency-Key"
+	ReplayedHeader     = idemhttp.HeaderReplayed
 )
 
 var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -232,7 +232,7 @@ func (o *Options) validate() error {
 		if f.v == "" {
 			continue
 		}
-		d, err := parseDuration(f.v)
+		d, err := model.ParseDuration(f.v)
 		if err != nil || d < 0 || (d == 0 && f.name != "--wait") {
 			return fmt.Errorf("%s: %q is not a positive duration (use e.g. 24h, 90s or 3d)", f.name, f.v)
 		}
@@ -258,26 +258,8 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// parseDuration is time.ParseDuration plus a leading number of days: 3d, 1d12h.
-func parseDuration(s string) (time.Duration, error) {
-	if i := strings.Index(s, "d"); i > 0 {
-		days, err := strconv.Atoi(s[:i])
-		if err != nil {
-			return 0, err
-		}
-		rest := time.Duration(0)
-		if s[i+1:] != "" {
-			if rest, err = time.ParseDuration(s[i+1:]); err != nil {
-				return 0, err
-			}
-		}
-		return time.Duration(days)*24*time.Hour + rest, nil
-	}
-	return time.ParseDuration(s)
-}
-
 // defaults are the values a field takes when an operation does not write it: the document's
-// root x-idempotency mapping, else DESIGN §3.
+// root x-idempotency mapping, else the built-in defaults (model.Default…).
 type defaults struct {
 	storage, ttl, lease, wait, claim string
 	scope                            []string
@@ -287,8 +269,10 @@ type defaults struct {
 }
 
 func readDefaults(root *node) defaults {
-	d := defaults{storage: "response", ttl: "24h", lease: "60s", wait: "0s", claim: "lease",
-		scope: []string{"tenant", "operation"}, mismatch: 422, keyHeader: defaultKeyHeader, keyRequired: true}
+	d := defaults{storage: model.DefaultStorage, ttl: model.FormatDuration(model.DefaultTTL),
+		lease: model.FormatDuration(model.DefaultLease), wait: model.FormatDuration(model.DefaultWait),
+		claim: model.DefaultClaim, scope: model.DefaultScope(), mismatch: model.DefaultMismatchStatus,
+		keyHeader: model.DefaultKeyHeader, keyRequired: true}
 	x := root.get("x-idempotency")
 	if !x.isMap() {
 		return d
@@ -325,8 +309,8 @@ func readDefaults(root *node) defaults {
 }
 
 func sameDuration(a, b string) bool {
-	da, errA := parseDuration(a)
-	db, errB := parseDuration(b)
+	da, errA := model.ParseDuration(a)
+	db, errB := model.ParseDuration(b)
 	return errA == nil && errB == nil && da == db
 }
 
@@ -431,8 +415,8 @@ func (p *planner) skip(o op, reason string) {
 func (p *planner) plan() error {
 	p.def = readDefaults(p.root)
 	lease, wait := or(p.opts.Lease, p.def.lease), or(p.opts.Wait, p.def.wait)
-	if dl, err := parseDuration(lease); err == nil {
-		if dw, err := parseDuration(wait); err == nil && dw > dl {
+	if dl, err := model.ParseDuration(lease); err == nil {
+		if dw, err := model.ParseDuration(wait); err == nil && dw > dl {
 			return &OptionError{fmt.Errorf("--wait: %s is longer than the lease (%s); a duplicate would still be waiting when the claim can be taken over (use a shorter --wait)", wait, lease)}
 		}
 	}
@@ -541,15 +525,10 @@ func or(a, b string) string {
 	return b
 }
 
-// fingerprintable reports media types the runtime can fingerprint: JSON and form-encoded.
-// It agrees with generator/spec, which rejects the same bodies.
+// fingerprintable reports media types the runtime can fingerprint, by the rule generate and
+// lint apply.
 func fingerprintable(mediaType string) bool {
-	mt, _, err := mime.ParseMediaType(mediaType)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json") && !strings.Contains(mt, "*") ||
-		mt == "application/x-www-form-urlencoded"
+	return model.ClassifyMediaType(mediaType) != model.BodyUnsupported
 }
 
 func (p *planner) scope() []string {

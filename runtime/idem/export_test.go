@@ -51,3 +51,6 @@ func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error 
 }
 
 func (s *Store) Release(ctx context.Context, c *Claim) error { return s.releaseRow(ctx, c) }
+
+// CanonicalJSON exposes the fingerprint's JSON canonicalisation to its tests.
+var CanonicalJSON = canonicalJSON

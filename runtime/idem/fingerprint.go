@@ -43,7 +43,7 @@ func (f *Fingerprinter) frame(kind byte, name string, value []byte) {
 
 // Add adds a named part (path:id, query:x, header:X-Foo); v is JSON-encoded canonically.
 func (f *Fingerprinter) Add(name string, v any) error {
-	b, err := CanonicalJSON(v)
+	b, err := canonicalJSON(v)
 	if err != nil {
 		err = fmt.Errorf("idem: fingerprint part %q: %w", name, err)
 		f.fail(err)
@@ -58,7 +58,7 @@ func (f *Fingerprinter) Add(name string, v any) error {
 // null (so the other elements keep their positions); "" excludes the whole body. A pointer that
 // names nothing in this body is ignored.
 func (f *Fingerprinter) Body(v any, exclude ...string) error {
-	b, err := CanonicalJSON(v, exclude...)
+	b, err := canonicalJSON(v, exclude...)
 	if err != nil {
 		err = fmt.Errorf("idem: fingerprint body: %w", err)
 		f.fail(err)
@@ -81,10 +81,10 @@ func (f *Fingerprinter) Err() error { return f.err }
 // Sum returns the hex SHA-256.
 func (f *Fingerprinter) Sum() string { return hex.EncodeToString(f.h.Sum(nil)) }
 
-// CanonicalJSON encodes v with encoding/json, drops the members named by the RFC 6901 pointers
+// canonicalJSON encodes v with encoding/json, drops the members named by the RFC 6901 pointers
 // in exclude, and re-encodes the result with object keys sorted and no insignificant
 // whitespace. Numbers keep the literal encoding/json gave them.
-func CanonicalJSON(v any, exclude ...string) ([]byte, error) {
+func canonicalJSON(v any, exclude ...string) ([]byte, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, err

@@ -46,7 +46,6 @@ const (
 	DefaultLease         = 60 * time.Second
 	DefaultTTL           = 24 * time.Hour
 	DefaultMaxStoredBody = 1 << 20
-	DefaultMaxKeyLength  = 255
 	// DefaultUnavailableRetryAfter is the Retry-After of a store-unavailable problem.
 	DefaultUnavailableRetryAfter = 1 * time.Second
 	// DefaultStoreTimeout bounds each step taken before a handler runs.

@@ -35,7 +35,10 @@ func Check(s *idem.Store, ps ...*Policy) error {
 			bad("Operation is empty (set it to the operationId: it separates the operation's keys and names it in logs)")
 		}
 		if p.ScopeTenant && cfg.Tenant == nil {
-			bad("the scope includes the tenant, but Config.Tenant is nil: set it to a function that returns the request's tenant, or drop tenant from the policy's scope")
+			bad("the scope includes the tenant, but Config.Tenant is nil. Either tell the store how to find a request's tenant:\n" +
+				"\tidem.NewStore(pool, &idem.Config{Tenant: func(ctx context.Context) (string, error) { /* what your auth middleware stored */ }})\n" +
+				"or, for an API without tenants, drop tenant from the scope in the spec and regenerate:\n" +
+				"\tx-idempotency: {scope: [operation]}")
 		}
 		switch p.Storage {
 		case 0, StorageResponse, StorageReference, StorageMarker:

@@ -57,11 +57,21 @@ func (p *Policy) persist() idem.StatusSet {
 	return p.Persist
 }
 
-var defaultPersist = idem.Statuses("2xx", "3xx", "4xx")
+// Defaults of a zero Policy field.
+const (
+	DefaultMismatchStatus = http.StatusUnprocessableEntity
+	DefaultKeyHeader      = "Idempotency-Key"
+)
+
+// DefaultPersist are the statuses stored when Policy.Persist is empty: successes, redirects and
+// client errors (never 408, 425 or 429, which idem.Statuses leaves out).
+var DefaultPersist = []string{"2xx", "3xx", "4xx"}
+
+var defaultPersist = idem.Statuses(DefaultPersist...)
 
 func (p *Policy) mismatchStatus() int {
 	if p.MismatchStatus == 0 {
-		return http.StatusUnprocessableEntity
+		return DefaultMismatchStatus
 	}
 	return p.MismatchStatus
 }

@@ -34,7 +34,7 @@ type Operation struct {
 	Concurrency int
 }
 
-// Conformance checks that h answers op the way DESIGN §4 promises a client: key-missing and
+// Conformance checks that h answers op the way the HTTP contract (docs/runtime.md, README) promises a client: key-missing and
 // key-invalid problems, a replay that repeats the first answer byte for byte with
 // Idempotent-Replayed: true, the quoted key form, key-reused for a different request, and
 // exactly one side effect for many identical requests sent at once. Each check is a subtest;
