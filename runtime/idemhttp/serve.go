@@ -233,9 +233,11 @@ type Op[R any] struct {
 	Scope, Parts []any
 	// Bodies are the request's body fields (nil pointers for an absent body).
 	Bodies []any
-	// Run runs the handler in tx and returns its response and, for reference storage, the
-	// reference a replay reloads the resource from.
-	Run func(ctx context.Context, tx pgx.Tx) (R, string, error)
+	// Run runs the handler in tx and returns its response (response and marker storage).
+	Run func(ctx context.Context, tx pgx.Tx) (R, error)
+	// RunReference is Run for reference storage: it also returns the reference a replay
+	// reloads the resource from. Exactly one of Run and RunReference is set.
+	RunReference func(ctx context.Context, tx pgx.Tx) (R, string, error)
 	// Replay answers a replay anew (reference and marker storage): from the reference, or from
 	// the status the first request answered with.
 	Replay func(ctx context.Context, reference string, status int) (R, error)
@@ -252,7 +254,7 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 		return nil, err
 	}
 	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-		resp, ref, err := op.Run(ctx, tx)
+		resp, ref, err := op.run(ctx, tx)
 		if err != nil {
 			return nil, err
 		}
@@ -286,6 +288,15 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 		return nil, err
 	}
 	return &Result{Kind: ResultReplayed, Outcome: out, recomputed: true}, nil
+}
+
+// run runs whichever handler op has.
+func (op *Op[R]) run(ctx context.Context, tx pgx.Tx) (R, string, error) {
+	if op.RunReference != nil {
+		return op.RunReference(ctx, tx)
+	}
+	resp, err := op.Run(ctx, tx)
+	return resp, "", err
 }
 
 // request builds the runtime's view of op's request under p.

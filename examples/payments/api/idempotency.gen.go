@@ -137,9 +137,8 @@ func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentReq
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.Params.XTenantID},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, string, error) {
-			resp, err := s.impl.CreatePayment(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
+			return s.impl.CreatePayment(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
 	})
@@ -154,7 +153,7 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 	return idemHandle(ctx, s.store, policyCapturePayment, &idemhttp.Op[CapturePaymentResponseObject]{
 		Key:   request.Params.IdempotencyKey,
 		Parts: []any{request.PaymentId, request.Params.XTenantID},
-		Run: func(ctx context.Context, tx pgx.Tx) (CapturePaymentResponseObject, string, error) {
+		RunReference: func(ctx context.Context, tx pgx.Tx) (CapturePaymentResponseObject, string, error) {
 			return s.impl.CapturePayment(ctx, tx, request)
 		},
 		Replay: func(ctx context.Context, reference string, _ int) (CapturePaymentResponseObject, error) {
@@ -170,9 +169,8 @@ func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentReq
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.PaymentId, request.Params.XTenantID},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (RefundPaymentResponseObject, string, error) {
-			resp, err := s.impl.RefundPayment(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (RefundPaymentResponseObject, error) {
+			return s.impl.RefundPayment(ctx, tx, request)
 		},
 		Replay: func(ctx context.Context, _ string, status int) (RefundPaymentResponseObject, error) {
 			return s.impl.ReplayRefundPayment(ctx, request, status)

@@ -102,9 +102,8 @@ func (s *idemServer) Donate(ctx context.Context, request DonateRequestObject) (D
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.Params.Campaign},
 		Bodies: []any{request.JSONBody, request.FormdataBody},
-		Run: func(ctx context.Context, tx pgx.Tx) (DonateResponseObject, string, error) {
-			resp, err := s.impl.Donate(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (DonateResponseObject, error) {
+			return s.impl.Donate(ctx, tx, request)
 		},
 		Record: idemhttp.Record(DonateResponseObject.VisitDonateResponse),
 	})
@@ -117,9 +116,8 @@ func (s *idemServer) PutPledge(ctx context.Context, request PutPledgeRequestObje
 		Scope:  []any{request.PledgeId},
 		Parts:  []any{request.PledgeId},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PutPledgeResponseObject, string, error) {
-			resp, err := s.impl.PutPledge(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PutPledgeResponseObject, error) {
+			return s.impl.PutPledge(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PutPledgeResponseObject.VisitPutPledgeResponse),
 	})

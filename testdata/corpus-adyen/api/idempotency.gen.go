@@ -574,9 +574,8 @@ func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApple
 	return idemHandle(ctx, s.store, policyPostApplePaySessions, &idemhttp.Op[PostApplePaySessionsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostApplePaySessionsResponseObject, string, error) {
-			resp, err := s.impl.PostApplePaySessions(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostApplePaySessionsResponseObject, error) {
+			return s.impl.PostApplePaySessions(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostApplePaySessionsResponseObject.VisitPostApplePaySessionsResponse),
 	})
@@ -587,9 +586,8 @@ func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequest
 	return idemHandle(ctx, s.store, policyPostCancels, &idemhttp.Op[PostCancelsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostCancelsResponseObject, string, error) {
-			resp, err := s.impl.PostCancels(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostCancelsResponseObject, error) {
+			return s.impl.PostCancels(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostCancelsResponseObject.VisitPostCancelsResponse),
 	})
@@ -600,9 +598,8 @@ func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetail
 	return idemHandle(ctx, s.store, policyPostCardDetails, &idemhttp.Op[PostCardDetailsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostCardDetailsResponseObject, string, error) {
-			resp, err := s.impl.PostCardDetails(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostCardDetailsResponseObject, error) {
+			return s.impl.PostCardDetails(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostCardDetailsResponseObject.VisitPostCardDetailsResponse),
 	})
@@ -613,9 +610,8 @@ func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDona
 	return idemHandle(ctx, s.store, policyPostDonationCampaigns, &idemhttp.Op[PostDonationCampaignsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationCampaignsResponseObject, string, error) {
-			resp, err := s.impl.PostDonationCampaigns(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationCampaignsResponseObject, error) {
+			return s.impl.PostDonationCampaigns(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostDonationCampaignsResponseObject.VisitPostDonationCampaignsResponse),
 	})
@@ -626,9 +622,8 @@ func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsReq
 	return idemHandle(ctx, s.store, policyPostDonations, &idemhttp.Op[PostDonationsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationsResponseObject, string, error) {
-			resp, err := s.impl.PostDonations(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationsResponseObject, error) {
+			return s.impl.PostDonations(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostDonationsResponseObject.VisitPostDonationsResponse),
 	})
@@ -639,9 +634,8 @@ func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequest
 	return idemHandle(ctx, s.store, policyPostForward, &idemhttp.Op[PostForwardResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostForwardResponseObject, string, error) {
-			resp, err := s.impl.PostForward(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostForwardResponseObject, error) {
+			return s.impl.PostForward(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostForwardResponseObject.VisitPostForwardResponse),
 	})
@@ -652,9 +646,8 @@ func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestOb
 	return idemHandle(ctx, s.store, policyPostOrders, &idemhttp.Op[PostOrdersResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersResponseObject, string, error) {
-			resp, err := s.impl.PostOrders(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersResponseObject, error) {
+			return s.impl.PostOrders(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostOrdersResponseObject.VisitPostOrdersResponse),
 	})
@@ -665,9 +658,8 @@ func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCan
 	return idemHandle(ctx, s.store, policyPostOrdersCancel, &idemhttp.Op[PostOrdersCancelResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersCancelResponseObject, string, error) {
-			resp, err := s.impl.PostOrdersCancel(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersCancelResponseObject, error) {
+			return s.impl.PostOrdersCancel(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostOrdersCancelResponseObject.VisitPostOrdersCancelResponse),
 	})
@@ -678,9 +670,8 @@ func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysR
 	return idemHandle(ctx, s.store, policyPostOriginKeys, &idemhttp.Op[PostOriginKeysResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostOriginKeysResponseObject, string, error) {
-			resp, err := s.impl.PostOriginKeys(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostOriginKeysResponseObject, error) {
+			return s.impl.PostOriginKeys(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostOriginKeysResponseObject.VisitPostOriginKeysResponse),
 	})
@@ -691,9 +682,8 @@ func (s *idemServer) PostPaymentLinks(ctx context.Context, request PostPaymentLi
 	return idemHandle(ctx, s.store, policyPostPaymentLinks, &idemhttp.Op[PostPaymentLinksResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentLinksResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentLinks(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentLinksResponseObject, error) {
+			return s.impl.PostPaymentLinks(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentLinksResponseObject.VisitPostPaymentLinksResponse),
 	})
@@ -712,9 +702,8 @@ func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPayment
 	return idemHandle(ctx, s.store, policyPostPaymentMethods, &idemhttp.Op[PostPaymentMethodsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentMethods(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsResponseObject, error) {
+			return s.impl.PostPaymentMethods(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentMethodsResponseObject.VisitPostPaymentMethodsResponse),
 	})
@@ -725,9 +714,8 @@ func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request Post
 	return idemHandle(ctx, s.store, policyPostPaymentMethodsBalance, &idemhttp.Op[PostPaymentMethodsBalanceResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsBalanceResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentMethodsBalance(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsBalanceResponseObject, error) {
+			return s.impl.PostPaymentMethodsBalance(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentMethodsBalanceResponseObject.VisitPostPaymentMethodsBalanceResponse),
 	})
@@ -738,9 +726,8 @@ func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsReque
 	return idemHandle(ctx, s.store, policyPostPayments, &idemhttp.Op[PostPaymentsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsResponseObject, string, error) {
-			resp, err := s.impl.PostPayments(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsResponseObject, error) {
+			return s.impl.PostPayments(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsResponseObject.VisitPostPaymentsResponse),
 	})
@@ -751,9 +738,8 @@ func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymen
 	return idemHandle(ctx, s.store, policyPostPaymentsDetails, &idemhttp.Op[PostPaymentsDetailsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsDetailsResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentsDetails(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsDetailsResponseObject, error) {
+			return s.impl.PostPaymentsDetails(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsDetailsResponseObject.VisitPostPaymentsDetailsResponse),
 	})
@@ -765,9 +751,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Co
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.PaymentPspReference},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
+			return s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject.VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse),
 	})
@@ -779,9 +764,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context,
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.PaymentPspReference},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCancelsResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
+			return s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCancelsResponseObject.VisitPostPaymentsPaymentPspReferenceCancelsResponse),
 	})
@@ -793,9 +777,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.PaymentPspReference},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCapturesResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
+			return s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCapturesResponseObject.VisitPostPaymentsPaymentPspReferenceCapturesResponse),
 	})
@@ -807,9 +790,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context,
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.PaymentPspReference},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceRefundsResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
+			return s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceRefundsResponseObject.VisitPostPaymentsPaymentPspReferenceRefundsResponse),
 	})
@@ -821,9 +803,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Contex
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.PaymentPspReference},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceReversalsResponseObject, string, error) {
-			resp, err := s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
+			return s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceReversalsResponseObject.VisitPostPaymentsPaymentPspReferenceReversalsResponse),
 	})
@@ -834,9 +815,8 @@ func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPayp
 	return idemHandle(ctx, s.store, policyPostPaypalUpdateOrder, &idemhttp.Op[PostPaypalUpdateOrderResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostPaypalUpdateOrderResponseObject, string, error) {
-			resp, err := s.impl.PostPaypalUpdateOrder(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostPaypalUpdateOrderResponseObject, error) {
+			return s.impl.PostPaypalUpdateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaypalUpdateOrderResponseObject.VisitPostPaypalUpdateOrderResponse),
 	})
@@ -847,9 +827,8 @@ func (s *idemServer) PostSessions(ctx context.Context, request PostSessionsReque
 	return idemHandle(ctx, s.store, policyPostSessions, &idemhttp.Op[PostSessionsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostSessionsResponseObject, string, error) {
-			resp, err := s.impl.PostSessions(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostSessionsResponseObject, error) {
+			return s.impl.PostSessions(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostSessionsResponseObject.VisitPostSessionsResponse),
 	})
@@ -868,9 +847,8 @@ func (s *idemServer) PostStoredPaymentMethods(ctx context.Context, request PostS
 	return idemHandle(ctx, s.store, policyPostStoredPaymentMethods, &idemhttp.Op[PostStoredPaymentMethodsResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PostStoredPaymentMethodsResponseObject, string, error) {
-			resp, err := s.impl.PostStoredPaymentMethods(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PostStoredPaymentMethodsResponseObject, error) {
+			return s.impl.PostStoredPaymentMethods(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostStoredPaymentMethodsResponseObject.VisitPostStoredPaymentMethodsResponse),
 	})

@@ -84,9 +84,8 @@ func (s *idemServer) AddPet(ctx context.Context, request AddPetRequestObject) (A
 	return idemHandle(ctx, s.store, policyAddPet, &idemhttp.Op[AddPetResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (AddPetResponseObject, string, error) {
-			resp, err := s.impl.AddPet(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (AddPetResponseObject, error) {
+			return s.impl.AddPet(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AddPetResponseObject.VisitAddPetResponse),
 	})

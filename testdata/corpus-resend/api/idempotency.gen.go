@@ -517,9 +517,8 @@ func (s *idemServer) Emailssend(ctx context.Context, request EmailssendRequestOb
 	return idemHandle(ctx, s.store, policyEmailssend, &idemhttp.Op[EmailssendResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendResponseObject, string, error) {
-			resp, err := s.impl.Emailssend(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendResponseObject, error) {
+			return s.impl.Emailssend(ctx, tx, request)
 		},
 		Record: idemhttp.Record(EmailssendResponseObject.VisitEmailssendResponse),
 	})
@@ -530,9 +529,8 @@ func (s *idemServer) EmailssendBatch(ctx context.Context, request EmailssendBatc
 	return idemHandle(ctx, s.store, policyEmailssendBatch, &idemhttp.Op[EmailssendBatchResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendBatchResponseObject, string, error) {
-			resp, err := s.impl.EmailssendBatch(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendBatchResponseObject, error) {
+			return s.impl.EmailssendBatch(ctx, tx, request)
 		},
 		Record: idemhttp.Record(EmailssendBatchResponseObject.VisitEmailssendBatchResponse),
 	})

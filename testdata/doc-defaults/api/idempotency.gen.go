@@ -101,9 +101,8 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
 		Key:    request.Params.XIdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, string, error) {
-			resp, err := s.impl.CreateOrder(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
+			return s.impl.CreateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
 	})
@@ -119,9 +118,8 @@ func (s *idemServer) UpdateOrder(ctx context.Context, request UpdateOrderRequest
 		Key:    request.Params.XIdempotencyKey,
 		Parts:  []any{request.OrderId},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (UpdateOrderResponseObject, string, error) {
-			resp, err := s.impl.UpdateOrder(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (UpdateOrderResponseObject, error) {
+			return s.impl.UpdateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(UpdateOrderResponseObject.VisitUpdateOrderResponse),
 	})

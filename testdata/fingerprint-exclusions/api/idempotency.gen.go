@@ -125,9 +125,8 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.Params.DryRun, request.Params.XChannel},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, string, error) {
-			resp, err := s.impl.CreateOrder(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
+			return s.impl.CreateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
 	})
@@ -138,9 +137,8 @@ func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestOb
 	return idemHandle(ctx, s.store, policyAttachFile, &idemhttp.Op[AttachFileResponseObject]{
 		Key:   request.Params.IdempotencyKey,
 		Scope: []any{request.OrderId},
-		Run: func(ctx context.Context, tx pgx.Tx) (AttachFileResponseObject, string, error) {
-			resp, err := s.impl.AttachFile(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (AttachFileResponseObject, error) {
+			return s.impl.AttachFile(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AttachFileResponseObject.VisitAttachFileResponse),
 	})
@@ -150,9 +148,8 @@ func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestOb
 func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error) {
 	return idemHandle(ctx, s.store, policyAddNote, &idemhttp.Op[AddNoteResponseObject]{
 		Key: request.Params.IdempotencyKey,
-		Run: func(ctx context.Context, tx pgx.Tx) (AddNoteResponseObject, string, error) {
-			resp, err := s.impl.AddNote(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (AddNoteResponseObject, error) {
+			return s.impl.AddNote(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AddNoteResponseObject.VisitAddNoteResponse),
 	})

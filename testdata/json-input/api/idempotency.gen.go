@@ -80,7 +80,7 @@ func (s *idemServer) CreateSubscription(ctx context.Context, request CreateSubsc
 	return idemHandle(ctx, s.store, policyCreateSubscription, &idemhttp.Op[CreateSubscriptionResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (CreateSubscriptionResponseObject, string, error) {
+		RunReference: func(ctx context.Context, tx pgx.Tx) (CreateSubscriptionResponseObject, string, error) {
 			return s.impl.CreateSubscription(ctx, tx, request)
 		},
 		Replay: func(ctx context.Context, reference string, _ int) (CreateSubscriptionResponseObject, error) {

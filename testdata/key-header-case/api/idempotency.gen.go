@@ -74,9 +74,8 @@ func (s *idemServer) V1ApplicationCreate(ctx context.Context, request V1Applicat
 	return idemHandle(ctx, s.store, policyV1ApplicationCreate, &idemhttp.Op[V1ApplicationCreateResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (V1ApplicationCreateResponseObject, string, error) {
-			resp, err := s.impl.V1ApplicationCreate(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (V1ApplicationCreateResponseObject, error) {
+			return s.impl.V1ApplicationCreate(ctx, tx, request)
 		},
 		Record: idemhttp.Record(V1ApplicationCreateResponseObject.VisitV1ApplicationCreateResponse),
 	})

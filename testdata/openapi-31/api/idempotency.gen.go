@@ -74,9 +74,8 @@ func (s *idemServer) SendMessage(ctx context.Context, request SendMessageRequest
 	return idemHandle(ctx, s.store, policySendMessage, &idemhttp.Op[SendMessageResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (SendMessageResponseObject, string, error) {
-			resp, err := s.impl.SendMessage(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (SendMessageResponseObject, error) {
+			return s.impl.SendMessage(ctx, tx, request)
 		},
 		Record: idemhttp.Record(SendMessageResponseObject.VisitSendMessageResponse),
 	})

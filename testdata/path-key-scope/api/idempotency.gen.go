@@ -101,9 +101,8 @@ func (s *idemServer) CheckoutCart(ctx context.Context, request CheckoutCartReque
 		Scope:  []any{request.Params.XAccountID},
 		Parts:  []any{request.CartId, request.Params.Coupon, request.Params.DryRun, request.Params.XAccountID},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (CheckoutCartResponseObject, string, error) {
-			resp, err := s.impl.CheckoutCart(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (CheckoutCartResponseObject, error) {
+			return s.impl.CheckoutCart(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CheckoutCartResponseObject.VisitCheckoutCartResponse),
 	})
@@ -116,9 +115,8 @@ func (s *idemServer) AddLine(ctx context.Context, request AddLineRequestObject) 
 		Scope:  []any{request.CartId, request.LineNo},
 		Parts:  []any{request.CartId, request.LineNo},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (AddLineResponseObject, string, error) {
-			resp, err := s.impl.AddLine(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (AddLineResponseObject, error) {
+			return s.impl.AddLine(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AddLineResponseObject.VisitAddLineResponse),
 	})

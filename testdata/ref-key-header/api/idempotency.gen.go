@@ -130,9 +130,8 @@ func (s *idemServer) ReleaseHolds(ctx context.Context, request ReleaseHoldsReque
 	return idemHandle(ctx, s.store, policyReleaseHolds, &idemhttp.Op[ReleaseHoldsResponseObject]{
 		Key:   request.Params.IdempotencyKey,
 		Parts: []any{request.AccountId},
-		Run: func(ctx context.Context, tx pgx.Tx) (ReleaseHoldsResponseObject, string, error) {
-			resp, err := s.impl.ReleaseHolds(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (ReleaseHoldsResponseObject, error) {
+			return s.impl.ReleaseHolds(ctx, tx, request)
 		},
 		Replay: func(ctx context.Context, _ string, status int) (ReleaseHoldsResponseObject, error) {
 			return s.impl.ReplayReleaseHolds(ctx, request, status)
@@ -147,9 +146,8 @@ func (s *idemServer) PlaceHold(ctx context.Context, request PlaceHoldRequestObje
 		Key:    request.Params.IdempotencyKey,
 		Parts:  []any{request.AccountId},
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (PlaceHoldResponseObject, string, error) {
-			resp, err := s.impl.PlaceHold(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PlaceHoldResponseObject, error) {
+			return s.impl.PlaceHold(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PlaceHoldResponseObject.VisitPlaceHoldResponse),
 	})
@@ -164,9 +162,8 @@ func (s *idemServer) CreateTransfer(ctx context.Context, request CreateTransferR
 	return idemHandle(ctx, s.store, policyCreateTransfer, &idemhttp.Op[CreateTransferResponseObject]{
 		Key:    request.Params.IdempotencyKey,
 		Bodies: []any{request.Body},
-		Run: func(ctx context.Context, tx pgx.Tx) (CreateTransferResponseObject, string, error) {
-			resp, err := s.impl.CreateTransfer(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateTransferResponseObject, error) {
+			return s.impl.CreateTransfer(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateTransferResponseObject.VisitCreateTransferResponse),
 	})

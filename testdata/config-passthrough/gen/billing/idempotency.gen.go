@@ -79,9 +79,8 @@ func (s *idemServer) PayInvoice(ctx context.Context, request PayInvoiceRequestOb
 	return idemHandle(ctx, s.store, policyPayInvoice, &idemhttp.Op[PayInvoiceResponseObject]{
 		Key:   request.Params.IdempotencyKey,
 		Parts: []any{request.InvoiceID},
-		Run: func(ctx context.Context, tx pgx.Tx) (PayInvoiceResponseObject, string, error) {
-			resp, err := s.impl.PayInvoice(ctx, tx, request)
-			return resp, "", err
+		Run: func(ctx context.Context, tx pgx.Tx) (PayInvoiceResponseObject, error) {
+			return s.impl.PayInvoice(ctx, tx, request)
 		},
 		Replay: func(ctx context.Context, _ string, status int) (PayInvoiceResponseObject, error) {
 			return s.impl.ReplayPayInvoice(ctx, request, status)
