@@ -33,7 +33,6 @@ type opData struct {
 	KeyExpr    string // the key's typed request field
 	Scope      string // the values of the policy's header:/path: scope parts, comma-separated
 	Parts      string // the values of the policy's fingerprint parts, comma-separated
-	Bodies     string // the request's fingerprinted body fields, comma-separated
 }
 
 type policyData struct {
@@ -57,6 +56,7 @@ type policyData struct {
 	NoFingerprint bool
 	Fingerprint   string // quoted part names: "path:payment_id", "header:X-Tenant-Id"
 	Exclude       string // quoted JSON pointers
+	Body          bool   // the operation declares a request body, fingerprinted as sent
 	ReplayHeaders string // "Retry-After", "X-Rate" or ""
 }
 
@@ -132,8 +132,7 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		return err
 	}
 	pd.Fingerprint, od.Parts = quoteList(names), strings.Join(values, ", ")
-	od.Bodies = strings.Join(bodyFields(co), ", ")
-	if od.Bodies != "" {
+	if pd.Body = len(co.Bodies) > 0; pd.Body {
 		pd.Exclude = quoteList(p.Exclude)
 	}
 	od.Policy = pd
@@ -264,17 +263,6 @@ func fingerprintParts(p *model.Policy, co *oapiOp) (names, values []string, err 
 		values = append(values, fieldExpr(prm))
 	}
 	return names, values, nil
-}
-
-// bodyFields are the typed request's body fields that are fingerprinted (JSON and forms).
-func bodyFields(co *oapiOp) []string {
-	var fields []string
-	for _, b := range co.Bodies {
-		if b.Kind == model.BodyJSON || b.Kind == model.BodyForm {
-			fields = append(fields, "request."+b.Field)
-		}
-	}
-	return fields
 }
 
 func partName(p oapiParam) string {

@@ -358,8 +358,6 @@ func notFound(id string) problemResponse {
 // any more. It is the problem (status, type, code) the runtime answers for a key reused while
 // its record exists.
 func keyUsed(what, path string) problemResponse {
-	p := problem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused, "Idempotency key reused",
-		"this Idempotency-Key already made "+what+" "+path+" and its record has expired, so the first answer cannot be replayed: GET "+path+" to see it, or send a new key for a new request")
-	p.Type = idemhttp.ProblemTypePrefix + idemhttp.CodeKeyReused
-	return p
+	return problemResponse{idemhttp.NewProblem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused,
+		"this Idempotency-Key already made "+what+" "+path+" and its record has expired, so the first answer cannot be replayed: GET "+path+" to see it, or send a new key for a new request")}
 }

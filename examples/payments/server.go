@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // tenantHeader stands in for authentication; see the spec's TenantID parameter.
@@ -75,7 +76,7 @@ func validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerF
 			}
 		}
 		if detail != "" {
-			writeProblem(w, problem(http.StatusBadRequest, "invalid-request", "Invalid request", operationID+": "+detail))
+			writeProblem(w, problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid, operationID+": "+detail)})
 			return nil, nil // nil response: the strict handler writes nothing more
 		}
 		return next(ctx, w, r, request)
@@ -105,26 +106,11 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 		return nil, fmt.Errorf("idempotency store: %w", err)
 	}
 
-	strict := api.NewStrictHandlerWithOptions(
-		api.NewIdempotentServer(&payments{db: pool}, store),
-		[]api.StrictMiddlewareFunc{validate},
-		api.StrictHTTPServerOptions{
-			RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-				writeProblem(w, problem(http.StatusBadRequest, "invalid-request", "Invalid request", err.Error()))
-			},
-			ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-				// A handler's Go error: idemgen has rolled the transaction back and released the
-				// key, so the client may retry with the same key.
-				log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-				writeProblem(w, problem(http.StatusInternalServerError, "internal", "Internal error",
-					"the request failed and changed nothing; retry with the same Idempotency-Key"))
-			},
-		})
-
-	apiMux := http.NewServeMux()
-	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
-		BaseRouter:       apiMux,
-		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
+	// The generated default wiring: bodies kept as sent for the fingerprint (and capped), and
+	// every binding error, unknown route and handler error answered as a problem. validate runs
+	// after binding and before the adapter claims a key.
+	apiHandler := api.NewIdempotentHandler(&payments{db: pool}, store, &api.IdempotentHandlerOptions{
+		Middlewares: []api.StrictMiddlewareFunc{validate},
 	})
 
 	mux := http.NewServeMux()
@@ -132,13 +118,16 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
-			writeProblem(w, problem(http.StatusServiceUnavailable, "database-unavailable", "Database unavailable", err.Error()))
+			// The cause goes to the log, never to the client: it can name hosts and addresses.
+			log.WarnContext(r.Context(), "healthz: database unreachable", "err", err)
+			writeProblem(w, problem(http.StatusServiceUnavailable, "database-unavailable", "Database unavailable",
+				"the database did not answer a ping within 2s"))
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/", requireTenant(apiMux))
+	mux.Handle("/", requireTenant(apiHandler))
 	return accessLog(log, mux), nil
 }
 

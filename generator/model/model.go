@@ -59,10 +59,11 @@ type Param struct {
 type BodyKind int
 
 const (
-	BodyNone BodyKind = iota
-	BodyJSON
-	BodyForm
-	BodyUnsupported // multipart, octet-stream, text: cannot be fingerprinted
+	BodyNone      BodyKind = iota
+	BodyJSON               // canonical JSON of the bytes sent
+	BodyForm               // form fields sorted by name
+	BodyMultipart          // part by part, without the boundary
+	BodyBytes              // text, binary, or several media types: the bytes as sent
 )
 
 // Storage modes.

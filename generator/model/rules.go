@@ -74,19 +74,21 @@ func FormatDuration(d time.Duration) string {
 	return s
 }
 
-// ClassifyMediaType says how a request body of media type mt is fingerprinted: JSON
-// (application/json and concrete *+json types) and form-encoded bodies have a canonical form;
-// anything else is BodyUnsupported.
+// ClassifyMediaType says how a request body of media type mt is fingerprinted, by the same rule
+// the runtime applies to the Content-Type a request arrives with (idem.CanonicalBody): JSON
+// (application/json and *+json) canonically, forms field by field, multipart part by part, and
+// anything else as bytes.
 func ClassifyMediaType(mt string) BodyKind {
 	base, _, err := mime.ParseMediaType(mt)
-	if err != nil {
-		return BodyUnsupported
-	}
 	switch {
-	case base == "application/json" || (strings.HasSuffix(base, "+json") && !strings.Contains(base, "*")):
+	case err != nil:
+		return BodyBytes
+	case base == "application/json" || strings.HasSuffix(base, "+json"):
 		return BodyJSON
 	case base == "application/x-www-form-urlencoded":
 		return BodyForm
+	case strings.HasPrefix(base, "multipart/"):
+		return BodyMultipart
 	}
-	return BodyUnsupported
+	return BodyBytes
 }

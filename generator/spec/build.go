@@ -201,9 +201,8 @@ func sameParam(a, b model.Param) bool {
 	return a.Name == b.Name
 }
 
-// bodyKind classifies the request body. Only JSON (application/json, *+json) and form-encoded
-// bodies have a canonical form to fingerprint; one other media type makes the body unsupported,
-// because a client may send that one.
+// bodyKind classifies the request body by its declared media types (model.ClassifyMediaType):
+// one kind when they all share it, BodyBytes when they differ.
 func bodyKind(rb *openapi3.RequestBodyRef) (model.BodyKind, []string) {
 	if rb == nil || rb.Value == nil || len(rb.Value.Content) == 0 {
 		return model.BodyNone, nil
@@ -213,16 +212,10 @@ func bodyKind(rb *openapi3.RequestBodyRef) (model.BodyKind, []string) {
 		types = append(types, mt)
 	}
 	sort.Strings(types)
-	kind := model.BodyForm
-	for _, mt := range types {
-		switch model.ClassifyMediaType(mt) {
-		case model.BodyJSON:
-			if kind != model.BodyUnsupported {
-				kind = model.BodyJSON
-			}
-		case model.BodyForm:
-		default:
-			kind = model.BodyUnsupported
+	kind := model.ClassifyMediaType(types[0])
+	for _, mt := range types[1:] {
+		if model.ClassifyMediaType(mt) != kind {
+			kind = model.BodyBytes
 		}
 	}
 	return kind, types
@@ -322,15 +315,6 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 
 	if p.Storage == model.StorageMarker && p.NoFingerprint {
 		errorf(printNode, RuleMarkerNeedsPrint, "x-idempotency.fingerprint: storage marker keeps only the status and the fingerprint, so the fingerprint cannot be off%s (remove fingerprint: false, or use storage: response)", note(printDefs))
-	}
-	if o.Body == model.BodyUnsupported && !p.NoFingerprint {
-		var bad []string
-		for _, mt := range o.BodyTypes {
-			if model.ClassifyMediaType(mt) == model.BodyUnsupported {
-				bad = append(bad, mt)
-			}
-		}
-		errorf(extKey, RuleBodyUnfingerprinted, "x-idempotency: the request body (%s) cannot be fingerprinted; only JSON and form-encoded bodies can (accept application/json, or set fingerprint: false to skip the reuse check)", strings.Join(bad, ", "))
 	}
 	if p.Storage != model.StorageResponse {
 		anySuccess, withBody := successResponses(op)

@@ -33,7 +33,6 @@ const (
 	RuleFingerprintParamMissing = "fingerprint-param-missing"
 	RuleFingerprintParamDenied  = "fingerprint-param-forbidden"
 	RuleMarkerNeedsPrint        = "marker-needs-fingerprint"
-	RuleBodyUnfingerprinted     = "body-unfingerprintable"
 	RuleReplayImpossible        = "replay-impossible"
 	RuleReplayHeaderInvalid     = "replay-header-invalid"
 	RuleReplayHeaderDenied      = "replay-header-forbidden"
@@ -66,7 +65,6 @@ var rules = []Rule{
 	{RuleFingerprintParamMissing, SeverityError, "a fingerprint.exclude entry names a header or query parameter the operation does not declare"},
 	{RuleFingerprintParamDenied, SeverityError, "a fingerprint.exclude entry names a path parameter or the key header"},
 	{RuleMarkerNeedsPrint, SeverityError, "storage marker with the fingerprint turned off"},
-	{RuleBodyUnfingerprinted, SeverityError, "the request body cannot be fingerprinted (only JSON and form bodies can)"},
 	{RuleReplayImpossible, SeverityError, "storage reference or marker on an operation with no success response to replay"},
 	{RuleReplayHeaderInvalid, SeverityError, "a replayHeaders entry is not a valid header name"},
 	{RuleReplayHeaderDenied, SeverityError, "replayHeaders lists a hop-by-hop, Set-Cookie or Authorization header"},

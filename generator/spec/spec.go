@@ -25,8 +25,8 @@
 //     case-insensitively (inline or via $ref, operation or path item), and the model carries the
 //     declared spelling, so the generator finds oapi-codegen's field for it.
 //   - fingerprint: false turns the reuse check off; it is an error with storage marker, which keeps
-//     nothing else. An unfingerprintable body (anything but JSON, *+json and form-encoded) is an
-//     error unless the fingerprint is off. exclude entries are RFC 6901 pointers into the body
+//     nothing else. Every body is fingerprinted as sent (JSON and forms canonically, multipart
+//     part by part, anything else as bytes). exclude entries are RFC 6901 pointers into the body
 //     (the empty pointer, the whole body, is refused), or header:<Name> (matched
 //     case-insensitively) and query:<name> (matched exactly), which must name a parameter the
 //     operation or its path item declares. path:<param> is refused: a path parameter names the

@@ -106,7 +106,7 @@ func TestValidFull(t *testing.T) {
 		},
 		{
 			ID: "upload", Method: "POST", Path: "/v1/uploads", Pos: at(75, 5),
-			Body: model.BodyUnsupported, BodyTypes: []string{"multipart/form-data"},
+			Body: model.BodyMultipart, BodyTypes: []string{"multipart/form-data"},
 		},
 		{
 			ID: "deleteUploads", Method: "DELETE", Path: "/v1/uploads", Pos: at(84, 5),

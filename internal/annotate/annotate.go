@@ -455,19 +455,6 @@ func (p *planner) cannot(o op) string {
 	if !o.node.editable() {
 		return "the operation is not a mapping that can be edited"
 	}
-	if rb := o.node.get("requestBody"); rb != nil {
-		body := p.resolve(rb)
-		if body == nil {
-			return "the request body is a $ref that cannot be followed in this file, so it cannot be checked for fingerprinting"
-		}
-		if content := body.get("content"); content.isMap() {
-			for _, e := range content.entries {
-				if !fingerprintable(e.key) {
-					return fmt.Sprintf("request body %s cannot be fingerprinted (only JSON and form-encoded bodies can)", e.key)
-				}
-			}
-		}
-	}
 	switch or(p.opts.Storage, p.def.storage) {
 	case "reference":
 		if _, withBody := p.successResponses(o); !withBody {
@@ -523,12 +510,6 @@ func or(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// fingerprintable reports media types the runtime can fingerprint, by the rule generate and
-// lint apply.
-func fingerprintable(mediaType string) bool {
-	return model.ClassifyMediaType(mediaType) != model.BodyUnsupported
 }
 
 func (p *planner) scope() []string {

@@ -59,7 +59,9 @@ func writeSpec(t *testing.T, mode os.FileMode) string {
 	return path
 }
 
-const skipLine = "openapi.yaml:22:5: POST /files: not annotated: request body multipart/form-data cannot be fingerprinted (only JSON and form-encoded bodies can)\n"
+// skipLines are annotate's notes on the operations it cannot annotate with --scope path:id.
+const skipLines = "openapi.yaml:7:5: POST /orders: not annotated: scope item path:id names no path parameter of the operation or its path item\n" +
+	"openapi.yaml:22:5: POST /files: not annotated: scope item path:id names no path parameter of the operation or its path item\n"
 
 func TestAnnotateStdout(t *testing.T) {
 	t.Parallel()
@@ -80,14 +82,29 @@ func TestAnnotateStdout(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if strings.Count(r.stdout, "x-idempotency") != 1 {
-		t.Errorf("want exactly one x-idempotency (PUT is not annotated by default):\n%s", r.stdout)
+	if strings.Count(r.stdout, "x-idempotency") != 2 {
+		t.Errorf("want two x-idempotency, POST /orders and the multipart POST /files (PUT is not annotated by default):\n%s", r.stdout)
 	}
-	if want := "idemgen: annotate: " + path[:len(path)-len("openapi.yaml")] + skipLine; r.stderr != want {
-		t.Errorf("stderr = %q\nwant     %q", r.stderr, want)
+	if r.stderr != "" {
+		t.Errorf("stderr = %q, want nothing", r.stderr)
 	}
 	if data, _ := os.ReadFile(path); string(data) != annotateSpec {
 		t.Error("the file changed without -w")
+	}
+}
+
+// An operation annotate cannot annotate is named on stderr, file:line:col first, with why.
+func TestAnnotateNamesWhatItSkips(t *testing.T) {
+	t.Parallel()
+	path := writeSpec(t, 0o644)
+	r := runCLI(t, "", "annotate", "--scope", "tenant,operation,path:id", path)
+	if r.code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	dir := path[:len(path)-len("openapi.yaml")]
+	want := "idemgen: annotate: " + dir + strings.ReplaceAll(skipLines, "\nopenapi.yaml", "\nidemgen: annotate: "+dir+"openapi.yaml")
+	if r.stderr != want {
+		t.Errorf("stderr = %q\nwant     %q", r.stderr, want)
 	}
 }
 
@@ -109,10 +126,13 @@ func TestAnnotateDiff(t *testing.T) {
      put:
        operationId: replaceOrders
        responses:
-@@ -28,3 +31,14 @@
+@@ -28,3 +31,17 @@
        responses:
          '201':
            description: stored
++      parameters:
++        - $ref: '#/components/parameters/IdempotencyKey'
++      x-idempotency: true
 +components:
 +  parameters:
 +    IdempotencyKey:

@@ -24,6 +24,11 @@ const (
 	CodeKeyReused        = "key-reused"
 	CodeInProgress       = "in-progress"
 	CodeStoreUnavailable = "store-unavailable"
+	// CodeBodyInvalid: the request body is not what its media type says (invalid JSON, data
+	// after the JSON value, a duplicate member); answered before any key is claimed.
+	CodeBodyInvalid = "body-invalid"
+	// CodeBodyTooLarge: the request body is over the API's limit (413).
+	CodeBodyTooLarge = "body-too-large"
 )
 
 // ProblemTypePrefix begins every problem type URI.
@@ -35,7 +40,18 @@ var problemTitles = map[string]string{
 	CodeKeyReused:        "Idempotency key reused with a different request",
 	CodeInProgress:       "Request with this idempotency key in progress",
 	CodeStoreUnavailable: "Idempotency store unavailable",
+	CodeBodyInvalid:      "Request body invalid",
+	CodeBodyTooLarge:     "Request body too large",
+	CodeRequestInvalid:   "Request invalid",
+	CodeNotFound:         "Not found",
+	CodeMethodNotAllowed: "Method not allowed",
+	CodeInternal:         "Internal error",
 }
+
+// NewProblem returns the runtime's problem for code (one of the Code… constants): its type,
+// its one title, and detail. An application that answers with one of these codes itself (a
+// validation failure as request-invalid, say) uses it, so each problem type has one title.
+func NewProblem(status int, code, detail string) *Problem { return newProblem(status, code, detail) }
 
 func newProblem(status int, code, detail string) *Problem {
 	return &Problem{Type: ProblemTypePrefix + code, Title: problemTitles[code], Status: status, Detail: detail, Code: code}

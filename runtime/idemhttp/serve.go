@@ -46,6 +46,11 @@ type Policy struct {
 	// same order. Exclude lists JSON pointers left out of the body's fingerprint.
 	Fingerprint []string
 	Exclude     []string
+	// Body says the operation declares a request body. Its bytes as sent are fingerprinted
+	// (see Capture), so Handle refuses to run without them.
+	Body bool
+	// NoFingerprint (x-idempotency fingerprint: false) fingerprints the route alone.
+	NoFingerprint bool
 	// ReplayHeaders are added to the default replay allow-list.
 	ReplayHeaders []string
 }
@@ -231,8 +236,6 @@ type Op[R any] struct {
 	// Scope and Parts are the values of Policy.Scope's header:/path: items and of
 	// Policy.Fingerprint, in the same order.
 	Scope, Parts []any
-	// Bodies are the request's body fields (nil pointers for an absent body).
-	Bodies []any
 	// Run runs the handler in tx and returns its response (response and marker storage).
 	Run func(ctx context.Context, tx pgx.Tx) (R, error)
 	// RunReference is Run for reference storage: it also returns the reference a replay
@@ -248,8 +251,17 @@ type Op[R any] struct {
 // Handle is Serve for generated code: it fingerprints op's typed request by p, runs op.Run at
 // most once per key, records its response, and answers a replay from the stored outcome or,
 // for reference and marker storage, through op.Replay.
+//
+// The body is fingerprinted as the client sent it, from the bytes Capture kept in ctx; a body
+// that is not what its media type says is answered with a 400 body-invalid problem before any
+// claim.
 func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
-	req, err := op.request(p)
+	req, err := op.request(ctx, p)
+	var bad *idem.BodyError
+	if errors.As(err, &bad) {
+		return &Result{Kind: ResultProblem, Problem: newProblem(http.StatusBadRequest, CodeBodyInvalid,
+			"the request body is malformed: "+bad.Reason)}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +312,7 @@ func (op *Op[R]) run(ctx context.Context, tx pgx.Tx) (R, string, error) {
 }
 
 // request builds the runtime's view of op's request under p.
-func (op *Op[R]) request(p *Policy) (*Request, error) {
+func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 	req := &Request{KeyValues: keyValues(op.Key)}
 	dynamic := op.Scope
 	for _, name := range p.Scope {
@@ -322,12 +334,15 @@ func (op *Op[R]) request(p *Policy) (*Request, error) {
 			return nil, fmt.Errorf("%s: %w", p.Operation, err)
 		}
 	}
-	for _, b := range op.Bodies {
-		if isNil(b) {
-			continue
+	if !p.NoFingerprint {
+		body, ok := BodyFromContext(ctx)
+		if !ok && p.Body {
+			return nil, fmt.Errorf("operation %s: %w", p.Operation, errNoBody)
 		}
-		if err := fp.Body(b, p.Exclude...); err != nil {
-			return nil, fmt.Errorf("%s: %w", p.Operation, err)
+		if ok && len(body.Bytes) > 0 {
+			if err := fp.RawBody(body.ContentType, body.Bytes, p.Exclude...); err != nil {
+				return nil, err
+			}
 		}
 	}
 	req.Fingerprint = fp.Sum()

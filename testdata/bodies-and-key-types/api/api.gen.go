@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"strings"
 
@@ -23,15 +24,42 @@ type Donation struct {
 	Message     *string `json:"message,omitempty"`
 }
 
+// Key defines model for Key.
+type Key = string
+
+// PostBlobParams defines parameters for PostBlob.
+type PostBlobParams struct {
+	IdempotencyKey *Key `json:"Idempotency-Key,omitempty"`
+}
+
 // DonateParams defines parameters for Donate.
 type DonateParams struct {
 	Campaign       string              `form:"campaign" json:"campaign"`
 	IdempotencyKey *openapi_types.UUID `json:"Idempotency-Key,omitempty"`
 }
 
+// PostNoteTextBody defines parameters for PostNote.
+type PostNoteTextBody = string
+
+// PostNoteParams defines parameters for PostNote.
+type PostNoteParams struct {
+	IdempotencyKey *Key `json:"Idempotency-Key,omitempty"`
+}
+
 // PutPledgeParams defines parameters for PutPledge.
 type PutPledgeParams struct {
 	XRequestKey string `json:"X-Request-Key,omitempty"`
+}
+
+// UploadMultipartBody defines parameters for Upload.
+type UploadMultipartBody struct {
+	File  *openapi_types.File `json:"file,omitempty"`
+	Title *string             `json:"title,omitempty"`
+}
+
+// UploadParams defines parameters for Upload.
+type UploadParams struct {
+	IdempotencyKey *Key `json:"Idempotency-Key,omitempty"`
 }
 
 // DonateJSONRequestBody defines body for Donate for application/json ContentType.
@@ -40,17 +68,32 @@ type DonateJSONRequestBody = Donation
 // DonateFormdataRequestBody defines body for Donate for application/x-www-form-urlencoded ContentType.
 type DonateFormdataRequestBody = Donation
 
+// PostNoteTextRequestBody defines body for PostNote for text/plain ContentType.
+type PostNoteTextRequestBody = PostNoteTextBody
+
 // PutPledgeJSONRequestBody defines body for PutPledge for application/json ContentType.
 type PutPledgeJSONRequestBody = Donation
+
+// UploadMultipartRequestBody defines body for Upload for multipart/form-data ContentType.
+type UploadMultipartRequestBody UploadMultipartBody
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 
+	// (POST /blobs)
+	PostBlob(w http.ResponseWriter, r *http.Request, params PostBlobParams)
+
 	// (POST /donations)
 	Donate(w http.ResponseWriter, r *http.Request, params DonateParams)
 
+	// (POST /notes)
+	PostNote(w http.ResponseWriter, r *http.Request, params PostNoteParams)
+
 	// (PUT /pledges/{pledge_id})
 	PutPledge(w http.ResponseWriter, r *http.Request, pledgeId int64, params PutPledgeParams)
+
+	// (POST /uploads)
+	Upload(w http.ResponseWriter, r *http.Request, params UploadParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -61,6 +104,47 @@ type ServerInterfaceWrapper struct {
 }
 
 type MiddlewareFunc func(http.Handler) http.Handler
+
+// PostBlob operation middleware
+func (siw *ServerInterfaceWrapper) PostBlob(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PostBlobParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey Key
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PostBlob(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
 
 // Donate operation middleware
 func (siw *ServerInterfaceWrapper) Donate(w http.ResponseWriter, r *http.Request) {
@@ -116,6 +200,47 @@ func (siw *ServerInterfaceWrapper) Donate(w http.ResponseWriter, r *http.Request
 	handler.ServeHTTP(w, r)
 }
 
+// PostNote operation middleware
+func (siw *ServerInterfaceWrapper) PostNote(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PostNoteParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey Key
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PostNote(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PutPledge operation middleware
 func (siw *ServerInterfaceWrapper) PutPledge(w http.ResponseWriter, r *http.Request) {
 
@@ -157,6 +282,47 @@ func (siw *ServerInterfaceWrapper) PutPledge(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.PutPledge(w, r, pledgeId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Upload operation middleware
+func (siw *ServerInterfaceWrapper) Upload(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UploadParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey Key
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Upload(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -286,10 +452,30 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 		ErrorHandlerFunc:   options.ErrorHandlerFunc,
 	}
 
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/notes", wrapper.PostNote)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/blobs", wrapper.PostBlob)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/uploads", wrapper.Upload)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/donations", wrapper.Donate)
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/pledges/{pledge_id}", wrapper.PutPledge)
 
 	return m
+}
+
+type PostBlobRequestObject struct {
+	Params PostBlobParams
+	Body   io.Reader
+}
+
+type PostBlobResponseObject interface {
+	VisitPostBlobResponse(w http.ResponseWriter) error
+}
+
+type PostBlob201Response struct {
+}
+
+func (response PostBlob201Response) VisitPostBlobResponse(w http.ResponseWriter) error {
+	w.WriteHeader(201)
+	return nil
 }
 
 type DonateRequestObject struct {
@@ -306,6 +492,23 @@ type Donate201Response struct {
 }
 
 func (response Donate201Response) VisitDonateResponse(w http.ResponseWriter) error {
+	w.WriteHeader(201)
+	return nil
+}
+
+type PostNoteRequestObject struct {
+	Params PostNoteParams
+	Body   *PostNoteTextRequestBody
+}
+
+type PostNoteResponseObject interface {
+	VisitPostNoteResponse(w http.ResponseWriter) error
+}
+
+type PostNote201Response struct {
+}
+
+func (response PostNote201Response) VisitPostNoteResponse(w http.ResponseWriter) error {
 	w.WriteHeader(201)
 	return nil
 }
@@ -328,14 +531,40 @@ func (response PutPledge200Response) VisitPutPledgeResponse(w http.ResponseWrite
 	return nil
 }
 
+type UploadRequestObject struct {
+	Params UploadParams
+	Body   *multipart.Reader
+}
+
+type UploadResponseObject interface {
+	VisitUploadResponse(w http.ResponseWriter) error
+}
+
+type Upload201Response struct {
+}
+
+func (response Upload201Response) VisitUploadResponse(w http.ResponseWriter) error {
+	w.WriteHeader(201)
+	return nil
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+
+	// (POST /blobs)
+	PostBlob(ctx context.Context, request PostBlobRequestObject) (PostBlobResponseObject, error)
 
 	// (POST /donations)
 	Donate(ctx context.Context, request DonateRequestObject) (DonateResponseObject, error)
 
+	// (POST /notes)
+	PostNote(ctx context.Context, request PostNoteRequestObject) (PostNoteResponseObject, error)
+
 	// (PUT /pledges/{pledge_id})
 	PutPledge(ctx context.Context, request PutPledgeRequestObject) (PutPledgeResponseObject, error)
+
+	// (POST /uploads)
+	Upload(ctx context.Context, request UploadRequestObject) (UploadResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -375,6 +604,34 @@ type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
 	options     StrictHTTPServerOptions
+}
+
+// PostBlob operation middleware
+func (sh *strictHandler) PostBlob(w http.ResponseWriter, r *http.Request, params PostBlobParams) {
+	var request PostBlobRequestObject
+
+	request.Params = params
+
+	request.Body = r.Body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PostBlob(ctx, request.(PostBlobRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PostBlob")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PostBlobResponseObject); ok {
+		if err := validResponse.VisitPostBlobResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
 }
 
 // Donate operation middleware
@@ -425,6 +682,40 @@ func (sh *strictHandler) Donate(w http.ResponseWriter, r *http.Request, params D
 	}
 }
 
+// PostNote operation middleware
+func (sh *strictHandler) PostNote(w http.ResponseWriter, r *http.Request, params PostNoteParams) {
+	var request PostNoteRequestObject
+
+	request.Params = params
+
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't read body: %w", err))
+		return
+	}
+	body := PostNoteTextRequestBody(data)
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PostNote(ctx, request.(PostNoteRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PostNote")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PostNoteResponseObject); ok {
+		if err := validResponse.VisitPostNoteResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // PutPledge operation middleware
 func (sh *strictHandler) PutPledge(w http.ResponseWriter, r *http.Request, pledgeId int64, params PutPledgeParams) {
 	var request PutPledgeRequestObject
@@ -455,6 +746,39 @@ func (sh *strictHandler) PutPledge(w http.ResponseWriter, r *http.Request, pledg
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(PutPledgeResponseObject); ok {
 		if err := validResponse.VisitPutPledgeResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Upload operation middleware
+func (sh *strictHandler) Upload(w http.ResponseWriter, r *http.Request, params UploadParams) {
+	var request UploadRequestObject
+
+	request.Params = params
+
+	if reader, err := r.MultipartReader(); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode multipart body: %w", err))
+		return
+	} else {
+		request.Body = reader
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Upload(ctx, request.(UploadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Upload")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UploadResponseObject); ok {
+		if err := validResponse.VisitUploadResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -20,10 +20,37 @@ import (
 // the stored outcome commit together or not at all. Other operations keep oapi-codegen's strict
 // signature.
 type IdempotentServerInterface interface {
+	// PostBlob handles POST /blobs once per key; retries get its stored response.
+	PostBlob(ctx context.Context, tx pgx.Tx, request PostBlobRequestObject) (PostBlobResponseObject, error)
 	// Donate handles POST /donations once per key; retries get its stored response.
 	Donate(ctx context.Context, tx pgx.Tx, request DonateRequestObject) (DonateResponseObject, error)
+	// PostNote handles POST /notes once per key; retries get its stored response.
+	PostNote(ctx context.Context, tx pgx.Tx, request PostNoteRequestObject) (PostNoteResponseObject, error)
 	// PutPledge handles PUT /pledges/{pledge_id} once per key; retries get its stored response.
 	PutPledge(ctx context.Context, tx pgx.Tx, request PutPledgeRequestObject) (PutPledgeResponseObject, error)
+	// Upload handles POST /uploads once per key; retries get its stored response.
+	Upload(ctx context.Context, tx pgx.Tx, request UploadRequestObject) (UploadResponseObject, error)
+}
+
+// policyPostBlob is the x-idempotency of POST /blobs, with every default applied.
+var policyPostBlob = &idemhttp.Policy{
+	Operation:      "postBlob",
+	Route:          "POST /blobs",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyDonate is the x-idempotency of POST /donations, with every default applied.
@@ -46,6 +73,28 @@ var policyDonate = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"query:campaign"},
+	Body:        true,
+}
+
+// policyPostNote is the x-idempotency of POST /notes, with every default applied.
+var policyPostNote = &idemhttp.Policy{
+	Operation:      "postNote",
+	Route:          "POST /notes",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPutPledge is the x-idempotency of PUT /pledges/{pledge_id}, with every default applied.
@@ -67,13 +116,38 @@ var policyPutPledge = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation", "path:pledge_id"},
 	Fingerprint: []string{"path:pledge_id"},
+	Body:        true,
+}
+
+// policyUpload is the x-idempotency of POST /uploads, with every default applied.
+var policyUpload = &idemhttp.Policy{
+	Operation:      "upload",
+	Route:          "POST /uploads",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
+	policyPostBlob,
 	policyDonate,
+	policyPostNote,
 	policyPutPledge,
+	policyUpload,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -96,12 +170,22 @@ type idemServer struct {
 
 var _ StrictServerInterface = (*idemServer)(nil)
 
+// PostBlob runs s.impl.PostBlob at most once per key.
+func (s *idemServer) PostBlob(ctx context.Context, request PostBlobRequestObject) (PostBlobResponseObject, error) {
+	return idemHandle(ctx, s.store, policyPostBlob, &idemhttp.Op[PostBlobResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Run: func(ctx context.Context, tx pgx.Tx) (PostBlobResponseObject, error) {
+			return s.impl.PostBlob(ctx, tx, request)
+		},
+		Record: idemhttp.Record(PostBlobResponseObject.VisitPostBlobResponse),
+	})
+}
+
 // Donate runs s.impl.Donate at most once per key.
 func (s *idemServer) Donate(ctx context.Context, request DonateRequestObject) (DonateResponseObject, error) {
 	return idemHandle(ctx, s.store, policyDonate, &idemhttp.Op[DonateResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.Params.Campaign},
-		Bodies: []any{request.JSONBody, request.FormdataBody},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.Params.Campaign},
 		Run: func(ctx context.Context, tx pgx.Tx) (DonateResponseObject, error) {
 			return s.impl.Donate(ctx, tx, request)
 		},
@@ -109,17 +193,38 @@ func (s *idemServer) Donate(ctx context.Context, request DonateRequestObject) (D
 	})
 }
 
+// PostNote runs s.impl.PostNote at most once per key.
+func (s *idemServer) PostNote(ctx context.Context, request PostNoteRequestObject) (PostNoteResponseObject, error) {
+	return idemHandle(ctx, s.store, policyPostNote, &idemhttp.Op[PostNoteResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Run: func(ctx context.Context, tx pgx.Tx) (PostNoteResponseObject, error) {
+			return s.impl.PostNote(ctx, tx, request)
+		},
+		Record: idemhttp.Record(PostNoteResponseObject.VisitPostNoteResponse),
+	})
+}
+
 // PutPledge runs s.impl.PutPledge at most once per key.
 func (s *idemServer) PutPledge(ctx context.Context, request PutPledgeRequestObject) (PutPledgeResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPutPledge, &idemhttp.Op[PutPledgeResponseObject]{
-		Key:    request.Params.XRequestKey,
-		Scope:  []any{request.PledgeId},
-		Parts:  []any{request.PledgeId},
-		Bodies: []any{request.Body},
+		Key:   request.Params.XRequestKey,
+		Scope: []any{request.PledgeId},
+		Parts: []any{request.PledgeId},
 		Run: func(ctx context.Context, tx pgx.Tx) (PutPledgeResponseObject, error) {
 			return s.impl.PutPledge(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PutPledgeResponseObject.VisitPutPledgeResponse),
+	})
+}
+
+// Upload runs s.impl.Upload at most once per key.
+func (s *idemServer) Upload(ctx context.Context, request UploadRequestObject) (UploadResponseObject, error) {
+	return idemHandle(ctx, s.store, policyUpload, &idemhttp.Op[UploadResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Run: func(ctx context.Context, tx pgx.Tx) (UploadResponseObject, error) {
+			return s.impl.Upload(ctx, tx, request)
+		},
+		Record: idemhttp.Record(UploadResponseObject.VisitUploadResponse),
 	})
 }
 
@@ -137,20 +242,68 @@ func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Polic
 // idemResult writes what the runtime decided; it is every idempotent operation's response.
 type idemResult struct{ *idemhttp.Result }
 
+func (r idemResult) VisitPostBlobResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
 func (r idemResult) VisitDonateResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitPostNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitPutPledgeResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
-// rejects some malformed key headers while binding parameters, before the runtime sees them
-// (two Idempotency-Key headers, or a value not of the header's declared type); this answers
-// those with the runtime's key-invalid problem, like every other malformed key. Other errors
-// get oapi-codegen's default answer: 400 with the error as text.
+func (r idemResult) VisitUploadResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+// IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
+type IdempotentHandlerOptions struct {
+	// BaseURL prefixes every path, as in StdHTTPServerOptions.
+	BaseURL string
+	// BaseRouter receives the routes (a new ServeMux when nil), so other routes can share it.
+	BaseRouter *http.ServeMux
+	// Middlewares run after binding and before the idempotent adapter claims a key: put request
+	// validation there, so an invalid request never binds a key.
+	Middlewares []StrictMiddlewareFunc
+	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
+	// zero); a larger one is answered 413 body-too-large.
+	MaxRequestBody int64
+}
+
+// NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
+// can get a problem: it keeps each request body as sent for the fingerprint (capped at
+// MaxRequestBody), binds parameters and bodies with oapi-codegen, and answers binding errors,
+// unknown routes and handler errors as application/problem+json with no Go or SQL text in them.
+// Authentication belongs outside it, as HTTP middleware: it then runs before any key is claimed.
+func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opts *IdempotentHandlerOptions) http.Handler {
+	var o IdempotentHandlerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.BaseRouter == nil {
+		o.BaseRouter = http.NewServeMux()
+	}
+	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
+		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+	})
+	h := HandlerWithOptions(strict, StdHTTPServerOptions{
+		BaseURL:          o.BaseURL,
+		BaseRouter:       o.BaseRouter,
+		ErrorHandlerFunc: IdempotencyParamErrorHandler,
+	})
+	return idemhttp.Capture(o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+}
+
+// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler
+// installs it). oapi-codegen rejects some malformed key headers while binding parameters,
+// before the runtime sees them (two Idempotency-Key headers, or a value not of the header's
+// declared type); this answers those with the runtime's key-invalid problem, like every other
+// malformed key, and any other binding error with a request-invalid problem naming the
+// parameter.
 func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	var name string
 	var tooMany *TooManyValuesForParamError
 	var format *InvalidParamFormatError
 	var unmarshal *UnmarshalingParamError
+	var required *RequiredParamError
+	var requiredHeader *RequiredHeaderError
 	switch {
 	case errors.As(err, &tooMany):
 		name = tooMany.ParamName
@@ -158,10 +311,14 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = format.ParamName
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
+	case errors.As(err, &required):
+		name = required.ParamName
+	case errors.As(err, &requiredHeader):
+		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
 		_ = problem.WriteTo(w)
 		return
 	}
-	http.Error(w, err.Error(), http.StatusBadRequest)
+	_ = idemhttp.ParamProblem(name).WriteTo(w)
 }

@@ -95,6 +95,7 @@ var policyPostApplePaySessions = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostCancels is the x-idempotency of POST /cancels, with every default applied.
@@ -115,6 +116,7 @@ var policyPostCancels = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostCardDetails is the x-idempotency of POST /cardDetails, with every default applied.
@@ -135,6 +137,7 @@ var policyPostCardDetails = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostDonationCampaigns is the x-idempotency of POST /donationCampaigns, with every default applied.
@@ -155,6 +158,7 @@ var policyPostDonationCampaigns = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostDonations is the x-idempotency of POST /donations, with every default applied.
@@ -175,6 +179,7 @@ var policyPostDonations = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostForward is the x-idempotency of POST /forward, with every default applied.
@@ -195,6 +200,7 @@ var policyPostForward = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostOrders is the x-idempotency of POST /orders, with every default applied.
@@ -215,6 +221,7 @@ var policyPostOrders = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostOrdersCancel is the x-idempotency of POST /orders/cancel, with every default applied.
@@ -235,6 +242,7 @@ var policyPostOrdersCancel = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostOriginKeys is the x-idempotency of POST /originKeys, with every default applied.
@@ -255,6 +263,7 @@ var policyPostOriginKeys = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostPaymentLinks is the x-idempotency of POST /paymentLinks, with every default applied.
@@ -275,6 +284,7 @@ var policyPostPaymentLinks = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostPaymentMethods is the x-idempotency of POST /paymentMethods, with every default applied.
@@ -295,6 +305,7 @@ var policyPostPaymentMethods = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostPaymentMethodsBalance is the x-idempotency of POST /paymentMethods/balance, with every default applied.
@@ -315,6 +326,7 @@ var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostPayments is the x-idempotency of POST /payments, with every default applied.
@@ -335,6 +347,7 @@ var policyPostPayments = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostPaymentsDetails is the x-idempotency of POST /payments/details, with every default applied.
@@ -355,6 +368,7 @@ var policyPostPaymentsDetails = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostPaymentsPaymentPspReferenceAmountUpdates is the x-idempotency of POST /payments/{paymentPspReference}/amountUpdates, with every default applied.
@@ -376,6 +390,7 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
+	Body:        true,
 }
 
 // policyPostPaymentsPaymentPspReferenceCancels is the x-idempotency of POST /payments/{paymentPspReference}/cancels, with every default applied.
@@ -397,6 +412,7 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
+	Body:        true,
 }
 
 // policyPostPaymentsPaymentPspReferenceCaptures is the x-idempotency of POST /payments/{paymentPspReference}/captures, with every default applied.
@@ -418,6 +434,7 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
+	Body:        true,
 }
 
 // policyPostPaymentsPaymentPspReferenceRefunds is the x-idempotency of POST /payments/{paymentPspReference}/refunds, with every default applied.
@@ -439,6 +456,7 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
+	Body:        true,
 }
 
 // policyPostPaymentsPaymentPspReferenceReversals is the x-idempotency of POST /payments/{paymentPspReference}/reversals, with every default applied.
@@ -460,6 +478,7 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
+	Body:        true,
 }
 
 // policyPostPaypalUpdateOrder is the x-idempotency of POST /paypal/updateOrder, with every default applied.
@@ -480,6 +499,7 @@ var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostSessions is the x-idempotency of POST /sessions, with every default applied.
@@ -500,6 +520,7 @@ var policyPostSessions = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // policyPostStoredPaymentMethods is the x-idempotency of POST /storedPaymentMethods, with every default applied.
@@ -520,6 +541,7 @@ var policyPostStoredPaymentMethods = &idemhttp.Policy{
 	},
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
+	Body:        true,
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -572,8 +594,7 @@ var _ StrictServerInterface = (*idemServer)(nil)
 // PostApplePaySessions runs s.impl.PostApplePaySessions at most once per key.
 func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApplePaySessionsRequestObject) (PostApplePaySessionsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostApplePaySessions, &idemhttp.Op[PostApplePaySessionsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostApplePaySessionsResponseObject, error) {
 			return s.impl.PostApplePaySessions(ctx, tx, request)
 		},
@@ -584,8 +605,7 @@ func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApple
 // PostCancels runs s.impl.PostCancels at most once per key.
 func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequestObject) (PostCancelsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostCancels, &idemhttp.Op[PostCancelsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostCancelsResponseObject, error) {
 			return s.impl.PostCancels(ctx, tx, request)
 		},
@@ -596,8 +616,7 @@ func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequest
 // PostCardDetails runs s.impl.PostCardDetails at most once per key.
 func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetailsRequestObject) (PostCardDetailsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostCardDetails, &idemhttp.Op[PostCardDetailsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostCardDetailsResponseObject, error) {
 			return s.impl.PostCardDetails(ctx, tx, request)
 		},
@@ -608,8 +627,7 @@ func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetail
 // PostDonationCampaigns runs s.impl.PostDonationCampaigns at most once per key.
 func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDonationCampaignsRequestObject) (PostDonationCampaignsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostDonationCampaigns, &idemhttp.Op[PostDonationCampaignsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationCampaignsResponseObject, error) {
 			return s.impl.PostDonationCampaigns(ctx, tx, request)
 		},
@@ -620,8 +638,7 @@ func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDona
 // PostDonations runs s.impl.PostDonations at most once per key.
 func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsRequestObject) (PostDonationsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostDonations, &idemhttp.Op[PostDonationsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationsResponseObject, error) {
 			return s.impl.PostDonations(ctx, tx, request)
 		},
@@ -632,8 +649,7 @@ func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsReq
 // PostForward runs s.impl.PostForward at most once per key.
 func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequestObject) (PostForwardResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostForward, &idemhttp.Op[PostForwardResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostForwardResponseObject, error) {
 			return s.impl.PostForward(ctx, tx, request)
 		},
@@ -644,8 +660,7 @@ func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequest
 // PostOrders runs s.impl.PostOrders at most once per key.
 func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestObject) (PostOrdersResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostOrders, &idemhttp.Op[PostOrdersResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersResponseObject, error) {
 			return s.impl.PostOrders(ctx, tx, request)
 		},
@@ -656,8 +671,7 @@ func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestOb
 // PostOrdersCancel runs s.impl.PostOrdersCancel at most once per key.
 func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCancelRequestObject) (PostOrdersCancelResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostOrdersCancel, &idemhttp.Op[PostOrdersCancelResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersCancelResponseObject, error) {
 			return s.impl.PostOrdersCancel(ctx, tx, request)
 		},
@@ -668,8 +682,7 @@ func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCan
 // PostOriginKeys runs s.impl.PostOriginKeys at most once per key.
 func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysRequestObject) (PostOriginKeysResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostOriginKeys, &idemhttp.Op[PostOriginKeysResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOriginKeysResponseObject, error) {
 			return s.impl.PostOriginKeys(ctx, tx, request)
 		},
@@ -680,8 +693,7 @@ func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysR
 // PostPaymentLinks runs s.impl.PostPaymentLinks at most once per key.
 func (s *idemServer) PostPaymentLinks(ctx context.Context, request PostPaymentLinksRequestObject) (PostPaymentLinksResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentLinks, &idemhttp.Op[PostPaymentLinksResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentLinksResponseObject, error) {
 			return s.impl.PostPaymentLinks(ctx, tx, request)
 		},
@@ -700,8 +712,7 @@ func (s *idemServer) PatchPaymentLinksLinkId(ctx context.Context, request PatchP
 // PostPaymentMethods runs s.impl.PostPaymentMethods at most once per key.
 func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPaymentMethodsRequestObject) (PostPaymentMethodsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentMethods, &idemhttp.Op[PostPaymentMethodsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsResponseObject, error) {
 			return s.impl.PostPaymentMethods(ctx, tx, request)
 		},
@@ -712,8 +723,7 @@ func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPayment
 // PostPaymentMethodsBalance runs s.impl.PostPaymentMethodsBalance at most once per key.
 func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request PostPaymentMethodsBalanceRequestObject) (PostPaymentMethodsBalanceResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentMethodsBalance, &idemhttp.Op[PostPaymentMethodsBalanceResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsBalanceResponseObject, error) {
 			return s.impl.PostPaymentMethodsBalance(ctx, tx, request)
 		},
@@ -724,8 +734,7 @@ func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request Post
 // PostPayments runs s.impl.PostPayments at most once per key.
 func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsRequestObject) (PostPaymentsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPayments, &idemhttp.Op[PostPaymentsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsResponseObject, error) {
 			return s.impl.PostPayments(ctx, tx, request)
 		},
@@ -736,8 +745,7 @@ func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsReque
 // PostPaymentsDetails runs s.impl.PostPaymentsDetails at most once per key.
 func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymentsDetailsRequestObject) (PostPaymentsDetailsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentsDetails, &idemhttp.Op[PostPaymentsDetailsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsDetailsResponseObject, error) {
 			return s.impl.PostPaymentsDetails(ctx, tx, request)
 		},
@@ -748,9 +756,8 @@ func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymen
 // PostPaymentsPaymentPspReferenceAmountUpdates runs s.impl.PostPaymentsPaymentPspReferenceAmountUpdates at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceAmountUpdates, &idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.PaymentPspReference},
-		Bodies: []any{request.Body},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.PaymentPspReference},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
 		},
@@ -761,9 +768,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Co
 // PostPaymentsPaymentPspReferenceCancels runs s.impl.PostPaymentsPaymentPspReferenceCancels at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context, request PostPaymentsPaymentPspReferenceCancelsRequestObject) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCancels, &idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.PaymentPspReference},
-		Bodies: []any{request.Body},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.PaymentPspReference},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
 		},
@@ -774,9 +780,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context,
 // PostPaymentsPaymentPspReferenceCaptures runs s.impl.PostPaymentsPaymentPspReferenceCaptures at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, request PostPaymentsPaymentPspReferenceCapturesRequestObject) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCaptures, &idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.PaymentPspReference},
-		Bodies: []any{request.Body},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.PaymentPspReference},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
 		},
@@ -787,9 +792,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context
 // PostPaymentsPaymentPspReferenceRefunds runs s.impl.PostPaymentsPaymentPspReferenceRefunds at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, request PostPaymentsPaymentPspReferenceRefundsRequestObject) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceRefunds, &idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.PaymentPspReference},
-		Bodies: []any{request.Body},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.PaymentPspReference},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
 		},
@@ -800,9 +804,8 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context,
 // PostPaymentsPaymentPspReferenceReversals runs s.impl.PostPaymentsPaymentPspReferenceReversals at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Context, request PostPaymentsPaymentPspReferenceReversalsRequestObject) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceReversals, &idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.PaymentPspReference},
-		Bodies: []any{request.Body},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.PaymentPspReference},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
 		},
@@ -813,8 +816,7 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Contex
 // PostPaypalUpdateOrder runs s.impl.PostPaypalUpdateOrder at most once per key.
 func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPaypalUpdateOrderRequestObject) (PostPaypalUpdateOrderResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostPaypalUpdateOrder, &idemhttp.Op[PostPaypalUpdateOrderResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaypalUpdateOrderResponseObject, error) {
 			return s.impl.PostPaypalUpdateOrder(ctx, tx, request)
 		},
@@ -825,8 +827,7 @@ func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPayp
 // PostSessions runs s.impl.PostSessions at most once per key.
 func (s *idemServer) PostSessions(ctx context.Context, request PostSessionsRequestObject) (PostSessionsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostSessions, &idemhttp.Op[PostSessionsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostSessionsResponseObject, error) {
 			return s.impl.PostSessions(ctx, tx, request)
 		},
@@ -845,8 +846,7 @@ func (s *idemServer) GetStoredPaymentMethods(ctx context.Context, request GetSto
 // PostStoredPaymentMethods runs s.impl.PostStoredPaymentMethods at most once per key.
 func (s *idemServer) PostStoredPaymentMethods(ctx context.Context, request PostStoredPaymentMethodsRequestObject) (PostStoredPaymentMethodsResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPostStoredPaymentMethods, &idemhttp.Op[PostStoredPaymentMethodsResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Bodies: []any{request.Body},
+		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostStoredPaymentMethodsResponseObject, error) {
 			return s.impl.PostStoredPaymentMethods(ctx, tx, request)
 		},
@@ -942,16 +942,58 @@ func (r idemResult) VisitPostStoredPaymentMethodsResponse(w http.ResponseWriter)
 	return r.WriteTo(w)
 }
 
-// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
-// rejects some malformed key headers while binding parameters, before the runtime sees them
-// (two Idempotency-Key headers, or a value not of the header's declared type); this answers
-// those with the runtime's key-invalid problem, like every other malformed key. Other errors
-// get oapi-codegen's default answer: 400 with the error as text.
+// IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
+type IdempotentHandlerOptions struct {
+	// BaseURL prefixes every path, as in StdHTTPServerOptions.
+	BaseURL string
+	// BaseRouter receives the routes (a new ServeMux when nil), so other routes can share it.
+	BaseRouter *http.ServeMux
+	// Middlewares run after binding and before the idempotent adapter claims a key: put request
+	// validation there, so an invalid request never binds a key.
+	Middlewares []StrictMiddlewareFunc
+	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
+	// zero); a larger one is answered 413 body-too-large.
+	MaxRequestBody int64
+}
+
+// NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
+// can get a problem: it keeps each request body as sent for the fingerprint (capped at
+// MaxRequestBody), binds parameters and bodies with oapi-codegen, and answers binding errors,
+// unknown routes and handler errors as application/problem+json with no Go or SQL text in them.
+// Authentication belongs outside it, as HTTP middleware: it then runs before any key is claimed.
+func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opts *IdempotentHandlerOptions) http.Handler {
+	var o IdempotentHandlerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.BaseRouter == nil {
+		o.BaseRouter = http.NewServeMux()
+	}
+	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
+		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+	})
+	h := HandlerWithOptions(strict, StdHTTPServerOptions{
+		BaseURL:          o.BaseURL,
+		BaseRouter:       o.BaseRouter,
+		ErrorHandlerFunc: IdempotencyParamErrorHandler,
+	})
+	return idemhttp.Capture(o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+}
+
+// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler
+// installs it). oapi-codegen rejects some malformed key headers while binding parameters,
+// before the runtime sees them (two Idempotency-Key headers, or a value not of the header's
+// declared type); this answers those with the runtime's key-invalid problem, like every other
+// malformed key, and any other binding error with a request-invalid problem naming the
+// parameter.
 func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	var name string
 	var tooMany *TooManyValuesForParamError
 	var format *InvalidParamFormatError
 	var unmarshal *UnmarshalingParamError
+	var required *RequiredParamError
+	var requiredHeader *RequiredHeaderError
 	switch {
 	case errors.As(err, &tooMany):
 		name = tooMany.ParamName
@@ -959,10 +1001,14 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = format.ParamName
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
+	case errors.As(err, &required):
+		name = required.ParamName
+	case errors.As(err, &requiredHeader):
+		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
 		_ = problem.WriteTo(w)
 		return
 	}
-	http.Error(w, err.Error(), http.StatusBadRequest)
+	_ = idemhttp.ParamProblem(name).WriteTo(w)
 }

@@ -74,16 +74,58 @@ func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Polic
 // idemResult writes what the runtime decided; it is every idempotent operation's response.
 type idemResult struct{ *idemhttp.Result }
 
-// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
-// rejects some malformed key headers while binding parameters, before the runtime sees them
-// (two Idempotency-Key headers, or a value not of the header's declared type); this answers
-// those with the runtime's key-invalid problem, like every other malformed key. Other errors
-// get oapi-codegen's default answer: 400 with the error as text.
+// IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
+type IdempotentHandlerOptions struct {
+	// BaseURL prefixes every path, as in StdHTTPServerOptions.
+	BaseURL string
+	// BaseRouter receives the routes (a new ServeMux when nil), so other routes can share it.
+	BaseRouter *http.ServeMux
+	// Middlewares run after binding and before the idempotent adapter claims a key: put request
+	// validation there, so an invalid request never binds a key.
+	Middlewares []StrictMiddlewareFunc
+	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
+	// zero); a larger one is answered 413 body-too-large.
+	MaxRequestBody int64
+}
+
+// NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
+// can get a problem: it keeps each request body as sent for the fingerprint (capped at
+// MaxRequestBody), binds parameters and bodies with oapi-codegen, and answers binding errors,
+// unknown routes and handler errors as application/problem+json with no Go or SQL text in them.
+// Authentication belongs outside it, as HTTP middleware: it then runs before any key is claimed.
+func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opts *IdempotentHandlerOptions) http.Handler {
+	var o IdempotentHandlerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.BaseRouter == nil {
+		o.BaseRouter = http.NewServeMux()
+	}
+	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
+		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+	})
+	h := HandlerWithOptions(strict, StdHTTPServerOptions{
+		BaseURL:          o.BaseURL,
+		BaseRouter:       o.BaseRouter,
+		ErrorHandlerFunc: IdempotencyParamErrorHandler,
+	})
+	return idemhttp.Capture(o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+}
+
+// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler
+// installs it). oapi-codegen rejects some malformed key headers while binding parameters,
+// before the runtime sees them (two Idempotency-Key headers, or a value not of the header's
+// declared type); this answers those with the runtime's key-invalid problem, like every other
+// malformed key, and any other binding error with a request-invalid problem naming the
+// parameter.
 func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	var name string
 	var tooMany *TooManyValuesForParamError
 	var format *InvalidParamFormatError
 	var unmarshal *UnmarshalingParamError
+	var required *RequiredParamError
+	var requiredHeader *RequiredHeaderError
 	switch {
 	case errors.As(err, &tooMany):
 		name = tooMany.ParamName
@@ -91,10 +133,14 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = format.ParamName
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
+	case errors.As(err, &required):
+		name = required.ParamName
+	case errors.As(err, &requiredHeader):
+		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
 		_ = problem.WriteTo(w)
 		return
 	}
-	http.Error(w, err.Error(), http.StatusBadRequest)
+	_ = idemhttp.ParamProblem(name).WriteTo(w)
 }

@@ -81,9 +81,7 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := api.HandlerWithOptions(api.NewStrictHandler(api.NewIdempotentServer(server{}, store), nil), api.StdHTTPServerOptions{
-		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
-	})
+	h := api.NewIdempotentHandler(server{}, store, nil)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return &fixture{url: hs.URL, pool: sch.Pool}

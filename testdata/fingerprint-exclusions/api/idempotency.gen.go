@@ -46,6 +46,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	ScopeTenant: true,
 	Fingerprint: []string{"query:dry_run", "header:X-Channel"},
 	Exclude:     []string{"/client_time"},
+	Body:        true,
 }
 
 // policyAttachFile is the x-idempotency of POST /v1/orders/{order_id}/attachments, with every default applied.
@@ -68,6 +69,7 @@ var policyAttachFile = &idemhttp.Policy{
 	Scope:       []string{"operation", "path:order_id"},
 	// fingerprint: false, so the fingerprint is the route alone: any request with this key
 	// replays the first outcome, while the key reused on another operation is still refused.
+	NoFingerprint: true,
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -89,6 +91,7 @@ var policyAddNote = &idemhttp.Policy{
 	ScopeTenant: true,
 	// fingerprint: false, so the fingerprint is the route alone: any request with this key
 	// replays the first outcome, while the key reused on another operation is still refused.
+	NoFingerprint: true,
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -122,9 +125,8 @@ var _ StrictServerInterface = (*idemServer)(nil)
 // CreateOrder runs s.impl.CreateOrder at most once per key.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
 	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
-		Key:    request.Params.IdempotencyKey,
-		Parts:  []any{request.Params.DryRun, request.Params.XChannel},
-		Bodies: []any{request.Body},
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.Params.DryRun, request.Params.XChannel},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
@@ -175,16 +177,58 @@ func (r idemResult) VisitAttachFileResponse(w http.ResponseWriter) error { retur
 
 func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
-// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc. oapi-codegen
-// rejects some malformed key headers while binding parameters, before the runtime sees them
-// (two Idempotency-Key headers, or a value not of the header's declared type); this answers
-// those with the runtime's key-invalid problem, like every other malformed key. Other errors
-// get oapi-codegen's default answer: 400 with the error as text.
+// IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
+type IdempotentHandlerOptions struct {
+	// BaseURL prefixes every path, as in StdHTTPServerOptions.
+	BaseURL string
+	// BaseRouter receives the routes (a new ServeMux when nil), so other routes can share it.
+	BaseRouter *http.ServeMux
+	// Middlewares run after binding and before the idempotent adapter claims a key: put request
+	// validation there, so an invalid request never binds a key.
+	Middlewares []StrictMiddlewareFunc
+	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
+	// zero); a larger one is answered 413 body-too-large.
+	MaxRequestBody int64
+}
+
+// NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
+// can get a problem: it keeps each request body as sent for the fingerprint (capped at
+// MaxRequestBody), binds parameters and bodies with oapi-codegen, and answers binding errors,
+// unknown routes and handler errors as application/problem+json with no Go or SQL text in them.
+// Authentication belongs outside it, as HTTP middleware: it then runs before any key is claimed.
+func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opts *IdempotentHandlerOptions) http.Handler {
+	var o IdempotentHandlerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.BaseRouter == nil {
+		o.BaseRouter = http.NewServeMux()
+	}
+	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
+		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+	})
+	h := HandlerWithOptions(strict, StdHTTPServerOptions{
+		BaseURL:          o.BaseURL,
+		BaseRouter:       o.BaseRouter,
+		ErrorHandlerFunc: IdempotencyParamErrorHandler,
+	})
+	return idemhttp.Capture(o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+}
+
+// IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler
+// installs it). oapi-codegen rejects some malformed key headers while binding parameters,
+// before the runtime sees them (two Idempotency-Key headers, or a value not of the header's
+// declared type); this answers those with the runtime's key-invalid problem, like every other
+// malformed key, and any other binding error with a request-invalid problem naming the
+// parameter.
 func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	var name string
 	var tooMany *TooManyValuesForParamError
 	var format *InvalidParamFormatError
 	var unmarshal *UnmarshalingParamError
+	var required *RequiredParamError
+	var requiredHeader *RequiredHeaderError
 	switch {
 	case errors.As(err, &tooMany):
 		name = tooMany.ParamName
@@ -192,10 +236,14 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = format.ParamName
 	case errors.As(err, &unmarshal):
 		name = unmarshal.ParamName
+	case errors.As(err, &required):
+		name = required.ParamName
+	case errors.As(err, &requiredHeader):
+		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
 		_ = problem.WriteTo(w)
 		return
 	}
-	http.Error(w, err.Error(), http.StatusBadRequest)
+	_ = idemhttp.ParamProblem(name).WriteTo(w)
 }

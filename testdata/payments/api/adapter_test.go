@@ -140,9 +140,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	srv := &server{pool: sch.Pool}
-	h := api.HandlerWithOptions(api.NewStrictHandler(api.NewIdempotentServer(srv, store), nil), api.StdHTTPServerOptions{
-		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
-	})
+	h := api.NewIdempotentHandler(srv, store, nil)
 	withTenant := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, r.Header.Get("X-Tenant-ID"))))
 	})

@@ -1,0 +1,169 @@
+package idem_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/textproto"
+	"strings"
+	"testing"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+func canon(t testing.TB, ct, body string, exclude ...string) (string, error) {
+	t.Helper()
+	b, err := idem.CanonicalBody(ct, []byte(body), exclude...)
+	return string(b), err
+}
+
+func TestCanonicalJSONBody(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{`{"b":1,"a":[true,null,"x"]}`, `{"a":[true,null,"x"],"b":1}`},
+		{" {\n\"a\" : 1.0 } \n", `{"a":1}`},
+		{`{"a":1e2,"b":-0.5,"c":12345678901234567890123}`, `{"a":100,"b":-0.5,"c":12345678901234567890123}`},
+		{`{"undeclared":{"deep":[1,2]}}`, `{"undeclared":{"deep":[1,2]}}`},
+		{`"<&>"`, `"\u003c\u0026\u003e"`},
+	} {
+		got, err := canon(t, "application/json", c.in)
+		if err != nil || got != c.want {
+			t.Errorf("CanonicalBody(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	got, err := canon(t, "application/merge-patch+json; charset=utf-8", `{"meta":{"ts":1,"id":2},"x":[5,6]}`, "/meta/ts", "/x/0", "/missing/deep")
+	if err != nil || got != `{"meta":{"id":2},"x":[null,6]}` {
+		t.Errorf("with exclusions: %s, %v", got, err)
+	}
+	for _, bad := range []string{
+		`{"a":1}GARBAGE`, `{"a":1}{"a":1}`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`, `{"a":`, `[1,]`, `nul`,
+		strings.Repeat("[", 600) + strings.Repeat("]", 600),
+	} {
+		_, err := canon(t, "application/json", bad)
+		var be *idem.BodyError
+		if !errors.As(err, &be) {
+			t.Errorf("CanonicalBody(%.40q) = %v; want a *BodyError", bad, err)
+		}
+	}
+}
+
+func TestCanonicalFormAndBytes(t *testing.T) {
+	t.Parallel()
+	a, _ := canon(t, "application/x-www-form-urlencoded", "b=2&a=1&a=0")
+	b, _ := canon(t, "application/x-www-form-urlencoded", "a=1&a=0&b=2")
+	c, _ := canon(t, "application/x-www-form-urlencoded", "a=0&a=1&b=2")
+	if a != b || a == c {
+		t.Errorf("forms: %q %q %q; want fields sorted by name, a name's values in order", a, b, c)
+	}
+	if x, _ := canon(t, "application/x-www-form-urlencoded", "a=1&secret=2", "/secret"); x != "a=1" {
+		t.Errorf("form exclusion: %q", x)
+	}
+	if _, err := canon(t, "application/x-www-form-urlencoded", "a=%zz"); err == nil {
+		t.Error("a malformed form was accepted")
+	}
+	if x, _ := canon(t, "text/plain", " a  b "); x != " a  b " {
+		t.Errorf("text is not kept byte for byte: %q", x)
+	}
+}
+
+func multipartOf(t testing.TB, boundary string, parts [][3]string) (string, []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	if err := w.SetBoundary(boundary); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", `form-data; name="`+p[0]+`"`)
+		h.Set("Content-Type", p[1])
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(pw, p[2])
+	}
+	w.Close()
+	return w.FormDataContentType(), b.Bytes()
+}
+
+func TestCanonicalMultipartIgnoresOnlyTheBoundary(t *testing.T) {
+	t.Parallel()
+	parts := [][3]string{{"title", "text/plain", "report"}, {"file", "application/pdf", "%PDF-1.7"}}
+	ct1, b1 := multipartOf(t, "aaaa", parts)
+	ct2, b2 := multipartOf(t, "bbbbbbbb", parts)
+	x1, err1 := idem.CanonicalBody(ct1, b1)
+	x2, err2 := idem.CanonicalBody(ct2, b2)
+	if err1 != nil || err2 != nil || !bytes.Equal(x1, x2) {
+		t.Fatalf("same parts, other boundary: %q %v / %q %v", x1, err1, x2, err2)
+	}
+	for _, other := range [][][3]string{
+		{{"title", "text/plain", "report"}, {"file", "application/pdf", "%PDF-1.8"}},
+		{{"file", "application/pdf", "%PDF-1.7"}, {"title", "text/plain", "report"}},
+		{{"title", "text/html", "report"}, {"file", "application/pdf", "%PDF-1.7"}},
+		{{"name", "text/plain", "report"}, {"file", "application/pdf", "%PDF-1.7"}},
+	} {
+		ct, b := multipartOf(t, "aaaa", other)
+		x, err := idem.CanonicalBody(ct, b)
+		if err != nil || bytes.Equal(x, x1) {
+			t.Errorf("parts %v fingerprint like %v (%v)", other, parts, err)
+		}
+	}
+	if _, err := idem.CanonicalBody("multipart/form-data", b1); err == nil {
+		t.Error("a multipart body without a boundary was accepted")
+	}
+}
+
+// FuzzCanonicalJSONBody: no input panics; what canonicalises once canonicalises to itself, and
+// re-spacing a valid body changes nothing.
+func FuzzCanonicalJSONBody(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `{"a":1.0}`, `[1e2,-0.0,"\u00e9"]`, `{"a":1}{}`, `{"a":1,"a":2}`, `"x"`, `12345678901234567890e-3`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c1, err := idem.CanonicalBody("application/json", raw)
+		if err != nil {
+			var be *idem.BodyError
+			if !errors.As(err, &be) {
+				t.Fatalf("error %v is not a *BodyError", err)
+			}
+			return
+		}
+		c2, err := idem.CanonicalBody("application/json", c1)
+		if err != nil || !bytes.Equal(c1, c2) {
+			t.Fatalf("not idempotent: %s -> %s -> %s (%v)", raw, c1, c2, err)
+		}
+		var spaced bytes.Buffer
+		if json.Indent(&spaced, raw, " ", "\t") == nil {
+			c3, err := idem.CanonicalBody("application/json", spaced.Bytes())
+			if err != nil || !bytes.Equal(c1, c3) {
+				t.Fatalf("white space changed the canonical form: %s vs %s (%v)", c1, c3, err)
+			}
+		}
+	})
+}
+
+// FuzzCanonicalMultipart: no input panics, and a body that parses fingerprints the same under
+// another boundary.
+func FuzzCanonicalMultipart(f *testing.F) {
+	f.Add("title", "text/plain", "report", "file", "application/pdf", "%PDF")
+	f.Add("", "", "", "x", "a/b", "\x00")
+	f.Fuzz(func(t *testing.T, n1, t1, c1, n2, t2, c2 string) {
+		parts := [][3]string{{n1, t1, c1}, {n2, t2, c2}}
+		for _, p := range parts {
+			if strings.ContainsAny(p[0]+p[1], "\"\r\n\\") {
+				return // not a header value a client could send
+			}
+		}
+		ctA, a := multipartOf(t, "boundary-a", parts)
+		ctB, b := multipartOf(t, "another-boundary-b", parts)
+		xa, errA := idem.CanonicalBody(ctA, a)
+		xb, errB := idem.CanonicalBody(ctB, b)
+		if (errA == nil) != (errB == nil) || !bytes.Equal(xa, xb) {
+			t.Fatalf("boundary changed the fingerprint: %q %v / %q %v", xa, errA, xb, errB)
+		}
+		_, _ = idem.CanonicalBody(ctA, append(a[:len(a)/2:len(a)/2], c2...)) // truncated: must not panic
+	})
+}

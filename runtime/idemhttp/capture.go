@@ -1,0 +1,78 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// DefaultMaxRequestBody is the largest request body Capture reads when given no limit: 1 MiB.
+const DefaultMaxRequestBody = 1 << 20
+
+// Body is a request body as the client sent it, kept for the fingerprint.
+type Body struct {
+	ContentType string // the request's Content-Type header
+	Bytes       []byte
+}
+
+type bodyKey struct{}
+
+// WithBody returns ctx carrying b, the request's body as sent. Capture does this for handlers
+// on net/http; an adapter for a framework that buffers the body itself (fiber, iris) calls it
+// with the framework's copy.
+func WithBody(ctx context.Context, b *Body) context.Context {
+	return context.WithValue(ctx, bodyKey{}, b)
+}
+
+// BodyFromContext returns the body WithBody (or Capture) put in ctx.
+func BodyFromContext(ctx context.Context) (*Body, bool) {
+	b, ok := ctx.Value(bodyKey{}).(*Body)
+	return b, ok
+}
+
+// Capture returns middleware that reads each request's body whole before the router and
+// oapi-codegen's binding see it, keeps the bytes in the request's context (BodyFromContext)
+// so that the fingerprint covers exactly what the client sent, and hands the rest of the chain a
+// fresh reader over the same bytes. A body over max bytes (DefaultMaxRequestBody when max <= 0)
+// is answered 413 with a body-too-large problem, before any key is claimed; so is a body that
+// declares a Content-Length over max. Memory per request is bounded by max.
+func Capture(max int64) func(http.Handler) http.Handler {
+	if max <= 0 {
+		max = DefaultMaxRequestBody
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > max {
+				_ = problemBodyTooLarge(max).WriteTo(w)
+				return
+			}
+			raw, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			if err == nil && int64(len(raw)) > max {
+				_ = problemBodyTooLarge(max).WriteTo(w)
+				return
+			}
+			if err != nil {
+				// The client stopped sending (a reset, a read deadline): nothing to answer it
+				// with that it would read, but say so for whoever is still there.
+				_ = newProblem(http.StatusBadRequest, CodeBodyInvalid,
+					"the request body could not be read to its end: send it again, whole").WriteTo(w)
+				return
+			}
+			_ = r.Body.Close()
+			r.Body = io.NopCloser(bytes.NewReader(raw))
+			ctx := WithBody(r.Context(), &Body{ContentType: r.Header.Get("Content-Type"), Bytes: raw})
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}
+
+// errNoBody is Handle's error for an operation with a body whose request was not captured.
+var errNoBody = errors.New("idem: the request body was not captured for the fingerprint: serve the API through the generated NewIdempotentHandler, or wrap it in idemhttp.Capture")
+
+func problemBodyTooLarge(max int64) *Problem {
+	return newProblem(http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+		fmt.Sprintf("the request body is larger than this API accepts (%d bytes): send a smaller one", max))
+}

@@ -1,0 +1,127 @@
+package idemhttp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+// The answers a generated server gives outside the idempotent path: binding and decoding
+// errors, unknown routes and a handler's unexpected error. Each is a problem like the runtime's
+// own, and none carries Go, SQL or driver text.
+
+const (
+	// CodeRequestInvalid: a parameter or the body could not be bound to what the API declares.
+	CodeRequestInvalid = "request-invalid"
+	// CodeNotFound and CodeMethodNotAllowed: no operation at this path, or not with this method.
+	CodeNotFound         = "not-found"
+	CodeMethodNotAllowed = "method-not-allowed"
+	// CodeInternal: the handler failed; its work was rolled back.
+	CodeInternal = "internal"
+)
+
+// RequestErrorHandler is for oapi-codegen's StrictHTTPServerOptions.RequestErrorHandlerFunc: a
+// body that cannot be decoded into the operation's request type is answered 400
+// request-invalid, saying where the body went wrong without Go type names.
+func RequestErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
+	_ = RequestProblem(err).WriteTo(w)
+}
+
+// RequestProblem is the request-invalid problem for a body decoding error.
+func RequestProblem(err error) *Problem {
+	detail := "the request body does not match what this operation accepts: check it against the API's schema"
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		detail = fmt.Sprintf("the request body is not valid JSON (at byte %d): send one JSON value", syntax.Offset)
+	case errors.As(err, &typ) && typ.Field != "":
+		detail = fmt.Sprintf("the request body's %q is a JSON %s, which this operation does not accept there: check it against the API's schema", shortened(typ.Field), typ.Value)
+	case errors.As(err, &typ):
+		detail = fmt.Sprintf("the request body is a JSON %s, which this operation does not accept: check it against the API's schema", typ.Value)
+	}
+	return newProblem(http.StatusBadRequest, CodeRequestInvalid, detail)
+}
+
+// ParamProblem is the request-invalid problem for a parameter oapi-codegen could not bind
+// (sent twice, not of its declared type, a required one missing).
+func ParamProblem(param string) *Problem {
+	if param == "" {
+		return newProblem(http.StatusBadRequest, CodeRequestInvalid,
+			"a parameter is missing, repeated or not of its declared type: check the request against the API's schema")
+	}
+	return newProblem(http.StatusBadRequest, CodeRequestInvalid, fmt.Sprintf(
+		"the %s parameter is missing, repeated or not of its declared type: send it once, as the API declares it", shortened(param)))
+}
+
+// ResponseErrorHandler returns the handler for oapi-codegen's
+// StrictHTTPServerOptions.ResponseErrorHandlerFunc: a handler's error (its work rolled back and
+// its key released) is logged with the request's method and path, and answered with a 503
+// store-unavailable problem when the store could not be reached, else a 500 internal problem.
+func ResponseErrorHandler(s *idem.Store) func(w http.ResponseWriter, r *http.Request, err error) {
+	cfg := s.Config()
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if errors.Is(err, idem.ErrStoreUnavailable) {
+			cfg.Logger.WarnContext(r.Context(), "idem: store unavailable; answered 503", "method", r.Method, "path", r.URL.Path, "error", err)
+			_ = problemUnavailable(cfg.UnavailableRetryAfter).WriteTo(w)
+			return
+		}
+		level := slog.LevelError
+		if r.Context().Err() != nil {
+			level = slog.LevelInfo // the client went away; nothing failed on our side
+		}
+		cfg.Logger.Log(r.Context(), level, "request failed; its work was rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
+		_ = newProblem(http.StatusInternalServerError, CodeInternal,
+			"the request failed and changed nothing: retry it (with the same idempotency key, if it has one)").WriteTo(w)
+	}
+}
+
+// Routed answers the requests mux has no operation for with problems (404 not-found, 405
+// method-not-allowed with its Allow header) instead of ServeMux's text, and passes every other
+// request to next (mux itself, or mux behind its middleware).
+func Routed(mux *http.ServeMux, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := NewRecorder()
+		h.ServeHTTP(rec, r)
+		out := rec.Outcome()
+		switch out.Status {
+		case http.StatusMethodNotAllowed:
+			if allow := out.Header.Get("Allow"); allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			_ = newProblem(http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf(
+				"this path does not accept %s: use one of %s", shortened(r.Method), strings.TrimSpace(out.Header.Get("Allow")))).WriteTo(w)
+		case http.StatusNotFound:
+			_ = newProblem(http.StatusNotFound, CodeNotFound, "no operation of this API is at this path: check the URL against the API's paths").WriteTo(w)
+		default: // a redirect (a trailing slash, a cleaned path): as the mux answers it
+			for k, vs := range out.Header {
+				w.Header()[k] = vs
+			}
+			w.WriteHeader(out.Status)
+			_, _ = w.Write(out.Body)
+		}
+	})
+}
+
+// shortened bounds what a problem echoes from the request.
+func shortened(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
