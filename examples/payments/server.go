@@ -108,25 +108,37 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	strict := api.NewStrictHandlerWithOptions(
 		api.NewIdempotentServer(&payments{db: pool}, store),
 		[]api.StrictMiddlewareFunc{validate},
-		api.StrictHTTPServerOptions{
-			RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-				writeProblem(w, problem(http.StatusBadRequest, "invalid-request", "Invalid request", err.Error()))
-			},
-			ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-				// A handler's Go error: idemgen has rolled the transaction back and released the
-				// key, so the client may retry with the same key.
-				log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-				writeProblem(w, problem(http.StatusInternalServerError, "internal", "Internal error",
-					"the request failed and changed nothing; retry with the same Idempotency-Key"))
-			},
-		})
+		strictOptions(log))
 
 	apiMux := http.NewServeMux()
 	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
 		BaseRouter:       apiMux,
 		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
 	})
+	return outerHandler(pool, log, apiMux), nil
+}
 
+// strictOptions are the strict server's answers to a request it cannot bind and to a handler's
+// Go error.
+func strictOptions(log *slog.Logger) api.StrictHTTPServerOptions {
+	return api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, problem(http.StatusBadRequest, "invalid-request", "Invalid request", err.Error()))
+		},
+		ResponseErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			// A handler's Go error: idemgen has rolled the transaction back and released the
+			// key, so the client may retry with the same key.
+			log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			writeProblem(w, problem(http.StatusInternalServerError, "internal", "Internal error",
+				"the request failed and changed nothing; retry with the same Idempotency-Key"))
+		},
+	}
+}
+
+// outerHandler wraps the routed API (apiMux) in what every request passes first: the access
+// log, /healthz, and the tenant check. newHandler and the HTTP benchmark's other servers
+// (bench_http_test.go) share it, so they differ only in the API behind it.
+func outerHandler(pool *pgxpool.Pool, log *slog.Logger, apiMux http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -139,7 +151,7 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("/", requireTenant(apiMux))
-	return accessLog(log, mux), nil
+	return accessLog(log, mux)
 }
 
 type statusWriter struct {
