@@ -21,7 +21,7 @@ fi
 
 gen=$(mktemp)
 trap 'rm -f "$gen"' EXIT
-go test -run '^$' -bench '^BenchmarkGenerate$' -benchtime="${BENCH_GENERATE_TIMES:-5x}" ./generator | tee "$gen"
+go test -run '^$' -bench '^BenchmarkGenerate$' -benchtime="${BENCH_GENERATE_TIMES:-7x}" ./generator | tee "$gen"
 BENCH_HTTP_GENERATOR=$(awk '
 	/^BenchmarkGenerate/ {
 		n = $2

@@ -91,6 +91,7 @@ type segment struct {
 	P50MS    float64       `json:"p50_ms"`
 	P99MS    float64       `json:"p99_ms"`
 	Trips    float64       `json:"round_trips_per_request"`
+	CPUUS    float64       `json:"server_cpu_us_per_request"`
 	Ratio    float64       `json:"ratio_to_ceiling"`
 	Storms   int           `json:"storms,omitempty"`
 }
@@ -104,6 +105,7 @@ type rowResult struct {
 	P50MS     float64    `json:"p50_ms"`
 	P99MS     float64    `json:"p99_ms"`
 	Trips     float64    `json:"round_trips_per_request"`
+	CPUUS     float64    `json:"server_cpu_us_per_request"`
 	Requests  int        `json:"requests"`
 	Target    string     `json:"target,omitempty"`
 	Met       *bool      `json:"target_met,omitempty"`
@@ -240,7 +242,7 @@ func BenchmarkHTTP(b *testing.B) {
 			i := (k + round) % len(rowSpecs)
 			rs := rowSpecs[i]
 			s := servers[rs.server]
-			before, err := s.trips(ctx, l.client)
+			before, cpuBefore, err := s.stats(ctx, l.client)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -258,11 +260,12 @@ func BenchmarkHTTP(b *testing.B) {
 			if err != nil {
 				b.Fatalf("%s, round %d: %v", rs.label, round+1, err)
 			}
-			after, err := s.trips(ctx, l.client)
+			after, cpuAfter, err := s.stats(ctx, l.client)
 			if err != nil {
 				b.Fatal(err)
 			}
 			seg.Trips = float64(after-before) / float64(seg.Requests)
+			seg.CPUUS = float64((cpuAfter - cpuBefore).Microseconds()) / float64(seg.Requests)
 			if rs.kind == kindStorm {
 				if err := checkOnce(ctx, schemas[rs.server].Pool, stormKeys); err != nil {
 					b.Fatalf("EXACTLY-ONCE BROKEN: %s, round %d: %v", rs.label, round+1, err)
@@ -290,6 +293,7 @@ func BenchmarkHTTP(b *testing.B) {
 		r.P50MS = medianOf(r.Rounds, func(s *segment) float64 { return s.P50MS })
 		r.P99MS = medianOf(r.Rounds, func(s *segment) float64 { return s.P99MS })
 		r.Trips = medianOf(r.Rounds, func(s *segment) float64 { return s.Trips })
+		r.CPUUS = medianOf(r.Rounds, func(s *segment) float64 { return s.CPUUS })
 		for _, s := range r.Rounds {
 			r.Requests += s.Requests
 		}
@@ -716,22 +720,19 @@ func printTable(w io.Writer, rep *report) {
 		rep.Go, rep.CPUs, pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"])
 	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds\n\n",
 		rep.Settings["clients"], rep.Settings["pool_conns"], rep.Settings["rounds"], rep.Settings["segment_seconds"])
-	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "exactly once"}}
+	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "server CPU µs/req", "exactly once"}}
 	for _, r := range rep.Rows {
 		table = append(table, []string{
 			r.Label, fmt.Sprintf("%.0f", r.ReqPerS), fmt.Sprintf("%.2f", r.Ratio), r.Target, yesNo(r.Met),
 			fmt.Sprintf("%.2f", r.P50MS), fmt.Sprintf("%.2f", r.P99MS), fmt.Sprintf("%.2f", r.Trips),
-			r.TripsGoal, yesNo(r.TripsMet), r.Once,
+			r.TripsGoal, yesNo(r.TripsMet), fmt.Sprintf("%.0f", r.CPUUS), r.Once,
 		})
 	}
+	genRow := []string{"idemgen generate vs oapi-codegen alone", "not run (make bench-http runs it)", "", "≤ 1.15×", "", "", "", "", "", "", "", ""}
 	if g := rep.Gen; g != nil {
-		table = append(table, []string{
-			"idemgen generate vs oapi-codegen alone", fmt.Sprintf("%.0f / %.0f ms", g.IdemgenMS, g.OapiMS),
-			fmt.Sprintf("%.2f", g.Ratio), g.Target, yesNo(&g.Met), "", "", "", "", "", "",
-		})
-	} else {
-		table = append(table, []string{"idemgen generate vs oapi-codegen alone", "not run (make bench-http runs it)", "", "≤ 1.15×", "", "", "", "", "", "", ""})
+		genRow[1], genRow[2], genRow[4] = fmt.Sprintf("%.0f / %.0f ms", g.IdemgenMS, g.OapiMS), fmt.Sprintf("%.2f", g.Ratio), yesNo(&g.Met)
 	}
+	table = append(table, genRow)
 	widths := make([]int, len(table[0]))
 	for _, row := range table {
 		for i, c := range row {

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,7 +232,8 @@ func (t txPayments) ReplayRefundPayment(ctx context.Context, req benchtx.RefundP
 }
 
 // serveChild is a child process: it serves one server on a loopback port and a control port
-// (GET /trips: the round trips so far; /debug/pprof/), says where on its first line of stdout,
+// (GET /stats: the round trips and the process's CPU time so far; /debug/pprof/), says where on
+// its first line of stdout,
 // and stops when its stdin closes (the parent ended or closed it) or after childLifetime.
 func serveChild(mode string) int {
 	fail := func(format string, args ...any) int {
@@ -278,8 +280,14 @@ func serveChild(mode string) int {
 		return fail("listen: %v", err)
 	}
 	ctl := http.NewServeMux()
-	ctl.HandleFunc("GET /trips", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, trips.n.Load())
+	ctl.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			http.Error(w, "getrusage: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		fmt.Fprintln(w, trips.n.Load(), int64(cpu))
 	})
 	ctl.HandleFunc("/debug/pprof/", pprof.Index)
 	ctl.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -382,28 +390,29 @@ func (s *benchServer) stop(tb testing.TB) {
 	}
 }
 
-// trips is the number of round trips the server's pool has made so far.
-func (s *benchServer) trips(ctx context.Context, client *http.Client) (int64, error) {
+// stats is what the server has done so far: its pool's round trips, and its process's CPU time
+// (user and system).
+func (s *benchServer) stats(ctx context.Context, client *http.Client) (trips int64, cpu time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.ctl+"/trips", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.ctl+"/stats", nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("read the %s server's round trips: %w", s.mode, err)
+		return 0, 0, fmt.Errorf("read the %s server's stats: %w", s.mode, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("read the %s server's round trips: %w", s.mode, err)
+		return 0, 0, fmt.Errorf("read the %s server's stats: %w", s.mode, err)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("the %s server's round trips: %q is not a number", s.mode, b)
+	var ns int64
+	if _, err := fmt.Sscan(string(b), &trips, &ns); err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("the %s server's stats: status %d, %q: want two numbers", s.mode, resp.StatusCode, b)
 	}
-	return n, nil
+	return trips, time.Duration(ns), nil
 }
 
 // TestBenchTxSpecIsTheExampleWithTransactionClaims keeps package benchtx's spec a copy of the
