@@ -23,6 +23,10 @@ lint: ## gofmt, go vet and a tidy go.mod
 bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a baseline from the same run
 	$(PG) TEST_DATABASE_URL scripts/bench.sh
 
+.PHONY: bench-http
+bench-http: ## serve the payments example over HTTP with and without idempotency (durable PostgreSQL); one table, also as JSON
+	PG_DURABLE=1 $(PG) TEST_DATABASE_URL scripts/bench-http.sh
+
 .PHONY: generate
 generate: ## regenerate the examples and the golden files
 	$(GO) generate ./examples/...
@@ -31,6 +35,7 @@ generate: ## regenerate the examples and the golden files
 .PHONY: verify
 verify: ## fail when any generated file is stale (the example and every golden case)
 	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
+	$(GO) run ./cmd/idemgen generate -c examples/payments/internal/benchtx/idemgen.yaml --check
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
 
 .PHONY: demo

@@ -4,6 +4,8 @@
 # pg.sh stop DIR    stop it and delete DIR.
 #
 # The server listens only on a Unix socket inside DIR, so parallel runs never fight over a port.
+# It skips fsync, synchronous commit and full-page writes, which makes tests fast; PG_DURABLE=1
+# keeps PostgreSQL's durable defaults instead, for benchmarks whose cost is largely the commits.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
 set -euo pipefail
 
@@ -47,8 +49,11 @@ start)
 	user=$(if [[ $(id -u) -eq 0 ]]; then echo postgres; else id -un; fi)
 	as_owner "$bindir/initdb" -D "$dir/data" -U "$user" --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 || {
 		echo "pg.sh: initdb failed; see $dir/initdb.log:" >&2; tail -20 "$dir/initdb.log" >&2; exit 1; }
-	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-		-o "-k $dir -c listen_addresses='' -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+	opts="-k $dir -c listen_addresses='' -c max_connections=300"
+	if [[ "${PG_DURABLE:-}" != 1 ]]; then
+		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	fi
+	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" \
 		start >/dev/null || { echo "pg.sh: server did not start; see $dir/server.log:" >&2; tail -20 "$dir/server.log" >&2; exit 1; }
 	echo "postgres://$user@/postgres?host=$dir&sslmode=disable"
 	;;

@@ -112,7 +112,23 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	apiHandler := api.NewIdempotentHandler(&payments{db: pool}, store, &api.IdempotentHandlerOptions{
 		Middlewares: []api.StrictMiddlewareFunc{validate},
 	})
+	return outerHandler(pool, log, apiHandler), nil
+}
 
+// strictOptions are the answers to a request the strict server cannot bind and to a handler's
+// Go error: the runtime's problems, as NewIdempotentHandler installs them. The HTTP benchmark's
+// ceiling server (bench_servers_test.go), wired by hand, uses them too.
+func strictOptions(store *idem.Store) api.StrictHTTPServerOptions {
+	return api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
+		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+	}
+}
+
+// outerHandler wraps the routed API in what every request passes first: the access
+// log, /healthz, and the tenant check. newHandler and the HTTP benchmark's other servers
+// (bench_http_test.go) share it, so they differ only in the API behind it.
+func outerHandler(pool *pgxpool.Pool, log *slog.Logger, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -127,8 +143,8 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/", requireTenant(apiHandler))
-	return accessLog(log, mux), nil
+	mux.Handle("/", requireTenant(api))
+	return accessLog(log, mux)
 }
 
 type statusWriter struct {

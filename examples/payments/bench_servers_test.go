@@ -1,0 +1,503 @@
+package main
+
+// The servers BenchmarkHTTP (bench_http_test.go) compares. Each runs in a child process of the
+// test binary (TestMain below), so its CPU and allocation profiles are the server's alone, not
+// mixed with the load generator's, and a client's garbage never pauses a server.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/examples/payments/api"
+	"github.com/idemgen/idemgen/examples/payments/internal/benchtx"
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// The servers, by what stands between the HTTP stack and the business work.
+const (
+	// serverCeiling is the example with create's idempotency switched off: the same HTTP stack,
+	// validation, business SQL in one transaction and schema, no key claimed or stored.
+	serverCeiling = "ceiling"
+	// serverLease is the example as it is (package api, claim: lease).
+	serverLease = "lease"
+	// serverTransaction is the example generated with claim: transaction (package benchtx).
+	serverTransaction = "transaction"
+)
+
+// The child's environment. A test binary started with envServe set serves instead of testing.
+const (
+	envServe       = "IDEMGEN_BENCH_HTTP_SERVE"  // which server: ceiling, lease or transaction
+	envServeURL    = "IDEMGEN_BENCH_HTTP_URL"    // PostgreSQL URL
+	envServeSchema = "IDEMGEN_BENCH_HTTP_SCHEMA" // the schema its tables are in
+	envServeConns  = "IDEMGEN_BENCH_HTTP_CONNS"  // pool size
+)
+
+// childLifetime bounds a child that its parent forgot: it stops by itself after this long.
+const childLifetime = 15 * time.Minute
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envServe); mode != "" {
+		os.Exit(serveChild(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// tripCounter counts database round trips: every query, and every batch as one (pgx sends a
+// batch in one pipelined exchange). Begin and commit are queries to pgx, so they count.
+type tripCounter struct{ n atomic.Int64 }
+
+var (
+	_ pgx.QueryTracer = (*tripCounter)(nil)
+	_ pgx.BatchTracer = (*tripCounter)(nil)
+)
+
+func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// benchHandler builds the HTTP stack of one server on pool, whose search_path is schema.
+func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logger) (http.Handler, error) {
+	cfg := &idem.Config{Schema: schema}
+	switch mode {
+	case serverLease:
+		return newHandler(pool, cfg, log)
+	case serverCeiling:
+		return ceilingHandler(pool, cfg, log)
+	case serverTransaction:
+		return transactionHandler(pool, cfg, log)
+	}
+	return nil, fmt.Errorf("unknown bench server %q (want %s, %s or %s)", mode, serverCeiling, serverLease, serverTransaction)
+}
+
+// ceilingHandler is newHandler with create served by ceilingServer.
+func ceilingHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
+	c := *cfg
+	c.Tenant = tenantForStore
+	c.Logger = log
+	store, err := idem.NewStore(pool, &c)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency store: %w", err)
+	}
+	p := &payments{db: pool}
+	strict := api.NewStrictHandlerWithOptions(
+		ceilingServer{StrictServerInterface: api.NewIdempotentServer(p, store), db: pool},
+		[]api.StrictMiddlewareFunc{validate},
+		strictOptions(store))
+	// The same stack as NewIdempotentHandler's: the body captured and capped, problems for
+	// unrouted requests.
+	apiMux := http.NewServeMux()
+	api.HandlerWithOptions(strict, api.StdHTTPServerOptions{
+		BaseRouter:       apiMux,
+		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
+	})
+	return outerHandler(pool, log, idemhttp.Capture(0)(idemhttp.Routed(apiMux, apiMux))), nil
+}
+
+// ceilingServer is the example's strict server with create's idempotency switched off: it runs
+// createPayment, the business work, in a plain transaction. The payment is named after the
+// Idempotency-Key header, read as a request id only (so every server gets the same bytes), and
+// never claimed or stored. The other operations stay idempotent; the benchmark does not use them.
+type ceilingServer struct {
+	api.StrictServerInterface
+	db *pgxpool.Pool
+}
+
+func (s ceilingServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
+	tenant, ok := tenantFrom(ctx)
+	if !ok {
+		return nil, errors.New("payments ceiling: no tenant in the request context (is requireTenant installed?)")
+	}
+	if req.Params.IdempotencyKey == nil || *req.Params.IdempotencyKey == "" {
+		return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
+			"the ceiling server names the payment after the Idempotency-Key header: send one")}, nil
+	}
+	var resp api.CreatePaymentResponseObject
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		resp, err = createPayment(ctx, tx, tenant, *req.Params.IdempotencyKey, req.Body)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// transactionHandler is newHandler on package benchtx, the example generated with
+// claim: transaction, whose handler (txPayments) calls the example's own.
+func transactionHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
+	c := *cfg
+	c.Tenant = tenantForStore
+	c.Logger = log
+	store, err := idem.NewStore(pool, &c)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency store: %w", err)
+	}
+	h := benchtx.NewIdempotentHandler(txPayments{&payments{db: pool}}, store, &benchtx.IdempotentHandlerOptions{
+		Middlewares: []benchtx.StrictMiddlewareFunc{validateTx},
+	})
+	return outerHandler(pool, log, h), nil
+}
+
+// validateTx is the example's validate for benchtx's request types, which are package api's
+// under other names: it hands validate the same request as package api's type.
+func validateTx(next benchtx.StrictHandlerFunc, operationID string) benchtx.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		pass := func(ctx context.Context, w http.ResponseWriter, r *http.Request, _ any) (any, error) {
+			return next(ctx, w, r, request)
+		}
+		asAPI := request
+		switch req := request.(type) {
+		case benchtx.CreatePaymentRequestObject:
+			asAPI = createToAPI(req)
+		case benchtx.RefundPaymentRequestObject:
+			asAPI = refundToAPI(req)
+		}
+		return validate(pass, operationID)(ctx, w, r, asAPI)
+	}
+}
+
+func createToAPI(req benchtx.CreatePaymentRequestObject) api.CreatePaymentRequestObject {
+	return api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)}
+}
+
+func refundToAPI(req benchtx.RefundPaymentRequestObject) api.RefundPaymentRequestObject {
+	return api.RefundPaymentRequestObject{PaymentId: req.PaymentId, Params: api.RefundPaymentParams(req.Params), Body: (*api.RefundPaymentJSONRequestBody)(req.Body)}
+}
+
+// txPayments serves benchtx through the example's handlers: the request types convert, and
+// package api's response objects already are benchtx's (same Visit methods).
+type txPayments struct{ p *payments }
+
+var _ benchtx.IdempotentServerInterface = txPayments{}
+
+func (t txPayments) CreatePayment(ctx context.Context, tx pgx.Tx, req benchtx.CreatePaymentRequestObject) (benchtx.CreatePaymentResponseObject, error) {
+	return t.p.CreatePayment(ctx, tx, createToAPI(req))
+}
+
+func (t txPayments) GetPayment(ctx context.Context, req benchtx.GetPaymentRequestObject) (benchtx.GetPaymentResponseObject, error) {
+	return t.p.GetPayment(ctx, api.GetPaymentRequestObject{PaymentId: req.PaymentId, Params: api.GetPaymentParams(req.Params)})
+}
+
+func captureToAPI(req benchtx.CapturePaymentRequestObject) api.CapturePaymentRequestObject {
+	return api.CapturePaymentRequestObject{PaymentId: req.PaymentId, Params: api.CapturePaymentParams(req.Params)}
+}
+
+func (t txPayments) CapturePayment(ctx context.Context, tx pgx.Tx, req benchtx.CapturePaymentRequestObject) (benchtx.CapturePaymentResponseObject, string, error) {
+	return t.p.CapturePayment(ctx, tx, captureToAPI(req))
+}
+
+func (t txPayments) ReplayCapturePayment(ctx context.Context, req benchtx.CapturePaymentRequestObject, reference string) (benchtx.CapturePaymentResponseObject, error) {
+	return t.p.ReplayCapturePayment(ctx, captureToAPI(req), reference)
+}
+
+func (t txPayments) RefundPayment(ctx context.Context, tx pgx.Tx, req benchtx.RefundPaymentRequestObject) (benchtx.RefundPaymentResponseObject, error) {
+	return t.p.RefundPayment(ctx, tx, refundToAPI(req))
+}
+
+func (t txPayments) ReplayRefundPayment(ctx context.Context, req benchtx.RefundPaymentRequestObject, status int) (benchtx.RefundPaymentResponseObject, error) {
+	return t.p.ReplayRefundPayment(ctx, refundToAPI(req), status)
+}
+
+// serveChild is a child process: it serves one server on a loopback port and a control port
+// (GET /stats: the round trips and the process's CPU time so far; /debug/pprof/), says where on
+// its first line of stdout,
+// and stops when its stdin closes (the parent ended or closed it) or after childLifetime.
+func serveChild(mode string) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "bench server %s: "+format+"\n", append([]any{mode}, args...)...)
+		return 1
+	}
+	url, schema := os.Getenv(envServeURL), os.Getenv(envServeSchema)
+	if url == "" || schema == "" {
+		return fail("%s and %s must be set (BenchmarkHTTP starts this process)", envServeURL, envServeSchema)
+	}
+	conns, err := strconv.Atoi(os.Getenv(envServeConns))
+	if err != nil || conns < 1 {
+		return fail("%s=%q: want a pool size of at least 1", envServeConns, os.Getenv(envServeConns))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), childLifetime)
+	defer cancel()
+
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fail("parse %s: %v", envServeURL, err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = int32(conns)
+	trips := &tripCounter{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fail("pool: %v", err)
+	}
+	defer pool.Close()
+	// The access log and the store's events would cost every server the same; discarding them
+	// (without formatting) leaves the idempotency layer's own cost to compare.
+	h, err := benchHandler(mode, pool, schema, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail("listen: %v", err)
+	}
+	ctlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail("listen: %v", err)
+	}
+	ctl := http.NewServeMux()
+	ctl.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			http.Error(w, "getrusage: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		fmt.Fprintln(w, trips.n.Load(), int64(cpu))
+	})
+	ctl.HandleFunc("/debug/pprof/", pprof.Index)
+	ctl.HandleFunc("/debug/pprof/profile", pprof.Profile)
+
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctlSrv := &http.Server{Handler: ctl, ReadHeaderTimeout: 10 * time.Second}
+	errs := make(chan error, 2)
+	go func() { errs <- srv.Serve(apiLn) }()
+	go func() { errs <- ctlSrv.Serve(ctlLn) }()
+	fmt.Printf("serving %s %s\n", apiLn.Addr(), ctlLn.Addr())
+
+	stdinClosed := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stdinClosed)
+	}()
+	code := 0
+	select {
+	case <-stdinClosed:
+	case <-ctx.Done():
+		code = fail("still running after %s: stopping (was the benchmark killed?)", childLifetime)
+	case err := <-errs:
+		code = fail("serve: %v", err)
+	}
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelShut()
+	_ = srv.Shutdown(shutCtx)
+	_ = ctlSrv.Shutdown(shutCtx)
+	return code
+}
+
+// benchServer is a running child, as the parent sees it.
+type benchServer struct {
+	mode     string
+	url, ctl string // http://127.0.0.1:port of the API and of the control endpoints
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	done     chan error
+}
+
+// startServer starts a child serving mode on schema, and stops it when tb ends.
+func startServer(tb testing.TB, mode, url, schema string, conns int) *benchServer {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatalf("start the %s server: find the test binary: %v", mode, err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(),
+		envServe+"="+mode, envServeURL+"="+url, envServeSchema+"="+schema, envServeConns+"="+strconv.Itoa(conns))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start the %s server: %v", mode, err)
+	}
+	s := &benchServer{mode: mode, cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+		s.done <- cmd.Wait()
+	}()
+	tb.Cleanup(func() { s.stop(tb) })
+	select {
+	case line, ok := <-lines:
+		var api, ctl string
+		if _, err := fmt.Sscanf(line, "serving %s %s", &api, &ctl); !ok || err != nil {
+			tb.Fatalf("the %s server did not say where it listens (first line %q): see its error above", mode, line)
+		}
+		s.url, s.ctl = "http://"+api, "http://"+ctl
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("the %s server did not say where it listens within 30s", mode)
+	}
+	return s
+}
+
+// stop closes the child's stdin, which it takes as the signal to shut down, and kills it if it
+// has not exited 15s later.
+func (s *benchServer) stop(tb testing.TB) {
+	_ = s.stdin.Close()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			tb.Errorf("the %s server exited with %v", s.mode, err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		tb.Errorf("the %s server did not stop within 15s of its stdin closing: killed it", s.mode)
+	}
+}
+
+// stats is what the server has done so far: its pool's round trips, and its process's CPU time
+// (user and system).
+func (s *benchServer) stats(ctx context.Context, client *http.Client) (trips int64, cpu time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.ctl+"/stats", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the %s server's stats: %w", s.mode, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the %s server's stats: %w", s.mode, err)
+	}
+	var ns int64
+	if _, err := fmt.Sscan(string(b), &trips, &ns); err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("the %s server's stats: status %d, %q: want two numbers", s.mode, resp.StatusCode, b)
+	}
+	return trips, time.Duration(ns), nil
+}
+
+// TestBenchTxSpecIsTheExampleWithTransactionClaims keeps package benchtx's spec a copy of the
+// example's that differs in the document's claim mode only, so that BenchmarkHTTP compares the
+// two claim modes on one API.
+func TestBenchTxSpecIsTheExampleWithTransactionClaims(t *testing.T) {
+	t.Parallel()
+	example, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := os.ReadFile("internal/benchtx/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := strings.Split(string(example), "\n"), strings.Split(string(copied), "\n")
+	if len(a) != len(b) {
+		t.Fatalf("internal/benchtx/openapi.yaml has %d lines, openapi.yaml %d: copy openapi.yaml there again "+
+			"and set its document-level claim to transaction", len(b), len(a))
+	}
+	claims := 0
+	for i := range a {
+		if a[i] == b[i] {
+			continue
+		}
+		lease, tx := strings.TrimSpace(a[i]), strings.TrimSpace(b[i])
+		if lease == "claim: lease" && strings.HasPrefix(tx, "claim: transaction") {
+			claims++
+			continue
+		}
+		t.Errorf("line %d differs: openapi.yaml has %q, internal/benchtx/openapi.yaml %q; only the claim line may "+
+			"(copy openapi.yaml there again and set its document-level claim to transaction)", i+1, a[i], b[i])
+	}
+	if claims != 1 {
+		t.Errorf("%d lines turn claim: lease into claim: transaction; want exactly the document-level one", claims)
+	}
+}
+
+// TestBenchServers checks that the benchmark's servers are what its table calls them, over
+// HTTP on real PostgreSQL: the ceiling creates payments without claiming or storing a key (a
+// repeated key reaches the business code, which refuses it), and the lease and transaction
+// servers replay a repeated key from the key row they stored.
+func TestBenchServers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode         string
+		secondStatus int
+		replayed     bool
+		keyRows      int
+	}{
+		{serverCeiling, http.StatusUnprocessableEntity, false, 0},
+		{serverLease, http.StatusCreated, true, 1},
+		{serverTransaction, http.StatusCreated, true, 1},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			sch := idemtest.TestSchema(t, nil)
+			ctx := context.Background()
+			if err := migrate(ctx, sch.Pool); err != nil {
+				t.Fatal(err)
+			}
+			h, err := benchHandler(tc.mode, sch.Pool, sch.Name, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			l := newLoad(1)
+			defer l.client.CloseIdleConnections()
+			s := &benchServer{mode: tc.mode, url: srv.URL}
+			st, replayed, _, err := l.send(ctx, s, "k1")
+			if err != nil || st != http.StatusCreated || replayed {
+				t.Fatalf("first create: status %d, replayed %v, error %v; want 201, not a replay", st, replayed, err)
+			}
+			st, replayed, _, err = l.send(ctx, s, "k1")
+			if err != nil || st != tc.secondStatus || replayed != tc.replayed {
+				t.Fatalf("the same key again: status %d, replayed %v, error %v; want %d, replayed %v", st, replayed, err, tc.secondStatus, tc.replayed)
+			}
+			var keys, events int
+			if err := sch.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM payment_events)").Scan(&keys, &events); err != nil {
+				t.Fatal(err)
+			}
+			if keys != tc.keyRows || events != 1 {
+				t.Errorf("%d key rows and %d ledger events; want %d key rows and 1 event", keys, events, tc.keyRows)
+			}
+			if err := checkOnce(ctx, sch.Pool, []string{"k1"}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

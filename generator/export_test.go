@@ -1,0 +1,10 @@
+package generator
+
+import "github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
+
+// OapiConfiguration is the oapi-codegen configuration idemgen runs with for a package and the
+// std-http router, for BenchmarkGenerate (package generator_test), which compares idemgen with
+// oapi-codegen alone on the same options.
+func OapiConfiguration(pkg string) (codegen.Configuration, error) {
+	return oapiConfiguration(oapiOptions{Package: pkg, Router: RouterStdHTTP})
+}

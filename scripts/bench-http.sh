@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# bench-http.sh: what `make bench-http` runs. First BenchmarkGenerate (generator/: idemgen generate
+# against oapi-codegen alone), then BenchmarkHTTP (examples/payments: the example over HTTP with
+# and without idempotency), which prints one table with both and writes it as JSON to
+# $BENCH_HTTP_JSON (default bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the lease-mode
+# server's CPU and alloc profiles to DIR. docs/performance.md lists the other knobs. Needs
+# TEST_DATABASE_URL (make bench-http provides it).
+set -euo pipefail
+if [[ -z "${TEST_DATABASE_URL:-}" ]]; then
+	echo "bench-http.sh: TEST_DATABASE_URL is not set; run \`make bench-http\` (it starts a throwaway PostgreSQL)" \
+		"or set TEST_DATABASE_URL to a PostgreSQL server you may create schemas in" >&2
+	exit 2
+fi
+cd "$(dirname "$0")/.."
+
+# go test runs each package in its own directory: make the paths absolute first.
+export BENCH_HTTP_JSON=$(realpath -m "${BENCH_HTTP_JSON:-bench-http.json}")
+if [[ -n "${BENCH_HTTP_PROFILE:-}" ]]; then
+	export BENCH_HTTP_PROFILE=$(realpath -m "$BENCH_HTTP_PROFILE")
+fi
+
+gen=$(mktemp)
+trap 'rm -f "$gen"' EXIT
+go test -run '^$' -bench '^BenchmarkGenerate$' -benchtime="${BENCH_GENERATE_TIMES:-7x}" ./generator | tee "$gen"
+BENCH_HTTP_GENERATOR=$(awk '
+	/^BenchmarkGenerate/ {
+		n = $2
+		for (i = 3; i <= NF; i++) {
+			if ($(i) == "idemgen-ms/op") a = $(i-1)
+			if ($(i) == "oapi-codegen-ms/op") o = $(i-1)
+			if ($(i) == "x-oapi-codegen") r = $(i-1)
+		}
+	}
+	END {
+		if (r == "") exit 1
+		printf "spec=internal/annotate/testdata/corpus/adyen/CheckoutService-v71.json, annotated;idemgen-ms=%s;oapi-codegen-ms=%s;ratio=%s;n=%s", a, o, r, n
+	}' "$gen") || { echo "bench-http.sh: BenchmarkGenerate printed no x-oapi-codegen metric" >&2; exit 1; }
+export BENCH_HTTP_GENERATOR
+echo
+go test -run '^$' -bench '^BenchmarkHTTP$' -benchtime=1x -timeout 10m ./examples/payments
