@@ -107,10 +107,7 @@ func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
 // place, never sees the document the model was built from nor the user's file. It reads $refs
 // the way spec.Load does (the same loader, the same refusal of remote refs).
 func loadFresh(file string, raw []byte, allowRemote bool) (*openapi3.T, error) {
-	loader := spec.NewLoader(&spec.LoadOpts{AllowRemoteRefs: allowRemote})
-	// oapi-codegen orders route registration by source line.
-	loader.IncludeOrigin = true
-	return loader.LoadFromDataWithPath(raw, &url.URL{Path: filepath.ToSlash(file)})
+	return spec.NewLoader(&spec.LoadOpts{AllowRemoteRefs: allowRemote}).LoadFromDataWithPath(raw, &url.URL{Path: filepath.ToSlash(file)})
 }
 
 // runOapiCodegen renders models, strict server and router for doc, whose key headers it first

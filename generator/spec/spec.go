@@ -111,7 +111,7 @@ type LoadOpts struct {
 type Spec struct {
 	File  string
 	Raw   []byte      // the file's bytes, for loading fresh copies (oapi-codegen mutates its input)
-	Doc   *openapi3.T // as loaded by kin-openapi, unmodified
+	Doc   *openapi3.T // as loaded by kin-openapi (NewLoader), unmodified until generated from
 	Model *model.Document
 	// Diagnostics holds every finding, errors and warnings, sorted by position.
 	Diagnostics []Diagnostic
@@ -207,6 +207,9 @@ func NewLoader(opts *LoadOpts) *openapi3.Loader {
 	}
 	l := openapi3.NewLoader()
 	l.IsExternalRefsAllowed = true
+	// oapi-codegen orders route registration by source line, so a document it generates from
+	// keeps its origins.
+	l.IncludeOrigin = true
 	remote := openapi3.ReadFromHTTP(&http.Client{Timeout: 30 * time.Second})
 	l.ReadFromURIFunc = func(loader *openapi3.Loader, u *url.URL) ([]byte, error) {
 		if u.Host != "" || (u.Scheme != "" && u.Scheme != "file") {

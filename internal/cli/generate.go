@@ -102,7 +102,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if job.cfg != nil {
 		opts.OapiCodegen = job.cfg.OapiCodegen
 	}
-	files, err := generator.Generate(generator.Input{File: loaded.File, Raw: loaded.Raw, Model: loaded.Model}, opts)
+	files, err := generator.Generate(generator.Input{File: loaded.File, Raw: loaded.Raw, Model: loaded.Model, Doc: loaded.Doc}, opts)
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
