@@ -325,6 +325,11 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 			errorf(storageNode, RuleReplayImpossible, "x-idempotency.storage: marker replays by recomputing a 2xx response, and the operation declares none%s (declare one, or use storage: response)", note(storageDefs))
 		}
 	}
+	if p.Storage == model.StorageResponse {
+		if where := unboundedSuccess(op); where != "" {
+			errorf(storageNode, RuleResponseUnbounded, "x-idempotency.storage: response stores the 2xx body whole, and %s has no size bound: a body over the store's limit (idem.Config.MaxStoredBody, 1 MiB by default) is answered but stored without it, and replays come back empty (bound it with maxItems/maxLength, raise the limit, or use storage: reference)%s", where, note(storageDefs))
+		}
+	}
 	if safeMethod(o.Method) {
 		errorf(extKey, RuleSafeMethod, "x-idempotency on %s: the method is safe, so retries are already harmless and the key store only adds a write (remove x-idempotency)", o.Method)
 	}
@@ -452,6 +457,93 @@ func successResponses(op *openapi3.Operation) (anySuccess, withBody bool) {
 		}
 	}
 	return anySuccess, withBody
+}
+
+// unboundedSuccess names the first place in a 2xx response body that can grow without bound
+// (an array without maxItems, a string without maxLength that is binary or a byte stream, a
+// media type with no schema), or "" when every success body is bounded. It looks into object
+// properties a few levels deep; a $ref cycle stops the walk.
+func unboundedSuccess(op *openapi3.Operation) string {
+	if op.Responses == nil {
+		return ""
+	}
+	codes := make([]string, 0, op.Responses.Len())
+	for code := range op.Responses.Map() {
+		codes = append(codes, code)
+	}
+	sort.Strings(codes)
+	for _, code := range codes {
+		ref := op.Responses.Value(code)
+		if len(code) != 3 || code[0] != '2' || ref == nil || ref.Value == nil {
+			continue
+		}
+		types := make([]string, 0, len(ref.Value.Content))
+		for mt := range ref.Value.Content {
+			types = append(types, mt)
+		}
+		sort.Strings(types)
+		for _, mt := range types {
+			media := ref.Value.Content[mt]
+			where := fmt.Sprintf("the %s response (%s)", code, mt)
+			if media == nil || media.Schema == nil || media.Schema.Value == nil {
+				if model.ClassifyMediaType(mt) != model.BodyJSON {
+					return where + " body"
+				}
+				continue
+			}
+			if at := unboundedSchema(media.Schema.Value, "", 0, map[*openapi3.Schema]bool{}); at != "" {
+				return where + " at " + at
+			}
+		}
+	}
+	return ""
+}
+
+func unboundedSchema(s *openapi3.Schema, at string, depth int, seen map[*openapi3.Schema]bool) string {
+	if s == nil || seen[s] || depth > 4 {
+		return ""
+	}
+	seen[s] = true
+	defer delete(seen, s)
+	here := at
+	if here == "" {
+		here = "/"
+	}
+	switch {
+	case s.Type.Is("array"):
+		if s.MaxItems == nil {
+			return here + " (an array without maxItems)"
+		}
+		if s.Items != nil {
+			return unboundedSchema(s.Items.Value, at+"/0", depth+1, seen)
+		}
+	case s.Type.Is("string"):
+		if s.MaxLength == nil && (s.Format == "binary" || s.Format == "byte") {
+			return here + " (a " + s.Format + " string without maxLength)"
+		}
+	}
+	names := make([]string, 0, len(s.Properties))
+	for name := range s.Properties {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if p := s.Properties[name]; p != nil {
+			if w := unboundedSchema(p.Value, at+"/"+name, depth+1, seen); w != "" {
+				return w
+			}
+		}
+	}
+	for _, group := range [][]*openapi3.SchemaRef{s.AllOf, s.OneOf, s.AnyOf} {
+		for _, sub := range group {
+			if sub != nil {
+				if w := unboundedSchema(sub.Value, at, depth+1, seen); w != "" {
+					return w
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // looksLikeKeyHeader spots headers that real specs use for idempotency keys: Idempotency-Key in

@@ -40,6 +40,7 @@ const (
 	RulePostWithout             = "post-without-idempotency"
 	RuleTTLShorterThanLease     = "ttl-shorter-than-lease"
 	RuleKeyHeaderUnused         = "key-header-unused"
+	RuleResponseUnbounded       = "response-unbounded"
 )
 
 var rules = []Rule{
@@ -69,6 +70,7 @@ var rules = []Rule{
 	{RuleReplayHeaderInvalid, SeverityError, "a replayHeaders entry is not a valid header name"},
 	{RuleReplayHeaderDenied, SeverityError, "replayHeaders lists a hop-by-hop, Set-Cookie or Authorization header"},
 	{RuleSafeMethod, SeverityWarning, "x-idempotency on GET, HEAD or OPTIONS, which are already safe"},
+	{RuleResponseUnbounded, SeverityWarning, "storage response on an operation whose success body has no size bound"},
 	{RulePostWithout, SeverityWarning, "a POST operation without x-idempotency"},
 	{RuleTTLShorterThanLease, SeverityWarning, "ttl is shorter than the lease"},
 	{RuleKeyHeaderUnused, SeverityWarning, "an idempotency-key-like header is declared but not used as the key"},

@@ -10,7 +10,7 @@ import (
 const HeaderReplayed = "Idempotent-Replayed"
 
 // defaultReplayHeaders are replayed for every operation; a policy's ReplayHeaders add to them.
-var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Last-Modified", "Link"}
+var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Last-Modified", "Link", HeaderBodyOmitted}
 
 // neverReplayed are dropped even when a policy lists them: credentials, cookies and hop-by-hop
 // headers belong to one exchange, not to the outcome.

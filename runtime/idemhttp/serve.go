@@ -118,8 +118,10 @@ type Result struct {
 // safe to show a client; the operation and what to fix are logged at error level.
 var ErrNoReference = errors.New("idem: internal error: the response could not be stored for replay")
 
-// ErrBodyTooLarge: a response-storage answer's body is over idem.Config.MaxStoredBody.
-var ErrBodyTooLarge = errors.New("idem: response body too large to store")
+// HeaderBodyOmitted marks a replay whose first answer's body was over idem.Config.MaxStoredBody:
+// the status and headers are the first answer's, the body was not kept (fetch the resource it
+// names instead).
+const HeaderBodyOmitted = "Idempotent-Body-Omitted"
 
 // Serve is the whole idempotent request: validate the key, build the scope (tenant first),
 // claim, run fn in a transaction with lease renewal, complete and commit (or roll back and
@@ -221,11 +223,21 @@ func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome) (*idem.Outcome, 
 	case StorageMarker:
 		return &idem.Outcome{Status: o.Status}, nil
 	}
+	stored := &idem.Outcome{Status: o.Status, Header: replayHeaders(o.Header, p.ReplayHeaders), Body: o.Body}
 	if len(o.Body) > cfg.MaxStoredBody {
-		return nil, fmt.Errorf("%w: operation %s answered %d bytes, the limit is %d (raise Config.MaxStoredBody or use reference storage)",
-			ErrBodyTooLarge, p.Operation, len(o.Body), cfg.MaxStoredBody)
+		// The handler succeeded and its work commits: a body too large to keep must not turn that
+		// into a failure that a retry would repeat. The status and headers are kept, the body is
+		// not, and a replay says so.
+		cfg.Logger.Warn("idem: response body too large to store; a replay answers its status and headers with an empty body (raise Config.MaxStoredBody, or use reference storage)",
+			"operation", p.Operation, "status", o.Status, "bytes", len(o.Body), "limit", cfg.MaxStoredBody)
+		if stored.Header == nil {
+			stored.Header = http.Header{}
+		}
+		stored.Header.Set(HeaderBodyOmitted, "true")
+		stored.Header.Del("Content-Type")
+		stored.Body = nil
 	}
-	return &idem.Outcome{Status: o.Status, Header: replayHeaders(o.Header, p.ReplayHeaders), Body: o.Body}, nil
+	return stored, nil
 }
 
 // Op is one operation's typed request and handler, as generated code hands it to Handle. R is

@@ -215,12 +215,22 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	}
 	check("after a stored 409", 2, 2)
 
-	// A body over MaxStoredBody: an error, nothing kept.
-	big := &idem.Outcome{Status: 200, Body: bytes.Repeat([]byte("x"), 65)}
-	if _, err := idemhttp.Serve(ctx, e.store, policy(), request("k-big", "fp"), failing(nil, big)); !errors.Is(err, idemhttp.ErrBodyTooLarge) {
-		t.Fatalf("oversized body gave %v; want ErrBodyTooLarge", err)
+	// A body over MaxStoredBody: the handler succeeded, so its work commits and its client gets
+	// the whole answer; the key keeps status and headers, and a replay says the body was not kept.
+	big := &idem.Outcome{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/9"}},
+		Body: bytes.Repeat([]byte("x"), 65)}
+	r, err = idemhttp.Serve(ctx, e.store, policy(), request("k-big", "fp"), failing(nil, big))
+	if err != nil || r.Kind != idemhttp.ResultExecuted || !r.Persisted || len(r.Outcome.Body) != 65 {
+		t.Fatalf("oversized body = %+v, %v; want executed, persisted, the whole body answered", r, err)
 	}
-	check("after an oversized body", 2, 2)
+	check("after an oversized body", 3, 3)
+	r, err = idemhttp.Serve(ctx, e.store, policy(), request("k-big", "fp"), failing(nil, big))
+	w := written(t, r)
+	if err != nil || r.Kind != idemhttp.ResultReplayed || w.Code != 201 || w.Body.Len() != 0 ||
+		w.Header().Get(idemhttp.HeaderBodyOmitted) != "true" || w.Header().Get("Location") != "/v1/payments/9" {
+		t.Fatalf("replay of an oversized body = %d %q %v, %v; want 201, no body, Location and %s: true", w.Code, w.Body.String(), w.Header(), err, idemhttp.HeaderBodyOmitted)
+	}
+	check("after its replay", 3, 3)
 
 	// A panic: rolled back, released, and the panic continues.
 	func() {
@@ -234,7 +244,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 			panic("handler bug")
 		})
 	}()
-	check("after a panic", 2, 2)
+	check("after a panic", 3, 3)
 
 	// A cancelled context: rolled back and released.
 	cctx, cancel := context.WithCancel(ctx)
@@ -246,7 +256,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled request gave %v; want context.Canceled", err)
 	}
-	check("after a cancelled request", 2, 2)
+	check("after a cancelled request", 3, 3)
 }
 
 func TestTenantsNeverShareKeys(t *testing.T) {
