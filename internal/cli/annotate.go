@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -36,7 +37,7 @@ SPEC "-" reads standard input.`,
 		Example: `  idemgen annotate openapi.yaml --diff
   idemgen annotate openapi.yaml -w --methods post,patch,put --exclude uploadFile
   idemgen annotate openapi.json --operations createPayment --ttl 48h --storage reference`,
-		Args: cobra.ExactArgs(1),
+		Args: oneSpec("annotate (a file, or - for standard input)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
 			if !cmd.Flags().Changed("methods") {
@@ -48,7 +49,7 @@ SPEC "-" reads standard input.`,
 			}
 			data, err := readSpec(s, file)
 			if err != nil {
-				return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
+				return fail(ExitUsage, err)
 			}
 			name := file
 			if file == "-" {
@@ -56,6 +57,11 @@ SPEC "-" reads standard input.`,
 			}
 			// Bad option values, unreadable input and a document kin-openapi refuses all exit 2.
 			res, err := annotate.Annotate(name, data, opts)
+			var inputErr *annotate.InputError
+			if errors.As(err, &inputErr) {
+				// About the document: the file comes first, as in generate and lint.
+				return fail(ExitUsage, err)
+			}
 			if err != nil {
 				return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
 			}
@@ -106,15 +112,26 @@ func readSpec(s *streams, file string) ([]byte, error) {
 	if file == "-" {
 		data, err := io.ReadAll(s.in)
 		if err != nil {
-			return nil, fmt.Errorf("cannot read standard input: %w", err)
+			return nil, fmt.Errorf("<stdin>: cannot read the spec: %w", err)
 		}
 		return data, nil
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the spec: %w", err)
+		// The same words as generate and lint (spec.Load): the file, then what went wrong.
+		return nil, fmt.Errorf("%s: cannot read the spec: %w", file, pathCause(err))
 	}
 	return data, nil
+}
+
+// pathCause drops the operation and path that *fs.PathError repeats ("open openapi.yaml: no
+// such file or directory"), since messages name the file first already.
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func writeDiff(w io.Writer, name string, before, after []byte) error {

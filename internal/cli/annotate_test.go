@@ -229,23 +229,23 @@ func TestAnnotateFailures(t *testing.T) {
 		stderr string // exact, or a prefix when it ends in "…"
 	}{
 		{"missing file", []string{"annotate", missing},
-			"idemgen: annotate: cannot read the spec: open " + missing + ": no such file or directory\n"},
+			"idemgen: " + missing + ": cannot read the spec: no such file or directory\n"},
 		{"no argument", []string{"annotate"},
-			"idemgen: accepts 1 arg(s), received 0\nRun 'idemgen --help' for usage.\n"},
+			"idemgen: annotate needs SPEC, the OpenAPI document to annotate (a file, or - for standard input)\nRun 'idemgen annotate --help' for usage.\n"},
 		{"unknown flag", []string{"annotate", "--bogus", path},
-			"idemgen: unknown flag: --bogus\nRun 'idemgen --help' for usage.\n"},
+			"idemgen: unknown flag --bogus\nRun 'idemgen annotate --help' for usage.\n"},
 		{"bad storage", []string{"annotate", "--storage", "disk", path},
 			`idemgen: annotate: --storage: "disk" is not a storage mode (use response, reference or marker)` + "\n"},
 		{"bad ttl", []string{"annotate", "--ttl", "5x", path},
 			`idemgen: annotate: --ttl: "5x" is not a positive duration (use e.g. 24h, 90s or 3d)` + "\n"},
 		{"bad mismatch", []string{"annotate", "--mismatch-status", "abc", path},
-			`idemgen: invalid argument "abc" for "--mismatch-status" flag: strconv.ParseInt: parsing "abc": invalid syntax` + "\nRun 'idemgen --help' for usage.\n"},
+			`idemgen: --mismatch-status: "abc" is not a whole number` + "\nRun 'idemgen annotate --help' for usage.\n"},
 		{"unknown operation", []string{"annotate", "--operations", "createOrdr", path},
-			"idemgen: annotate: " + path + `: --operations: no operation "createOrdr" in the document (use an operationId or "POST /path")` + "\n"},
+			"idemgen: " + path + `: --operations: no operation "createOrdr" in the document (use an operationId or "POST /path")` + "\n"},
 		{"write stdin", []string{"annotate", "-w", "-"},
 			"idemgen: annotate: -w needs a file, not standard input\n"},
 		{"kin-openapi refuses", []string{"annotate", lob},
-			"idemgen: annotate: " + lob + ": kin-openapi cannot load it, fix the document first: failed to unmarshal data: …"},
+			"idemgen: " + lob + ": kin-openapi cannot load it, fix the document first: failed to unmarshal data: …"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(t, "", tc.args...)

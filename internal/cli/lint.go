@@ -32,7 +32,7 @@ cannot be read or loaded.`,
 		Example: `  idemgen lint openapi.yaml
   idemgen lint openapi.yaml --fail-on warning
   idemgen lint openapi.yaml --format sarif > idemgen.sarif`,
-		Args: cobra.ExactArgs(1),
+		Args: oneSpec("check"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains(lint.Formats, format) {
 				return fail(ExitUsage, fmt.Errorf("lint: --format %q is not a format (use %s)", format, strings.Join(lint.Formats, ", ")))
