@@ -25,7 +25,13 @@ func newAnnotateCmd(s *streams) *cobra.Command {
 		Short: "Add x-idempotency to the state-changing operations of an OpenAPI document",
 		Long: `annotate adds x-idempotency to the operations that change state and lack it (POST and
 PATCH unless --methods or --operations say otherwise), declares the key header they need, and
-documents the problem responses (400/409/422) and the Idempotent-Replayed header.
+documents the problem responses (400/409/422/503) and the Idempotent-Replayed header.
+
+Without --scope (and without a scope in the document's own x-idempotency defaults), annotate
+chooses the scope of each new entry and says so on stderr: [tenant, operation] when the operation
+requires security or declares a tenant header (X-Tenant-ID, an account or organization header),
+so tenants never share keys and the server needs idem.Config.Tenant; [operation] otherwise, so a
+single-tenant API runs with idem.NewStore(pool, nil).
 
 It edits the document's own text: comments, key order, quoting, anchors and indentation survive,
 JSON stays JSON. An operation that already has x-idempotency (true, false or a mapping) is left as
@@ -68,6 +74,11 @@ SPEC "-" reads standard input.`,
 			for _, sk := range res.Skipped {
 				fmt.Fprintln(s.err, "idemgen: annotate:", sk)
 			}
+			// The scope decides whether the server needs Config.Tenant, so a scope annotate chose
+			// is said, with the reason and the flag that overrides it.
+			for _, c := range res.Scopes {
+				fmt.Fprintln(s.err, "idemgen: annotate:", c)
+			}
 			if showDiff {
 				if err := writeDiff(s.out, name, data, res.Output); err != nil {
 					return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
@@ -100,10 +111,10 @@ SPEC "-" reads standard input.`,
 	f.StringVar(&opts.Lease, "lease", "", "how long an in-flight claim is held, e.g. 60s (default: the document's, else 60s)")
 	f.StringVar(&opts.Wait, "wait", "", "how long a duplicate waits for the first request before 409 (lease claims only)")
 	f.StringVar(&opts.Claim, "claim", "", "claim mode: lease or transaction (default: the document's, else lease)")
-	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: tenant,operation)")
+	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: the document's, else chosen per operation: tenant,operation with security or a tenant header, operation without)")
 	f.IntVar(&mismatch, "mismatch-status", 0, "status for a key reused with a different request: 422, 409 or 400 (default: the document's, else 422)")
 	f.BoolVar(&opts.NoKeyParam, "no-key-param", false, "do not declare the shared Idempotency-Key header parameter (operations without a key header then fail lint until you declare one)")
-	f.BoolVar(&opts.NoProblems, "no-problems", false, "do not add the 400/409/422 problem responses")
+	f.BoolVar(&opts.NoProblems, "no-problems", false, "do not add the 400/409/422/503 problem responses")
 	f.BoolVar(&opts.NoReplayedHeader, "no-replayed-header", false, "do not document the Idempotent-Replayed header on 2xx responses")
 	return cmd
 }

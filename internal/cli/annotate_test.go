@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,12 @@ func writeSpec(t *testing.T, mode os.FileMode) string {
 	return path
 }
 
+// singleTenant is the line annotate prints when it chooses scope [operation] for ops.
+func singleTenant(ops string) string {
+	return "scope [operation] for " + ops + ": they are not authenticated and declare no tenant header, so all callers share one key space " +
+		"and the server needs no idem.Config.Tenant (pass --scope tenant,operation if callers are tenants)\n"
+}
+
 const skipLine = "openapi.yaml:22:5: POST /files: not annotated: request body multipart/form-data cannot be fingerprinted (only JSON and form-encoded bodies can)\n"
 
 func TestAnnotateStdout(t *testing.T) {
@@ -72,7 +79,7 @@ func TestAnnotateStdout(t *testing.T) {
 		t.Errorf("stdout does not start with the original text:\n%s", r.stdout)
 	}
 	for _, want := range []string{
-		"        - $ref: '#/components/parameters/IdempotencyKey'\n      x-idempotency: true\n    put:",
+		"        - $ref: '#/components/parameters/IdempotencyKey'\n      x-idempotency:\n        scope: [operation]\n    put:",
 		"  title: CLI test   # a comment that must survive\n",
 		"    IdempotencyKey:\n      name: Idempotency-Key\n      in: header\n",
 	} {
@@ -83,7 +90,8 @@ func TestAnnotateStdout(t *testing.T) {
 	if strings.Count(r.stdout, "x-idempotency") != 1 {
 		t.Errorf("want exactly one x-idempotency (PUT is not annotated by default):\n%s", r.stdout)
 	}
-	if want := "idemgen: annotate: " + path[:len(path)-len("openapi.yaml")] + skipLine; r.stderr != want {
+	if want := "idemgen: annotate: " + path[:len(path)-len("openapi.yaml")] + skipLine +
+		"idemgen: annotate: " + path + ": " + singleTenant("1 operation(s) (POST /orders)"); r.stderr != want {
 		t.Errorf("stderr = %q\nwant     %q", r.stderr, want)
 	}
 	if data, _ := os.ReadFile(path); string(data) != annotateSpec {
@@ -99,17 +107,18 @@ func TestAnnotateDiff(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 	}
 	want := "--- " + path + "\n+++ " + path + `
-@@ -13,6 +13,9 @@
+@@ -13,6 +13,10 @@
        responses:
          '201':
            description: created
 +      parameters:
 +        - $ref: '#/components/parameters/IdempotencyKey'
-+      x-idempotency: true
++      x-idempotency:
++        scope: [operation]
      put:
        operationId: replaceOrders
        responses:
-@@ -28,3 +31,14 @@
+@@ -28,3 +32,14 @@
        responses:
          '201':
            description: stored
@@ -140,14 +149,15 @@ func TestAnnotateWrite(t *testing.T) {
 	if r.code != ExitOK || r.stdout != "" {
 		t.Fatalf("exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	if want := "idemgen: annotate: " + path + ": 2 operation(s) annotated\n"; r.stderr != want {
+	if want := "idemgen: annotate: " + path + ": " + singleTenant("2 operation(s) (POST /orders, PUT /orders)") +
+		"idemgen: annotate: " + path + ": 2 operation(s) annotated\n"; r.stderr != want {
 		t.Errorf("stderr = %q, want %q", r.stderr, want)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Count(string(data), "x-idempotency:\n        ttl: 48h\n"); got != 2 {
+	if got := strings.Count(string(data), "x-idempotency:\n        ttl: 48h\n        scope: [operation]\n"); got != 2 {
 		t.Errorf("want POST and PUT /orders with ttl 48h, found %d:\n%s", got, data)
 	}
 	info, err := os.Stat(path)
@@ -201,15 +211,16 @@ func TestAnnotateWrite(t *testing.T) {
 func TestAnnotateOperationsAndStdin(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, annotateSpec, "annotate", "--operations", "replaceOrders", "--storage", "marker", "--mismatch-status", "409", "-")
-	if r.code != ExitOK || r.stderr != "" {
+	if r.code != ExitOK || r.stderr != "idemgen: annotate: <stdin>: "+singleTenant("1 operation(s) (PUT /orders)") {
 		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 	}
 	want := "      responses:\n        '204':\n          description: replaced\n" +
 		"          headers:\n            Idempotent-Replayed:\n              $ref: '#/components/headers/IdempotentReplayed'\n" +
 		"        '400':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
 		"        '409':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
+		"        '503':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
 		"      parameters:\n        - $ref: '#/components/parameters/IdempotencyKey'\n" +
-		"      x-idempotency:\n        storage: marker\n        mismatchStatus: 409\n  /files:"
+		"      x-idempotency:\n        storage: marker\n        scope: [operation]\n        mismatchStatus: 409\n  /files:"
 	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "x-idempotency") != 1 {
 		t.Errorf("stdout:\n%s\nwant it to contain:\n%s", r.stdout, want)
 	}
@@ -286,5 +297,58 @@ func TestAnnotateWriteFollowsSymlinks(t *testing.T) {
 	}
 	if !strings.Contains(string(got), "x-idempotency") {
 		t.Errorf("the file behind the link was not annotated:\n%s", got)
+	}
+}
+
+// TestAnnotateChoosesScope: without --scope, and without a scope in the document's defaults,
+// annotate writes [operation] for operations that have no tenants (no security, no tenant
+// header), so that the server runs with idem.NewStore(pool, nil), keeps the secure default
+// [tenant, operation] for the others, and says on stderr which it chose and why.
+func TestAnnotateChoosesScope(t *testing.T) {
+	t.Parallel()
+	const op = `paths:
+  /orders:
+    post:
+      operationId: createOrder
+%s      responses:
+        '201':
+          description: created
+`
+	doc := func(root, opExtra string) string {
+		return "openapi: 3.0.3\ninfo: {title: t, version: '1'}\n" + root + fmt.Sprintf(op, opExtra)
+	}
+	const tenantTail = ", so each tenant has its own keys and the server needs idem.Config.Tenant to say whose request it is (pass --scope operation if there is only one tenant)\n"
+	for _, tc := range []struct {
+		name, in string
+		args     []string
+		policy   string // what follows "x-idempotency:" in the output
+		stderr   string
+	}{
+		{"no tenants", doc("", ""), nil, "\n        scope: [operation]\n",
+			"idemgen: annotate: <stdin>: " + singleTenant("1 operation(s) (POST /orders)")},
+		{"security at the root", doc("security: [{bearerAuth: []}]\ncomponents:\n  securitySchemes:\n    bearerAuth: {type: http, scheme: bearer}\n", ""), nil, " true\n",
+			"idemgen: annotate: <stdin>: scope [tenant, operation] for 1 operation(s) (POST /orders): they are authenticated (security: bearerAuth)" + tenantTail},
+		{"a scheme defined but not required", doc("components:\n  securitySchemes:\n    apiKey: {type: apiKey, in: header, name: X-Api-Key}\n", ""), nil, " true\n",
+			"idemgen: annotate: <stdin>: scope [tenant, operation] for 1 operation(s) (POST /orders): they are authenticated (security: apiKey)" + tenantTail},
+		{"anonymous operation", doc("security: [{bearerAuth: []}]\ncomponents:\n  securitySchemes:\n    bearerAuth: {type: http, scheme: bearer}\n", "      security: []\n"), nil, "\n        scope: [operation]\n",
+			"idemgen: annotate: <stdin>: " + singleTenant("1 operation(s) (POST /orders)")},
+		{"tenant header", doc("", "      parameters:\n        - {name: X-Tenant-ID, in: header, required: true, schema: {type: string}}\n"), nil, " true\n",
+			"idemgen: annotate: <stdin>: scope [tenant, operation] for 1 operation(s) (POST /orders): they declare a tenant header (X-Tenant-ID)" + tenantTail},
+		{"--scope decides", doc("", ""), []string{"--scope", "tenant,operation"}, " true\n", ""},
+		{"the document's defaults decide", doc("x-idempotency: {scope: [operation]}\n", ""), nil, " true\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, tc.in, append(append([]string{"annotate", "--no-problems", "--no-replayed-header"}, tc.args...), "-")...)
+			if r.code != ExitOK {
+				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stdout, "      x-idempotency:"+tc.policy) {
+				t.Errorf("stdout lacks x-idempotency:%q:\n%s", tc.policy, r.stdout)
+			}
+			if r.stderr != tc.stderr {
+				t.Errorf("stderr = %q\nwant     %q", r.stderr, tc.stderr)
+			}
+		})
 	}
 }
