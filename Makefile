@@ -29,10 +29,14 @@ generate: ## regenerate the examples and the golden files
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerateGolden$$' -count=1 -update
 
 .PHONY: verify
-verify: ## fail when any generated file is stale (the example and every golden case)
+verify: ## fail when any generated file is stale (the example and every golden case); CI runs it
 	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
 
 .PHONY: demo
 demo: ## run the payments example against PostgreSQL and fire the duplicate-request scenario at it
 	$(PG) DATABASE_URL scripts/demo.sh
+
+.PHONY: install
+install: ## install the idemgen command built from this checkout into $(go env GOBIN), else $(go env GOPATH)/bin
+	$(GO) install ./cmd/idemgen

@@ -33,7 +33,7 @@ func version() string {
 	}
 	if r := bi.Main.Replace; r != nil {
 		by := r.Path
-		if r.Version != "" {
+		if r.Version != "" && r.Version != "(devel)" { // a directory has no version
 			by += " " + r.Version
 		}
 		v += " (replaced by " + by + ")"
