@@ -9,9 +9,14 @@ PG := scripts/with-pg.sh
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
+# testprogress runs go test with -json and prints go test's own lines as each package finishes,
+# plus a line on stderr naming the packages still running whenever nothing was printed for 15s.
+TESTPROGRESS := bin/testprogress
+
 .PHONY: test
-test: ## run every test with -race on real PostgreSQL (a throwaway server unless TEST_DATABASE_URL is set)
-	$(PG) TEST_DATABASE_URL $(GO) test -race -count=1 ./...
+test: ## run every test with -race on real PostgreSQL (a throwaway server unless TEST_DATABASE_URL is set), saying which packages are still running
+	@$(GO) build -o $(TESTPROGRESS) ./scripts/testprogress
+	$(PG) TEST_DATABASE_URL $(TESTPROGRESS) $(GO) test -race -count=1 ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and a tidy go.mod
