@@ -9,9 +9,14 @@ PG := scripts/with-pg.sh
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
+# testprogress runs go test with -json and prints go test's own lines as each package finishes,
+# plus a line on stderr naming the packages still running whenever nothing was printed for 15s.
+TESTPROGRESS := bin/testprogress
+
 .PHONY: test
-test: ## run every test with -race on real PostgreSQL (a throwaway server unless TEST_DATABASE_URL is set)
-	$(PG) TEST_DATABASE_URL $(GO) test -race -count=1 ./...
+test: ## run every test with -race on real PostgreSQL (a throwaway server unless TEST_DATABASE_URL is set), saying which packages are still running
+	@$(GO) build -o $(TESTPROGRESS) ./scripts/testprogress
+	$(PG) TEST_DATABASE_URL $(TESTPROGRESS) $(GO) test -race -count=1 ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and a tidy go.mod
@@ -24,7 +29,7 @@ bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a ba
 	$(PG) TEST_DATABASE_URL scripts/bench.sh
 
 .PHONY: bench-http
-bench-http: ## serve the payments example over HTTP with and without idempotency (durable PostgreSQL); one table, also as JSON
+bench-http: ## serve the payments example over HTTP with and without idempotency on a durable PostgreSQL, and time the generator against oapi-codegen alone: one table, also written as JSON
 	PG_DURABLE=1 $(PG) TEST_DATABASE_URL scripts/bench-http.sh
 
 .PHONY: generate
@@ -33,7 +38,7 @@ generate: ## regenerate the examples and the golden files
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerateGolden$$' -count=1 -update
 
 .PHONY: verify
-verify: ## fail when any generated file is stale (the example and every golden case)
+verify: ## fail when any generated file is stale (the example and every golden case); CI runs it
 	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
 	$(GO) run ./cmd/idemgen generate -c examples/payments/internal/benchtx/idemgen.yaml --check
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
@@ -41,3 +46,7 @@ verify: ## fail when any generated file is stale (the example and every golden c
 .PHONY: demo
 demo: ## run the payments example against PostgreSQL and fire the duplicate-request scenario at it
 	$(PG) DATABASE_URL scripts/demo.sh
+
+.PHONY: install
+install: ## install the idemgen command built from this checkout into $(go env GOBIN), else $(go env GOPATH)/bin
+	$(GO) install ./cmd/idemgen

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"gopkg.in/yaml.v3"
+
+	"github.com/idemgen/idemgen/generator/spec"
 )
 
 // ConfigSchema is the JSON Schema of idemgen.yaml.
@@ -74,30 +77,34 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		var err error
 		switch k.Value {
 		case "version":
-			err = v.Decode(&c.Version)
-			if err == nil && c.Version != ConfigVersion {
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
+				err = fmt.Errorf("version: expected the number %d, got %s", ConfigVersion, describeNode(v))
+			} else if err = v.Decode(&c.Version); err == nil && c.Version != ConfigVersion {
 				err = fmt.Errorf("version %d is not supported (this idemgen reads version %d)", c.Version, ConfigVersion)
 			}
-		case "spec":
-			err = decodeString(v, &c.Spec)
-		case "package":
-			err = decodeString(v, &c.Package)
-		case "output":
-			err = decodeString(v, &c.Output)
-		case "router":
-			err = decodeString(v, &c.Router)
+		case "spec", "package", "output", "router":
+			dst := map[string]*string{"spec": &c.Spec, "package": &c.Package, "output": &c.Output, "router": &c.Router}[k.Value]
+			err = decodeString(k.Value, v, dst)
 		case "allow-remote-refs":
-			err = v.Decode(&c.AllowRemoteRefs)
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+				err = fmt.Errorf("allow-remote-refs: expected true or false, got %s", describeNode(v))
+			} else {
+				err = v.Decode(&c.AllowRemoteRefs)
+			}
 		case "oapi-codegen":
 			if _, err = decodePassthrough(v); err == nil {
-				passthrough = v
+				if problems := checkOptions(at, "oapi-codegen", v, reflect.TypeFor[codegen.Configuration]()); len(problems) > 0 {
+					errs = append(errs, problems...)
+				} else {
+					passthrough = v
+				}
 			}
 		default:
-			err = fmt.Errorf("unknown key %q (known keys: %s)", k.Value, strings.Join(configKeys, ", "))
+			err = unknownKey(k.Value, k.Value, configKeys)
 		}
 		if err != nil {
 			n := v
-			if strings.HasPrefix(err.Error(), "unknown key") {
+			if strings.HasPrefix(err.Error(), "unknown key") { // the key is what is wrong, not its value
 				n = k
 			}
 			var pe *posError
@@ -136,26 +143,148 @@ type posError struct {
 
 func (e *posError) Error() string { return e.msg }
 
-func decodeString(v *yaml.Node, dst *string) error {
+func decodeString(key string, v *yaml.Node, dst *string) error {
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-		return fmt.Errorf("expected a string")
+		return fmt.Errorf("%s: expected a string, got %s", key, describeNode(v))
 	}
 	*dst = v.Value
 	return nil
+}
+
+// unknownKey says that key (written as path) is not one of known, with a suggestion when one is
+// close and the list otherwise (unless it is too long to read, as oapi-codegen's option lists
+// are).
+func unknownKey(path, key string, known []string) error {
+	if s := spec.DidYouMean(key, known); s != "" {
+		return fmt.Errorf("unknown key %q; did you mean %s?", path, s)
+	}
+	if len(known) > 12 {
+		return fmt.Errorf("unknown key %q (not an option oapi-codegen reads there)", path)
+	}
+	return fmt.Errorf("unknown key %q (known keys: %s)", path, strings.Join(known, ", "))
 }
 
 // decodePassthrough checks the oapi-codegen key's own keys; the options themselves are decoded
 // from the whole file by decodePassthroughOptions, so their errors carry real line numbers.
 func decodePassthrough(v *yaml.Node) (*codegen.Configuration, error) {
 	if v.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("oapi-codegen must be a mapping (keys: %s)", strings.Join(oapiPassthroughKeys, ", "))
+		return nil, fmt.Errorf("oapi-codegen: expected a mapping of oapi-codegen options (%s), got %s", strings.Join(oapiPassthroughKeys, ", "), describeNode(v))
 	}
+	all, _ := yamlFields(reflect.TypeFor[codegen.Configuration]())
 	for i := 0; i+1 < len(v.Content); i += 2 {
-		if k := v.Content[i]; !slices.Contains(oapiPassthroughKeys, k.Value) {
+		k := v.Content[i]
+		if slices.Contains(oapiPassthroughKeys, k.Value) {
+			continue
+		}
+		if _, isOption := all[k.Value]; isOption {
 			return nil, &posError{node: k, msg: fmt.Sprintf("oapi-codegen: %q cannot be set here (allowed: %s; idemgen sets package, generate and the router itself)", k.Value, strings.Join(oapiPassthroughKeys, ", "))}
 		}
+		return nil, &posError{node: k, msg: unknownKey("oapi-codegen."+k.Value, k.Value, oapiPassthroughKeys).Error()}
 	}
 	return &codegen.Configuration{}, nil
+}
+
+// yamlFields maps the yaml key of each field of the struct type t to the field, the way yaml.v3
+// names them (the tag's name, else the lower-cased field name), and lists the keys in the
+// struct's order.
+func yamlFields(t reflect.Type) (map[string]reflect.StructField, []string) {
+	out := map[string]reflect.StructField{}
+	var names []string
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = strings.ToLower(f.Name)
+		}
+		out[name] = f
+		names = append(names, name)
+	}
+	return out, names
+}
+
+// checkOptions walks the oapi-codegen options n against the Go type t they decode into, so that
+// a misspelt option or a value of the wrong kind is reported as its key path (oapi-codegen.
+// output-options.skip-prune), with its line and column, instead of as yaml.v3's "field skip-prun
+// not found in type codegen.OutputOptions", which names a Go type the user never wrote.
+func checkOptions(at func(*yaml.Node, string, ...any) error, path string, n *yaml.Node, t reflect.Type) []error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // yaml.v3 leaves the zero value
+	}
+	want := func(what string) []error {
+		return []error{at(n, "%s: expected %s, got %s", path, what, describeNode(n))}
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return want("a mapping")
+		}
+		fields, known := yamlFields(t)
+		var errs []error
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			f, ok := fields[k.Value]
+			if !ok {
+				errs = append(errs, at(k, "%s", unknownKey(path+"."+k.Value, k.Value, known)))
+				continue
+			}
+			errs = append(errs, checkOptions(at, path+"."+k.Value, v, f.Type)...)
+		}
+		return errs
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return want("a mapping")
+		}
+		var errs []error
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			errs = append(errs, checkOptions(at, path+"."+n.Content[i].Value, n.Content[i+1], t.Elem())...)
+		}
+		return errs
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return want("a list")
+		}
+		var errs []error
+		for i, e := range n.Content {
+			errs = append(errs, checkOptions(at, fmt.Sprintf("%s[%d]", path, i), e, t.Elem())...)
+		}
+		return errs
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			return want("true or false")
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+			return want("a whole number")
+		}
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			return want("a string")
+		}
+	}
+	return nil
+}
+
+// describeNode names what a YAML value is, for "expected X, got Y" messages.
+func describeNode(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return fmt.Sprintf("%q", n.Value)
 }
 
 // passthroughFile is idemgen.yaml as yaml.v3 decodes it strictly: only the oapi-codegen options

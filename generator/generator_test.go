@@ -280,14 +280,19 @@ func TestParseConfigErrors(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"no version", "spec: a.yaml\n", "idemgen.yaml:1:1: missing \"version: 1\""},
 		{"version 2", "version: 2\n", "idemgen.yaml:1:10: version 2 is not supported (this idemgen reads version 1)"},
-		{"unknown key", "version: 1\nspecs: a.yaml\n", `idemgen.yaml:2:1: unknown key "specs" (known keys: version, spec, package, output, router, allow-remote-refs, oapi-codegen)`},
+		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, oapi-codegen)`},
+		{"misspelt key", "version: 1\nouput: api\n", `idemgen.yaml:2:1: unknown key "ouput"; did you mean output?`},
 		{"camelCase", "version: 1\nallowRemoteRefs: true\n", `idemgen.yaml:2:1: unknown key "allowRemoteRefs"`},
-		{"wrong type", "version: 1\npackage: [a]\n", "idemgen.yaml:2:10: expected a string"},
+		{"wrong type", "version: 1\npackage: [a]\n", "idemgen.yaml:2:10: package: expected a string, got a list"},
+		{"version not a number", "version: one\n", `idemgen.yaml:1:10: version: expected the number 1, got "one"`},
+		{"bool", "version: 1\nallow-remote-refs: maybe\n", `idemgen.yaml:2:20: allow-remote-refs: expected true or false, got "maybe"`},
 		{"twice", "version: 1\nspec: a\nspec: b\n", `idemgen.yaml:3:1: "spec" is set twice`},
 		{"not a mapping", "- a\n", "idemgen.yaml:1:1: the config must be a mapping"},
 		{"empty", "", "idemgen.yaml: empty config file"},
 		{"oapi generate", "version: 1\noapi-codegen:\n  generate:\n    client: true\n", `idemgen.yaml:3:3: oapi-codegen: "generate" cannot be set here`},
-		{"oapi unknown option", "version: 1\noapi-codegen:\n  output-options:\n    skip-prun: true\n", "idemgen.yaml:4: oapi-codegen: field skip-prun not found in type codegen.OutputOptions"},
+		{"oapi unknown option", "version: 1\noapi-codegen:\n  output-options:\n    skip-prun: true\n", `idemgen.yaml:4:5: unknown key "oapi-codegen.output-options.skip-prun"; did you mean skip-prune?`},
+		{"oapi option type", "version: 1\noapi-codegen:\n  output-options:\n    skip-prune: yes please\n", `idemgen.yaml:4:17: oapi-codegen.output-options.skip-prune: expected true or false, got "yes please"`},
+		{"oapi misspelt section", "version: 1\noapi-codegen:\n  output-option: {}\n", `idemgen.yaml:3:3: unknown key "oapi-codegen.output-option"; did you mean output-options?`},
 	}
 	for _, tt := range tests {
 		_, err := ParseConfig("idemgen.yaml", []byte(tt.in))

@@ -148,6 +148,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 	}
 	if raw != nil {
 		o.Policy = b.resolve(o, op, raw, extKey)
+		b.conflictShared(o, op, opNode, anchor)
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
 	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
@@ -593,6 +594,38 @@ func (b *builder) unusedKeyHeaders(o *model.Operation) {
 		}
 		b.diags = append(b.diags, d)
 	}
+}
+
+// conflictShared warns when an idempotent operation declares a 409 of its own (out of stock, a
+// state conflict): the runtime answers a duplicate that arrives while the first request is still
+// running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
+// status alone no longer tells a client which happened. A 409 whose description already names
+// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
+func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
+	if op.Responses == nil {
+		return
+	}
+	ref := op.Responses.Value("409")
+	if ref == nil || ref.Value == nil {
+		return
+	}
+	if d := ref.Value.Description; d != nil {
+		l := strings.ToLower(*d)
+		if strings.Contains(l, "in-progress") || strings.Contains(l, "in progress") {
+			return
+		}
+	}
+	n := anchor
+	if _, responses := lookup(opNode, "responses"); responses != nil {
+		if k, _ := lookup(responses, "409"); k != nil {
+			n = k
+		}
+	}
+	also := `a duplicate of a request still running (problem code "in-progress")`
+	if o.Policy.MismatchStatus == 409 {
+		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
+	}
+	b.report(n, RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status)", also))
 }
 
 func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }

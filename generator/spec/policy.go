@@ -74,11 +74,9 @@ func (c *checker) errorf(n *yaml.Node, rule, format string, args ...any) {
 }
 
 func (c *checker) unknown(k *yaml.Node, field string, known []string) {
-	for _, f := range known {
-		if strings.EqualFold(f, k.Value) {
-			c.errorf(k, RuleUnknownField, "%s.%s: unknown field; did you mean %s?", field, k.Value, f)
-			return
-		}
+	if f := DidYouMean(k.Value, known); f != "" {
+		c.errorf(k, RuleUnknownField, "%s.%s: unknown field; did you mean %s?", field, k.Value, f)
+		return
 	}
 	c.errorf(k, RuleUnknownField, "%s.%s: unknown field (known fields: %s)", field, k.Value, strings.Join(known, ", "))
 }

@@ -41,6 +41,7 @@ const (
 	RuleTTLShorterThanLease     = "ttl-shorter-than-lease"
 	RuleKeyHeaderUnused         = "key-header-unused"
 	RuleResponseUnbounded       = "response-unbounded"
+	RuleConflictStatusShared    = "conflict-status-shared"
 )
 
 var rules = []Rule{
@@ -74,6 +75,7 @@ var rules = []Rule{
 	{RulePostWithout, SeverityWarning, "a POST operation without x-idempotency"},
 	{RuleTTLShorterThanLease, SeverityWarning, "ttl is shorter than the lease"},
 	{RuleKeyHeaderUnused, SeverityWarning, "an idempotency-key-like header is declared but not used as the key"},
+	{RuleConflictStatusShared, SeverityWarning, "an idempotent operation declares a 409 of its own, which idemgen's in-progress answer shares"},
 }
 
 // Rules returns every rule, in a stable order.

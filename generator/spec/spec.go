@@ -43,7 +43,8 @@
 //     explicit false is a deliberate opt-out and stays quiet); ttl shorter than the lease; a header
 //     that looks like a key (any name containing "idempoten", or *-Request-Id except the tracing
 //     header X-Request-Id) on an operation that does not use it as the key (skipped on safe methods
-//     without a policy and on explicit opt-outs).
+//     without a policy and on explicit opt-outs); an idempotent operation's own 409, which the
+//     runtime's in-progress answer then shares, unless its description mentions "in-progress".
 //   - Operations are ordered by path, then GET PUT POST DELETE OPTIONS HEAD PATCH TRACE, then any
 //     other method alphabetically. An operation reached through a path item $ref to another file
 //     is read through kin-openapi; its diagnostics point at the path's key in this file.

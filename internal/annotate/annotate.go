@@ -39,11 +39,11 @@ type Options struct {
 	Lease          string   // Go duration
 	Wait           string   // Go duration, lease claims only
 	Claim          string   // lease or transaction
-	Scope          []string // tenant, operation, header:<Name>, path:<param>
+	Scope          []string // tenant, operation, header:<Name>, path:<param>; nil: see Result.Scopes
 	MismatchStatus int      // 400, 409 or 422; 0 means the default
 
 	NoKeyParam       bool // do not declare the key header parameter
-	NoProblems       bool // do not add the 400/409/422 problem responses
+	NoProblems       bool // do not add the 400/409/422/503 problem responses
 	NoReplayedHeader bool // do not document Idempotent-Replayed on 2xx responses
 }
 
@@ -60,11 +60,47 @@ func (s Skip) String() string {
 	return fmt.Sprintf("%s:%d:%d: %s: not annotated: %s", s.File, s.Line, s.Col, s.Route, s.Reason)
 }
 
+// ScopeChoice is a scope annotate chose, because neither the options nor the document's defaults
+// set one: [tenant, operation] for operations that are authenticated or declare a tenant header,
+// and [operation] for the others, so that a single-tenant API works with idem.NewStore(pool, nil)
+// while an API with tenants keeps their keys apart.
+type ScopeChoice struct {
+	File    string
+	Scope   []string
+	Routes  []string // the operations that got it, in document order
+	Schemes []string // the security schemes that authenticate them
+	Headers []string // the tenant headers they declare
+}
+
+func (c ScopeChoice) String() string {
+	ops := fmt.Sprintf("%d operation(s)", len(c.Routes))
+	if len(c.Routes) <= 3 {
+		ops += " (" + strings.Join(c.Routes, ", ") + ")"
+	}
+	head := fmt.Sprintf("%s: scope [%s] for %s", c.File, strings.Join(c.Scope, ", "), ops)
+	if !slices.Contains(c.Scope, "tenant") {
+		return head + ": they are not authenticated and declare no tenant header, so all callers share one key space " +
+			"and the server needs no idem.Config.Tenant (pass --scope tenant,operation if callers are tenants)"
+	}
+	var why []string
+	if len(c.Schemes) > 0 {
+		why = append(why, "they are authenticated (security: "+strings.Join(c.Schemes, ", ")+")")
+	}
+	if len(c.Headers) > 0 {
+		why = append(why, "they declare a tenant header ("+strings.Join(c.Headers, ", ")+")")
+	}
+	return head + ": " + strings.Join(why, " and ") + ", so each tenant has its own keys and the server needs " +
+		"idem.Config.Tenant to say whose request it is (pass --scope operation if there is only one tenant)"
+}
+
 // Result is the annotated document.
 type Result struct {
 	Output    []byte
 	Annotated []string // routes that received x-idempotency, in document order
 	Skipped   []Skip
+	// Scopes says which scope annotate chose for which operations, when it chose (no --scope and
+	// no scope in the document's defaults); [tenant, operation] first.
+	Scopes []ScopeChoice
 }
 
 // Changed reports whether the output differs from the input.
@@ -126,7 +162,7 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 		}
 		return nil, &InputError{file, err}
 	}
-	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped}
+	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices()}
 	if len(p.annotated) == 0 {
 		return res, nil
 	}
@@ -263,6 +299,7 @@ func (o *Options) validate() error {
 type defaults struct {
 	storage, ttl, lease, wait, claim string
 	scope                            []string
+	scopeSet                         bool // the document's defaults name a scope
 	mismatch                         int
 	keyHeader                        string // "" when the key comes from a path parameter
 	keyRequired                      bool
@@ -286,7 +323,7 @@ func readDefaults(root *node) defaults {
 		}
 	}
 	if s := x.get("scope"); s != nil && s.kind == kindSeq {
-		d.scope = nil
+		d.scope, d.scopeSet = nil, true
 		for _, it := range s.items {
 			d.scope = append(d.scope, it.value)
 		}
@@ -326,6 +363,9 @@ type planner struct {
 	keyParamRef, problemRef, replayedRef string // set once the shared component is planned
 	keyParamHeader                       string
 	dominantHeader                       string
+
+	// chosen records the scopes annotate chose, by scope, with the operations and reasons.
+	chosen map[string]*ScopeChoice
 }
 
 // op is one operation of the document.
@@ -642,7 +682,7 @@ func (p *planner) annotate(o op) error {
 		params.appendItem(ref(refName))
 		header = name
 	}
-	opT.add(kv{key: "x-idempotency", v: p.policy(header)})
+	opT.add(kv{key: "x-idempotency", v: p.policy(header, p.chooseScope(o))})
 	if !p.opts.NoProblems {
 		if err := p.addProblems(o, opT); err != nil {
 			return err
@@ -657,8 +697,116 @@ func (p *planner) annotate(o op) error {
 	return nil
 }
 
+// chooseScope returns the scope to write for o: --scope, else the document's default scope, else
+// the one annotate chooses from whether o has tenants, which it records for Result.Scopes.
+func (p *planner) chooseScope(o op) []string {
+	if p.opts.Scope != nil {
+		return p.opts.Scope
+	}
+	if p.def.scopeSet {
+		return p.def.scope
+	}
+	schemes, headers := p.tenantSigns(o)
+	scope := []string{"operation"}
+	if len(schemes)+len(headers) > 0 {
+		scope = []string{"tenant", "operation"}
+	}
+	id := strings.Join(scope, ",")
+	if p.chosen == nil {
+		p.chosen = map[string]*ScopeChoice{}
+	}
+	c := p.chosen[id]
+	if c == nil {
+		c = &ScopeChoice{File: p.file, Scope: scope}
+		p.chosen[id] = c
+	}
+	c.Routes = append(c.Routes, o.route())
+	c.Schemes = appendNew(c.Schemes, schemes...)
+	c.Headers = appendNew(c.Headers, headers...)
+	return scope
+}
+
+func appendNew(list []string, items ...string) []string {
+	for _, it := range items {
+		if !slices.Contains(list, it) {
+			list = append(list, it)
+		}
+	}
+	return list
+}
+
+func (p *planner) scopeChoices() []ScopeChoice {
+	var out []ScopeChoice
+	for _, id := range []string{"tenant,operation", "operation"} {
+		if c := p.chosen[id]; c != nil {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+// tenantSigns returns what says that o serves more than one tenant. Security means callers are
+// told apart: the operation's own requirement, else the document's, else any security scheme
+// the document defines (a spec may define its scheme and leave requiring it to the gateway);
+// an operation that says security: [] is anonymous. A header named like a tenant (X-Tenant-ID,
+// Stripe-Account, X-Organization-Id, …) means the API itself speaks of tenants.
+func (p *planner) tenantSigns(o op) (schemes, headers []string) {
+	switch sec := o.node.get("security"); {
+	case sec != nil:
+		schemes = requirementNames(sec)
+	case p.root.get("security") != nil:
+		schemes = requirementNames(p.root.get("security"))
+	default:
+		if defs := p.root.get("components").get("securitySchemes"); defs.isMap() {
+			for _, e := range defs.entries {
+				schemes = append(schemes, e.key)
+			}
+		}
+	}
+	for _, holder := range []*node{o.node, o.pathItem} {
+		params := holder.get("parameters")
+		if params == nil || params.kind != kindSeq {
+			continue
+		}
+		for _, it := range params.items {
+			if pn := p.resolve(it); pn != nil && pn.str("in") == "header" && tenantHeader(pn.str("name")) {
+				headers = appendNew(headers, pn.str("name"))
+			}
+		}
+	}
+	return schemes, headers
+}
+
+// requirementNames lists the security schemes a security requirement list names; none for an
+// absent or empty list, or one whose only requirement is {} (anonymous access).
+func requirementNames(sec *node) []string {
+	if sec == nil || sec.kind != kindSeq {
+		return nil
+	}
+	var names []string
+	for _, req := range sec.items {
+		if req.isMap() {
+			for _, e := range req.entries {
+				names = appendNew(names, e.key)
+			}
+		}
+	}
+	return names
+}
+
+// tenantHeader reports header names that carry a tenant, account or organisation.
+func tenantHeader(name string) bool {
+	l := strings.ToLower(name)
+	for _, w := range []string{"tenant", "account", "organization", "organisation", "workspace"} {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // policy is the x-idempotency value: true when every field is the document's default.
-func (p *planner) policy(header string) *val {
+func (p *planner) policy(header string, scope []string) *val {
 	o, d := p.opts, p.def
 	var kvs []kv
 	if o.Storage != "" && o.Storage != d.storage {
@@ -670,10 +818,10 @@ func (p *planner) policy(header string) *val {
 	if o.Lease != "" && !sameDuration(o.Lease, d.lease) {
 		kvs = append(kvs, kv{key: "lease", v: str(o.Lease)})
 	}
-	if o.Scope != nil && !slices.Equal(o.Scope, d.scope) {
+	if scope != nil && !slices.Equal(scope, d.scope) {
 		s := seq()
 		s.flow = true
-		for _, it := range o.Scope {
+		for _, it := range scope {
 			s.items = append(s.items, str(it))
 		}
 		kvs = append(kvs, kv{key: "scope", v: s})
@@ -808,7 +956,7 @@ func (p *planner) problemResponse() (string, error) {
 	respName := ProblemResponse
 	if !responses.has(respName) {
 		responses.add(kv{key: respName, v: mapping(
-			kv{key: "description", v: str("The idempotency key is missing or malformed (400), a request with the same key is still in progress (409, retry after the Retry-After header), or the key was already used for a different request.")},
+			kv{key: "description", v: str("The idempotency key is missing or malformed (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run).")},
 			kv{key: "content", v: mapping(
 				kv{key: "application/problem+json", v: mapping(
 					kv{key: "schema", v: ref("#/components/schemas/" + pointerEscape(schemaName))},
@@ -825,7 +973,7 @@ func (p *planner) addProblems(o op, opT target) error {
 	if mismatch == 0 {
 		mismatch = p.def.mismatch
 	}
-	codes := []int{400, 409, mismatch}
+	codes := []int{400, 409, mismatch, 503}
 	slices.Sort(codes)
 	codes = slices.Compact(codes)
 	existing := o.node.get("responses")

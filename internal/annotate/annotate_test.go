@@ -90,6 +90,9 @@ func TestAnnotate(t *testing.T) {
 			for _, s := range res.Skipped {
 				stderr.WriteString(s.String() + "\n")
 			}
+			for _, c := range res.Scopes {
+				stderr.WriteString(c.String() + "\n")
+			}
 			golden(t, tc.name+".diff", diff)
 			golden(t, tc.name+".stderr", stderr.String())
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -24,7 +25,13 @@ func newAnnotateCmd(s *streams) *cobra.Command {
 		Short: "Add x-idempotency to the state-changing operations of an OpenAPI document",
 		Long: `annotate adds x-idempotency to the operations that change state and lack it (POST and
 PATCH unless --methods or --operations say otherwise), declares the key header they need, and
-documents the problem responses (400/409/422) and the Idempotent-Replayed header.
+documents the problem responses (400/409/422/503) and the Idempotent-Replayed header.
+
+Without --scope (and without a scope in the document's own x-idempotency defaults), annotate
+chooses the scope of each new entry and says so on stderr: [tenant, operation] when the operation
+requires security or declares a tenant header (X-Tenant-ID, an account or organization header),
+so tenants never share keys and the server needs idem.Config.Tenant; [operation] otherwise, so a
+single-tenant API runs with idem.NewStore(pool, nil).
 
 It edits the document's own text: comments, key order, quoting, anchors and indentation survive,
 JSON stays JSON. An operation that already has x-idempotency (true, false or a mapping) is left as
@@ -36,7 +43,7 @@ SPEC "-" reads standard input.`,
 		Example: `  idemgen annotate openapi.yaml --diff
   idemgen annotate openapi.yaml -w --methods post,patch,put --exclude uploadFile
   idemgen annotate openapi.json --operations createPayment --ttl 48h --storage reference`,
-		Args: cobra.ExactArgs(1),
+		Args: oneSpec("annotate (a file, or - for standard input)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
 			if !cmd.Flags().Changed("methods") {
@@ -48,7 +55,7 @@ SPEC "-" reads standard input.`,
 			}
 			data, err := readSpec(s, file)
 			if err != nil {
-				return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
+				return fail(ExitUsage, err)
 			}
 			name := file
 			if file == "-" {
@@ -56,11 +63,21 @@ SPEC "-" reads standard input.`,
 			}
 			// Bad option values, unreadable input and a document kin-openapi refuses all exit 2.
 			res, err := annotate.Annotate(name, data, opts)
+			var inputErr *annotate.InputError
+			if errors.As(err, &inputErr) {
+				// About the document: the file comes first, as in generate and lint.
+				return fail(ExitUsage, err)
+			}
 			if err != nil {
 				return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
 			}
 			for _, sk := range res.Skipped {
 				fmt.Fprintln(s.err, "idemgen: annotate:", sk)
+			}
+			// The scope decides whether the server needs Config.Tenant, so a scope annotate chose
+			// is said, with the reason and the flag that overrides it.
+			for _, c := range res.Scopes {
+				fmt.Fprintln(s.err, "idemgen: annotate:", c)
 			}
 			if showDiff {
 				if err := writeDiff(s.out, name, data, res.Output); err != nil {
@@ -94,10 +111,10 @@ SPEC "-" reads standard input.`,
 	f.StringVar(&opts.Lease, "lease", "", "how long an in-flight claim is held, e.g. 60s (default: the document's, else 60s)")
 	f.StringVar(&opts.Wait, "wait", "", "how long a duplicate waits for the first request before 409 (lease claims only)")
 	f.StringVar(&opts.Claim, "claim", "", "claim mode: lease or transaction (default: the document's, else lease)")
-	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: tenant,operation)")
+	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: the document's, else chosen per operation: tenant,operation with security or a tenant header, operation without)")
 	f.IntVar(&mismatch, "mismatch-status", 0, "status for a key reused with a different request: 422, 409 or 400 (default: the document's, else 422)")
 	f.BoolVar(&opts.NoKeyParam, "no-key-param", false, "do not declare the shared Idempotency-Key header parameter (operations without a key header then fail lint until you declare one)")
-	f.BoolVar(&opts.NoProblems, "no-problems", false, "do not add the 400/409/422 problem responses")
+	f.BoolVar(&opts.NoProblems, "no-problems", false, "do not add the 400/409/422/503 problem responses")
 	f.BoolVar(&opts.NoReplayedHeader, "no-replayed-header", false, "do not document the Idempotent-Replayed header on 2xx responses")
 	return cmd
 }
@@ -106,15 +123,26 @@ func readSpec(s *streams, file string) ([]byte, error) {
 	if file == "-" {
 		data, err := io.ReadAll(s.in)
 		if err != nil {
-			return nil, fmt.Errorf("cannot read standard input: %w", err)
+			return nil, fmt.Errorf("<stdin>: cannot read the spec: %w", err)
 		}
 		return data, nil
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the spec: %w", err)
+		// The same words as generate and lint (spec.Load): the file, then what went wrong.
+		return nil, fmt.Errorf("%s: cannot read the spec: %w", file, pathCause(err))
 	}
 	return data, nil
+}
+
+// pathCause drops the operation and path that *fs.PathError repeats ("open openapi.yaml: no
+// such file or directory"), since messages name the file first already.
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func writeDiff(w io.Writer, name string, before, after []byte) error {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,12 @@ func writeSpec(t *testing.T, mode os.FileMode) string {
 const skipLines = "openapi.yaml:7:5: POST /orders: not annotated: scope item path:id names no path parameter of the operation or its path item\n" +
 	"openapi.yaml:22:5: POST /files: not annotated: scope item path:id names no path parameter of the operation or its path item\n"
 
+// singleTenant is the line annotate prints when it chooses scope [operation] for ops.
+func singleTenant(ops string) string {
+	return "scope [operation] for " + ops + ": they are not authenticated and declare no tenant header, so all callers share one key space " +
+		"and the server needs no idem.Config.Tenant (pass --scope tenant,operation if callers are tenants)\n"
+}
+
 func TestAnnotateStdout(t *testing.T) {
 	t.Parallel()
 	path := writeSpec(t, 0o644)
@@ -74,7 +81,7 @@ func TestAnnotateStdout(t *testing.T) {
 		t.Errorf("stdout does not start with the original text:\n%s", r.stdout)
 	}
 	for _, want := range []string{
-		"        - $ref: '#/components/parameters/IdempotencyKey'\n      x-idempotency: true\n    put:",
+		"        - $ref: '#/components/parameters/IdempotencyKey'\n      x-idempotency:\n        scope: [operation]\n    put:",
 		"  title: CLI test   # a comment that must survive\n",
 		"    IdempotencyKey:\n      name: Idempotency-Key\n      in: header\n",
 	} {
@@ -85,8 +92,8 @@ func TestAnnotateStdout(t *testing.T) {
 	if strings.Count(r.stdout, "x-idempotency") != 2 {
 		t.Errorf("want two x-idempotency, POST /orders and the multipart POST /files (PUT is not annotated by default):\n%s", r.stdout)
 	}
-	if r.stderr != "" {
-		t.Errorf("stderr = %q, want nothing", r.stderr)
+	if want := "idemgen: annotate: " + path + ": " + singleTenant("2 operation(s) (POST /orders, POST /files)"); r.stderr != want {
+		t.Errorf("stderr = %q\nwant     %q", r.stderr, want)
 	}
 	if data, _ := os.ReadFile(path); string(data) != annotateSpec {
 		t.Error("the file changed without -w")
@@ -116,23 +123,25 @@ func TestAnnotateDiff(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 	}
 	want := "--- " + path + "\n+++ " + path + `
-@@ -13,6 +13,9 @@
+@@ -13,6 +13,10 @@
        responses:
          '201':
            description: created
 +      parameters:
 +        - $ref: '#/components/parameters/IdempotencyKey'
-+      x-idempotency: true
++      x-idempotency:
++        scope: [operation]
      put:
        operationId: replaceOrders
        responses:
-@@ -28,3 +31,17 @@
+@@ -28,3 +32,18 @@
        responses:
          '201':
            description: stored
 +      parameters:
 +        - $ref: '#/components/parameters/IdempotencyKey'
-+      x-idempotency: true
++      x-idempotency:
++        scope: [operation]
 +components:
 +  parameters:
 +    IdempotencyKey:
@@ -160,14 +169,15 @@ func TestAnnotateWrite(t *testing.T) {
 	if r.code != ExitOK || r.stdout != "" {
 		t.Fatalf("exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	if want := "idemgen: annotate: " + path + ": 2 operation(s) annotated\n"; r.stderr != want {
+	if want := "idemgen: annotate: " + path + ": " + singleTenant("2 operation(s) (POST /orders, PUT /orders)") +
+		"idemgen: annotate: " + path + ": 2 operation(s) annotated\n"; r.stderr != want {
 		t.Errorf("stderr = %q, want %q", r.stderr, want)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Count(string(data), "x-idempotency:\n        ttl: 48h\n"); got != 2 {
+	if got := strings.Count(string(data), "x-idempotency:\n        ttl: 48h\n        scope: [operation]\n"); got != 2 {
 		t.Errorf("want POST and PUT /orders with ttl 48h, found %d:\n%s", got, data)
 	}
 	info, err := os.Stat(path)
@@ -221,15 +231,16 @@ func TestAnnotateWrite(t *testing.T) {
 func TestAnnotateOperationsAndStdin(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, annotateSpec, "annotate", "--operations", "replaceOrders", "--storage", "marker", "--mismatch-status", "409", "-")
-	if r.code != ExitOK || r.stderr != "" {
+	if r.code != ExitOK || r.stderr != "idemgen: annotate: <stdin>: "+singleTenant("1 operation(s) (PUT /orders)") {
 		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 	}
 	want := "      responses:\n        '204':\n          description: replaced\n" +
 		"          headers:\n            Idempotent-Replayed:\n              $ref: '#/components/headers/IdempotentReplayed'\n" +
 		"        '400':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
 		"        '409':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
+		"        '503':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
 		"      parameters:\n        - $ref: '#/components/parameters/IdempotencyKey'\n" +
-		"      x-idempotency:\n        storage: marker\n        mismatchStatus: 409\n  /files:"
+		"      x-idempotency:\n        storage: marker\n        scope: [operation]\n        mismatchStatus: 409\n  /files:"
 	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "x-idempotency") != 1 {
 		t.Errorf("stdout:\n%s\nwant it to contain:\n%s", r.stdout, want)
 	}
@@ -249,23 +260,23 @@ func TestAnnotateFailures(t *testing.T) {
 		stderr string // exact, or a prefix when it ends in "…"
 	}{
 		{"missing file", []string{"annotate", missing},
-			"idemgen: annotate: cannot read the spec: open " + missing + ": no such file or directory\n"},
+			"idemgen: " + missing + ": cannot read the spec: no such file or directory\n"},
 		{"no argument", []string{"annotate"},
-			"idemgen: accepts 1 arg(s), received 0\nRun 'idemgen --help' for usage.\n"},
+			"idemgen: annotate needs SPEC, the OpenAPI document to annotate (a file, or - for standard input)\nRun 'idemgen annotate --help' for usage.\n"},
 		{"unknown flag", []string{"annotate", "--bogus", path},
-			"idemgen: unknown flag: --bogus\nRun 'idemgen --help' for usage.\n"},
+			"idemgen: unknown flag --bogus\nRun 'idemgen annotate --help' for usage.\n"},
 		{"bad storage", []string{"annotate", "--storage", "disk", path},
 			`idemgen: annotate: --storage: "disk" is not a storage mode (use response, reference or marker)` + "\n"},
 		{"bad ttl", []string{"annotate", "--ttl", "5x", path},
 			`idemgen: annotate: --ttl: "5x" is not a positive duration (use e.g. 24h, 90s or 3d)` + "\n"},
 		{"bad mismatch", []string{"annotate", "--mismatch-status", "abc", path},
-			`idemgen: invalid argument "abc" for "--mismatch-status" flag: strconv.ParseInt: parsing "abc": invalid syntax` + "\nRun 'idemgen --help' for usage.\n"},
+			`idemgen: --mismatch-status: "abc" is not a whole number` + "\nRun 'idemgen annotate --help' for usage.\n"},
 		{"unknown operation", []string{"annotate", "--operations", "createOrdr", path},
-			"idemgen: annotate: " + path + `: --operations: no operation "createOrdr" in the document (use an operationId or "POST /path")` + "\n"},
+			"idemgen: " + path + `: --operations: no operation "createOrdr" in the document (use an operationId or "POST /path")` + "\n"},
 		{"write stdin", []string{"annotate", "-w", "-"},
 			"idemgen: annotate: -w needs a file, not standard input\n"},
 		{"kin-openapi refuses", []string{"annotate", lob},
-			"idemgen: annotate: " + lob + ": kin-openapi cannot load it, fix the document first: failed to unmarshal data: …"},
+			"idemgen: " + lob + ": kin-openapi cannot load it, fix the document first: failed to unmarshal data: …"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(t, "", tc.args...)
@@ -306,5 +317,58 @@ func TestAnnotateWriteFollowsSymlinks(t *testing.T) {
 	}
 	if !strings.Contains(string(got), "x-idempotency") {
 		t.Errorf("the file behind the link was not annotated:\n%s", got)
+	}
+}
+
+// TestAnnotateChoosesScope: without --scope, and without a scope in the document's defaults,
+// annotate writes [operation] for operations that have no tenants (no security, no tenant
+// header), so that the server runs with idem.NewStore(pool, nil), keeps the secure default
+// [tenant, operation] for the others, and says on stderr which it chose and why.
+func TestAnnotateChoosesScope(t *testing.T) {
+	t.Parallel()
+	const op = `paths:
+  /orders:
+    post:
+      operationId: createOrder
+%s      responses:
+        '201':
+          description: created
+`
+	doc := func(root, opExtra string) string {
+		return "openapi: 3.0.3\ninfo: {title: t, version: '1'}\n" + root + fmt.Sprintf(op, opExtra)
+	}
+	const tenantTail = ", so each tenant has its own keys and the server needs idem.Config.Tenant to say whose request it is (pass --scope operation if there is only one tenant)\n"
+	for _, tc := range []struct {
+		name, in string
+		args     []string
+		policy   string // what follows "x-idempotency:" in the output
+		stderr   string
+	}{
+		{"no tenants", doc("", ""), nil, "\n        scope: [operation]\n",
+			"idemgen: annotate: <stdin>: " + singleTenant("1 operation(s) (POST /orders)")},
+		{"security at the root", doc("security: [{bearerAuth: []}]\ncomponents:\n  securitySchemes:\n    bearerAuth: {type: http, scheme: bearer}\n", ""), nil, " true\n",
+			"idemgen: annotate: <stdin>: scope [tenant, operation] for 1 operation(s) (POST /orders): they are authenticated (security: bearerAuth)" + tenantTail},
+		{"a scheme defined but not required", doc("components:\n  securitySchemes:\n    apiKey: {type: apiKey, in: header, name: X-Api-Key}\n", ""), nil, " true\n",
+			"idemgen: annotate: <stdin>: scope [tenant, operation] for 1 operation(s) (POST /orders): they are authenticated (security: apiKey)" + tenantTail},
+		{"anonymous operation", doc("security: [{bearerAuth: []}]\ncomponents:\n  securitySchemes:\n    bearerAuth: {type: http, scheme: bearer}\n", "      security: []\n"), nil, "\n        scope: [operation]\n",
+			"idemgen: annotate: <stdin>: " + singleTenant("1 operation(s) (POST /orders)")},
+		{"tenant header", doc("", "      parameters:\n        - {name: X-Tenant-ID, in: header, required: true, schema: {type: string}}\n"), nil, " true\n",
+			"idemgen: annotate: <stdin>: scope [tenant, operation] for 1 operation(s) (POST /orders): they declare a tenant header (X-Tenant-ID)" + tenantTail},
+		{"--scope decides", doc("", ""), []string{"--scope", "tenant,operation"}, " true\n", ""},
+		{"the document's defaults decide", doc("x-idempotency: {scope: [operation]}\n", ""), nil, " true\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, tc.in, append(append([]string{"annotate", "--no-problems", "--no-replayed-header"}, tc.args...), "-")...)
+			if r.code != ExitOK {
+				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stdout, "      x-idempotency:"+tc.policy) {
+				t.Errorf("stdout lacks x-idempotency:%q:\n%s", tc.policy, r.stdout)
+			}
+			if r.stderr != tc.stderr {
+				t.Errorf("stderr = %q\nwant     %q", r.stderr, tc.stderr)
+			}
+		})
 	}
 }

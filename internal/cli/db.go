@@ -108,7 +108,7 @@ func newSchemaCmd(s *streams) *cobra.Command {
 		Short: "Print the SQL that creates the key table (the runtime's migrations)",
 		Long: "Print the SQL of the runtime's embedded migrations, rendered for --schema and --table,\n" +
 			"for teams that apply schema changes with their own migration tool.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, err := idem.NewMigrator(&pgxpool.Pool{}, f.config()) // Migrations reads no database
 			if err != nil {
@@ -140,7 +140,7 @@ func newMigrateCmd(s *streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the key table; running it again changes nothing",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			pool, err := f.connect(ctx)
@@ -178,7 +178,7 @@ func newPurgeCmd(s *streams) *cobra.Command {
 		Short: "Delete expired idempotency keys in batches",
 		Long: "Delete keys whose TTL has passed, a batch at a time so that no statement holds locks for long.\n" +
 			"Progress is shown on a terminal; --dry-run only counts.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if batch < 1 {
 				return fail(ExitUsage, fmt.Errorf("--batch-size must be at least 1, got %d", batch))

@@ -50,7 +50,7 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 		Example: `  idemgen generate --package api --output api openapi.yaml
   idemgen generate -c idemgen.yaml --check
   //go:generate go tool idemgen generate -c idemgen.yaml`,
-		Args: cobra.MaximumNArgs(1),
+		Args: optionalSpec,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runGenerate(cmd, s, &f, args)
 		},
@@ -138,7 +138,7 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 	if cfgPath != "" {
 		data, err := os.ReadFile(cfgPath)
 		if err != nil {
-			return nil, fmt.Errorf("read config: %w", err)
+			return nil, fmt.Errorf("%s: cannot read the config: %w", cfgPath, pathCause(err))
 		}
 		c, err := generator.ParseConfig(cfgPath, data)
 		if err != nil {

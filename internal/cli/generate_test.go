@@ -386,8 +386,8 @@ func TestGenerateUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no spec, no config", []string{"generate"}, "no spec given and no idemgen.yaml here"},
-		{"missing config file", []string{"generate", "-c", "nope.yaml"}, "read config: open nope.yaml: no such file or directory"},
-		{"two specs", []string{"generate", "a.yaml", "b.yaml"}, "accepts at most 1 arg(s), received 2"},
+		{"missing config file", []string{"generate", "-c", "nope.yaml"}, "nope.yaml: cannot read the config: no such file or directory"},
+		{"two specs", []string{"generate", "a.yaml", "b.yaml"}, "generate takes at most one SPEC, got 2"},
 		{"bad package", []string{"generate", "-p", "my-api", "-o", "api", "openapi.yaml"}, `package name "my-api" is not a Go identifier`},
 		{"gin router", []string{"generate", "--router", "gin", "openapi.yaml"}, "--router gin: not supported yet (supported: std-http)"},
 	}

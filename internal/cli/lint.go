@@ -25,14 +25,14 @@ func newLintCmd(s *streams) *cobra.Command {
 		Long: `Check every x-idempotency in SPEC (OpenAPI 3.0 or 3.1, YAML or JSON) against the rules
 idemgen enforces at generation time, plus warnings for likely mistakes: idempotency on a safe
 method, a POST without idempotency, a ttl shorter than the lease, a key header that is declared
-but unused.
+but unused, an operation's own 409 that the in-progress answer now shares.
 
 Exit status: 0 when there is no finding at or above --fail-on, 1 when there is, 2 when the spec
 cannot be read or loaded.`,
 		Example: `  idemgen lint openapi.yaml
   idemgen lint openapi.yaml --fail-on warning
   idemgen lint openapi.yaml --format sarif > idemgen.sarif`,
-		Args: cobra.ExactArgs(1),
+		Args: oneSpec("check"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains(lint.Formats, format) {
 				return fail(ExitUsage, fmt.Errorf("lint: --format %q is not a format (use %s)", format, strings.Join(lint.Formats, ", ")))

@@ -159,7 +159,7 @@ func TestLintExitCodes(t *testing.T) {
 		{"unloadable sarif", []string{"testdata/lint/unloadable.yaml", "--format", "sarif"}, ExitUsage, "", "cannot load", true},
 		{"bad format", []string{"testdata/lint/clean.yaml", "--format", "xml"}, ExitUsage, "", `--format "xml" is not a format (use text, json, sarif)`, true},
 		{"bad fail-on", []string{"testdata/lint/clean.yaml", "--fail-on", "info"}, ExitUsage, "", `--fail-on "info" is not a severity (use error or warning)`, true},
-		{"no spec", nil, ExitUsage, "", "accepts 1 arg", true},
+		{"no spec", nil, ExitUsage, "", "lint needs SPEC", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

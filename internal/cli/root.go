@@ -46,7 +46,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	s := &streams{in: stdin, out: stdout, err: stderr}
 	root := newRootCmd(s)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return ExitOK
 	}
@@ -57,9 +57,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return ee.code
 	}
-	// cobra's own errors: unknown command or flag, wrong argument count.
+	// Errors about the command line (an unknown command or flag, a bad flag value, the wrong
+	// arguments) point at the help of the command that was run, which says what it takes.
 	fmt.Fprintln(stderr, "idemgen:", err)
-	fmt.Fprintln(stderr, "Run 'idemgen --help' for usage.")
+	if cmd == nil {
+		cmd = root
+	}
+	fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	return ExitUsage
 }
 
@@ -69,7 +73,11 @@ func newRootCmd(s *streams) *cobra.Command {
 		Short:         "Generate idempotent Go servers from OpenAPI documents marked with x-idempotency",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version (and -v) print what the version command prints.
+		Version: version(),
 	}
+	root.SetVersionTemplate("idemgen {{.Version}}\n")
+	root.SetFlagErrorFunc(flagError)
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)

@@ -59,7 +59,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := d.scenario(ctx); err != nil {
 		return err
 	}
-	return d.count(ctx)
+	if err := d.count(ctx); err != nil {
+		return err
+	}
+	if len(d.unexpected) > 0 {
+		return fmt.Errorf("%d answer(s) were not what idemgen promises:\n  %s", len(d.unexpected), strings.Join(d.unexpected, "\n  "))
+	}
+	return nil
 }
 
 type demo struct {
@@ -68,6 +74,9 @@ type demo struct {
 	client *http.Client
 	out    io.Writer
 	tenant string
+	// unexpected lists what this run got that the scenario does not promise; the demo fails
+	// when it is not empty.
+	unexpected []string
 }
 
 func randomHex(n int) string {
@@ -214,6 +223,62 @@ func gist(body []byte) string {
 	return b.String()
 }
 
+// replayed reports whether c's answer is a stored one replayed.
+func (c *call) replayed() bool { return c.header.Get("Idempotent-Replayed") == "true" }
+
+// problem is the code of c's problem answer, or "".
+func (c *call) problem() string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(c.resp, &p)
+	return p.Code
+}
+
+// say prints what happened, as one indented sentence per line.
+func (d *demo) say(lines ...string) {
+	for _, l := range lines {
+		fmt.Fprintln(d.out, "   "+l)
+	}
+}
+
+// expect says the sentence when ok and records the answer as unexpected otherwise, so the
+// transcript only ever states what this run showed.
+func (d *demo) expect(ok bool, sentence, unexpected string) {
+	if ok {
+		d.say(sentence)
+		return
+	}
+	d.say("UNEXPECTED: " + unexpected)
+	d.unexpected = append(d.unexpected, unexpected)
+}
+
+// doubleClick says what the two simultaneous requests of step 1 got, and returns the one that
+// created the payment (nil if neither did).
+func (d *demo) doubleClick(a, b *call) *call {
+	created := func(c *call) bool { return c.status == http.StatusCreated && !c.replayed() }
+	first, firstName, second, secondName := a, "A", b, "B"
+	if created(b) && !created(a) {
+		first, firstName, second, secondName = b, "B", a, "A"
+	}
+	switch {
+	case !created(first):
+		d.expect(false, "", fmt.Sprintf("neither request created the payment (A: %d, B: %d)", a.status, b.status))
+		return nil
+	case created(second):
+		d.expect(false, "", "both requests created a payment: the key did not make the second one a duplicate")
+	case second.status == http.StatusConflict && second.problem() == "in-progress":
+		d.say(fmt.Sprintf("%s created the payment. %s arrived while %s was still running and got 409 in-progress:", firstName, secondName, firstName),
+			fmt.Sprintf("it did not run, and may retry after Retry-After: %ss to get the stored answer.", second.header.Get("Retry-After")))
+	case second.status == http.StatusCreated && second.replayed():
+		d.say(fmt.Sprintf("%s created the payment. %s came a moment after %s had finished and got the stored 201 replayed:", firstName, secondName, firstName),
+			"it did not run again.")
+	default:
+		d.expect(false, "", fmt.Sprintf("%s got %d %s, neither 409 in-progress nor the stored 201", secondName, second.status, second.problem()))
+	}
+	return first
+}
+
 func (d *demo) scenario(ctx context.Context) error {
 	fmt.Fprintf(d.out, "idemgen payments demo: %s, tenant %s\n", d.base, d.tenant)
 	key := "order-" + randomHex(6)
@@ -227,8 +292,10 @@ func (d *demo) scenario(ctx context.Context) error {
 	}
 	d.show("A", a)
 	d.show("B", b)
-	fmt.Fprintln(d.out, "   One of them created the payment; the other got 409 in-progress (it was still running)")
-	fmt.Fprintln(d.out, "   or, if it came a moment later, the stored 201 replayed. Never two payments.")
+	first := d.doubleClick(a, b)
+	if first == nil {
+		first = a
+	}
 
 	d.title(2, "A retry after the first request completed (a mobile client that lost the answer)")
 	retry := &call{method: "POST", path: "/v1/payments", key: key, body: body}
@@ -236,15 +303,9 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("retry", retry)
-	first := a
-	if b.status == http.StatusCreated && b.header.Get("Idempotent-Replayed") != "true" {
-		first = b
-	}
-	same := "identical to"
-	if !bytes.Equal(retry.resp, first.resp) {
-		same = "DIFFERENT from"
-	}
-	fmt.Fprintf(d.out, "   The replayed body is byte for byte %s the first answer.\n", same)
+	d.expect(retry.status == http.StatusCreated && retry.replayed() && bytes.Equal(retry.resp, first.resp),
+		"The retry got the stored 201 replayed, its body byte for byte identical to the first answer.",
+		fmt.Sprintf("the retry got %d (replayed: %v), not the first answer replayed byte for byte", retry.status, retry.replayed()))
 
 	d.title(3, "The same key with another body (a client bug: the key must name one request)")
 	other := &call{method: "POST", path: "/v1/payments", key: key, body: `{"amount_minor": 50000, "currency": "RUB"}`}
@@ -252,6 +313,9 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("other", other)
+	d.expect(other.status == http.StatusUnprocessableEntity && other.problem() == "key-reused",
+		"Refused with 422 key-reused: the key already names another request, and nothing ran.",
+		fmt.Sprintf("the same key with another body got %d %s, not 422 key-reused", other.status, other.problem()))
 
 	d.title(4, "No Idempotency-Key at all")
 	nokey := &call{method: "POST", path: "/v1/payments", body: body}
@@ -259,6 +323,9 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("nokey", nokey)
+	d.expect(nokey.status == http.StatusBadRequest && nokey.problem() == "key-missing",
+		"Refused with 400 key-missing: a write without a key cannot be made safe to retry.",
+		fmt.Sprintf("a request without a key got %d %s, not 400 key-missing", nokey.status, nokey.problem()))
 
 	d.title(5, "No X-Tenant-ID (it stands in for authentication here)")
 	anon := &call{method: "POST", path: "/v1/payments", key: "anon-" + randomHex(6), body: body, noTenant: true}
@@ -266,7 +333,9 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("anon", anon)
-	fmt.Fprintln(d.out, "   Refused before any key was claimed: an unauthenticated request never binds a key.")
+	d.expect(anon.status == http.StatusUnauthorized,
+		"Refused with 401 before any key was claimed: an unauthenticated request never binds a key.",
+		fmt.Sprintf("a request without a tenant got %d, not 401", anon.status))
 
 	d.title(6, "The handler fails after writing the payment (simulate_failure: true), then the client retries")
 	failKey := "order-" + randomHex(6)
@@ -281,8 +350,10 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("retry", again)
-	fmt.Fprintln(d.out, "   The failure rolled back the payment and released the key, so the retry ran afresh")
-	fmt.Fprintln(d.out, "   (simulate_failure is excluded from the fingerprint: both are the same request).")
+	d.expect(failing.status == http.StatusInternalServerError && again.status == http.StatusCreated && !again.replayed(),
+		"The failure rolled back the payment and released the key, so the retry ran afresh and created it\n"+
+			"   (simulate_failure is excluded from the fingerprint: both are the same request).",
+		fmt.Sprintf("the failing request got %d and its retry %d (replayed: %v), not 500 and then a fresh 201", failing.status, again.status, again.replayed()))
 
 	var pay struct {
 		PaymentID string `json:"payment_id"`
@@ -309,7 +380,13 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("capture again", capAgain)
-	fmt.Fprintln(d.out, "   The replay reloaded the payment: it shows the refund made after the capture.")
+	var now struct {
+		Refunded int64 `json:"amount_refunded_minor"`
+	}
+	_ = json.Unmarshal(capAgain.resp, &now)
+	d.expect(capture.status == http.StatusOK && capAgain.status == http.StatusOK && capAgain.replayed() && now.Refunded == 5000,
+		"The replay reloaded the payment: it shows the 5000 refunded after the capture, and nothing was captured twice.",
+		fmt.Sprintf("capture got %d, its replay %d (replayed: %v) with %d refunded; want 200, a replayed 200 and 5000", capture.status, capAgain.status, capAgain.replayed(), now.Refunded))
 
 	d.title(8, "Refund (storage: marker): a replay recomputes the answer")
 	var rf struct {
@@ -327,8 +404,14 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	d.show("refund again", refAgain)
-	fmt.Fprintln(d.out, "   Only the status was stored; the answer was rebuilt and shows the refund's current status.")
-	fmt.Fprintln(d.out, "   No second refund was made.")
+	var settled struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(refAgain.resp, &settled)
+	d.expect(refAgain.status == http.StatusCreated && refAgain.replayed() && settled.Status == "succeeded",
+		"Only the status was stored; the answer was rebuilt and shows the refund as it is now, succeeded.\n"+
+			"   No second refund was made.",
+		fmt.Sprintf("the refund's replay got %d (replayed: %v) with status %q; want a replayed 201 with status succeeded", refAgain.status, refAgain.replayed(), settled.Status))
 	return nil
 }
 
@@ -353,9 +436,10 @@ func (d *demo) withDB(ctx context.Context, fn func(*pgx.Conn) error) error {
 	return fn(conn)
 }
 
-// count prints how many payments, refunds and ledger events this run's tenant has, and fails
-// when a retry was executed twice: the ledger (payment_events) gets one row per execution that
-// moved money, with no unique key that could absorb a second one.
+// count prints, as a table, what this run's tenant has in the database next to what the
+// requests above should have left, and fails when a retry was executed twice: the ledger
+// (payment_events) gets one row per execution that moved money, with no unique key that could
+// absorb a second one.
 func (d *demo) count(ctx context.Context) error {
 	return d.withDB(ctx, func(conn *pgx.Conn) error {
 		var payments, refunds, authorized, captured, refunded int
@@ -369,13 +453,30 @@ func (d *demo) count(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("count payments: %w", err)
 		}
-		fmt.Fprintf(d.out, "\nIn the database for tenant %s: %d payment(s), %d refund(s); ledger: %d authorization(s), %d capture(s), %d refund(s).\n",
-			d.tenant, payments, refunds, authorized, captured, refunded)
-		fmt.Fprintln(d.out, "(8 × POST /v1/payments: 4 with the first key, 2 with the second, 2 refused; 2 captures and 2 refunds with one key each.)")
-		if payments != 2 || refunds != 1 || authorized != 2 || captured != 1 || refunded != 1 {
-			return fmt.Errorf("want 2 payments, 1 refund and a ledger of 2 authorizations, 1 capture and 1 refund for tenant %s; "+
-				"found %d, %d and %d, %d, %d: a retry was executed twice", d.tenant, payments, refunds, authorized, captured, refunded)
+		rows := []struct {
+			what, requests string
+			want, found    int
+		}{
+			{"payments", "8 creates: 4 with one key, 2 with another, 2 refused", 2, payments},
+			{"ledger: authorizations", "one per payment made", 2, authorized},
+			{"ledger: captures", "2 captures with one key", 1, captured},
+			{"refunds", "2 refunds with one key", 1, refunds},
+			{"ledger: refunds", "one per refund made", 1, refunded},
 		}
+		fmt.Fprintf(d.out, "\nWhat this run left in the database (tenant %s):\n", d.tenant)
+		fmt.Fprintf(d.out, "  %-24s %5s %5s     %s\n", "", "want", "found", "from")
+		wrong := 0
+		for _, r := range rows {
+			mark := "ok"
+			if r.found != r.want {
+				mark, wrong = "WRONG", wrong+1
+			}
+			fmt.Fprintf(d.out, "  %-24s %5d %5d %-5s %s\n", r.what, r.want, r.found, mark, r.requests)
+		}
+		if wrong > 0 {
+			return fmt.Errorf("%d count(s) differ from what the requests should have left for tenant %s: a retry was executed twice, or a request that should have run did not", wrong, d.tenant)
+		}
+		fmt.Fprintln(d.out, "Every key ran its handler once: no retry was executed twice.")
 		return nil
 	})
 }
