@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -104,13 +103,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		// A signal must not cancel requests in flight (that would roll back work a client may
-		// already be waiting for); Shutdown below lets them finish instead.
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
+	srv := newServer(handler)
+	// A signal must not cancel requests in flight (that would roll back work a client may
+	// already be waiting for); Shutdown below lets them finish instead.
+	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	// scripts/demo.sh reads the address from this line when it starts the server on port 0.
 	log.Info("listening", "addr", ln.Addr().String())
 

@@ -147,6 +147,30 @@ func outerHandler(pool *pgxpool.Pool, log *slog.Logger, api http.Handler) http.H
 	return accessLog(log, mux)
 }
 
+// The limits no client can stretch: a request's head and body must arrive in time, an answer
+// must be taken in time, and an idle connection is closed. Request bodies are capped by the
+// generated handler (1 MiB, 413 body-too-large); the body's ReadTimeout also bounds a client
+// that trickles it.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 75 * time.Second // longer than a handler may run (its lease, 60s by default), so a slow success still reaches the client
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+// newServer is the example's http.Server: handler behind the limits above.
+func newServer(handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
 type statusWriter struct {
 	http.ResponseWriter
 	status int
