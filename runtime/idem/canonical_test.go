@@ -167,3 +167,17 @@ func FuzzCanonicalMultipart(f *testing.F) {
 		_, _ = idem.CanonicalBody(ctA, append(a[:len(a)/2:len(a)/2], c2...)) // truncated: must not panic
 	})
 }
+
+// The fast path for scalar parts encodes exactly what the general path does.
+func TestFingerprintScalarPartsMatchTheGeneralEncoding(t *testing.T) {
+	t.Parallel()
+	s := "acme"
+	var nilString *string
+	for _, v := range []any{"acme", &s, nilString, 42, int64(-7), uint32(9), true, "<&>\u2028", 1.5} {
+		fast, err1 := idem.CanonicalScalar(v)
+		general, err2 := idem.CanonicalJSON(v)
+		if err1 != nil || err2 != nil || !bytes.Equal(fast, general) {
+			t.Errorf("%#v: fast path %s (%v), general path %s (%v)", v, fast, err1, general, err2)
+		}
+	}
+}

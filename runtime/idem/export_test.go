@@ -54,3 +54,6 @@ func (s *Store) Release(ctx context.Context, c *Claim) error { return s.releaseR
 
 // CanonicalJSON exposes the fingerprint's JSON canonicalisation to its tests.
 var CanonicalJSON = canonicalJSON
+
+// CanonicalScalar exposes the fingerprint's fast path for scalar parts to its tests.
+var CanonicalScalar = canonicalScalar

@@ -43,7 +43,7 @@ func (f *Fingerprinter) frame(kind byte, name string, value []byte) {
 
 // Add adds a named part (path:id, query:x, header:X-Foo); v is JSON-encoded canonically.
 func (f *Fingerprinter) Add(name string, v any) error {
-	b, err := canonicalJSON(v)
+	b, err := canonicalScalar(v)
 	if err != nil {
 		err = fmt.Errorf("idem: fingerprint part %q: %w", name, err)
 		f.fail(err)
@@ -151,4 +151,22 @@ func arrayIndex(tok string, n int) (int, bool) {
 		return 0, false
 	}
 	return i, true
+}
+
+// canonicalScalar is canonicalJSON for the values parameters mostly are (strings, numbers,
+// booleans, pointers to them), whose JSON encoding is already canonical, without the decode
+// and re-encode a composite value needs: a parameter is fingerprinted on every request.
+func canonicalScalar(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case string:
+		return json.Marshal(x)
+	case *string:
+		if x == nil {
+			return []byte("null"), nil
+		}
+		return json.Marshal(*x)
+	case int, int32, int64, uint, uint32, uint64, bool:
+		return json.Marshal(x)
+	}
+	return canonicalJSON(v)
 }
