@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemprom"
 )
 
 // tenantHeader stands in for authentication; see the spec's TenantID parameter.
@@ -89,7 +92,7 @@ func writeProblem(w http.ResponseWriter, p problemResponse) {
 	_ = p.WriteTo(w)
 }
 
-// newHandler builds the whole HTTP stack: /healthz, and the API behind the tenant check, with
+// newHandler builds the whole HTTP stack: /healthz, /metrics, and the API behind the tenant check, with
 // idemgen's adapter between oapi-codegen's strict server and the handlers in payments.go.
 func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
 	c := idem.Config{}
@@ -100,6 +103,12 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	if c.Logger == nil {
 		c.Logger = log
 	}
+	// A registry of the handler's own, not the global one: tests build several handlers in one
+	// process, and each must count only its own requests.
+	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment"}})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
 	store, err := idem.NewStore(pool, &c)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
@@ -138,6 +147,8 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// Outside the tenant check, like /healthz: a scraper is no tenant.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", requireTenant(apiMux))
 	return accessLog(log, mux), nil
 }

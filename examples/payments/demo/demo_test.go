@@ -104,6 +104,7 @@ func TestDemo(t *testing.T) {
 		`"amount_refunded_minor":5000`,
 		`"status":"succeeded"`,
 		": 2 payment(s), 1 refund(s); ledger: 2 authorization(s), 1 capture(s), 1 refund(s).",
+		`idemgen_idempotency_events_total{event="replayed",operation="createPayment"}`,
 	} {
 		if !strings.Contains(transcript, want) {
 			t.Errorf("the transcript lacks %q:\n%s", want, transcript)

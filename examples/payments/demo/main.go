@@ -59,7 +59,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := d.scenario(ctx); err != nil {
 		return err
 	}
-	return d.count(ctx)
+	if err := d.count(ctx); err != nil {
+		return err
+	}
+	return d.metrics(ctx)
 }
 
 type demo struct {
