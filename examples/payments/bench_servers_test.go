@@ -56,13 +56,6 @@ const (
 // childLifetime bounds a child that its parent forgot: it stops by itself after this long.
 const childLifetime = 15 * time.Minute
 
-func TestMain(m *testing.M) {
-	if mode := os.Getenv(envServe); mode != "" {
-		os.Exit(serveChild(mode))
-	}
-	os.Exit(m.Run())
-}
-
 // tripCounter counts database round trips: every query, and every batch as one (pgx sends a
 // batch in one pipelined exchange). Begin and commit are queries to pgx, so they count.
 type tripCounter struct{ n atomic.Int64 }
@@ -119,7 +112,7 @@ func ceilingHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (htt
 		BaseRouter:       apiMux,
 		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
 	})
-	return outerHandler(pool, log, idemhttp.Capture(0)(idemhttp.Routed(apiMux, apiMux))), nil
+	return outerHandler(pool, log, idemhttp.Capture(0)(idemhttp.Routed(apiMux, apiMux)), nil), nil
 }
 
 // ceilingServer is the example's strict server with create's idempotency switched off: it runs
@@ -165,7 +158,7 @@ func transactionHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) 
 	h := benchtx.NewIdempotentHandler(txPayments{&payments{db: pool}}, store, &benchtx.IdempotentHandlerOptions{
 		Middlewares: []benchtx.StrictMiddlewareFunc{validateTx},
 	})
-	return outerHandler(pool, log, h), nil
+	return outerHandler(pool, log, h, nil), nil
 }
 
 // validateTx is the example's validate for benchtx's request types, which are package api's

@@ -9,10 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemprom"
 )
 
 // tenantHeader stands in for authentication; see the spec's TenantID parameter.
@@ -90,7 +93,7 @@ func writeProblem(w http.ResponseWriter, p problemResponse) {
 	_ = p.WriteTo(w)
 }
 
-// newHandler builds the whole HTTP stack: /healthz, and the API behind the tenant check, with
+// newHandler builds the whole HTTP stack: /healthz, /metrics, and the API behind the tenant check, with
 // idemgen's adapter between oapi-codegen's strict server and the handlers in payments.go.
 func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
 	c := idem.Config{}
@@ -101,6 +104,12 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	if c.Logger == nil {
 		c.Logger = log
 	}
+	// A registry of the handler's own, not the global one: tests build several handlers in one
+	// process, and each must count only its own requests.
+	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment"}})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
 	store, err := idem.NewStore(pool, &c)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
@@ -112,7 +121,7 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	apiHandler := api.NewIdempotentHandler(&payments{db: pool}, store, &api.IdempotentHandlerOptions{
 		Middlewares: []api.StrictMiddlewareFunc{validate},
 	})
-	return outerHandler(pool, log, apiHandler), nil
+	return outerHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), nil
 }
 
 // strictOptions are the answers to a request the strict server cannot bind and to a handler's
@@ -126,9 +135,9 @@ func strictOptions(store *idem.Store) api.StrictHTTPServerOptions {
 }
 
 // outerHandler wraps the routed API in what every request passes first: the access
-// log, /healthz, and the tenant check. newHandler and the HTTP benchmark's other servers
+// log, /healthz, /metrics (when metrics is not nil), and the tenant check. newHandler and the HTTP benchmark's other servers
 // (bench_http_test.go) share it, so they differ only in the API behind it.
-func outerHandler(pool *pgxpool.Pool, log *slog.Logger, api http.Handler) http.Handler {
+func outerHandler(pool *pgxpool.Pool, log *slog.Logger, api, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -143,6 +152,10 @@ func outerHandler(pool *pgxpool.Pool, log *slog.Logger, api http.Handler) http.H
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if metrics != nil {
+		// Outside the tenant check, like /healthz: a scraper is no tenant.
+		mux.Handle("GET /metrics", metrics)
+	}
 	mux.Handle("/", requireTenant(api))
 	return accessLog(log, mux)
 }

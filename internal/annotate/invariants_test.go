@@ -2,10 +2,13 @@ package annotate
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemgen/idemgen/generator/spec"
 )
 
 // optionSets are combinations the golden cases do not all cover; the invariants must hold for
@@ -64,18 +67,33 @@ func TestInvariants(t *testing.T) {
 	}
 }
 
-// FuzzAnnotate feeds mangled documents to Annotate: it must never panic, and whatever it accepts
-// must come out only with lines added and unchanged by a second run.
+// FuzzAnnotate feeds mangled documents to Annotate, under each option set: it must never panic,
+// and whatever it accepts must come out parsing, with no lint error the input did not already
+// have, with nothing of the input changed or removed (only bytes inserted) and its comments
+// kept, and unchanged by a second run. The seeds are the small documents of TestInvariants (the trap specs and the
+// OpenAPI examples); larger corpus documents make each exec too slow to explore much.
 func FuzzAnnotate(f *testing.F) {
-	docs, _ := filepath.Glob("testdata/specs/*")
-	for _, d := range docs {
-		if b, err := os.ReadFile(d); err == nil {
-			f.Add(b)
+	files, _ := filepath.Glob("testdata/specs/*")
+	oai, _ := filepath.Glob("testdata/corpus/oai-examples/*.*")
+	for _, d := range append(files, oai...) {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for i := range optionSets {
+			f.Add(b, uint8(i))
 		}
 	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		res, err := Annotate("fuzz.yaml", in, Options{})
+	f.Fuzz(func(t *testing.T, in []byte, set uint8) {
+		opts := optionSets[int(set)%len(optionSets)]
+		res, err := Annotate("fuzz.yaml", in, opts)
 		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				// Only the input may be refused: an option set that worked on the seeds, or a
+				// result that does not read back, is the annotator's fault.
+				t.Fatalf("not an input error: %v", err)
+			}
 			return
 		}
 		if !res.Changed() {
@@ -84,12 +102,57 @@ func FuzzAnnotate(f *testing.F) {
 			}
 			return
 		}
-		again, err := Annotate("fuzz.yaml", res.Output, Options{})
+		checkOnlyInsertions(t, in, res.Output)
+		checkCommentsSurvive(t, in, res.Output)
+		again, err := Annotate("fuzz.yaml", res.Output, opts)
 		if err != nil {
 			t.Fatalf("second run: %v", err)
 		}
 		if !bytes.Equal(again.Output, res.Output) {
-			t.Fatalf("second run changed the output")
+			d, _ := UnifiedDiff("fuzz.yaml", res.Output, again.Output)
+			t.Fatalf("second run changed the output:\n%s", d)
 		}
+		checkNoNewLintErrors(t, in, res.Output)
 	})
+}
+
+// checkOnlyInsertions asserts that out is in with bytes inserted and nothing else: every byte of
+// in appears in out, in order. This is exact where TestInvariants' line comparison has to excuse
+// inline constructs: an insertion into a line of closing braces ("}}}}}") splits that line,
+// although no byte of it changed (testdata/fuzz/FuzzAnnotate/4257227f4ffe45d1).
+func checkOnlyInsertions(t *testing.T, in, out []byte) {
+	t.Helper()
+	j := 0
+	for i := 0; i < len(out) && j < len(in); i++ {
+		if out[i] == in[j] {
+			j++
+		}
+	}
+	if j < len(in) {
+		line := bytes.Count(in[:j], []byte("\n")) + 1
+		t.Errorf("the input's byte %d (line %d, %q) is not in the output: annotate changed or removed text", j, line, in[j:min(j+20, len(in))])
+	}
+}
+
+// checkNoNewLintErrors loads both documents with generator/spec: the output must load, and each
+// of its errors must be one the input already had (same rule, same operation). Fuzzed input can
+// carry a broken x-idempotency of its own, which annotate leaves alone and cannot be blamed for.
+func checkNoNewLintErrors(t *testing.T, in, out []byte) {
+	t.Helper()
+	dir := t.TempDir() // relative $refs in fuzzed input find nothing to read
+	after, err := spec.LoadData(filepath.Join(dir, "fuzz.yaml"), out, nil)
+	if err != nil {
+		t.Fatalf("the annotated document does not load: %v", err)
+	}
+	had := map[string]bool{}
+	if before, err := spec.LoadData(filepath.Join(dir, "fuzz.yaml"), in, nil); err == nil {
+		for _, d := range before.Errors() {
+			had[d.Rule+" "+d.Operation] = true
+		}
+	}
+	for _, d := range after.Errors() {
+		if !had[d.Rule+" "+d.Operation] {
+			t.Errorf("lint error the annotation introduced: %s", d)
+		}
+	}
 }

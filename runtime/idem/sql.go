@@ -40,7 +40,20 @@ func newStatements(table string) (statements, error) {
 		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
-		*s.dst = b.String()
+		*s.dst = stripComments(b.String())
 	}
 	return st, nil
+}
+
+// stripComments drops the files' whole-line comments: they are for readers of the .sql files,
+// and need not travel to the server with every request (nor show in pg_stat_statements).
+func stripComments(sql string) string {
+	var b strings.Builder
+	for line := range strings.Lines(sql) {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "--") || t == "" {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return strings.TrimRight(b.String(), "\n")
 }

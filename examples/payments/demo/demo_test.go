@@ -106,6 +106,7 @@ func TestDemo(t *testing.T) {
 		`"status":"succeeded"`,
 		"The retry got the stored 201 replayed, its body byte for byte identical to the first answer.",
 		"Every key ran its handler once: no retry was executed twice.",
+		`idemgen_idempotency_events_total{event="replayed",operation="createPayment"}`,
 	} {
 		if !strings.Contains(transcript, want) {
 			t.Errorf("the transcript lacks %q:\n%s", want, transcript)

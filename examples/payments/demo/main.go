@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(d.unexpected) > 0 {
 		return fmt.Errorf("%d answer(s) were not what idemgen promises:\n  %s", len(d.unexpected), strings.Join(d.unexpected, "\n  "))
 	}
-	return nil
+	return d.metrics(ctx)
 }
 
 type demo struct {

@@ -1,0 +1,18 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// TestMain lets this test binary also be a child process that the HTTP benchmark and the
+// killed-server fault test start: each names itself by an environment variable.
+func TestMain(m *testing.M) {
+	switch {
+	case os.Getenv(envServe) != "":
+		os.Exit(serveChild(os.Getenv(envServe)))
+	case os.Getenv(childURL) != "":
+		os.Exit(childServer())
+	}
+	os.Exit(m.Run())
+}

@@ -1,0 +1,260 @@
+// Package idemprom exports the events of runtime/idem as Prometheus metrics. It is a separate
+// package so that runtime/idem keeps importing only the standard library and pgx: only a program
+// that wants Prometheus pulls in client_golang.
+//
+//	metrics := idemprom.New(nil)
+//	prometheus.MustRegister(metrics)
+//	store, err := idem.NewStore(pool, &idem.Config{Observer: metrics.Observer()})
+//
+// The metrics, each with the label operation (the operationId, or the DoParams.Operation):
+//
+//	idemgen_idempotency_events_total{operation,event}        counter: one per idem.Event, event = its Kind
+//	idemgen_idempotency_purged_keys_total                     counter: rows deleted by purge
+//	idemgen_idempotency_handler_duration_seconds{operation,outcome}
+//	                                                          histogram: handler time, outcome completed or released
+//	idemgen_idempotency_keys_in_flight{operation}             gauge: keys this process holds while their handler runs
+package idemprom
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+// Metric names, for dashboards and alerts.
+const (
+	EventsTotal     = "idemgen_idempotency_events_total"
+	PurgedKeysTotal = "idemgen_idempotency_purged_keys_total"
+	HandlerDuration = "idemgen_idempotency_handler_duration_seconds"
+	KeysInFlight    = "idemgen_idempotency_keys_in_flight"
+)
+
+// DefaultStaleHold is Options.StaleHold's default.
+const DefaultStaleHold = 10 * time.Minute
+
+// Options tune New; nil means defaults.
+type Options struct {
+	// Operations are created up front with every counter at zero, so that a rate or an
+	// increase over the first event of an operation is seen (Prometheus cannot tell a series that
+	// starts at 1 from one that was always 1). Other operations appear with their first event.
+	Operations []string
+	// Buckets of the handler duration histogram, in seconds; default prometheus.DefBuckets.
+	Buckets []float64
+	// StaleHold is how long a key counts as in flight at most. The runtime reports the end of a
+	// handler's hold (completed, released, lease lost) on every path but two, which it only logs:
+	// a release that fails, and a commit that fails in transaction mode. Without a bound, each of
+	// those would keep the gauge up until the process restarts. Set it above your longest
+	// handler (renewal lets a handler hold a key past its lease); default 10 minutes.
+	StaleHold time.Duration
+	// ConstLabels are added to every metric, e.g. the service name.
+	ConstLabels prometheus.Labels
+}
+
+// Collector turns idem events into metrics. Register it with a prometheus.Registerer (it is a
+// prometheus.Collector) and pass Observer() to idem.Config.Observer. It is safe for concurrent
+// use; several Stores may share one.
+type Collector struct {
+	events   *prometheus.CounterVec
+	purged   prometheus.Counter
+	duration *prometheus.HistogramVec
+	inFlight *prometheus.GaugeVec
+
+	stale time.Duration
+	now   func() time.Time // tests replace it to age holds without sleeping
+
+	mu sync.Mutex
+	// holds are the start times of the holds this process has seen begin and not yet end, per
+	// operation and key hash. The same key can be held twice here: a handler whose lease ran out
+	// and the request that took the key over. An end is matched to the oldest start.
+	holds map[holdKey][]time.Time
+	// perOp is the number of holds per operation, what the gauge shows.
+	perOp     map[string]int
+	lastSweep time.Time
+}
+
+type holdKey struct{ operation, keyHash string }
+
+// New returns a Collector. opts may be nil.
+func New(opts *Options) *Collector {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Buckets == nil {
+		o.Buckets = prometheus.DefBuckets
+	}
+	if o.StaleHold <= 0 {
+		o.StaleHold = DefaultStaleHold
+	}
+	c := &Collector{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        EventsTotal,
+			Help:        "Idempotency events by operation and event (the runtime's event kind; purged counts batches).",
+			ConstLabels: o.ConstLabels,
+		}, []string{"operation", "event"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        PurgedKeysTotal,
+			Help:        "Expired idempotency keys deleted by purge.",
+			ConstLabels: o.ConstLabels,
+		}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        HandlerDuration,
+			Help:        "Time the handler of an idempotent request ran while holding its key, by outcome: completed (committed with its stored outcome) or released (rolled back, key given back).",
+			Buckets:     o.Buckets,
+			ConstLabels: o.ConstLabels,
+		}, []string{"operation", "outcome"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        KeysInFlight,
+			Help:        "Idempotency keys this process holds while their handler runs.",
+			ConstLabels: o.ConstLabels,
+		}, []string{"operation"}),
+		stale: o.StaleHold,
+		now:   time.Now,
+		holds: map[holdKey][]time.Time{},
+		perOp: map[string]int{},
+	}
+	for _, op := range o.Operations {
+		for _, k := range kinds {
+			if k != idem.EventPurged {
+				c.events.WithLabelValues(op, string(k))
+			}
+		}
+		c.duration.WithLabelValues(op, string(idem.EventCompleted))
+		c.duration.WithLabelValues(op, string(idem.EventReleased))
+		c.inFlight.WithLabelValues(op).Set(0)
+	}
+	if len(o.Operations) > 0 {
+		c.events.WithLabelValues("", string(idem.EventPurged))
+	}
+	return c
+}
+
+// kinds are the event kinds an operation can see, for the zero series of Options.Operations.
+var kinds = []idem.EventKind{
+	idem.EventAcquired, idem.EventTakenOver, idem.EventReplayed, idem.EventInProgress,
+	idem.EventKeyReused, idem.EventCompleted, idem.EventLeaseLost, idem.EventReleased,
+	idem.EventPurged, idem.EventStoreError,
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.events.Describe(ch)
+	c.purged.Describe(ch)
+	c.duration.Describe(ch)
+	c.inFlight.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	c.sweep(true)
+	c.mu.Unlock()
+	c.events.Collect(ch)
+	c.purged.Collect(ch)
+	c.duration.Collect(ch)
+	c.inFlight.Collect(ch)
+}
+
+// Observer returns the function for idem.Config.Observer. To keep an observer you already
+// have, pass Chain(metrics.Observer(), yours).
+func (c *Collector) Observer() func(ctx context.Context, e idem.Event) {
+	return c.observe
+}
+
+func (c *Collector) observe(_ context.Context, e idem.Event) {
+	c.events.WithLabelValues(e.Operation, string(e.Kind)).Inc()
+	switch e.Kind {
+	case idem.EventPurged:
+		c.purged.Add(float64(max(e.Count, 0)))
+	case idem.EventAcquired, idem.EventTakenOver:
+		c.begin(e)
+	case idem.EventCompleted, idem.EventReleased:
+		c.duration.WithLabelValues(e.Operation, string(e.Kind)).Observe(e.Duration.Seconds())
+		c.end(e)
+	case idem.EventLeaseLost:
+		c.end(e)
+	}
+}
+
+func (c *Collector) begin(e idem.Event) {
+	k := holdKey{e.Operation, e.KeyHash}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sweep(false)
+	c.holds[k] = append(c.holds[k], c.now())
+	c.perOp[e.Operation]++
+	c.inFlight.WithLabelValues(e.Operation).Set(float64(c.perOp[e.Operation]))
+}
+
+// end closes the oldest hold of the event's key. An end without a begin this Collector saw
+// (a hold swept as stale, or an end reported twice) changes nothing: the gauge never counts
+// below the holds it knows of.
+func (c *Collector) end(e idem.Event) {
+	k := holdKey{e.Operation, e.KeyHash}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	starts := c.holds[k]
+	if len(starts) == 0 {
+		return
+	}
+	if len(starts) == 1 {
+		delete(c.holds, k)
+	} else {
+		c.holds[k] = starts[1:]
+	}
+	c.drop(e.Operation, 1)
+}
+
+func (c *Collector) drop(op string, n int) {
+	c.perOp[op] -= n
+	c.inFlight.WithLabelValues(op).Set(float64(c.perOp[op]))
+	if c.perOp[op] == 0 {
+		delete(c.perOp, op) // the series stays, at 0
+	}
+}
+
+// sweep forgets holds older than StaleHold. It walks every hold, so on the request path it runs
+// at most once a second; a scrape always runs it, so what is shown is never staler than that.
+// c.mu must be held.
+func (c *Collector) sweep(always bool) {
+	now := c.now()
+	if !always && now.Sub(c.lastSweep) < time.Second {
+		return
+	}
+	c.lastSweep = now
+	for k, starts := range c.holds {
+		n := 0
+		for n < len(starts) && now.Sub(starts[n]) > c.stale {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		if n == len(starts) {
+			delete(c.holds, k)
+		} else {
+			c.holds[k] = starts[n:]
+		}
+		c.drop(k.operation, n)
+	}
+}
+
+// Chain returns an Observer that calls each non-nil observer in turn, for a program that
+// already has one (a logger, a tracer) and adds metrics.
+func Chain(observers ...func(ctx context.Context, e idem.Event)) func(ctx context.Context, e idem.Event) {
+	var obs []func(context.Context, idem.Event)
+	for _, o := range observers {
+		if o != nil {
+			obs = append(obs, o)
+		}
+	}
+	return func(ctx context.Context, e idem.Event) {
+		for _, o := range obs {
+			o(ctx, e)
+		}
+	}
+}
