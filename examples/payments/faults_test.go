@@ -878,3 +878,30 @@ func TestFaultDatabaseRestartUnderStorm(t *testing.T) {
 	t.Parallel()
 	stormAcrossRestart(t).check(t, false)
 }
+
+// TestFaultHandlerPanicIs500Problem: a handler that panics is answered like one that
+// returns an error, with the runtime's 500 problem; the transaction is rolled back, the key
+// released, and the server goes on serving.
+func TestFaultHandlerPanicIs500Problem(t *testing.T) {
+	t.Parallel()
+	e, tr := newFaultEnv(t, 4, nil)
+	fired := tr.arm(atLedgerInsert, func(context.Context, *pgx.Conn) { panic("simulated handler bug") })
+	const tenant, key = "acme", "panics"
+	resp, err := e.do(e.newRequest(create(tenant, key, body19900)))
+	select {
+	case <-fired:
+	default:
+		t.Fatal("the handler's ledger insert never ran: the panic was never injected")
+	}
+	if err != nil {
+		t.Fatalf("panicking handler: no answer (%v), want a 500 problem", err)
+	}
+	wantProblem(t, "panicking handler", resp, http.StatusInternalServerError, "internal")
+	e.waitReleased(tenant, key)
+	e.wantFreshRetry(tenant, key)
+}
+
+// atRelease is the runtime's token-guarded DELETE that gives a key back.
+var atRelease = point{"the release", func(sql string) bool {
+	return strings.HasPrefix(sql, "DELETE FROM ") && strings.Contains(sql, "owner_token")
+}}

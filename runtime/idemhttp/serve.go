@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -267,7 +268,28 @@ type Op[R any] struct {
 // The body is fingerprinted as the client sent it, from the bytes Capture kept in ctx; a body
 // that is not what its media type says is answered with a 400 body-invalid problem before any
 // claim.
-func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
+//
+// A handler that panics has its work rolled back and its key released (by the runtime, as for
+// any failure); Handle then returns ErrHandlerPanicked, logged with the stack, so that the
+// server answers 500 and goes on serving instead of dropping the connection.
+func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (res *Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler { // net/http's own way to abort a response: let it through
+				panic(v)
+			}
+			s.Config().Logger.ErrorContext(ctx, "idem: the handler panicked; its work was rolled back and its key released",
+				"operation", p.Operation, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("%w (operation %s)", ErrHandlerPanicked, p.Operation)
+		}
+	}()
+	return handle(ctx, s, p, op)
+}
+
+// ErrHandlerPanicked is Handle's error for a handler that panicked.
+var ErrHandlerPanicked = errors.New("idem: the handler panicked")
+
+func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
 	req, err := op.request(ctx, p)
 	var bad *idem.BodyError
 	if errors.As(err, &bad) {
