@@ -57,7 +57,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -249,22 +248,19 @@ func syntaxError(path string, data []byte, v3err error) error {
 	return fmt.Errorf("%s: not valid YAML or JSON: %s", path, msg)
 }
 
-var yamlProblem = regexp.MustCompile(`line (\d+): `)
-
 // loadError turns kin-openapi's failure into one readable error. Its YAML decoding reports every
-// construct error in one long line; the first one, placed at its line, says what to fix, and the
-// count says how many more places share the problem.
+// construct error (yaml v4's LoadErrors, each with its position); the first one, placed at its
+// line and column, says what to fix, and the count says how many more places share the problem.
 func loadError(path string, err error) error {
-	msg := err.Error()
-	parts := strings.Split(msg, "; line ")
-	if m := yamlProblem.FindStringSubmatchIndex(parts[0]); m != nil {
-		line := parts[0][m[2]:m[3]]
-		first := parts[0][m[1]:]
+	var les *yamlv4.LoadErrors
+	if errors.As(err, &les) && len(les.Errors) > 0 && les.Errors[0].Mark.Line > 0 {
+		first := les.Errors[0]
 		more := ""
-		if len(parts) > 1 {
-			more = fmt.Sprintf(" (and %d more like it)", len(parts)-1)
+		if len(les.Errors) > 1 {
+			more = fmt.Sprintf(" (and %d more like it)", len(les.Errors)-1)
 		}
-		return fmt.Errorf("%s:%s: kin-openapi cannot load it as an OpenAPI 3 document: %s%s; fix the document (or check it with an OpenAPI validator)", path, line, first, more)
+		return fmt.Errorf("%s:%d:%d: kin-openapi cannot load it as an OpenAPI 3 document: %s%s; fix the document (or check it with an OpenAPI validator)",
+			path, first.Mark.Line, first.Mark.Column, first.Message, more)
 	}
 	return fmt.Errorf("%s: kin-openapi cannot load it as an OpenAPI 3 document: %v; fix the document (or check it with an OpenAPI validator)", path, err)
 }
