@@ -252,17 +252,27 @@ func syntaxError(path string, data []byte, v3err error) error {
 // construct error (yaml v4's LoadErrors, each with its position); the first one, placed at its
 // line and column, says what to fix, and the count says how many more places share the problem.
 func loadError(path string, err error) error {
+	line, col, msg := LoadFailure(err)
+	if line > 0 {
+		path = fmt.Sprintf("%s:%d:%d", path, line, col)
+	}
+	return fmt.Errorf("%s: kin-openapi cannot load it as an OpenAPI 3 document: %s; fix the document (or check it with an OpenAPI validator)", path, msg)
+}
+
+// LoadFailure reads a NewLoader error: the position of the first construct error (0 when the
+// error has none, a missing $ref file say) and one line saying what it is, with the count of the
+// others that share the problem.
+func LoadFailure(err error) (line, col int, msg string) {
 	var les *yamlv4.LoadErrors
 	if errors.As(err, &les) && len(les.Errors) > 0 && les.Errors[0].Mark.Line > 0 {
 		first := les.Errors[0]
-		more := ""
+		msg = first.Message
 		if len(les.Errors) > 1 {
-			more = fmt.Sprintf(" (and %d more like it)", len(les.Errors)-1)
+			msg += fmt.Sprintf(" (and %d more like it)", len(les.Errors)-1)
 		}
-		return fmt.Errorf("%s:%d:%d: kin-openapi cannot load it as an OpenAPI 3 document: %s%s; fix the document (or check it with an OpenAPI validator)",
-			path, first.Mark.Line, first.Mark.Column, first.Message, more)
+		return first.Mark.Line, first.Mark.Column, msg
 	}
-	return fmt.Errorf("%s: kin-openapi cannot load it as an OpenAPI 3 document: %v; fix the document (or check it with an OpenAPI validator)", path, err)
+	return 0, 0, err.Error()
 }
 
 func sortDiagnostics(ds []Diagnostic) {

@@ -16,9 +16,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/getkin/kin-openapi/openapi3"
-
 	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/generator/spec"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
@@ -152,7 +151,12 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 		return nil, &InputError{file, errors.New(`not an OpenAPI 3 document (no "openapi: 3.x" field)`)}
 	}
 	if err := kinLoad(file, data); err != nil {
-		return nil, &InputError{file, fmt.Errorf("kin-openapi cannot load it, fix the document first: %s", firstError(err))}
+		line, col, msg := spec.LoadFailure(err)
+		where := ""
+		if line > 0 {
+			where = fmt.Sprintf(" (line %d, column %d)", line, col)
+		}
+		return nil, &InputError{file, fmt.Errorf("kin-openapi cannot load it%s, fix the document first: %s", where, msg)}
 	}
 	p := &planner{file: file, root: root, opts: opts}
 	if err := p.plan(); err != nil {
@@ -203,21 +207,10 @@ func parse(data []byte) (*node, doc, error) {
 	return d.root, d, nil
 }
 
-// firstError keeps a long list of loader errors to its first one and a count, so the message stays
-// one readable line.
-func firstError(err error) string {
-	parts := strings.Split(err.Error(), "; ")
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return fmt.Sprintf("%s (and %d more like it)", parts[0], len(parts)-1)
-}
-
 func kinLoad(file string, data []byte) error {
-	loader := openapi3.NewLoader()
-	// Relative $refs to other local files are followed; nothing is fetched from the network.
-	loader.IsExternalRefsAllowed = true
-	loader.ReadFromURIFunc = openapi3.ReadFromFile
+	// The loader generate and lint use: relative $refs to local files are followed, remote ones
+	// refused.
+	loader := spec.NewLoader(nil)
 	abs, err := filepath.Abs(file)
 	if err != nil {
 		abs = file

@@ -166,7 +166,7 @@ func TestUnloadableSpec(t *testing.T) {
 		t.Fatalf("err = %v, want an *InputError", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"lob-api-bundled.yml: kin-openapi cannot load it", "line 2417", "(and 10 more like it)"} {
+	for _, want := range []string{"lob-api-bundled.yml: kin-openapi cannot load it (line 2417, column", "(and 10 more like it)"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}

@@ -276,7 +276,7 @@ func TestAnnotateFailures(t *testing.T) {
 		{"write stdin", []string{"annotate", "-w", "-"},
 			"idemgen: annotate: -w needs a file, not standard input\n"},
 		{"kin-openapi refuses", []string{"annotate", lob},
-			"idemgen: " + lob + ": kin-openapi cannot load it, fix the document first: failed to unmarshal data: …"},
+			"idemgen: " + lob + ": kin-openapi cannot load it (line 2417, column 19), fix the document first: …"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(t, "", tc.args...)

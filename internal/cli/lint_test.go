@@ -154,7 +154,7 @@ func TestLintExitCodes(t *testing.T) {
 		{"warnings at fail-on", []string{"testdata/lint/warnings.yaml", "--fail-on", "warning"}, ExitFindings, "[post-without-idempotency]", "0 errors, 1 warning", false},
 		{"absolute path printed relative", []string{abs}, ExitOK, "testdata/lint/warnings.yaml:5:5: warning:", "", false},
 		{"errors with fail-on warning", []string{lintErrorsFile, "--fail-on", "warning"}, ExitFindings, "[duration-invalid]", "", false},
-		{"unloadable", []string{"testdata/lint/unloadable.yaml"}, ExitUsage, "", "idemgen: testdata/lint/unloadable.yaml:10: kin-openapi cannot load it as an OpenAPI 3 document", true},
+		{"unloadable", []string{"testdata/lint/unloadable.yaml"}, ExitUsage, "", "idemgen: testdata/lint/unloadable.yaml:10:19: kin-openapi cannot load it as an OpenAPI 3 document", true},
 		{"missing file", []string{"testdata/lint/nope.yaml"}, ExitUsage, "", "idemgen: testdata/lint/nope.yaml: cannot read the spec: no such file or directory", true},
 		{"unloadable sarif", []string{"testdata/lint/unloadable.yaml", "--format", "sarif"}, ExitUsage, "", "cannot load", true},
 		{"bad format", []string{"testdata/lint/clean.yaml", "--format", "xml"}, ExitUsage, "", `--format "xml" is not a format (use text, json, sarif)`, true},
