@@ -85,7 +85,9 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "output":
 			err = decodeString(v, &c.Output)
 		case "router":
-			err = decodeString(v, &c.Router)
+			if err = decodeString(v, &c.Router); err == nil && !IsRouter(c.Router) {
+				err = fmt.Errorf("router: %w", UnknownRouterError(c.Router))
+			}
 		case "allow-remote-refs":
 			err = v.Decode(&c.AllowRemoteRefs)
 		case "oapi-codegen":

@@ -389,7 +389,7 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"missing config file", []string{"generate", "-c", "nope.yaml"}, "read config: open nope.yaml: no such file or directory"},
 		{"two specs", []string{"generate", "a.yaml", "b.yaml"}, "accepts at most 1 arg(s), received 2"},
 		{"bad package", []string{"generate", "-p", "my-api", "-o", "api", "openapi.yaml"}, `package name "my-api" is not a Go identifier`},
-		{"gin router", []string{"generate", "--router", "gin", "openapi.yaml"}, "--router gin: not supported yet (supported: std-http)"},
+		{"unknown router", []string{"generate", "--router", "martini", "openapi.yaml"}, `--router: unknown router "martini" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runMain("", tt.args...)
