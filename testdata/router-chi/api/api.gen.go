@@ -415,15 +415,25 @@ type CreateOrderResponseObject interface {
 	VisitCreateOrderResponse(w http.ResponseWriter) error
 }
 
-type CreateOrder201JSONResponse Order
+type CreateOrder201ResponseHeaders struct {
+	XOrderRegion *string
+}
+
+type CreateOrder201JSONResponse struct {
+	Body    Order
+	Headers CreateOrder201ResponseHeaders
+}
 
 func (response CreateOrder201JSONResponse) VisitCreateOrderResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.XOrderRegion != nil {
+		w.Header().Set("X-Order-Region", fmt.Sprint(*response.Headers.XOrderRegion))
+	}
 	w.WriteHeader(201)
 	_, err := buf.WriteTo(w)
 	return err

@@ -55,7 +55,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
-		MaxLength: 255,
+		MaxLength: 64,
 	},
 	ScopeTenant:   true,
 	Scope:         []string{"operation"},

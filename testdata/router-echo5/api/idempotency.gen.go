@@ -58,7 +58,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
-		MaxLength: 255,
+		MaxLength: 64,
 	},
 	ScopeTenant:   true,
 	Scope:         []string{"operation"},
@@ -300,9 +300,7 @@ func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
 					_ = p.WriteTo(c.Response())
 					return nil
 				}
-				p := idemhttp.RequestProblem(err)
-				p.Status = he.Code
-				_ = p.WriteTo(c.Response())
+				_ = idemBodyProblem(c.Request().Context(), he.Code, err).WriteTo(c.Response())
 			default:
 				failed(c.Response(), c.Request(), err)
 			}
@@ -337,4 +335,21 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 		return problem, true
 	}
 	return idemhttp.ParamProblem(name), true
+}
+
+// idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
+// body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
+// stop after the value and leave it to the runtime's body check: the same check runs here first,
+// so such a body is the runtime's 400 body-invalid problem on every router. Any other decoding
+// error is a request-invalid problem with status.
+func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
+	if body, ok := idemhttp.BodyFromContext(ctx); ok && len(body.Bytes) > 0 {
+		var bad *idem.BodyError
+		if errors.As(idem.NewFingerprinter("").RawBody(body.ContentType, body.Bytes), &bad) {
+			return idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
+		}
+	}
+	p := idemhttp.RequestProblem(err)
+	p.Status = status
+	return p
 }

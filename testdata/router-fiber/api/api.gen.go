@@ -300,13 +300,23 @@ type CreateOrderResponseObject interface {
 	VisitCreateOrderResponse(ctx *fiber.Ctx) error
 }
 
-type CreateOrder201JSONResponse Order
+type CreateOrder201ResponseHeaders struct {
+	XOrderRegion *string
+}
+
+type CreateOrder201JSONResponse struct {
+	Body    Order
+	Headers CreateOrder201ResponseHeaders
+}
 
 func (response CreateOrder201JSONResponse) VisitCreateOrderResponse(ctx *fiber.Ctx) error {
+	if response.Headers.XOrderRegion != nil {
+		ctx.Response().Header.Set("X-Order-Region", fmt.Sprint(*response.Headers.XOrderRegion))
+	}
 	ctx.Response().Header.Set("Content-Type", "application/json")
 	ctx.Status(201)
 
-	return ctx.JSON(&response)
+	return ctx.JSON(&response.Body)
 }
 
 type GetOrderRequestObject struct {

@@ -61,7 +61,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
-		MaxLength: 255,
+		MaxLength: 64,
 	},
 	ScopeTenant:   true,
 	Scope:         []string{"operation"},
@@ -313,8 +313,7 @@ func idemMiddleware(store *idem.Store, maxBody int64) fiber.Handler {
 			// oapi-codegen's parameter binding, or the strict handler's body parsing.
 			p, ok := idemBindingProblem(http.Header(c.GetReqHeaders()), fe.Message)
 			if !ok {
-				p = idemhttp.RequestProblem(err)
-				p.Status = fe.Code
+				p = idemBodyProblem(c.UserContext(), fe.Code, err)
 			}
 			_ = p.WriteTo(idemResponseWriter(c))
 		default:
@@ -420,4 +419,21 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 		return problem, true
 	}
 	return idemhttp.ParamProblem(name), true
+}
+
+// idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
+// body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
+// stop after the value and leave it to the runtime's body check: the same check runs here first,
+// so such a body is the runtime's 400 body-invalid problem on every router. Any other decoding
+// error is a request-invalid problem with status.
+func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
+	if body, ok := idemhttp.BodyFromContext(ctx); ok && len(body.Bytes) > 0 {
+		var bad *idem.BodyError
+		if errors.As(idem.NewFingerprinter("").RawBody(body.ContentType, body.Bytes), &bad) {
+			return idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
+		}
+	}
+	p := idemhttp.RequestProblem(err)
+	p.Status = status
+	return p
 }

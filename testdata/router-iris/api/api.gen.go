@@ -262,13 +262,23 @@ type CreateOrderResponseObject interface {
 	VisitCreateOrderResponse(ctx iris.Context) error
 }
 
-type CreateOrder201JSONResponse Order
+type CreateOrder201ResponseHeaders struct {
+	XOrderRegion *string
+}
+
+type CreateOrder201JSONResponse struct {
+	Body    Order
+	Headers CreateOrder201ResponseHeaders
+}
 
 func (response CreateOrder201JSONResponse) VisitCreateOrderResponse(ctx iris.Context) error {
+	if response.Headers.XOrderRegion != nil {
+		ctx.ResponseWriter().Header().Set("X-Order-Region", fmt.Sprint(*response.Headers.XOrderRegion))
+	}
 	ctx.ResponseWriter().Header().Set("Content-Type", "application/json")
 	ctx.StatusCode(201)
 
-	return ctx.JSON(&response)
+	return ctx.JSON(&response.Body)
 }
 
 type GetOrderRequestObject struct {

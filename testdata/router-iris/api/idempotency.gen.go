@@ -4,6 +4,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"regexp"
 	"time"
@@ -58,7 +59,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
-		MaxLength: 255,
+		MaxLength: 64,
 	},
 	ScopeTenant:   true,
 	Scope:         []string{"operation"},
@@ -302,8 +303,7 @@ func idemMiddleware(maxBody int64, failed func(http.ResponseWriter, *http.Reques
 			// oapi-codegen's binding refused a parameter, or the strict handler the body.
 			p, ok := idemBindingProblem(ctx.Request().Header, string(rec.Body()))
 			if !ok {
-				p = idemhttp.RequestProblem(ctx.GetErr())
-				p.Status = status
+				p = idemBodyProblem(ctx.Request().Context(), status, ctx.GetErr())
 			}
 			rec.ResetBody()
 			rec.ClearHeaders()
@@ -363,4 +363,21 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 		return problem, true
 	}
 	return idemhttp.ParamProblem(name), true
+}
+
+// idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
+// body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
+// stop after the value and leave it to the runtime's body check: the same check runs here first,
+// so such a body is the runtime's 400 body-invalid problem on every router. Any other decoding
+// error is a request-invalid problem with status.
+func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
+	if body, ok := idemhttp.BodyFromContext(ctx); ok && len(body.Bytes) > 0 {
+		var bad *idem.BodyError
+		if errors.As(idem.NewFingerprinter("").RawBody(body.ContentType, body.Bytes), &bad) {
+			return idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
+		}
+	}
+	p := idemhttp.RequestProblem(err)
+	p.Status = status
+	return p
 }

@@ -53,7 +53,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Key: idemhttp.KeyRule{
 		Header:    "Idempotency-Key",
 		Required:  true,
-		MaxLength: 255,
+		MaxLength: 64,
 	},
 	ScopeTenant:   true,
 	Scope:         []string{"operation"},
