@@ -84,7 +84,9 @@ func (b *Backend) CreateOrder(ctx context.Context, tx pgx.Tx, item string, quant
 }
 
 // GetOrder loads an order; nil when there is none.
-func (b *Backend) GetOrder(ctx context.Context, id string) (*Order, error) { return b.load(ctx, b.pool, id) }
+func (b *Backend) GetOrder(ctx context.Context, id string) (*Order, error) {
+	return b.load(ctx, b.pool, id)
+}
 
 // ShipOrder marks an order shipped in tx; nil when there is none.
 func (b *Backend) ShipOrder(ctx context.Context, tx pgx.Tx, id string) (*Order, error) {
