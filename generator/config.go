@@ -85,6 +85,9 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "spec", "package", "output", "router":
 			dst := map[string]*string{"spec": &c.Spec, "package": &c.Package, "output": &c.Output, "router": &c.Router}[k.Value]
 			err = decodeString(k.Value, v, dst)
+			if err == nil && k.Value == "router" && !IsRouter(c.Router) {
+				err = fmt.Errorf("router: %w", UnknownRouterError(c.Router))
+			}
 		case "allow-remote-refs":
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
 				err = fmt.Errorf("allow-remote-refs: expected true or false, got %s", describeNode(v))

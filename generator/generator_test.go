@@ -123,8 +123,14 @@ func TestGenerateErrors(t *testing.T) {
 	if _, err := Generate(in, Options{Package: "type"}); err == nil || !strings.Contains(err.Error(), `package name "type" is a Go keyword`) {
 		t.Errorf("keyword package: err = %v", err)
 	}
-	if _, err := Generate(in, Options{Package: "api", Router: "chi"}); err == nil || !strings.Contains(err.Error(), `router "chi" is not supported yet`) {
-		t.Errorf("chi: %v", err)
+	if _, err := Generate(in, Options{Package: "api", Router: "martini"}); err == nil ||
+		!strings.Contains(err.Error(), `unknown router "martini" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`) {
+		t.Errorf("unknown router: %v", err)
+	}
+	for _, r := range Routers {
+		if _, err := Generate(in, Options{Package: "api", Router: r}); err != nil {
+			t.Errorf("router %s: %v", r, err)
+		}
 	}
 }
 
@@ -286,6 +292,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"wrong type", "version: 1\npackage: [a]\n", "idemgen.yaml:2:10: package: expected a string, got a list"},
 		{"version not a number", "version: one\n", `idemgen.yaml:1:10: version: expected the number 1, got "one"`},
 		{"bool", "version: 1\nallow-remote-refs: maybe\n", `idemgen.yaml:2:20: allow-remote-refs: expected true or false, got "maybe"`},
+		{"unknown router", "version: 1\nrouter: echo4\n", `idemgen.yaml:2:9: router: unknown router "echo4" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`},
 		{"twice", "version: 1\nspec: a\nspec: b\n", `idemgen.yaml:3:1: "spec" is set twice`},
 		{"not a mapping", "- a\n", "idemgen.yaml:1:1: the config must be a mapping"},
 		{"empty", "", "idemgen.yaml: empty config file"},
@@ -363,7 +370,7 @@ func TestConfigSchema(t *testing.T) {
 	if valid < 2 {
 		t.Errorf("only %d valid config files found in %v; the test checks nothing", valid, files)
 	}
-	for _, bad := range []string{"version: 2\n", "version: 1\npakage: api\n", "version: 1\nrouter: chi\n", "spec: a.yaml\n"} {
+	for _, bad := range []string{"version: 2\n", "version: 1\npakage: api\n", "version: 1\nrouter: martini\n", "spec: a.yaml\n"} {
 		if err := validate("inline", []byte(bad)); err == nil {
 			t.Errorf("the schema accepts %q", bad)
 		}

@@ -76,11 +76,32 @@ func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
 		c.OutputOptions.SkipPrune = true
 	}
 	c.PackageName = o.Package
+	// The passthrough cannot choose a server (ParseConfig refuses generate:), but a copy made
+	// by a caller might: exactly one server is generated, the one the router names.
+	c.Generate.StdHTTPServer, c.Generate.ChiServer, c.Generate.GorillaServer = false, false, false
+	c.Generate.EchoServer, c.Generate.Echo5Server, c.Generate.GinServer = false, false, false
+	c.Generate.FiberServer, c.Generate.FiberV3Server, c.Generate.IrisServer = false, false, false
 	switch o.Router {
 	case RouterStdHTTP:
 		c.Generate.StdHTTPServer = true
+	case RouterChi:
+		c.Generate.ChiServer = true
+	case RouterGorilla:
+		c.Generate.GorillaServer = true
+	case RouterEcho:
+		c.Generate.EchoServer = true
+	case RouterEcho5:
+		c.Generate.Echo5Server = true
+	case RouterGin:
+		c.Generate.GinServer = true
+	case RouterFiber:
+		c.Generate.FiberServer = true
+	case RouterFiberV3:
+		c.Generate.FiberV3Server = true
+	case RouterIris:
+		c.Generate.IrisServer = true
 	default:
-		return c, fmt.Errorf("router %q is not supported yet (supported: %s)", o.Router, RouterStdHTTP)
+		return c, UnknownRouterError(o.Router)
 	}
 	c.Generate.Strict = true
 	c.Generate.Models = true

@@ -38,7 +38,7 @@ command line override the config file. Its keys, with paths relative to the file
   spec: openapi.yaml
   package: api              # default: the output directory's name
   output: api               # default: the config file's directory
-  router: std-http
+  router: std-http          # or chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris
   allow-remote-refs: false  # follow $refs to other hosts
   oapi-codegen:             # passed through: output-options, compatibility,
     output-options: {}      #   import-mapping, additional-imports
@@ -58,7 +58,7 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 	fl := cmd.Flags()
 	fl.StringVarP(&f.pkg, "package", "p", "", "Go package name (default: the output directory's name)")
 	fl.StringVarP(&f.output, "output", "o", "", "directory to write the *.gen.go files to (default: the config file's directory, or .)")
-	fl.StringVar(&f.router, "router", generator.RouterStdHTTP, "HTTP router: std-http (chi, gorilla, echo and gin are not supported yet)")
+	fl.StringVar(&f.router, "router", generator.RouterStdHTTP, "HTTP router, the name of oapi-codegen's *-server option: "+strings.Join(generator.Routers, ", "))
 	fl.StringVarP(&f.config, "config", "c", "", "config file (default ./idemgen.yaml when no SPEC is given)")
 	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
 	fl.BoolVar(&f.allowRemoteRefs, "allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
@@ -164,13 +164,14 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 		job.output = f.output
 	}
 	if changed("router") {
+		// A router from the config file was checked by ParseConfig, which names its line.
+		if !generator.IsRouter(f.router) {
+			return nil, fmt.Errorf("--router: %w", generator.UnknownRouterError(f.router))
+		}
 		job.router = f.router
 	}
 	if changed("allow-remote-refs") {
 		job.allowRemoteRefs = f.allowRemoteRefs
-	}
-	if job.router != generator.RouterStdHTTP {
-		return nil, fmt.Errorf("--router %s: not supported yet (supported: %s)", job.router, generator.RouterStdHTTP)
 	}
 	if job.spec == "" {
 		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)

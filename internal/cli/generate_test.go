@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/idemgen/idemgen/generator"
 )
 
 // update is the package's -update flag; other golden tests in package cli should use it too
@@ -389,7 +391,7 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{"missing config file", []string{"generate", "-c", "nope.yaml"}, "nope.yaml: cannot read the config: no such file or directory"},
 		{"two specs", []string{"generate", "a.yaml", "b.yaml"}, "generate takes at most one SPEC, got 2"},
 		{"bad package", []string{"generate", "-p", "my-api", "-o", "api", "openapi.yaml"}, `package name "my-api" is not a Go identifier`},
-		{"gin router", []string{"generate", "--router", "gin", "openapi.yaml"}, "--router gin: not supported yet (supported: std-http)"},
+		{"unknown router", []string{"generate", "--router", "martini", "openapi.yaml"}, `--router: unknown router "martini" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := runMain("", tt.args...)
@@ -448,5 +450,22 @@ func TestGenerateRemoteRefs(t *testing.T) {
 	if code != ExitUsage || strings.Contains(stderr, "remote $ref") ||
 		!strings.Contains(stderr, "oapi-codegen cannot generate code") || !strings.Contains(stderr, "import-mapping") {
 		t.Fatalf("with --allow-remote-refs: exit %d, stderr %q; want oapi-codegen's import-mapping message", code, stderr)
+	}
+}
+
+// TestEveryRouterHasAGoldenCase: each router idemgen generates for has its golden case, whose
+// test runs the shared HTTP table (testdata/internal/routertest), so a router added to
+// generator.Routers cannot ship untested.
+func TestEveryRouterHasAGoldenCase(t *testing.T) {
+	for _, r := range generator.Routers {
+		test := filepath.Join(goldenRoot, "router-"+r, "api", "router_test.go")
+		b, err := os.ReadFile(test)
+		if err != nil {
+			t.Errorf("router %s has no golden case running the HTTP table: %v", r, err)
+			continue
+		}
+		if !strings.Contains(string(b), "routertest.Run(") || !strings.Contains(string(b), `Name: `) {
+			t.Errorf("%s does not run routertest.Run", test)
+		}
 	}
 }

@@ -1,0 +1,45 @@
+package api_test
+
+// The shared HTTP table (routertest) against this package's fiber-v3 server on a real listener.
+
+import (
+	"net"
+	"testing"
+
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+
+	"idemgen.test/golden/internal/routertest"
+	"idemgen.test/golden/router-fiber-v3/api"
+)
+
+func TestRouterTable(t *testing.T) {
+	routertest.Run(t, routertest.Router{
+		Name: "fiber-v3",
+		// The strict handler passes c.Context(), where the auth middleware put the tenant.
+		Tenant: routertest.TenantFromContext,
+		Serve: func(t *testing.T, b *routertest.Backend, store *idem.Store, ln net.Listener) {
+			app := fiber.New()
+			app.Use(func(c fiber.Ctx) error {
+				tenant := c.Get(routertest.TenantHeader)
+				if tenant == "" {
+					return c.SendStatus(fiber.StatusUnauthorized)
+				}
+				c.SetContext(routertest.WithTenant(c.Context(), tenant))
+				return c.Next()
+			})
+			api.RegisterIdempotentHandlers(app, server{b}, store, nil)
+			done := make(chan error, 1)
+			go func() { done <- app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
+			t.Cleanup(func() {
+				if err := app.Shutdown(); err != nil {
+					t.Errorf("fiber shutdown: %v", err)
+				}
+				if err := <-done; err != nil {
+					t.Errorf("fiber: %v", err)
+				}
+			})
+		},
+	})
+}

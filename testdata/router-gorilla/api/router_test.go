@@ -1,0 +1,38 @@
+package api_test
+
+// The shared HTTP table (routertest) against this package's gorilla server on a real listener.
+
+import (
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/gorilla/mux"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+
+	"idemgen.test/golden/internal/routertest"
+	"idemgen.test/golden/router-gorilla/api"
+)
+
+func TestRouterTable(t *testing.T) {
+	routertest.Run(t, routertest.Router{
+		Name:   "gorilla",
+		Tenant: routertest.TenantFromContext,
+		Serve: func(t *testing.T, b *routertest.Backend, store *idem.Store, ln net.Listener) {
+			r := mux.NewRouter()
+			// Router middleware runs after matching and before any key is claimed.
+			r.Use(func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					tenant := r.Header.Get(routertest.TenantHeader)
+					if tenant == "" {
+						http.Error(w, "no tenant", http.StatusUnauthorized)
+						return
+					}
+					next.ServeHTTP(w, r.WithContext(routertest.WithTenant(r.Context(), tenant)))
+				})
+			})
+			routertest.ServeHTTP(t, ln, api.NewIdempotentHandler(server{b}, store, &api.IdempotentHandlerOptions{BaseRouter: r}))
+		},
+	})
+}
