@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -29,12 +30,31 @@ const (
 // ProblemTypePrefix begins every problem type URI.
 const ProblemTypePrefix = "urn:idemgen:problem:"
 
+// problemTitles is the one table of titles, keyed by code. A problem type has one title whoever
+// writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
+// type would read as two different problems.
 var problemTitles = map[string]string{
 	CodeKeyMissing:       "Idempotency key missing",
 	CodeKeyInvalid:       "Idempotency key invalid",
 	CodeKeyReused:        "Idempotency key reused with a different request",
 	CodeInProgress:       "Request with this idempotency key in progress",
 	CodeStoreUnavailable: "Idempotency store unavailable",
+}
+
+// ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime
+// does not define.
+func ProblemTitle(code string) string { return problemTitles[code] }
+
+// NewProblem returns a problem of one of the runtime's codes, with the code's type URI and title,
+// for an application that answers a case the runtime also answers (a key that made a resource
+// before its record expired is key-reused too): status and detail are the caller's. It panics
+// on a code the runtime does not define, as that is a programming error: give your own problems
+// your own type URI and title.
+func NewProblem(status int, code, detail string) *Problem {
+	if _, ok := problemTitles[code]; !ok {
+		panic(fmt.Sprintf("idemhttp: NewProblem: %q is not one of the runtime's problem codes (use your own type URI and title for your own problems)", code))
+	}
+	return newProblem(status, code, detail)
 }
 
 func newProblem(status int, code, detail string) *Problem {
