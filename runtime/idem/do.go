@@ -109,7 +109,8 @@ func (e *InProgressError) Unwrap() error { return ErrInProgress }
 // ErrStoreUnavailable when the store cannot be reached (fn never runs without a claim);
 // ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back.
 // fn's own error, a panic or a cancelled ctx rolls the work back and releases the key, so a
-// later call runs fn anew; fn's error is returned as it is.
+// later call runs fn anew; fn's error is returned as it is, unless the database connection was
+// lost under fn: then it is wrapped with ErrStoreUnavailable (errors.Is finds both).
 //
 // fn may return a nil Outcome when only its side effects matter; an empty outcome is stored.
 func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult, error) {
@@ -149,6 +150,9 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		err = ctx.Err()
 	}
 	if err != nil {
+		if lost := s.handlerLostStore(ctx, tx, p.Operation, "", err); lost != nil {
+			return nil, lost
+		}
 		return nil, err
 	}
 	if out == nil {

@@ -224,6 +224,9 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 	}
 	if err != nil {
 		giveBack()
+		if lost := s.handlerLostStore(ctx, tx, c.Operation, c.hash(), err); lost != nil {
+			return nil, lost
+		}
 		return nil, err
 	}
 	res = &execResult{status: claimAcquired, outcome: out}
@@ -319,4 +322,25 @@ func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.
 			wg.Wait()
 		})
 	}
+}
+
+// handlerLostStore is ErrStoreUnavailable, wrapping fn's error, when fn failed because the
+// database went away under it: its transaction's connection is closed, or its error is one only a
+// lost or refused database connection gives (lostStore). Then the request failed for the store's
+// reason, not the handler's, and is answered as an outage (HTTP: 503 store-unavailable). Nil for
+// any other error, and when the caller's own context ended (the client went away).
+func (s *Store) handlerLostStore(ctx context.Context, tx pgx.Tx, op, keyHash string, err error) error {
+	if ctx.Err() != nil || (!lostStore(err) && !connLost(tx)) {
+		return nil
+	}
+	s.emit(ctx, Event{Kind: EventStoreError, Operation: op, KeyHash: keyHash})
+	return fmt.Errorf("%w: operation %s: the database connection was lost while the handler ran; its work was rolled back: %w",
+		ErrStoreUnavailable, op, err)
+}
+
+// connLost says the business transaction's connection is gone: any error of the handler's is
+// then the store's.
+func connLost(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && c.IsClosed()
 }

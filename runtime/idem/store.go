@@ -229,24 +229,55 @@ func storeError(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("idem: %s: %w", what, err)
 }
 
+// unavailable classifies an error of the runtime's own statements: on top of lostStore, any
+// network error, EOF or internal deadline is the store's, since nothing else was called.
 func unavailable(err error) bool {
-	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+	case lostStore(err), errors.As(err, &netErr):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		return true
 	case errors.Is(err, context.DeadlineExceeded):
 		// An internal deadline (the caller's own context is still live): the store was too slow.
 		return true
+	}
+	return false
+}
+
+// lostStore reports the errors that only pgx or PostgreSQL give and that mean the database cannot
+// be reached or cannot serve now: a failed connection attempt, a connection pgx found closed or
+// could not use, a statement that timed out inside pgx, a closed pool, and SQLSTATE classes 08
+// (connection exception) and 53 (insufficient resources), 57P01..57P03 (shutdown, cannot connect
+// now). A bare network error is not among them: from a handler it may be another service's.
+func lostStore(err error) bool {
+	var connErr *pgconn.ConnectError
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connErr), errors.Is(err, pgconn.ErrConnClosed), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		return true
 	case errors.As(err, &pgErr):
-		// 08: connection exception; 53: insufficient resources; 57P01..57P03: shutdown, cannot connect now.
 		c := pgErr.Code
 		return strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") ||
 			c == "57P01" || c == "57P02" || c == "57P03"
 	}
 	// pgxpool reports a closed pool with puddle's error, which this package does not import.
 	return strings.Contains(err.Error(), "closed pool")
+}
+
+// IsStoreUnavailable reports whether err means the database cannot be reached or cannot serve
+// now: ErrStoreUnavailable, or an error only pgx or PostgreSQL give for that (a failed connection
+// attempt, a connection found closed, a closed pool, SQLSTATE classes 08 and 53, 57P01..57P03).
+// A cancelled context is never an outage (the caller went away). A bare network error is not
+// counted either, since a handler may have got it from another service. It is what
+// idemhttp.ErrorProblem answers 503 for, so an operation that is not idempotent (a GET during an
+// outage) gets the same answer as an idempotent one.
+func IsStoreUnavailable(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, ErrStoreUnavailable):
+		return true
+	}
+	return lostStore(err)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
@@ -154,4 +155,15 @@ func (b *lockedBuffer) String() string {
 
 func newDebugLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// idemtestPool is a pool on e's server that is already closed, as at a shutdown racing a request.
+func idemtestPool(t testing.TB, e *env) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), e.sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	return p
 }

@@ -1,11 +1,17 @@
 package idemhttp
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
 // Problem is an RFC 9457 problem detail with a stable code.
@@ -25,6 +31,10 @@ const (
 	CodeKeyReused        = "key-reused"
 	CodeInProgress       = "in-progress"
 	CodeStoreUnavailable = "store-unavailable"
+	// CodeRequestInvalid: a value of the request (a path, query or header parameter, the tenant)
+	// holds a NUL byte or invalid UTF-8, which PostgreSQL text cannot store: 400, before any claim,
+	// or when the handler's own statement refused it (SQLSTATE 22021 or 22P05).
+	CodeRequestInvalid = "request-invalid"
 )
 
 // ProblemTypePrefix begins every problem type URI.
@@ -39,6 +49,7 @@ var problemTitles = map[string]string{
 	CodeKeyReused:        "Idempotency key reused with a different request",
 	CodeInProgress:       "Request with this idempotency key in progress",
 	CodeStoreUnavailable: "Idempotency store unavailable",
+	CodeRequestInvalid:   "Request contains invalid text",
 }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime
@@ -105,4 +116,46 @@ func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
 // retryAfter rounds d up to whole seconds, at least one: what a Retry-After header can say.
 func retryAfter(d time.Duration) time.Duration {
 	return max((d+time.Second-1)/time.Second, 1) * time.Second
+}
+
+// ErrorProblem classifies an error a handler returned, for the error handler of a generated
+// server (oapi-codegen's ResponseErrorHandlerFunc), so that operations that are not idempotent
+// answer like idempotent ones:
+//
+//   - a store outage (idem.IsStoreUnavailable: a lost or refused database connection, a closed
+//     pool, SQLSTATE classes 08 and 53, 57P01..57P03) is the 503 store-unavailable problem;
+//   - a value PostgreSQL text cannot hold, refused by the handler's own statement (SQLSTATE 22021
+//     invalid byte sequence, 22P05 untranslatable character, such as a %00 in a path parameter),
+//     is the 400 request-invalid problem;
+//   - a *Problem returned as an error is itself.
+//
+// Anything else, and a cancelled context (the client went away), is nil: the application's own
+// answer (oapi-codegen's default is a 500).
+func ErrorProblem(err error) *Problem {
+	var p *Problem
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return nil
+	case errors.As(err, &p):
+		return p
+	}
+	if prob := textErrorProblem(err); prob != nil {
+		return prob
+	}
+	if idem.IsStoreUnavailable(err) {
+		return problemUnavailable(idem.DefaultUnavailableRetryAfter)
+	}
+	return nil
+}
+
+// textErrorProblem is the request-invalid problem for a statement that PostgreSQL refused because
+// a value was not text it can hold, or nil.
+func textErrorProblem(err error) *Problem {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != "22021" && pgErr.Code != "22P05") {
+		return nil
+	}
+	return newProblem(http.StatusBadRequest, CodeRequestInvalid, fmt.Sprintf(
+		"a value of the request could not be stored as text (%s): send parameters and body as UTF-8 text without NUL bytes (%%00 and bytes such as %%FF in a URL decode to these)",
+		pgErr.Message))
 }

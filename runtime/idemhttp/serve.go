@@ -119,9 +119,11 @@ var ErrBodyTooLarge = errors.New("idem: response body too large to store")
 // Serve is the whole idempotent request: validate the key, build the scope (tenant first),
 // claim, run fn in a transaction with lease renewal, complete and commit (or roll back and
 // release when fn fails, panics, the context ends or the status is not persisted), and map
-// every other case to a Problem. A store outage gives a 503 Problem; fn never runs without a
-// claim. The error returned is fn's own (after the key was released), Config.Tenant's, or a
-// store error that is not an outage (a missing table, say).
+// every other case to a Problem. A store outage gives a 503 Problem, also when fn's connection
+// is lost under it; fn never runs without a claim. A tenant or scope value PostgreSQL text cannot
+// hold, or fn's statement refusing such a value (SQLSTATE 22021, 22P05), gives the 400
+// request-invalid Problem. The error returned is fn's own (after the key was released),
+// Config.Tenant's, or a store error that is not an outage (a missing table, say).
 //
 // When fn ran but its lease was taken over meanwhile, its work is rolled back and the result is
 // a 409 in-progress problem: a retry replays what the request that took over stored. A request
@@ -136,7 +138,11 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 	if err != nil {
 		return nil, err
 	}
+	if prob := requestTextProblem(tenant, req); prob != nil {
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
 	var live *idem.Outcome // what fn answered, as written to this client
+	var fnErr error        // fn's own error, told apart from the store's
 	do := &idem.DoParams{
 		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
 		Operation: p.Operation, Fingerprint: req.Fingerprint,
@@ -144,11 +150,12 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 	}
 	res, err := s.Do(ctx, do, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := fn(ctx, tx)
-		if err == nil && out == nil {
-			err = fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", p.Operation)
-		}
 		if err != nil {
+			fnErr = err
 			return nil, err
+		}
+		if out == nil {
+			return nil, fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", p.Operation)
 		}
 		live = out
 		if key == "" || !p.persist().Contains(out.Status) {
@@ -169,6 +176,13 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 	case errors.Is(err, idem.ErrLeaseLost):
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
 	case err != nil:
+		if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
+			// The handler bound a request value PostgreSQL text cannot hold: the client's
+			// request, not the server, is at fault. Its work was rolled back, the key released.
+			cfg.Logger.InfoContext(ctx, "idem: the handler's statement refused a request value that is not text; answered 400",
+				"operation", p.Operation, "key_hash", idem.KeyHash(do.Scope, key), "error", err)
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 		return nil, err
 	case res.Replayed:
 		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, allow: p.ReplayHeaders}, nil
@@ -247,11 +261,16 @@ type Op[R any] struct {
 
 // Handle is Serve for generated code: it fingerprints op's typed request by p, runs op.Run at
 // most once per key, records its response, and answers a replay from the stored outcome or,
-// for reference and marker storage, through op.Replay.
+// for reference and marker storage, through op.Replay. A scope or fingerprint value that is
+// not text PostgreSQL can hold (a NUL byte, invalid UTF-8) is refused first, with the 400
+// request-invalid Problem.
 func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
 	req, err := op.request(p)
 	if err != nil {
 		return nil, err
+	}
+	if prob := op.textProblem(p); prob != nil {
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
 	}
 	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		resp, ref, err := op.run(ctx, tx)
