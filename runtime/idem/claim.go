@@ -99,6 +99,9 @@ func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 func lease(p *DoParams) time.Duration { return orDefault(p.Lease, DefaultLease) }
 func ttl(p *DoParams) time.Duration   { return orDefault(p.TTL, DefaultTTL) }
 
+// timeout bounds p's handler: DoParams.Timeout, by default the lease.
+func timeout(p *DoParams) time.Duration { return orDefault(p.Timeout, lease(p)) }
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def

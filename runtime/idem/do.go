@@ -67,6 +67,11 @@ type DoParams struct {
 	// Lease is how long a claim is held before another caller may take it over; it is renewed
 	// while fn runs. Default DefaultLease.
 	Lease time.Duration
+	// Timeout bounds fn: past it, fn's context is cancelled (with cause ErrHandlerTimeout), its
+	// statement in progress is cancelled on the server, its transaction rolled back and the key
+	// released, and Do returns ErrHandlerTimeout. The lease is no longer renewed past it, so a
+	// handler that ignores its context cannot keep the key either. Default: the lease.
+	Timeout time.Duration
 	// TTL is how long a completed key is remembered. Default DefaultTTL.
 	TTL time.Duration
 	// Claim is the claim mode; zero means ClaimLease.
@@ -145,7 +150,12 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		return nil, err
 	}
 	defer s.rollback(ctx, tx) // a no-op after Commit; undoes the work on error or panic
-	out, err := fn(ctx, tx)
+	hctx, timedOut := s.boundHandler(ctx, timeout(p))
+	defer timedOut()
+	out, err := fn(hctx, tx)
+	if timedOut() {
+		return nil, s.handlerTimedOut(ctx, p.Operation, "", timeout(p), 0)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}

@@ -50,7 +50,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 	}
 	tx, err := s.begin(ctx)
 	if err != nil {
-		s.release(ctx, res.claim, 0)
+		s.release(ctx, res.claim, EventReleased, 0)
 		return nil, err
 	}
 	return s.runClaimed(ctx, tx, res.claim, p, fn, true)
@@ -185,7 +185,10 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 // rollback itself undoes the claim.
 func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
 	start := time.Now()
-	hctx, cancel := context.WithCancelCause(withClaim(ctx, c))
+	// The handler's context ends at its timeout; renewal runs under it, so it stops there too.
+	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
+	defer timedOut()
+	hctx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	stopRenew := func() {}
 	if lease && !s.noRenew {
@@ -193,25 +196,33 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 	}
 
 	// giveBack undoes everything: the business work and (lease mode) the claim, so a retry runs.
-	giveBack := func() {
+	// kind is the event that reports it.
+	giveBack := func(kind EventKind) {
 		stopRenew()
 		s.rollback(ctx, tx)
 		if lease {
-			s.release(ctx, c, time.Since(start))
+			s.release(ctx, c, kind, time.Since(start))
 		} else {
-			s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
 		}
 	}
 	returned := false
 	defer func() {
 		if !returned { // fn panicked (or called runtime.Goexit): clean up and let it continue
-			giveBack()
+			giveBack(EventReleased)
 		}
 	}()
 	out, err := fn(hctx, tx)
 	returned = true
+	late := timedOut() // decided when fn returned, not after the renewal has stopped
 	stopRenew()
 
+	if late {
+		// Whatever fn answered, it answered too late: nothing of it commits.
+		ran := time.Since(start)
+		giveBack(EventHandlerTimeout)
+		return nil, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+	}
 	if cause := context.Cause(hctx); errors.Is(cause, ErrLeaseLost) {
 		s.rollback(ctx, tx)
 		return nil, s.leaseLost(c)
@@ -223,7 +234,7 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		out = &Outcome{}
 	}
 	if err != nil {
-		giveBack()
+		giveBack(EventReleased)
 		if lost := s.handlerLostStore(ctx, tx, c.Operation, c.hash(), err); lost != nil {
 			return nil, lost
 		}
@@ -234,7 +245,7 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		res.status = claimTakenOver
 	}
 	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
-		giveBack()
+		giveBack(EventReleased)
 		return res, nil
 	}
 	if err := s.complete(ctx, tx, c, out, ttl(p)); err != nil {
@@ -242,14 +253,14 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 			s.rollback(ctx, tx)
 			return nil, s.leaseLost(c)
 		}
-		giveBack()
+		giveBack(EventReleased)
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// Release only deletes an in-flight row: if the commit did happen, the row is complete
 		// and stays.
 		if lease {
-			s.release(ctx, c, time.Since(start))
+			s.release(ctx, c, EventReleased, time.Since(start))
 		}
 		return nil, storeError(ctx, "commit", err)
 	}
@@ -270,7 +281,8 @@ func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(cctx) // a failed rollback ends the connection's transaction anyway
 }
 
-func (s *Store) release(ctx context.Context, c *Claim, ran time.Duration) {
+// release gives c's key back after its work rolled back; kind is the event that reports it.
+func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
 	cctx, cancel := detached(ctx)
 	defer cancel()
 	if err := s.releaseRow(cctx, c); err != nil {
@@ -279,7 +291,28 @@ func (s *Store) release(ctx context.Context, c *Claim, ran time.Duration) {
 			"operation", c.Operation, "key_hash", c.hash(), "error", err)
 		return
 	}
-	s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+}
+
+// boundHandler is the handler's context, ended at timeout with cause ErrHandlerTimeout. pgx
+// drops a connection whose statement's context ended, and sends the server a cancel request as
+// it does, so a statement waiting on a lock stops waiting there too and its transaction (in
+// transaction mode, with the claim) is rolled back on the server (TestHandlerTimeoutEndsAWaitOnALock
+// checks that). finish ends the context and says whether the timeout had fired by then; it may
+// be called more than once.
+func (s *Store) boundHandler(ctx context.Context, timeout time.Duration) (hctx context.Context, finish func() bool) {
+	hctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
+	return hctx, func() bool {
+		cancel() // from here on the cause cannot change: whichever ended the context first decided
+		return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
+	}
+}
+
+// handlerTimedOut reports a handler that ran past its timeout and returns the error saying so.
+func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout, ran time.Duration) error {
+	s.log.WarnContext(ctx, "idem: the handler ran past its timeout; its work was rolled back and the key released (raise the operation's timeout, or find what it waited for)",
+		"operation", op, "key_hash", keyHash, "timeout", timeout, "duration", ran)
+	return fmt.Errorf("%w (operation %s, timeout %s)", ErrHandlerTimeout, op, timeout)
 }
 
 // renewWhileRunning renews c's lease every third of it until stop is called. If the lease was

@@ -37,6 +37,9 @@ var (
 	// ErrStoreUnavailable: the key store could not be reached; no handler ran (fail closed;
 	// problem store-unavailable).
 	ErrStoreUnavailable = errors.New("idem: key store unavailable")
+	// ErrHandlerTimeout: the handler ran past its timeout (DoParams.Timeout); its context was
+	// cancelled, its work rolled back and the key released (problem handler-timeout).
+	ErrHandlerTimeout = errors.New("idem: the handler ran past its timeout")
 )
 
 // Defaults for zero-valued settings.
@@ -95,12 +98,16 @@ const (
 	EventStoreError EventKind = "store_error" // a statement failed (an outage, or a misconfigured table)
 )
 
+// EventHandlerTimeout: the handler ran past its timeout; its work rolled back and the key was
+// given back, as for EventReleased.
+const EventHandlerTimeout EventKind = "handler_timeout"
+
 // Event is passed to Config.Observer.
 type Event struct {
 	Kind      EventKind
 	Operation string
 	KeyHash   string        // hex SHA-256 prefix of scope+key; never the raw key
-	Duration  time.Duration // handler time for EventCompleted and EventReleased
+	Duration  time.Duration // handler time for EventCompleted, EventReleased and EventHandlerTimeout
 	Count     int           // rows for EventPurged
 }
 
@@ -179,7 +186,7 @@ func (s *Store) emit(ctx context.Context, e Event) {
 	}
 	level := slog.LevelDebug
 	switch e.Kind {
-	case EventLeaseLost, EventStoreError:
+	case EventLeaseLost, EventStoreError, EventHandlerTimeout:
 		level = slog.LevelWarn
 	}
 	if !s.log.Enabled(ctx, level) {

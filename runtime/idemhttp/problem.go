@@ -35,6 +35,9 @@ const (
 	// holds a NUL byte or invalid UTF-8, which PostgreSQL text cannot store: 400, before any claim,
 	// or when the handler's own statement refused it (SQLSTATE 22021 or 22P05).
 	CodeRequestInvalid = "request-invalid"
+	// CodeHandlerTimeout: the handler ran past the operation's timeout (Policy.Timeout, by
+	// default the lease); its work was rolled back and the key released, so a retry runs anew: 503.
+	CodeHandlerTimeout = "handler-timeout"
 )
 
 // ProblemTypePrefix begins every problem type URI.
@@ -50,6 +53,7 @@ var problemTitles = map[string]string{
 	CodeInProgress:       "Request with this idempotency key in progress",
 	CodeStoreUnavailable: "Idempotency store unavailable",
 	CodeRequestInvalid:   "Request contains invalid text",
+	CodeHandlerTimeout:   "Request processing timed out",
 }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime
@@ -89,6 +93,12 @@ func problemUnavailable(retry time.Duration) *Problem {
 		"the idempotency store cannot be reached, so the request was not processed: retry after the Retry-After delay with the same key")
 	p.RetryAfter = retryAfter(retry)
 	return p
+}
+
+func problemHandlerTimeout() *Problem {
+	// No Retry-After: nothing says a retry would be faster, and the key is free for one now.
+	return newProblem(http.StatusServiceUnavailable, CodeHandlerTimeout,
+		"the request took longer than this operation allows, so its work was rolled back and nothing of it was kept: retry with the same key to run it again")
 }
 
 // WriteTo writes p as application/problem+json with Cache-Control: no-store and, when
@@ -138,6 +148,8 @@ func ErrorProblem(err error) *Problem {
 		return nil
 	case errors.As(err, &p):
 		return p
+	case errors.Is(err, idem.ErrHandlerTimeout):
+		return problemHandlerTimeout()
 	}
 	if prob := textErrorProblem(err); prob != nil {
 		return prob

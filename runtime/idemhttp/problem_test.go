@@ -10,7 +10,7 @@ import (
 // allCodes are the runtime's problem codes: every one must have its title in the one table.
 var allCodes = []string{
 	idemhttp.CodeKeyMissing, idemhttp.CodeKeyInvalid, idemhttp.CodeKeyReused, idemhttp.CodeInProgress,
-	idemhttp.CodeStoreUnavailable, idemhttp.CodeRequestInvalid,
+	idemhttp.CodeStoreUnavailable, idemhttp.CodeRequestInvalid, idemhttp.CodeHandlerTimeout,
 }
 
 // TestOneTitlePerProblemType: every runtime code has a title, and a problem made for a code

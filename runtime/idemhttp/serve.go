@@ -33,6 +33,7 @@ type Policy struct {
 	TTL            time.Duration
 	Lease          time.Duration
 	Wait           time.Duration
+	Timeout        time.Duration  // bounds the handler (idem.DoParams.Timeout), 0: the lease; past it, 503 handler-timeout
 	MismatchStatus int            // 422 by default; 409 or 400 allowed
 	Persist        idem.StatusSet // which statuses are stored
 	Key            KeyRule
@@ -147,6 +148,7 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
 		Operation: p.Operation, Fingerprint: req.Fingerprint,
 		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
+		Timeout: p.Timeout,
 	}
 	res, err := s.Do(ctx, do, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := fn(ctx, tx)
@@ -175,6 +177,8 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		return &Result{Kind: ResultProblem, Problem: problemUnavailable(cfg.UnavailableRetryAfter)}, nil
 	case errors.Is(err, idem.ErrLeaseLost):
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
+	case errors.Is(err, idem.ErrHandlerTimeout):
+		return &Result{Kind: ResultProblem, Problem: problemHandlerTimeout()}, nil
 	case err != nil:
 		if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
 			// The handler bound a request value PostgreSQL text cannot hold: the client's
