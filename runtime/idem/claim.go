@@ -240,13 +240,14 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, t
 	return nil
 }
 
-// releaseRow deletes c's row if c still owns it.
-func (s *Store) releaseRow(ctx context.Context, c *Claim) error {
-	if _, err := s.db.Exec(ctx, s.sql.release, c.args()...); err != nil {
+// releaseRow deletes c's row if c still owns it; gone says it did.
+func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error) {
+	tag, err := s.db.Exec(ctx, s.sql.release, c.args()...)
+	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
-		return storeError(ctx, "release", err)
+		return false, storeError(ctx, "release", err)
 	}
-	return nil
+	return tag.RowsAffected() > 0, nil
 }
 
 // renew extends c's lease by c.Lease from now; ErrLeaseLost if c no longer owns the key.

@@ -142,6 +142,9 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 		if err != nil || res.status != claimInProgress {
 			return res, err
 		}
+		if s.takeBack(ctx, p) {
+			continue // the holder was this process's own abandoned claim, released now
+		}
 		again, err := pace.next(ctx)
 		if err != nil {
 			return nil, err
@@ -281,14 +284,13 @@ func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(cctx) // a failed rollback ends the connection's transaction anyway
 }
 
-// release gives c's key back after its work rolled back; kind is the event that reports it.
+// release gives c's key back after its work rolled back; kind is the event that reports it. A
+// release that fails is retried in the background (release.go).
 func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
 	cctx, cancel := detached(ctx)
 	defer cancel()
-	if err := s.releaseRow(cctx, c); err != nil {
-		// The lease runs out on its own; until then retries get in-progress.
-		s.log.Warn("idem: release failed; the key stays in progress until its lease ends",
-			"operation", c.Operation, "key_hash", c.hash(), "error", err)
+	if _, err := s.releaseRow(cctx, c); err != nil {
+		s.releaseLater(ctx, c, kind, ran, err)
 		return
 	}
 	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})

@@ -50,7 +50,17 @@ func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error 
 	return s.renew(ctx, &cc)
 }
 
-func (s *Store) Release(ctx context.Context, c *Claim) error { return s.releaseRow(ctx, c) }
+func (s *Store) Release(ctx context.Context, c *Claim) error {
+	_, err := s.releaseRow(ctx, c)
+	return err
+}
+
+// ReleaseSQL is the statement that releases a key, for tests that make it fail.
+func ReleaseSQL(s *Store) string { return s.sql.release }
+
+// NoReleaseRetry turns the background retry of failed releases off, so a test sees what a
+// later claim does on its own.
+func NoReleaseRetry(s *Store) { s.bg.noRetry = true }
 
 // CanonicalJSON exposes the fingerprint's JSON canonicalisation to its tests.
 var CanonicalJSON = canonicalJSON

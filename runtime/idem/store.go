@@ -122,6 +122,8 @@ type Store struct {
 
 	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
 	noRenew bool
+
+	bg *background // what runs beside requests: release retries (release.go)
 }
 
 // NewStore returns a Store on db. cfg may be nil.
@@ -156,7 +158,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st}, nil
+	return &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground()}, nil
 }
 
 // Config returns the Store's configuration with every default applied.
