@@ -75,20 +75,32 @@ func (s *Store) begin(ctx context.Context) (tx pgx.Tx, err error) {
 // attempts, with no connection held.
 const txLockWait = 50 * time.Millisecond
 
+// txLockWaitListening is txLockWait while notifications arrive.
+const txLockWaitListening = 10 * time.Millisecond
+
 // claimInTransaction begins the business transaction and claims in it (claim: transaction).
 // While a concurrent transaction holds the key, it rolls back, waits
 // with a bounded backoff outside any connection, and tries again, until wait runs out: the
 // result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the caller
 // owns it; on any other result it has been rolled back.
 func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (pgx.Tx, *claimResult, error) {
-	pace := newPacer(wait, 250*time.Millisecond)
+	sub := s.subscribe(p) // before the first claim: no commit after it goes unnoticed
+	defer sub.close()
+	pace := s.newPacer(wait, 250*time.Millisecond, sub)
 	for {
 		tx, err := s.begin(ctx)
 		if err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 			return nil, nil, err
 		}
-		lockWait := min(txLockWait, max(pace.left(), time.Millisecond))
+		lockWait := txLockWait
+		if sub.listening() {
+			// The holder's commit or rollback will wake this waiter: a try need only find out
+			// that the key is held, and the less it waits on the lock, the less it holds its
+			// pool connection.
+			lockWait = txLockWaitListening
+		}
+		lockWait = min(lockWait, max(pace.left(), time.Millisecond))
 		var res *claimResult
 		var locked bool
 		err = s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
@@ -129,10 +141,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // claimWaiting claims (claim: lease); while the key is in progress and p.Wait has not run out
-// it polls again with a small backoff (each poll may take over a lease that has meanwhile
-// expired).
+// it waits for the holder's notification (or polls with a small backoff when there is no
+// listener), and claims again (each claim may take over a lease that has meanwhile expired).
 func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, error) {
-	pace := newPacer(p.Wait, 500*time.Millisecond)
+	var sub *subscription
+	if p.Wait > 0 {
+		sub = s.subscribe(p) // before the first claim: no completion after it goes unnoticed
+		defer sub.close()
+	}
+	pace := s.newPacer(p.Wait, 500*time.Millisecond, sub)
 	for {
 		var res *claimResult
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
@@ -155,15 +172,18 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 	}
 }
 
-// pacer spaces the tries of a duplicate that waits for a key's holder: backoff from 20 ms,
-// doubling up to a cap, never sleeping past the end of the wait.
+// pacer spaces the tries of a duplicate that waits for a key's holder, never sleeping past the
+// end of the wait. While its subscription receives notifications it sleeps until the holder's
+// (or for the Store's fallback poll); without, it backs off from 20 ms, doubling up to a cap.
 type pacer struct {
 	deadline     time.Time
 	backoff, cap time.Duration
+	sub          *subscription
+	poll         time.Duration
 }
 
-func newPacer(wait, cap time.Duration) *pacer {
-	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap}
+func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) *pacer {
+	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
 }
 
 // left is how long the wait still runs.
@@ -174,6 +194,24 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 	left := p.left()
 	if left <= 0 {
 		return false, nil
+	}
+	if p.sub.listening() {
+		select {
+		case <-p.sub.c: // something happened since the last claim (or the listener came up)
+			return true, nil
+		default:
+		}
+		p.sub.l.asleep.Add(1)
+		defer p.sub.l.asleep.Add(-1)
+		t := time.NewTimer(min(p.poll, left))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-p.sub.c: // the holder committed or released (or the listener reconnected)
+		case <-t.C:
+		}
+		return true, nil
 	}
 	if err := sleep(ctx, min(p.backoff, left)); err != nil {
 		return false, err
@@ -203,10 +241,14 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 	giveBack := func(kind EventKind) {
 		stopRenew()
 		s.rollback(ctx, tx)
+		ran := time.Since(start)
+		s.est.observe(c.Operation, ran)
 		if lease {
-			s.release(ctx, c, kind, time.Since(start))
+			s.release(ctx, c, kind, ran)
 		} else {
-			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+			// The rollback gave the key back, but a rolled-back transaction notifies nobody.
+			s.notifyReleased(ctx, c)
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
 		}
 	}
 	returned := false
@@ -237,8 +279,10 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		out = &Outcome{}
 	}
 	if err != nil {
+		// Asked before the rollback hands the connection back to the pool, and to another request.
+		lost := s.handlerLostStore(ctx, tx, c.Operation, c.hash(), err)
 		giveBack(EventReleased)
-		if lost := s.handlerLostStore(ctx, tx, c.Operation, c.hash(), err); lost != nil {
+		if lost != nil {
 			return nil, lost
 		}
 		return nil, err
@@ -268,7 +312,9 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		return nil, storeError(ctx, "commit", err)
 	}
 	res.persisted = true
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+	ran := time.Since(start)
+	s.est.observe(c.Operation, ran)
+	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
 	return res, nil
 }
 

@@ -64,3 +64,32 @@ func NoReleaseRetry(s *Store) { s.bg.noRetry = true }
 
 // CanonicalJSON exposes the fingerprint's JSON canonicalisation to its tests.
 var CanonicalJSON = canonicalJSON
+
+// SetFallbackPoll sets how often a waiting duplicate claims again while notifications arrive, so
+// a test can tell waking by notification from waking by poll.
+func SetFallbackPoll(s *Store, d time.Duration) { s.fallbackPoll = d }
+
+// Listening reports whether s's listener receives notifications now.
+func Listening(s *Store) bool {
+	if s.ln == nil {
+		return false
+	}
+	s.ln.mu.Lock()
+	defer s.ln.mu.Unlock()
+	return s.ln.up
+}
+
+// ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
+func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
+
+// ClaimSQL is the claim statement, for tests that count claims.
+func ClaimSQL(s *Store) string { return s.sql.claim }
+
+// Asleep is how many of s's waiters sleep until a notification, having found nothing new since
+// their last claim.
+func Asleep(s *Store) int64 {
+	if s.ln == nil {
+		return 0
+	}
+	return s.ln.asleep.Load()
+}

@@ -123,7 +123,12 @@ type Store struct {
 	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
 	noRenew bool
 
-	bg *background // what runs beside requests: release retries (release.go)
+	bg  *background // what runs beside requests: release retries (release.go)
+	est estimates   // handler times per operation, for Retry-After (estimate.go)
+	ln  *listener   // wakes waiting duplicates (listen.go); nil when db is not a pool
+
+	channel      string        // the key table's notification channel
+	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
 
 // NewStore returns a Store on db. cfg may be nil.
@@ -158,7 +163,12 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground()}, nil
+	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
+		channel: channelOf(table), fallbackPoll: fallbackPoll}
+	if connect := poolConnector(db); connect != nil {
+		s.ln = &listener{s: s, connect: connect, subs: map[string]map[*subscription]struct{}{}}
+	}
+	return s, nil
 }
 
 // Config returns the Store's configuration with every default applied.
