@@ -130,6 +130,7 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 	}
 	r, err := s.execute(ctx, p, fn)
 	if err != nil {
+		s.logGoneCaller(ctx, p, err)
 		return nil, err
 	}
 	switch r.status {
@@ -175,4 +176,15 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		return nil, storeError(ctx, "commit", err)
 	}
 	return &DoResult{Outcome: out}, nil
+}
+
+// logGoneCaller notes, at Info, a request whose own context ended (an HTTP client that
+// disconnected, a consumer shutting down): nothing went wrong in the store or the handler, so it
+// is neither a warning nor an error, but an operator may want to see why a key was given back.
+func (s *Store) logGoneCaller(ctx context.Context, p *DoParams, err error) {
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return
+	}
+	s.log.InfoContext(ctx, "idem: client went away; nothing was kept, and a claimed key was released",
+		"operation", p.Operation, "key_hash", KeyHash(p.Scope, p.Key), "cause", context.Cause(ctx))
 }
