@@ -79,15 +79,15 @@ const txLockWait = 50 * time.Millisecond
 const txLockWaitListening = 10 * time.Millisecond
 
 // claimInTransaction begins the business transaction and claims in it (claim: transaction).
-// While a concurrent transaction holds the key, it rolls back, waits
-// with a bounded backoff outside any connection, and tries again, until wait runs out: the
-// result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the caller
-// owns it; on any other result it has been rolled back.
+// While a concurrent transaction holds the key, it rolls back, waits outside any connection for
+// the holder's notification (or with a bounded backoff), and tries again, until wait runs out:
+// the result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the
+// caller owns it; on any other result it has been rolled back.
 func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (pgx.Tx, *claimResult, error) {
-	sub := s.subscribe(p) // before the first claim: no commit after it goes unnoticed
-	defer sub.close()
-	pace := s.newPacer(wait, 250*time.Millisecond, sub)
+	pace := s.newPacer(wait, 250*time.Millisecond, nil)
+	defer func() { pace.sub.close() }()
 	for {
+		sub := pace.sub
 		tx, err := s.begin(ctx)
 		if err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
@@ -117,6 +117,9 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
 			return nil, res, nil
 		}
+		if pace.subscribe(s, p) {
+			continue // try again at once: from now on the holder's commit cannot go unnoticed
+		}
 		again, err := pace.next(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -144,12 +147,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 // it waits for the holder's notification (or polls with a small backoff when there is no
 // listener), and claims again (each claim may take over a lease that has meanwhile expired).
 func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, error) {
-	var sub *subscription
-	if p.Wait > 0 {
-		sub = s.subscribe(p) // before the first claim: no completion after it goes unnoticed
-		defer sub.close()
-	}
-	pace := s.newPacer(p.Wait, 500*time.Millisecond, sub)
+	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
+	defer func() { pace.sub.close() }()
 	for {
 		var res *claimResult
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
@@ -161,6 +160,9 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 		}
 		if s.takeBack(ctx, p) {
 			continue // the holder was this process's own abandoned claim, released now
+		}
+		if p.Wait > 0 && pace.subscribe(s, p) {
+			continue // claim again at once: from now on the holder's completion cannot go unnoticed
 		}
 		again, err := pace.next(ctx)
 		if err != nil {
@@ -184,6 +186,18 @@ type pacer struct {
 
 func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) *pacer {
 	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
+}
+
+// subscribe starts listening for p's key the first time a try finds it held, so requests that
+// never wait never open the listener; true means it did now. The caller then tries again at
+// once: a holder that finished between the try and the subscription is seen by that try, and one
+// that finishes after it notifies.
+func (p *pacer) subscribe(s *Store, dp *DoParams) bool {
+	if p.sub != nil || p.left() <= 0 {
+		return false
+	}
+	p.sub = s.subscribe(dp)
+	return p.sub != nil
 }
 
 // left is how long the wait still runs.

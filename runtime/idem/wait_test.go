@@ -55,6 +55,9 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 					firstDone <- err
 				}()
 				<-entered
+				if idem.Listening(e.store) {
+					t.Fatal("a request that found its key free opened the listening connection; only a waiting duplicate needs it")
+				}
 				type result struct {
 					r   *idem.DoResult
 					err error
