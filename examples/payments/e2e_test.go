@@ -634,6 +634,9 @@ func TestKeyReusedAfterExpiry(t *testing.T) {
 		if want := idemhttp.ProblemTypePrefix + idemhttp.CodeKeyReused; p.Type != want {
 			t.Errorf("after expiry: type %q, want the runtime's %q", p.Type, want)
 		}
+		if want := idemhttp.ProblemTitle(idemhttp.CodeKeyReused); p.Title != want {
+			t.Errorf("after expiry: title %q, want the runtime's %q for the same type", p.Title, want)
+		}
 		if !strings.Contains(p.Detail, "/v1/payments/"+id) {
 			t.Errorf("after expiry: detail %q does not say where the key's payment is (/v1/payments/%s)", p.Detail, id)
 		}

@@ -90,7 +90,7 @@ var (
 	atCommit       = point{"the commit", func(sql string) bool { return sql == "commit" }}
 	atLedgerInsert = point{"the handler's ledger insert", func(sql string) bool { return strings.Contains(sql, "INSERT INTO payment_events") }}
 	atCompletion   = point{"the completion", func(sql string) bool {
-		return strings.HasPrefix(sql, "UPDATE ") && strings.Contains(sql, "state = 'complete'")
+		return strings.Contains(sql, "UPDATE ") && strings.Contains(sql, "SET state = 'complete'")
 	}}
 )
 
@@ -903,5 +903,5 @@ func TestFaultHandlerPanicIs500Problem(t *testing.T) {
 
 // atRelease is the runtime's token-guarded DELETE that gives a key back.
 var atRelease = point{"the release", func(sql string) bool {
-	return strings.HasPrefix(sql, "DELETE FROM ") && strings.Contains(sql, "owner_token")
+	return strings.Contains(sql, "DELETE FROM ") && strings.Contains(sql, "owner_token")
 }}

@@ -362,8 +362,8 @@ func notFound(id string) problemResponse {
 
 // keyUsed refuses a key that already made a resource (what, at path) although the runtime let
 // the handler run: its record has expired (keys live 24h) and the first answer cannot be replayed
-// any more. It is the problem (status, type, code) the runtime answers for a key reused while
-// its record exists.
+// any more. It is the problem (status, type, code and title) the runtime answers for a key reused
+// while its record exists; only the detail says more.
 func keyUsed(what, path string) problemResponse {
 	return problemResponse{idemhttp.NewProblem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused,
 		"this Idempotency-Key already made "+what+" "+path+" and its record has expired, so the first answer cannot be replayed: GET "+path+" to see it, or send a new key for a new request")}

@@ -86,6 +86,7 @@ type Policy struct {
 	TTL            time.Duration
 	Lease          time.Duration
 	Wait           time.Duration
+	Timeout        time.Duration // bound on the handler's time (then rolled back, key released); the lease unless set
 	Claim          string
 	MismatchStatus int
 	Persist        []string // "2xx", "404", … as written (classes lower-cased), validated

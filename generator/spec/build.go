@@ -264,6 +264,8 @@ func (b *builder) resolve(o *model.Operation, op *openapi3.Operation, raw *rawPo
 	p.TTL, ttlNode, ttlDefs = pick(raw.ttl, defs.ttl, defaultTTL, extKey)
 	p.Lease, _, _ = pick(raw.lease, defs.lease, defaultLease, extKey)
 	p.Wait, waitNode, waitDefs = pick(raw.wait, defs.wait, 0, extKey)
+	// No request may wait forever: the handler's time is bounded, by default by the lease.
+	p.Timeout, _, _ = pick(raw.timeout, defs.timeout, p.Lease, extKey)
 	p.Claim, _, _ = pick(raw.claim, defs.claim, model.ClaimLease, extKey)
 	p.MismatchStatus, _, _ = pick(raw.mismatch, defs.mismatch, defaultMismatchStatus, extKey)
 	p.Persist, _, _ = pick(raw.persist, defs.persist, defaultPersist, extKey)

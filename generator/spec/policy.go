@@ -50,6 +50,7 @@ type rawKey struct {
 type rawPolicy struct {
 	storage, claim   setting[string]
 	ttl, lease, wait setting[time.Duration]
+	timeout          setting[time.Duration]
 	mismatch         setting[int]
 	persist          setting[[]string]
 	scope            setting[[]scopeItem]
@@ -59,7 +60,7 @@ type rawPolicy struct {
 	replayHeaders    setting[[]string]
 }
 
-var policyFields = []string{"storage", "ttl", "lease", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders"}
+var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders"}
 
 var keyFields = []string{"header", "from", "required", "maxLength", "pattern"}
 
@@ -129,7 +130,7 @@ func (c *checker) parsePolicy(m *yaml.Node) *rawPolicy {
 					c.errorf(v, RuleClaimInvalid, "%s: %q is not a claim mode (use lease or transaction)", name, s)
 				}
 			}
-		case "ttl", "lease", "wait":
+		case "ttl", "lease", "wait", "timeout":
 			d, ok := c.duration(name, v, k.Value == "wait")
 			if ok {
 				switch k.Value {
@@ -137,6 +138,8 @@ func (c *checker) parsePolicy(m *yaml.Node) *rawPolicy {
 					p.ttl = set(d, v)
 				case "lease":
 					p.lease = set(d, v)
+				case "timeout":
+					p.timeout = set(d, v)
 				default:
 					p.wait = set(d, v)
 				}

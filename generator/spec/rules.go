@@ -48,7 +48,7 @@ var rules = []Rule{
 	{RuleTypeInvalid, SeverityError, "an x-idempotency value has the wrong type"},
 	{RuleUnknownField, SeverityError, "x-idempotency has a field idemgen does not know"},
 	{RuleRootInvalid, SeverityError, "the document-level x-idempotency is not a mapping of defaults"},
-	{RuleDurationInvalid, SeverityError, "ttl, lease or wait is not a valid duration"},
+	{RuleDurationInvalid, SeverityError, "ttl, lease, wait or timeout is not a valid duration"},
 	{RuleStorageInvalid, SeverityError, "storage is not response, reference or marker"},
 	{RuleClaimInvalid, SeverityError, "claim is not lease or transaction"},
 	{RuleWaitExceedsLease, SeverityError, "wait is longer than the lease"},

@@ -41,6 +41,9 @@ func TestValidFull(t *testing.T) {
 		if p.Lease == 0 {
 			p.Lease = time.Minute
 		}
+		if p.Timeout == 0 {
+			p.Timeout = p.Lease // the built-in default
+		}
 		if p.Claim == "" {
 			p.Claim = model.ClaimLease
 		}
@@ -65,27 +68,27 @@ func TestValidFull(t *testing.T) {
 		{
 			Method: "POST", Path: "/v1/accounts/{account_id}/refunds", Pos: at(34, 5),
 			Params: []model.Param{
-				{Name: "account_id", In: "path", Required: true, Pos: at(43, 12)},
-				{Name: "idempotency-key", In: "header", Pos: at(44, 12)},
-				{Name: "X-Account", In: "header", Required: true, Pos: at(45, 11)},
+				{Name: "account_id", In: "path", Required: true, Pos: at(44, 12)},
+				{Name: "idempotency-key", In: "header", Pos: at(45, 12)},
+				{Name: "X-Account", In: "header", Required: true, Pos: at(46, 11)},
 			},
 			Body: model.BodyForm, BodyTypes: []string{"application/x-www-form-urlencoded"},
 			Policy: defaults(model.Policy{
 				Pos: at(35, 7), Storage: model.StorageReference, Claim: model.ClaimTransaction,
-				Wait: 5 * time.Second, Lease: 30 * time.Second,
+				Wait: 5 * time.Second, Lease: 30 * time.Second, Timeout: 20 * time.Second,
 				Scope: []model.ScopeItem{{Kind: "tenant"}, {Kind: "path", Name: "account_id"}, {Kind: "header", Name: "X-Account"}},
 				Key:   model.Key{Header: "idempotency-key", MaxLength: 64, Pattern: "^[0-9a-f-]{36}$"},
 			}),
 		},
 		{
-			ID: "checkoutCart", Method: "PUT", Path: "/v1/carts/{cart_id}/checkout", Pos: at(60, 5),
+			ID: "checkoutCart", Method: "PUT", Path: "/v1/carts/{cart_id}/checkout", Pos: at(61, 5),
 			Params: []model.Param{
-				{Name: "cart_id", In: "path", Required: true, Pos: at(58, 10)},
-				{Name: "X-Trace", In: "header", Required: true, Pos: at(63, 12)},
+				{Name: "cart_id", In: "path", Required: true, Pos: at(59, 10)},
+				{Name: "X-Trace", In: "header", Required: true, Pos: at(64, 12)},
 			},
 			Body: model.BodyJSON, BodyTypes: []string{"application/merge-patch+json"},
 			Policy: defaults(model.Policy{
-				Pos: at(64, 7), Storage: model.StorageMarker,
+				Pos: at(65, 7), Storage: model.StorageMarker,
 				Key:           model.Key{PathParam: "cart_id", Required: true},
 				ReplayHeaders: []string{},
 			}),
@@ -105,14 +108,14 @@ func TestValidFull(t *testing.T) {
 			}),
 		},
 		{
-			ID: "upload", Method: "POST", Path: "/v1/uploads", Pos: at(75, 5),
+			ID: "upload", Method: "POST", Path: "/v1/uploads", Pos: at(76, 5),
 			Body: model.BodyMultipart, BodyTypes: []string{"multipart/form-data"},
 		},
 		{
-			ID: "deleteUploads", Method: "DELETE", Path: "/v1/uploads", Pos: at(84, 5),
-			Params: []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(88, 11)}},
+			ID: "deleteUploads", Method: "DELETE", Path: "/v1/uploads", Pos: at(85, 5),
+			Params: []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(89, 11)}},
 			Policy: defaults(model.Policy{
-				Pos: at(86, 7),
+				Pos: at(87, 7),
 				Key: model.Key{Header: "Idempotency-Key", Required: true},
 			}),
 		},

@@ -54,7 +54,8 @@ type Claim struct {
 	Attempt int
 	Lease   time.Duration
 
-	token string
+	token  string
+	notify bool // its complete and release notify the duplicates that may wait for it
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
@@ -99,6 +100,9 @@ func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 func lease(p *DoParams) time.Duration { return orDefault(p.Lease, DefaultLease) }
 func ttl(p *DoParams) time.Duration   { return orDefault(p.TTL, DefaultTTL) }
 
+// timeout bounds p's handler: DoParams.Timeout, by default the lease.
+func timeout(p *DoParams) time.Duration { return orDefault(p.Timeout, lease(p)) }
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
@@ -108,7 +112,7 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // newClaim is the claim p would hold; its token is fresh.
 func newClaim(p *DoParams) *Claim {
-	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken()}
+	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(), notify: waits(p)}
 }
 
 func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
@@ -172,8 +176,9 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 		body         []byte
 		reference    *string
 		leftMS       int64
+		heldMS       int64
 	)
-	if err := row.Scan(&mine, &attempt, &sameFP, &state, &status, &headers, &body, &reference, &leftMS); err != nil {
+	if err := row.Scan(&mine, &attempt, &sameFP, &state, &status, &headers, &body, &reference, &leftMS, &heldMS); err != nil {
 		return nil, err
 	}
 	switch {
@@ -201,7 +206,14 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 		}
 		return &claimResult{status: claimReplayed, outcome: o}, nil
 	default:
-		return &claimResult{status: claimInProgress, retryAfter: retryAfter(time.Duration(leftMS) * time.Millisecond)}, nil
+		left := time.Duration(leftMS) * time.Millisecond
+		// How long the holder has run: since the key's first claim, or, after a takeover (whose
+		// claim time the row does not keep), at least since its last renewal.
+		elapsed := time.Duration(heldMS) * time.Millisecond
+		if attempt > 1 {
+			elapsed = max(c.Lease-left, 0)
+		}
+		return &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}, nil
 	}
 }
 
@@ -225,7 +237,8 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, t
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
-	tag, err := tx.Exec(ctx, s.sql.complete, c.args(int32(o.Status), headers, o.Body, ref, millis(ttl))...)
+	channel, payload := s.note(c)
+	tag, err := tx.Exec(ctx, s.sql.complete, c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), channel, payload)...)
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return storeError(ctx, "complete", err)
@@ -237,13 +250,15 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, t
 	return nil
 }
 
-// releaseRow deletes c's row if c still owns it.
-func (s *Store) releaseRow(ctx context.Context, c *Claim) error {
-	if _, err := s.db.Exec(ctx, s.sql.release, c.args()...); err != nil {
+// releaseRow deletes c's row if c still owns it; gone says it did.
+func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error) {
+	channel, payload := s.note(c)
+	tag, err := s.db.Exec(ctx, s.sql.release, c.args(channel, payload)...)
+	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
-		return storeError(ctx, "release", err)
+		return false, storeError(ctx, "release", err)
 	}
-	return nil
+	return tag.RowsAffected() > 0, nil
 }
 
 // renew extends c's lease by c.Lease from now; ErrLeaseLost if c no longer owns the key.

@@ -67,6 +67,11 @@ type DoParams struct {
 	// Lease is how long a claim is held before another caller may take it over; it is renewed
 	// while fn runs. Default DefaultLease.
 	Lease time.Duration
+	// Timeout bounds fn: past it, fn's context is cancelled (with cause ErrHandlerTimeout), its
+	// statement in progress is cancelled on the server, its transaction rolled back and the key
+	// released, and Do returns ErrHandlerTimeout. The lease is no longer renewed past it, so a
+	// handler that ignores its context cannot keep the key either. Default: the lease.
+	Timeout time.Duration
 	// TTL is how long a completed key is remembered. Default DefaultTTL.
 	TTL time.Duration
 	// Claim is the claim mode; zero means ClaimLease.
@@ -109,7 +114,8 @@ func (e *InProgressError) Unwrap() error { return ErrInProgress }
 // ErrStoreUnavailable when the store cannot be reached (fn never runs without a claim);
 // ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back.
 // fn's own error, a panic or a cancelled ctx rolls the work back and releases the key, so a
-// later call runs fn anew; fn's error is returned as it is.
+// later call runs fn anew; fn's error is returned as it is, unless the database connection was
+// lost under fn: then it is wrapped with ErrStoreUnavailable (errors.Is finds both).
 //
 // fn may return a nil Outcome when only its side effects matter; an empty outcome is stored.
 func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult, error) {
@@ -124,6 +130,7 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 	}
 	r, err := s.execute(ctx, p, fn)
 	if err != nil {
+		s.logGoneCaller(ctx, p, err)
 		return nil, err
 	}
 	switch r.status {
@@ -144,11 +151,19 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		return nil, err
 	}
 	defer s.rollback(ctx, tx) // a no-op after Commit; undoes the work on error or panic
-	out, err := fn(ctx, tx)
+	hctx, timedOut := s.boundHandler(ctx, timeout(p))
+	defer timedOut()
+	out, err := fn(hctx, tx)
+	if timedOut() {
+		return nil, s.handlerTimedOut(ctx, p.Operation, "", timeout(p), 0)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
+		if lost := s.handlerLostStore(ctx, tx, p.Operation, "", err); lost != nil {
+			return nil, lost
+		}
 		return nil, err
 	}
 	if out == nil {
@@ -161,4 +176,15 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		return nil, storeError(ctx, "commit", err)
 	}
 	return &DoResult{Outcome: out}, nil
+}
+
+// logGoneCaller notes, at Info, a request whose own context ended (an HTTP client that
+// disconnected, a consumer shutting down): nothing went wrong in the store or the handler, so it
+// is neither a warning nor an error, but an operator may want to see why a key was given back.
+func (s *Store) logGoneCaller(ctx context.Context, p *DoParams, err error) {
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return
+	}
+	s.log.InfoContext(ctx, "idem: client went away; nothing was kept, and a claimed key was released",
+		"operation", p.Operation, "key_hash", KeyHash(p.Scope, p.Key), "cause", context.Cause(ctx))
 }

@@ -39,7 +39,8 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, nil, nil)
 			idem.DisableRenewal(e.store) // let the first holder's lease run out while it works
-			p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second}
+			// The timeout lets the handler outlive its lease (by default the timeout is the lease).
+			p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second, Timeout: time.Minute}
 
 			inserted, releaseFirst := make(chan struct{}), make(chan struct{})
 			firstErr := make(chan error, 1)
@@ -97,7 +98,8 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 func TestRenewalKeepsALongHandlerOwner(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
-	p := &idem.DoParams{Scope: "s", Key: "long", Operation: "export", Fingerprint: "fp", Lease: time.Second}
+	// A handler allowed to run longer than its lease (the default timeout is the lease).
+	p := &idem.DoParams{Scope: "s", Key: "long", Operation: "export", Fingerprint: "fp", Lease: time.Second, Timeout: time.Minute}
 	started := make(chan struct{})
 	firstErr := make(chan error, 1)
 	go func() {

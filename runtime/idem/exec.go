@@ -50,7 +50,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 	}
 	tx, err := s.begin(ctx)
 	if err != nil {
-		s.release(ctx, res.claim, 0)
+		s.release(ctx, res.claim, EventReleased, 0)
 		return nil, err
 	}
 	return s.runClaimed(ctx, tx, res.claim, p, fn, true)
@@ -75,20 +75,32 @@ func (s *Store) begin(ctx context.Context) (tx pgx.Tx, err error) {
 // attempts, with no connection held.
 const txLockWait = 50 * time.Millisecond
 
+// txLockWaitListening is txLockWait while notifications arrive.
+const txLockWaitListening = 10 * time.Millisecond
+
 // claimInTransaction begins the business transaction and claims in it (claim: transaction).
-// While a concurrent transaction holds the key, it rolls back, waits
-// with a bounded backoff outside any connection, and tries again, until wait runs out: the
-// result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the caller
-// owns it; on any other result it has been rolled back.
+// While a concurrent transaction holds the key, it rolls back, waits outside any connection for
+// the holder's notification (or with a bounded backoff), and tries again, until wait runs out:
+// the result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the
+// caller owns it; on any other result it has been rolled back.
 func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (pgx.Tx, *claimResult, error) {
-	pace := newPacer(wait, 250*time.Millisecond)
+	pace := s.newPacer(wait, 250*time.Millisecond, nil)
+	defer func() { pace.sub.close() }()
 	for {
+		sub := pace.sub
 		tx, err := s.begin(ctx)
 		if err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 			return nil, nil, err
 		}
-		lockWait := min(txLockWait, max(pace.left(), time.Millisecond))
+		lockWait := txLockWait
+		if sub.listening() {
+			// The holder's commit or rollback will wake this waiter: a try need only find out
+			// that the key is held, and the less it waits on the lock, the less it holds its
+			// pool connection.
+			lockWait = txLockWaitListening
+		}
+		lockWait = min(lockWait, max(pace.left(), time.Millisecond))
 		var res *claimResult
 		var locked bool
 		err = s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
@@ -104,6 +116,9 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 		}
 		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
 			return nil, res, nil
+		}
+		if pace.subscribe(s, p) {
+			continue // try again at once: from now on the holder's commit cannot go unnoticed
 		}
 		again, err := pace.next(ctx)
 		if err != nil {
@@ -129,10 +144,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // claimWaiting claims (claim: lease); while the key is in progress and p.Wait has not run out
-// it polls again with a small backoff (each poll may take over a lease that has meanwhile
-// expired).
+// it waits for the holder's notification (or polls with a small backoff when there is no
+// listener), and claims again (each claim may take over a lease that has meanwhile expired).
 func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, error) {
-	pace := newPacer(p.Wait, 500*time.Millisecond)
+	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
+	defer func() { pace.sub.close() }()
 	for {
 		var res *claimResult
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
@@ -141,6 +157,12 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 		})
 		if err != nil || res.status != claimInProgress {
 			return res, err
+		}
+		if s.takeBack(ctx, p) {
+			continue // the holder was this process's own abandoned claim, released now
+		}
+		if p.Wait > 0 && pace.subscribe(s, p) {
+			continue // claim again at once: from now on the holder's completion cannot go unnoticed
 		}
 		again, err := pace.next(ctx)
 		if err != nil {
@@ -152,15 +174,30 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 	}
 }
 
-// pacer spaces the tries of a duplicate that waits for a key's holder: backoff from 20 ms,
-// doubling up to a cap, never sleeping past the end of the wait.
+// pacer spaces the tries of a duplicate that waits for a key's holder, never sleeping past the
+// end of the wait. While its subscription receives notifications it sleeps until the holder's
+// (or for the Store's fallback poll); without, it backs off from 20 ms, doubling up to a cap.
 type pacer struct {
 	deadline     time.Time
 	backoff, cap time.Duration
+	sub          *subscription
+	poll         time.Duration
 }
 
-func newPacer(wait, cap time.Duration) *pacer {
-	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap}
+func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) *pacer {
+	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
+}
+
+// subscribe starts listening for p's key the first time a try finds it held, so requests that
+// never wait never open the listener; true means it did now. The caller then tries again at
+// once: a holder that finished between the try and the subscription is seen by that try, and one
+// that finishes after it notifies.
+func (p *pacer) subscribe(s *Store, dp *DoParams) bool {
+	if p.sub != nil || p.left() <= 0 {
+		return false
+	}
+	p.sub = s.subscribe(dp)
+	return p.sub != nil
 }
 
 // left is how long the wait still runs.
@@ -171,6 +208,24 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 	left := p.left()
 	if left <= 0 {
 		return false, nil
+	}
+	if p.sub.listening() {
+		select {
+		case <-p.sub.c: // something happened since the last claim (or the listener came up)
+			return true, nil
+		default:
+		}
+		p.sub.l.asleep.Add(1)
+		defer p.sub.l.asleep.Add(-1)
+		t := time.NewTimer(min(p.poll, left))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-p.sub.c: // the holder committed or released (or the listener reconnected)
+		case <-t.C:
+		}
+		return true, nil
 	}
 	if err := sleep(ctx, min(p.backoff, left)); err != nil {
 		return false, err
@@ -185,7 +240,10 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 // rollback itself undoes the claim.
 func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
 	start := time.Now()
-	hctx, cancel := context.WithCancelCause(withClaim(ctx, c))
+	// The handler's context ends at its timeout; renewal runs under it, so it stops there too.
+	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
+	defer timedOut()
+	hctx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	stopRenew := func() {}
 	if lease && !s.noRenew {
@@ -193,25 +251,37 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 	}
 
 	// giveBack undoes everything: the business work and (lease mode) the claim, so a retry runs.
-	giveBack := func() {
+	// kind is the event that reports it.
+	giveBack := func(kind EventKind) {
 		stopRenew()
 		s.rollback(ctx, tx)
+		ran := time.Since(start)
+		s.est.observe(c.Operation, ran)
 		if lease {
-			s.release(ctx, c, time.Since(start))
+			s.release(ctx, c, kind, ran)
 		} else {
-			s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+			// The rollback gave the key back, but a rolled-back transaction notifies nobody.
+			s.notifyReleased(ctx, c)
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
 		}
 	}
 	returned := false
 	defer func() {
 		if !returned { // fn panicked (or called runtime.Goexit): clean up and let it continue
-			giveBack()
+			giveBack(EventReleased)
 		}
 	}()
 	out, err := fn(hctx, tx)
 	returned = true
+	late := timedOut() // decided when fn returned, not after the renewal has stopped
 	stopRenew()
 
+	if late {
+		// Whatever fn answered, it answered too late: nothing of it commits.
+		ran := time.Since(start)
+		giveBack(EventHandlerTimeout)
+		return nil, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+	}
 	if cause := context.Cause(hctx); errors.Is(cause, ErrLeaseLost) {
 		s.rollback(ctx, tx)
 		return nil, s.leaseLost(c)
@@ -223,7 +293,12 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		out = &Outcome{}
 	}
 	if err != nil {
-		giveBack()
+		// Asked before the rollback hands the connection back to the pool, and to another request.
+		lost := s.handlerLostStore(ctx, tx, c.Operation, c.hash(), err)
+		giveBack(EventReleased)
+		if lost != nil {
+			return nil, lost
+		}
 		return nil, err
 	}
 	res = &execResult{status: claimAcquired, outcome: out}
@@ -231,7 +306,7 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		res.status = claimTakenOver
 	}
 	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
-		giveBack()
+		giveBack(EventReleased)
 		return res, nil
 	}
 	if err := s.complete(ctx, tx, c, out, ttl(p)); err != nil {
@@ -239,19 +314,21 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 			s.rollback(ctx, tx)
 			return nil, s.leaseLost(c)
 		}
-		giveBack()
+		giveBack(EventReleased)
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// Release only deletes an in-flight row: if the commit did happen, the row is complete
 		// and stays.
 		if lease {
-			s.release(ctx, c, time.Since(start))
+			s.release(ctx, c, EventReleased, time.Since(start))
 		}
 		return nil, storeError(ctx, "commit", err)
 	}
 	res.persisted = true
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: time.Since(start)})
+	ran := time.Since(start)
+	s.est.observe(c.Operation, ran)
+	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
 	return res, nil
 }
 
@@ -267,16 +344,37 @@ func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(cctx) // a failed rollback ends the connection's transaction anyway
 }
 
-func (s *Store) release(ctx context.Context, c *Claim, ran time.Duration) {
+// release gives c's key back after its work rolled back; kind is the event that reports it. A
+// release that fails is retried in the background (release.go).
+func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
 	cctx, cancel := detached(ctx)
 	defer cancel()
-	if err := s.releaseRow(cctx, c); err != nil {
-		// The lease runs out on its own; until then retries get in-progress.
-		s.log.Warn("idem: release failed; the key stays in progress until its lease ends",
-			"operation", c.Operation, "key_hash", c.hash(), "error", err)
+	if _, err := s.releaseRow(cctx, c); err != nil {
+		s.releaseLater(ctx, c, kind, ran, err)
 		return
 	}
-	s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+}
+
+// boundHandler is the handler's context, ended at timeout with cause ErrHandlerTimeout. pgx
+// drops a connection whose statement's context ended, and sends the server a cancel request as
+// it does, so a statement waiting on a lock stops waiting there too and its transaction (in
+// transaction mode, with the claim) is rolled back on the server (TestHandlerTimeoutEndsAWaitOnALock
+// checks that). finish ends the context and says whether the timeout had fired by then; it may
+// be called more than once.
+func (s *Store) boundHandler(ctx context.Context, timeout time.Duration) (hctx context.Context, finish func() bool) {
+	hctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
+	return hctx, func() bool {
+		cancel() // from here on the cause cannot change: whichever ended the context first decided
+		return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
+	}
+}
+
+// handlerTimedOut reports a handler that ran past its timeout and returns the error saying so.
+func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout, ran time.Duration) error {
+	s.log.WarnContext(ctx, "idem: the handler ran past its timeout; its work was rolled back and the key released (raise the operation's timeout, or find what it waited for)",
+		"operation", op, "key_hash", keyHash, "timeout", timeout, "duration", ran)
+	return fmt.Errorf("%w (operation %s, timeout %s)", ErrHandlerTimeout, op, timeout)
 }
 
 // renewWhileRunning renews c's lease every third of it until stop is called. If the lease was
@@ -319,4 +417,25 @@ func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.
 			wg.Wait()
 		})
 	}
+}
+
+// handlerLostStore is ErrStoreUnavailable, wrapping fn's error, when fn failed because the
+// database went away under it: its transaction's connection is closed, or its error is one only a
+// lost or refused database connection gives (lostStore). Then the request failed for the store's
+// reason, not the handler's, and is answered as an outage (HTTP: 503 store-unavailable). Nil for
+// any other error, and when the caller's own context ended (the client went away).
+func (s *Store) handlerLostStore(ctx context.Context, tx pgx.Tx, op, keyHash string, err error) error {
+	if ctx.Err() != nil || (!lostStore(err) && !connLost(tx)) {
+		return nil
+	}
+	s.emit(ctx, Event{Kind: EventStoreError, Operation: op, KeyHash: keyHash})
+	return fmt.Errorf("%w: operation %s: the database connection was lost while the handler ran; its work was rolled back: %w",
+		ErrStoreUnavailable, op, err)
+}
+
+// connLost says the business transaction's connection is gone: any error of the handler's is
+// then the store's.
+func connLost(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && c.IsClosed()
 }

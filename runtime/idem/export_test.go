@@ -50,10 +50,49 @@ func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error 
 	return s.renew(ctx, &cc)
 }
 
-func (s *Store) Release(ctx context.Context, c *Claim) error { return s.releaseRow(ctx, c) }
+func (s *Store) Release(ctx context.Context, c *Claim) error {
+	_, err := s.releaseRow(ctx, c)
+	return err
+}
+
+// ReleaseSQL is the statement that releases a key, for tests that make it fail.
+func ReleaseSQL(s *Store) string { return s.sql.release }
+
+// NoReleaseRetry turns the background retry of failed releases off, so a test sees what a
+// later claim does on its own.
+func NoReleaseRetry(s *Store) { s.bg.noRetry = true }
 
 // CanonicalJSON exposes the fingerprint's JSON canonicalisation to its tests.
 var CanonicalJSON = canonicalJSON
 
 // CanonicalScalar exposes the fingerprint's fast path for scalar parts to its tests.
 var CanonicalScalar = canonicalScalar
+
+// SetFallbackPoll sets how often a waiting duplicate claims again while notifications arrive, so
+// a test can tell waking by notification from waking by poll.
+func SetFallbackPoll(s *Store, d time.Duration) { s.fallbackPoll = d }
+
+// Listening reports whether s's listener receives notifications now.
+func Listening(s *Store) bool {
+	if s.ln == nil {
+		return false
+	}
+	s.ln.mu.Lock()
+	defer s.ln.mu.Unlock()
+	return s.ln.up
+}
+
+// ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
+func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
+
+// ClaimSQL is the claim statement, for tests that count claims.
+func ClaimSQL(s *Store) string { return s.sql.claim }
+
+// Asleep is how many of s's waiters sleep until a notification, having found nothing new since
+// their last claim.
+func Asleep(s *Store) int64 {
+	if s.ln == nil {
+		return 0
+	}
+	return s.ln.asleep.Load()
+}

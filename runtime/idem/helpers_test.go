@@ -37,6 +37,7 @@ func newEnv(t testing.TB, cfg *idem.Config, opts *idemtest.SchemaOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close) // before the pool closes: cleanups run last-in first-out
 	if _, err := sch.Pool.Exec(context.Background(), `CREATE TABLE payments (
 		id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		key    text NOT NULL,

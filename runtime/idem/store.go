@@ -37,6 +37,9 @@ var (
 	// ErrStoreUnavailable: the key store could not be reached; no handler ran (fail closed;
 	// problem store-unavailable).
 	ErrStoreUnavailable = errors.New("idem: key store unavailable")
+	// ErrHandlerTimeout: the handler ran past its timeout (DoParams.Timeout); its context was
+	// cancelled, its work rolled back and the key released (problem handler-timeout).
+	ErrHandlerTimeout = errors.New("idem: the handler ran past its timeout")
 )
 
 // Defaults for zero-valued settings.
@@ -95,12 +98,16 @@ const (
 	EventStoreError EventKind = "store_error" // a statement failed (an outage, or a misconfigured table)
 )
 
+// EventHandlerTimeout: the handler ran past its timeout; its work rolled back and the key was
+// given back, as for EventReleased.
+const EventHandlerTimeout EventKind = "handler_timeout"
+
 // Event is passed to Config.Observer.
 type Event struct {
 	Kind      EventKind
 	Operation string
 	KeyHash   string        // hex SHA-256 prefix of scope+key; never the raw key
-	Duration  time.Duration // handler time for EventCompleted and EventReleased
+	Duration  time.Duration // handler time for EventCompleted, EventReleased and EventHandlerTimeout
 	Count     int           // rows for EventPurged
 }
 
@@ -115,6 +122,13 @@ type Store struct {
 
 	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
 	noRenew bool
+
+	bg  *background // what runs beside requests: release retries (release.go)
+	est estimates   // handler times per operation, for Retry-After (estimate.go)
+	ln  *listener   // wakes waiting duplicates (listen.go); nil when db is not a pool
+
+	channel      string        // the key table's notification channel
+	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
 
 // NewStore returns a Store on db. cfg may be nil.
@@ -149,7 +163,12 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st}, nil
+	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
+		channel: channelOf(table), fallbackPoll: fallbackPoll}
+	if connect := poolConnector(db); connect != nil {
+		s.ln = &listener{s: s, connect: connect, subs: map[string]map[*subscription]struct{}{}}
+	}
+	return s, nil
 }
 
 // Config returns the Store's configuration with every default applied.
@@ -179,7 +198,7 @@ func (s *Store) emit(ctx context.Context, e Event) {
 	}
 	level := slog.LevelDebug
 	switch e.Kind {
-	case EventLeaseLost, EventStoreError:
+	case EventLeaseLost, EventStoreError, EventHandlerTimeout:
 		level = slog.LevelWarn
 	}
 	if !s.log.Enabled(ctx, level) {
@@ -229,24 +248,55 @@ func storeError(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("idem: %s: %w", what, err)
 }
 
+// unavailable classifies an error of the runtime's own statements: on top of lostStore, any
+// network error, EOF or internal deadline is the store's, since nothing else was called.
 func unavailable(err error) bool {
-	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+	case lostStore(err), errors.As(err, &netErr):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		return true
 	case errors.Is(err, context.DeadlineExceeded):
 		// An internal deadline (the caller's own context is still live): the store was too slow.
 		return true
+	}
+	return false
+}
+
+// lostStore reports the errors that only pgx or PostgreSQL give and that mean the database cannot
+// be reached or cannot serve now: a failed connection attempt, a connection pgx found closed or
+// could not use, a statement that timed out inside pgx, a closed pool, and SQLSTATE classes 08
+// (connection exception) and 53 (insufficient resources), 57P01..57P03 (shutdown, cannot connect
+// now). A bare network error is not among them: from a handler it may be another service's.
+func lostStore(err error) bool {
+	var connErr *pgconn.ConnectError
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connErr), errors.Is(err, pgconn.ErrConnClosed), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		return true
 	case errors.As(err, &pgErr):
-		// 08: connection exception; 53: insufficient resources; 57P01..57P03: shutdown, cannot connect now.
 		c := pgErr.Code
 		return strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") ||
 			c == "57P01" || c == "57P02" || c == "57P03"
 	}
 	// pgxpool reports a closed pool with puddle's error, which this package does not import.
 	return strings.Contains(err.Error(), "closed pool")
+}
+
+// IsStoreUnavailable reports whether err means the database cannot be reached or cannot serve
+// now: ErrStoreUnavailable, or an error only pgx or PostgreSQL give for that (a failed connection
+// attempt, a connection found closed, a closed pool, SQLSTATE classes 08 and 53, 57P01..57P03).
+// A cancelled context is never an outage (the caller went away). A bare network error is not
+// counted either, since a handler may have got it from another service. It is what
+// idemhttp.ErrorProblem answers 503 for, so an operation that is not idempotent (a GET during an
+// outage) gets the same answer as an idempotent one.
+func IsStoreUnavailable(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, ErrStoreUnavailable):
+		return true
+	}
+	return lostStore(err)
 }

@@ -16,8 +16,6 @@ import (
 // own, and none carries Go, SQL or driver text.
 
 const (
-	// CodeRequestInvalid: a parameter or the body could not be bound to what the API declares.
-	CodeRequestInvalid = "request-invalid"
 	// CodeNotFound and CodeMethodNotAllowed: no operation at this path, or not with this method.
 	CodeNotFound         = "not-found"
 	CodeMethodNotAllowed = "method-not-allowed"

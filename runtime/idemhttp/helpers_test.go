@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
@@ -37,6 +38,7 @@ func newEnv(t testing.TB, cfg *idem.Config, opts *idemtest.SchemaOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close) // before the pool closes: cleanups run last-in first-out
 	if _, err := sch.Pool.Exec(context.Background(), `CREATE TABLE payments (
 		id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		key    text NOT NULL,
@@ -154,4 +156,15 @@ func (b *lockedBuffer) String() string {
 
 func newDebugLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// idemtestPool is a pool on e's server that is already closed, as at a shutdown racing a request.
+func idemtestPool(t testing.TB, e *env) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), e.sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	return p
 }

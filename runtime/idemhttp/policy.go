@@ -54,7 +54,7 @@ func Check(s *idem.Store, ps ...*Policy) error {
 			name string
 			v    any
 			neg  bool
-		}{{"TTL", p.TTL, p.TTL < 0}, {"Lease", p.Lease, p.Lease < 0}, {"Wait", p.Wait, p.Wait < 0}} {
+		}{{"TTL", p.TTL, p.TTL < 0}, {"Lease", p.Lease, p.Lease < 0}, {"Wait", p.Wait, p.Wait < 0}, {"Timeout", p.Timeout, p.Timeout < 0}} {
 			if d.neg {
 				bad("%s is negative (%v): use 0 for the default or a positive duration", d.name, d.v)
 			}

@@ -38,11 +38,12 @@ func TestCheckPolicies(t *testing.T) {
 	wrong.Storage = 7
 	wrong.Claim = 9
 	wrong.TTL = -time.Second
+	wrong.Timeout = -time.Second
 	wrong.MismatchStatus = 500
 	wrong.Key.MaxLength = -1
 	err = idemhttp.Check(withTenant, wrong, nil)
 	want := []string{
-		"Storage 7 is not", "Claim 9 is not", "TTL is negative (-1s)", "MismatchStatus 500 is not allowed",
+		"Storage 7 is not", "Claim 9 is not", "TTL is negative (-1s)", "Timeout is negative (-1s)", "MismatchStatus 500 is not allowed",
 		"Key.MaxLength is negative", "policy 1 is nil",
 	}
 	for _, w := range want {

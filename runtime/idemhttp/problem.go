@@ -1,10 +1,17 @@
 package idemhttp
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
 // Problem is an RFC 9457 problem detail with a stable code.
@@ -29,11 +36,23 @@ const (
 	CodeBodyInvalid = "body-invalid"
 	// CodeBodyTooLarge: the request body is over the API's limit (413).
 	CodeBodyTooLarge = "body-too-large"
+	// CodeRequestInvalid: a value of the request cannot be used as sent: a parameter or the body
+	// could not be bound to what the API declares, or a value (a path, query or header
+	// parameter, the tenant) holds a NUL byte or invalid UTF-8, which PostgreSQL text cannot
+	// store (answered before any claim, or when the handler's own statement refused it, SQLSTATE
+	// 22021 or 22P05).
+	CodeRequestInvalid = "request-invalid"
+	// CodeHandlerTimeout: the handler ran past the operation's timeout (Policy.Timeout, by
+	// default the lease); its work was rolled back and the key released, so a retry runs anew: 503.
+	CodeHandlerTimeout = "handler-timeout"
 )
 
 // ProblemTypePrefix begins every problem type URI.
 const ProblemTypePrefix = "urn:idemgen:problem:"
 
+// problemTitles is the one table of titles, keyed by code. A problem type has one title whoever
+// writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
+// type would read as two different problems.
 var problemTitles = map[string]string{
 	CodeKeyMissing:       "Idempotency key missing",
 	CodeKeyInvalid:       "Idempotency key invalid",
@@ -46,12 +65,24 @@ var problemTitles = map[string]string{
 	CodeNotFound:         "Not found",
 	CodeMethodNotAllowed: "Method not allowed",
 	CodeInternal:         "Internal error",
+	CodeHandlerTimeout:   "Request processing timed out",
 }
 
-// NewProblem returns the runtime's problem for code (one of the Code… constants): its type,
-// its one title, and detail. An application that answers with one of these codes itself (a
-// validation failure as request-invalid, say) uses it, so each problem type has one title.
-func NewProblem(status int, code, detail string) *Problem { return newProblem(status, code, detail) }
+// ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime
+// does not define.
+func ProblemTitle(code string) string { return problemTitles[code] }
+
+// NewProblem returns a problem of one of the runtime's codes, with the code's type URI and title,
+// for an application that answers a case the runtime also answers (a key that made a resource
+// before its record expired is key-reused too): status and detail are the caller's. It panics
+// on a code the runtime does not define, as that is a programming error: give your own problems
+// your own type URI and title.
+func NewProblem(status int, code, detail string) *Problem {
+	if _, ok := problemTitles[code]; !ok {
+		panic(fmt.Sprintf("idemhttp: NewProblem: %q is not one of the runtime's problem codes (use your own type URI and title for your own problems)", code))
+	}
+	return newProblem(status, code, detail)
+}
 
 func newProblem(status int, code, detail string) *Problem {
 	return &Problem{Type: ProblemTypePrefix + code, Title: problemTitles[code], Status: status, Detail: detail, Code: code}
@@ -74,6 +105,12 @@ func problemUnavailable(retry time.Duration) *Problem {
 		"the idempotency store cannot be reached, so the request was not processed: retry after the Retry-After delay with the same key")
 	p.RetryAfter = retryAfter(retry)
 	return p
+}
+
+func problemHandlerTimeout() *Problem {
+	// No Retry-After: nothing says a retry would be faster, and the key is free for one now.
+	return newProblem(http.StatusServiceUnavailable, CodeHandlerTimeout,
+		"the request took longer than this operation allows, so its work was rolled back and nothing of it was kept: retry with the same key to run it again")
 }
 
 // WriteTo writes p as application/problem+json with Cache-Control: no-store and, when
@@ -101,4 +138,48 @@ func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
 // retryAfter rounds d up to whole seconds, at least one: what a Retry-After header can say.
 func retryAfter(d time.Duration) time.Duration {
 	return max((d+time.Second-1)/time.Second, 1) * time.Second
+}
+
+// ErrorProblem classifies an error a handler returned, for the error handler of a generated
+// server (oapi-codegen's ResponseErrorHandlerFunc), so that operations that are not idempotent
+// answer like idempotent ones:
+//
+//   - a store outage (idem.IsStoreUnavailable: a lost or refused database connection, a closed
+//     pool, SQLSTATE classes 08 and 53, 57P01..57P03) is the 503 store-unavailable problem;
+//   - a value PostgreSQL text cannot hold, refused by the handler's own statement (SQLSTATE 22021
+//     invalid byte sequence, 22P05 untranslatable character, such as a %00 in a path parameter),
+//     is the 400 request-invalid problem;
+//   - a *Problem returned as an error is itself.
+//
+// Anything else, and a cancelled context (the client went away), is nil: the application's own
+// answer (oapi-codegen's default is a 500).
+func ErrorProblem(err error) *Problem {
+	var p *Problem
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return nil
+	case errors.As(err, &p):
+		return p
+	case errors.Is(err, idem.ErrHandlerTimeout):
+		return problemHandlerTimeout()
+	}
+	if prob := textErrorProblem(err); prob != nil {
+		return prob
+	}
+	if idem.IsStoreUnavailable(err) {
+		return problemUnavailable(idem.DefaultUnavailableRetryAfter)
+	}
+	return nil
+}
+
+// textErrorProblem is the request-invalid problem for a statement that PostgreSQL refused because
+// a value was not text it can hold, or nil.
+func textErrorProblem(err error) *Problem {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != "22021" && pgErr.Code != "22P05") {
+		return nil
+	}
+	return newProblem(http.StatusBadRequest, CodeRequestInvalid, fmt.Sprintf(
+		"a value of the request could not be stored as text (%s): send parameters and body as UTF-8 text without NUL bytes (%%00 and bytes such as %%FF in a URL decode to these)",
+		pgErr.Message))
 }

@@ -34,6 +34,7 @@ type Policy struct {
 	TTL            time.Duration
 	Lease          time.Duration
 	Wait           time.Duration
+	Timeout        time.Duration  // bounds the handler (idem.DoParams.Timeout), 0: the lease; past it, 503 handler-timeout
 	MismatchStatus int            // 422 by default; 409 or 400 allowed
 	Persist        idem.StatusSet // which statuses are stored
 	Key            KeyRule
@@ -127,9 +128,11 @@ const HeaderBodyOmitted = "Idempotent-Body-Omitted"
 // Serve is the whole idempotent request: validate the key, build the scope (tenant first),
 // claim, run fn in a transaction with lease renewal, complete and commit (or roll back and
 // release when fn fails, panics, the context ends or the status is not persisted), and map
-// every other case to a Problem. A store outage gives a 503 Problem; fn never runs without a
-// claim. The error returned is fn's own (after the key was released), Config.Tenant's, or a
-// store error that is not an outage (a missing table, say).
+// every other case to a Problem. A store outage gives a 503 Problem, also when fn's connection
+// is lost under it; fn never runs without a claim. A tenant or scope value PostgreSQL text cannot
+// hold, or fn's statement refusing such a value (SQLSTATE 22021, 22P05), gives the 400
+// request-invalid Problem. The error returned is fn's own (after the key was released),
+// Config.Tenant's, or a store error that is not an outage (a missing table, say).
 //
 // When fn ran but its lease was taken over meanwhile, its work is rolled back and the result is
 // a 409 in-progress problem: a retry replays what the request that took over stored. A request
@@ -144,25 +147,31 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 	if err != nil {
 		return nil, err
 	}
+	if prob := requestTextProblem(tenant, req); prob != nil {
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
 	var live *idem.Outcome // what fn answered, as written to this client
+	var fnErr error        // fn's own error, told apart from the store's
 	do := &idem.DoParams{
 		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
 		Operation: p.Operation, Fingerprint: req.Fingerprint,
 		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
+		Timeout: p.Timeout,
 	}
 	res, err := s.Do(ctx, do, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := fn(ctx, tx)
-		if err == nil && out == nil {
-			err = fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", p.Operation)
-		}
 		if err != nil {
+			fnErr = err
 			return nil, err
+		}
+		if out == nil {
+			return nil, fmt.Errorf("idem: operation %s: the handler returned neither an outcome nor an error", p.Operation)
 		}
 		live = out
 		if key == "" || !p.persist().Contains(out.Status) {
 			return out, nil // not stored
 		}
-		return storedOutcome(cfg, p, out)
+		return storedOutcome(cfg, p, out, idem.KeyHash(do.Scope, key))
 	})
 	var inProgress *idem.InProgressError
 	switch {
@@ -176,7 +185,16 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		return &Result{Kind: ResultProblem, Problem: problemUnavailable(cfg.UnavailableRetryAfter)}, nil
 	case errors.Is(err, idem.ErrLeaseLost):
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
+	case errors.Is(err, idem.ErrHandlerTimeout):
+		return &Result{Kind: ResultProblem, Problem: problemHandlerTimeout()}, nil
 	case err != nil:
+		if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
+			// The handler bound a request value PostgreSQL text cannot hold: the client's
+			// request, not the server, is at fault. Its work was rolled back, the key released.
+			cfg.Logger.InfoContext(ctx, "idem: the handler's statement refused a request value that is not text; answered 400",
+				"operation", p.Operation, "key_hash", idem.KeyHash(do.Scope, key), "error", err)
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 		return nil, err
 	case res.Replayed:
 		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, allow: p.ReplayHeaders}, nil
@@ -204,7 +222,7 @@ func tenantOf(ctx context.Context, cfg idem.Config, p *Policy, key string) (stri
 }
 
 // storedOutcome is what the policy keeps of o.
-func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome) (*idem.Outcome, error) {
+func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, keyHash string) (*idem.Outcome, error) {
 	switch p.Storage {
 	case StorageReference:
 		success := o.Status >= 200 && o.Status <= 299
@@ -215,7 +233,7 @@ func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome) (*idem.Outcome, 
 			// The details go to the log only: the error handler may print err.Error() to the
 			// client, so the returned error stays generic.
 			cfg.Logger.Error("idem: a reference-storage handler answered 2xx without a reference; the request was rolled back and answered 500: return the created resource's id as the reference",
-				"operation", p.Operation, "status", o.Status)
+				"operation", p.Operation, "key_hash", keyHash, "status", o.Status)
 			return nil, ErrNoReference
 		}
 		// Only a success is replayed by reloading its resource. Any other persisted answer (a
@@ -263,7 +281,9 @@ type Op[R any] struct {
 
 // Handle is Serve for generated code: it fingerprints op's typed request by p, runs op.Run at
 // most once per key, records its response, and answers a replay from the stored outcome or,
-// for reference and marker storage, through op.Replay.
+// for reference and marker storage, through op.Replay. A scope or fingerprint value that is
+// not text PostgreSQL can hold (a NUL byte, invalid UTF-8) is refused first, with the 400
+// request-invalid Problem.
 //
 // The body is fingerprinted as the client sent it, from the bytes Capture kept in ctx; a body
 // that is not what its media type says is answered with a 400 body-invalid problem before any
@@ -298,6 +318,9 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 	}
 	if err != nil {
 		return nil, err
+	}
+	if prob := op.textProblem(p); prob != nil {
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
 	}
 	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		resp, ref, err := op.run(ctx, tx)

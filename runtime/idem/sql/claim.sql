@@ -4,6 +4,9 @@
 -- Parameters, in the order every request-path statement shares: $1 tenant, $2 scope, $3 key,
 -- $4 owner token; then $5 operation, $6 fingerprint, $7 lease (ms), $8 TTL (ms).
 --
+-- Besides the row, it returns how long the holder's lease has left and how long the key has been
+-- in flight (since created_at, the first claim of its history), for an honest Retry-After.
+--
 -- A row is "fresh" (behaves as a new key) when its TTL has run out and nobody holds it; it is
 -- "takeable" when it is fresh, or its holder's lease ran out on the same request. The
 -- fingerprint condition means a different request can never take over a live key's history.
@@ -26,8 +29,9 @@
 {{define "fresh"}}(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp())){{end -}}
 {{define "takeable"}}({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = {{.}})){{end -}}
 {{define "lease_left_ms"}}greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint{{end -}}
+{{define "held_ms"}}greatest(0, floor(extract(epoch FROM statement_timestamp() - created_at) * 1000))::bigint{{end -}}
 WITH cur AS (
-	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at,
+	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at, k.created_at,
 		{{template "takeable" "$6"}} AS takeable
 	FROM {{.Table}} AS k WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3
 ), ins AS (
@@ -55,9 +59,9 @@ WITH cur AS (
 			k.attempt, k.created_at, k.status, k.headers, k.body, k.reference, k.completed_at
 		WHERE NOT {{template "takeable" "EXCLUDED.fingerprint"}})
 	RETURNING owner_token = $4::uuid AS mine, attempt, fingerprint = $6 AS same_fingerprint, state,
-		status, headers, body, reference, {{template "lease_left_ms"}} AS lease_left_ms
+		status, headers, body, reference, {{template "lease_left_ms"}} AS lease_left_ms, {{template "held_ms"}} AS held_ms
 )
 SELECT * FROM ins
 UNION ALL
-SELECT false, attempt, fingerprint = $6, state, status, headers, body, reference, {{template "lease_left_ms"}}
+SELECT false, attempt, fingerprint = $6, state, status, headers, body, reference, {{template "lease_left_ms"}}, {{template "held_ms"}}
 FROM cur WHERE NOT cur.takeable

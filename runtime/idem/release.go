@@ -1,0 +1,181 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A release that fails (a dead pooled connection, a failover) would leave the key in flight for
+// the rest of its lease, answering in-progress although nothing runs. Two things shorten that:
+// the release is retried in the background a few times, and the Store remembers the claims it
+// could not give back, so a later claim of the same key from this process that finds one of them
+// in flight releases it itself and claims at once. Other processes wait for the retry, or for
+// the lease to run out.
+
+const (
+	// releaseTries is how often a failed release is tried again, with backoff from
+	// releaseBackoff doubling: about 3s in all, then the lease decides.
+	releaseTries   = 5
+	releaseBackoff = 100 * time.Millisecond
+	// maxReleaseRetries bounds the retries outstanding at once; past it a failed release is
+	// only remembered (an outage fails them all, and the lease ends each key anyway).
+	maxReleaseRetries = 64
+	// maxAbandoned bounds the claims remembered as abandoned.
+	maxAbandoned = 1024
+)
+
+// background is what a Store runs beside requests.
+type background struct {
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	slots     chan struct{} // one per outstanding release retry
+	noRetry   bool          // tests: leave failed releases to later claims
+
+	mu        sync.Mutex
+	abandoned map[rowID]abandonedClaim
+}
+
+// rowID names one row of the key table.
+type rowID struct{ tenant, scope, key string }
+
+func rowOf(tenant, scope, key string) rowID { return rowID{tenant, scope, key} }
+
+type abandonedClaim struct {
+	claim *Claim
+	until time.Time // the lease's end, when a claim can take the key over anyway
+}
+
+func newBackground() *background {
+	return &background{
+		closing:   make(chan struct{}),
+		slots:     make(chan struct{}, maxReleaseRetries),
+		abandoned: map[rowID]abandonedClaim{},
+	}
+}
+
+// Close stops what the Store runs in the background: the connection that listens for finished
+// keys is closed (waiting duplicates fall back to polling), release retries not yet done are
+// dropped (their keys' leases run out on their own), and it waits for the ones running. Requests
+// may still be served after Close. Close is safe to call more than once.
+func (s *Store) Close() {
+	s.bg.closeOnce.Do(func() { close(s.bg.closing) })
+	if s.ln != nil {
+		s.ln.close()
+	}
+	s.bg.wg.Wait()
+}
+
+// releaseLater remembers c as abandoned and retries its release in the background.
+func (s *Store) releaseLater(ctx context.Context, c *Claim, kind EventKind, ran time.Duration, err error) {
+	s.abandon(c)
+	bg := s.bg
+	select {
+	case <-bg.closing:
+	default:
+		if !bg.noRetry {
+			select {
+			case bg.slots <- struct{}{}:
+				s.log.WarnContext(ctx, "idem: release failed; retrying in the background (until it succeeds the key answers in-progress to other processes)",
+					"operation", c.Operation, "key_hash", c.hash(), "error", err)
+				bg.wg.Add(1)
+				go s.retryRelease(context.WithoutCancel(ctx), c, kind, ran)
+				return
+			default:
+			}
+		}
+	}
+	s.log.WarnContext(ctx, "idem: release failed; the key answers in-progress to other processes until its lease ends",
+		"operation", c.Operation, "key_hash", c.hash(), "error", err)
+}
+
+func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
+	defer s.bg.wg.Done()
+	defer func() { <-s.bg.slots }()
+	backoff := releaseBackoff
+	var err error
+	for try := 1; try <= releaseTries; try++ {
+		t := time.NewTimer(backoff)
+		select {
+		case <-s.bg.closing:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff *= 2
+		cctx, cancel := detached(ctx)
+		_, err = s.releaseRow(cctx, c)
+		cancel()
+		if err == nil {
+			s.forget(c)
+			s.log.InfoContext(ctx, "idem: released the key on a retry", "operation", c.Operation, "key_hash", c.hash(), "tries", try+1)
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+			return
+		}
+	}
+	s.log.WarnContext(ctx, "idem: release failed on every retry; the key answers in-progress to other processes until its lease ends",
+		"operation", c.Operation, "key_hash", c.hash(), "tries", releaseTries+1, "error", err)
+}
+
+// abandon remembers c as a claim this process gave up but could not give back.
+func (s *Store) abandon(c *Claim) {
+	bg := s.bg
+	now := time.Now()
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	if len(bg.abandoned) >= maxAbandoned {
+		for id, a := range bg.abandoned {
+			if now.After(a.until) {
+				delete(bg.abandoned, id)
+			}
+		}
+		if len(bg.abandoned) >= maxAbandoned {
+			return // the lease ends it, as before
+		}
+	}
+	bg.abandoned[rowOf(c.Tenant, c.Scope, c.Key)] = abandonedClaim{claim: c, until: now.Add(c.Lease)}
+}
+
+// forget drops c from the abandoned claims, if it is the one remembered for its key.
+func (s *Store) forget(c *Claim) {
+	bg := s.bg
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	id := rowOf(c.Tenant, c.Scope, c.Key)
+	if a, ok := bg.abandoned[id]; ok && a.claim == c {
+		delete(bg.abandoned, id)
+	}
+}
+
+// takeBack releases the abandoned claim this process holds on p's key, if any; true means the
+// key was ours and is free now, so the caller claims again. It runs only after a claim found
+// the key in flight, so it costs nothing on any other path.
+func (s *Store) takeBack(ctx context.Context, p *DoParams) bool {
+	bg := s.bg
+	id := rowOf(p.Tenant, p.Scope, p.Key)
+	bg.mu.Lock()
+	a, ok := bg.abandoned[id]
+	bg.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if time.Now().After(a.until) {
+		s.forget(a.claim) // the lease has ended: a claim takes the key over anyway
+		return false
+	}
+	var gone bool
+	err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+		gone, err = s.releaseRow(ctx, a.claim)
+		return err
+	})
+	if err != nil {
+		return false // still unreachable: the answer stays in-progress, and a later claim tries again
+	}
+	s.forget(a.claim)
+	if gone {
+		s.log.InfoContext(ctx, "idem: a claim found this process's own abandoned claim on the key in flight and released it",
+			"operation", p.Operation, "key_hash", a.claim.hash())
+	}
+	return gone
+}
