@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,7 +114,12 @@ const (
 )
 
 var readmeNames = []string{readmeSpec, readmeAnnotateOut, readmeAnnotated, readmeConfig, readmeGenerateGo,
-	readmeDecls, readmeMain, readmeInstallRelease, readmeInstallLocal}
+	readmeDecls, readmeMain, readmeInstallRelease, readmeInstallLocal, readmeRouters}
+
+// readmeRouters marks the wiring snippets of the routers section. They need the frameworks,
+// which this module does not depend on, so TestReadmeRouterSnippets checks them against the
+// router golden cases instead of building them.
+const readmeRouters = "routers"
 
 // scratchModule creates an empty module in dir that requires this checkout through a replace
 // directive, as a user's module does when it depends on a checkout. Its go.sum starts as this
@@ -276,4 +284,41 @@ func TestMakeTargetsDocumented(t *testing.T) {
 		t.Errorf("make help and the README's table of targets differ.\nmake help:\n  %s\nREADME.md:\n  %s",
 			strings.Join(help, "\n  "), strings.Join(readme, "\n  "))
 	}
+}
+
+// TestReadmeRouterSnippets checks the README's router wiring: the block parses as Go statements,
+// and every generated identifier it calls (api.X) is one the router golden cases in testdata
+// generate, so a rename in the templates cannot leave the README behind.
+func TestReadmeRouterSnippets(t *testing.T) {
+	b := readmeBlocks(t, readmeNames...)[readmeRouters]
+	src := "package p\nfunc _() {\n" + b.text + "\n}\n"
+	f, err := parser.ParseFile(token.NewFileSet(), "README.md", src, 0)
+	if err != nil {
+		t.Fatalf("README.md:%d: the router snippets do not parse as Go statements: %v", b.line, err)
+	}
+	var generated strings.Builder
+	matches, _ := filepath.Glob(filepath.Join(repoRoot, "testdata", "router-*", "api", "idempotency.gen.go"))
+	if len(matches) < 9 {
+		t.Fatalf("found %d router golden cases, want the nine", len(matches))
+	}
+	for _, m := range matches {
+		data, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		generated.Write(data)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "api" {
+			name := sel.Sel.Name
+			if !strings.Contains(generated.String(), "func "+name+"(") && !strings.Contains(generated.String(), "type "+name+" ") {
+				t.Errorf("README.md:%d: the router snippets call api.%s, which no router golden case generates", b.line, name)
+			}
+		}
+		return true
+	})
 }
