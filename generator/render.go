@@ -110,6 +110,7 @@ type policyData struct {
 	TTL            string // 24 * time.Hour
 	Lease          string
 	Wait           string
+	Timeout        string
 	MismatchStatus int
 	Persist        string // "2xx", "3xx"
 	KeyHeader      string // quoted
@@ -219,6 +220,7 @@ func policyLiteral(mo *model.Operation) (policyData, error) {
 		TTL:            durationLiteral(p.TTL),
 		Lease:          durationLiteral(p.Lease),
 		Wait:           durationLiteral(p.Wait),
+		Timeout:        durationLiteral(p.Timeout),
 		MismatchStatus: p.MismatchStatus,
 		KeyRequired:    p.Key.Required,
 		KeyMaxLength:   p.Key.MaxLength,

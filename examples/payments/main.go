@@ -95,10 +95,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))
 
-	handler, err := newHandler(pool, cfg, log)
+	handler, store, err := newService(pool, cfg, log)
 	if err != nil {
 		return err
 	}
+	// After Shutdown (deferred calls run last first) and before the pool closes: the store's
+	// listener stops and its background release retries finish.
+	defer store.Close()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)

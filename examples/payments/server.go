@@ -96,6 +96,13 @@ func writeProblem(w http.ResponseWriter, p problemResponse) {
 // newHandler builds the whole HTTP stack: /healthz, /metrics, and the API behind the tenant check, with
 // idemgen's adapter between oapi-codegen's strict server and the handlers in payments.go.
 func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
+	h, _, err := newService(pool, cfg, log)
+	return h, err
+}
+
+// newService is newHandler that also returns the idempotency store, for main to close on
+// shutdown (it stops the store's listener and waits for its background release retries).
+func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, *idem.Store, error) {
 	c := idem.Config{}
 	if cfg != nil {
 		c = *cfg
@@ -112,7 +119,7 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
 	store, err := idem.NewStore(pool, &c)
 	if err != nil {
-		return nil, fmt.Errorf("idempotency store: %w", err)
+		return nil, nil, fmt.Errorf("idempotency store: %w", err)
 	}
 
 	// The generated default wiring: bodies kept as sent for the fingerprint (and capped), and
@@ -121,7 +128,7 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	apiHandler := api.NewIdempotentHandler(&payments{db: pool}, store, &api.IdempotentHandlerOptions{
 		Middlewares: []api.StrictMiddlewareFunc{validate},
 	})
-	return outerHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), nil
+	return outerHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil
 }
 
 // strictOptions are the answers to a request the strict server cannot bind and to a handler's

@@ -1,6 +1,7 @@
 package idemhttp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,8 +27,28 @@ const (
 // RequestErrorHandler is for oapi-codegen's StrictHTTPServerOptions.RequestErrorHandlerFunc: a
 // body that cannot be decoded into the operation's request type is answered 400
 // request-invalid, saying where the body went wrong without Go type names.
-func RequestErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
+func RequestErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if prob := BodyProblem(r.Context()); prob != nil {
+		_ = prob.WriteTo(w)
+		return
+	}
 	_ = RequestProblem(err).WriteTo(w)
+}
+
+// BodyProblem is the 400 body-invalid problem when the body Capture kept in ctx is not what its
+// media type says (invalid JSON, data after the JSON value, a member sent twice), or nil. A body
+// the decoder refused is judged by it first, so that every router answers a malformed body the
+// same way, whether the decoder or the fingerprint found it.
+func BodyProblem(ctx context.Context) *Problem {
+	b, ok := BodyFromContext(ctx)
+	if !ok || len(b.Bytes) == 0 {
+		return nil
+	}
+	var bad *idem.BodyError
+	if _, err := idem.CanonicalBody(b.ContentType, b.Bytes); errors.As(err, &bad) {
+		return newProblem(http.StatusBadRequest, CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
+	}
+	return nil
 }
 
 // RequestProblem is the request-invalid problem for a body decoding error.
@@ -59,14 +80,20 @@ func ParamProblem(param string) *Problem {
 
 // ResponseErrorHandler returns the handler for oapi-codegen's
 // StrictHTTPServerOptions.ResponseErrorHandlerFunc: a handler's error (its work rolled back and
-// its key released) is logged with the request's method and path, and answered with a 503
-// store-unavailable problem when the store could not be reached, else a 500 internal problem.
+// its key released) is logged with the request's method and path, and answered with the
+// problem ErrorProblem gives it (503 store-unavailable for an outage, 503 handler-timeout, 400
+// request-invalid for text PostgreSQL cannot hold), else a 500 internal problem. It serves the
+// operations that are not idempotent too: a GET during an outage is a 503.
 func ResponseErrorHandler(s *idem.Store) func(w http.ResponseWriter, r *http.Request, err error) {
 	cfg := s.Config()
 	return func(w http.ResponseWriter, r *http.Request, err error) {
-		if errors.Is(err, idem.ErrStoreUnavailable) {
-			cfg.Logger.WarnContext(r.Context(), "idem: store unavailable; answered 503", "method", r.Method, "path", r.URL.Path, "error", err)
-			_ = problemUnavailable(cfg.UnavailableRetryAfter).WriteTo(w)
+		if prob := ErrorProblem(err); prob != nil {
+			if prob.Code == CodeStoreUnavailable {
+				prob = problemUnavailable(cfg.UnavailableRetryAfter)
+			}
+			cfg.Logger.WarnContext(r.Context(), "idem: request refused", "method", r.Method, "path", r.URL.Path,
+				"code", prob.Code, "error", err)
+			_ = prob.WriteTo(w)
 			return
 		}
 		level := slog.LevelError

@@ -179,7 +179,7 @@ func textErrorProblem(err error) *Problem {
 	if !errors.As(err, &pgErr) || (pgErr.Code != "22021" && pgErr.Code != "22P05") {
 		return nil
 	}
-	return newProblem(http.StatusBadRequest, CodeRequestInvalid, fmt.Sprintf(
-		"a value of the request could not be stored as text (%s): send parameters and body as UTF-8 text without NUL bytes (%%00 and bytes such as %%FF in a URL decode to these)",
-		pgErr.Message))
+	// PostgreSQL's own message names the encoding and the bytes; it stays in the log.
+	return newProblem(http.StatusBadRequest, CodeRequestInvalid,
+		"a value of the request could not be stored as text: send parameters and body as UTF-8 text without NUL bytes (%00 and bytes such as %FF in a URL decode to these)")
 }

@@ -48,6 +48,7 @@ var policyCreatePayment = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -71,6 +72,7 @@ var policyCapturePayment = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx"),
 	Key: idemhttp.KeyRule{
@@ -92,6 +94,7 @@ var policyRefundPayment = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx"),
 	Key: idemhttp.KeyRule{

@@ -41,6 +41,7 @@ var policyPostBlob = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -62,6 +63,7 @@ var policyDonate = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           5 * time.Second,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -85,6 +87,7 @@ var policyPostNote = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -106,6 +109,7 @@ var policyPutPledge = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -128,6 +132,7 @@ var policyUpload = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{

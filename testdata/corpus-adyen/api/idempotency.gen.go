@@ -86,6 +86,7 @@ var policyPostApplePaySessions = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -107,6 +108,7 @@ var policyPostCancels = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -128,6 +130,7 @@ var policyPostCardDetails = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -149,6 +152,7 @@ var policyPostDonationCampaigns = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -170,6 +174,7 @@ var policyPostDonations = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -191,6 +196,7 @@ var policyPostForward = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -212,6 +218,7 @@ var policyPostOrders = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -233,6 +240,7 @@ var policyPostOrdersCancel = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -254,6 +262,7 @@ var policyPostOriginKeys = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -275,6 +284,7 @@ var policyPostPaymentLinks = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -296,6 +306,7 @@ var policyPostPaymentMethods = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -317,6 +328,7 @@ var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -338,6 +350,7 @@ var policyPostPayments = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -359,6 +372,7 @@ var policyPostPaymentsDetails = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -380,6 +394,7 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -402,6 +417,7 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -424,6 +440,7 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -446,6 +463,7 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -468,6 +486,7 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -490,6 +509,7 @@ var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -511,6 +531,7 @@ var policyPostSessions = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -532,6 +553,7 @@ var policyPostStoredPaymentMethods = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{

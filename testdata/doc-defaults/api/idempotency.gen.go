@@ -36,6 +36,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	TTL:            72 * time.Hour,
 	Lease:          30 * time.Second,
 	Wait:           0,
+	Timeout:        30 * time.Second,
 	MismatchStatus: 409,
 	Persist:        idem.Statuses("2xx"),
 	Key: idemhttp.KeyRule{
@@ -57,6 +58,7 @@ var policyUpdateOrder = &idemhttp.Policy{
 	TTL:            time.Hour,
 	Lease:          30 * time.Second,
 	Wait:           0,
+	Timeout:        30 * time.Second,
 	MismatchStatus: 409,
 	Persist:        idem.Statuses("2xx"),
 	Key: idemhttp.KeyRule{

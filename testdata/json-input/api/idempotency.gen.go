@@ -38,6 +38,7 @@ var policyCreateSubscription = &idemhttp.Policy{
 	TTL:            48 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{

@@ -34,6 +34,7 @@ var policyCheckoutCart = &idemhttp.Policy{
 	TTL:            168 * time.Hour,
 	Lease:          90 * time.Second,
 	Wait:           0,
+	Timeout:        90 * time.Second,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "404"),
 	Key: idemhttp.KeyRule{
@@ -56,6 +57,7 @@ var policyAddLine = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           2 * time.Second,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{

@@ -43,6 +43,7 @@ var policyReleaseHolds = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -64,6 +65,7 @@ var policyPlaceHold = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -86,6 +88,7 @@ var policyCreateTransfer = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{

@@ -56,6 +56,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -78,6 +79,7 @@ var policyAddNote = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
@@ -100,6 +102,7 @@ var policyShipOrder = &idemhttp.Policy{
 	TTL:            24 * time.Hour,
 	Lease:          time.Minute,
 	Wait:           0,
+	Timeout:        time.Minute,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{
