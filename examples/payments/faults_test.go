@@ -78,6 +78,17 @@ func (h *hookTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data p
 
 func (h *hookTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart fires for a batch holding a statement that matches: the runtime sends its
+// transaction-mode begin with the claim, and the completion with the commit, as batches.
+func (h *hookTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	for _, q := range data.Batch.QueuedQueries {
+		ctx = h.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: q.SQL, Args: q.Arguments})
+	}
+	return ctx
+}
+func (h *hookTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (h *hookTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // point is a statement a fault is injected at. begin and commit are pgx's own; the completion is
 // the runtime's fenced UPDATE, found by what it must write.
 type point struct {

@@ -137,33 +137,35 @@ func (s *Store) claim(ctx context.Context, q interface {
 	return res, nil
 }
 
-// claimTx claims inside tx (claim: transaction), waiting at most wait for a concurrent
-// holder's transaction to end: one pipelined batch bounds the wait with a transaction-local
-// lock_timeout and restores the caller's setting afterwards. locked says the wait ran out; tx
-// is then aborted. It reports no in-progress event for a wait that ran out: a caller retrying
-// such a claim reports the wait once, when it gives up.
-func (s *Store) claimTx(ctx context.Context, tx pgx.Tx, p *DoParams, wait time.Duration) (res *claimResult, locked bool, err error) {
+// claimTx begins the business transaction and claims in it (claim: transaction), in one
+// round trip when the Store holds the connection: the begin, a transaction-local lock_timeout
+// that bounds the wait for a concurrent holder's transaction, the claim, and the caller's
+// lock_timeout restored. locked says the wait ran out; tx is then aborted. tx is returned
+// whenever it was begun (the caller rolls it back unless it owns the key). It reports no
+// in-progress event for a wait that ran out: a caller retrying such a claim reports the wait
+// once, when it gives up.
+func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
-	batch := &pgx.Batch{}
-	batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
+	tx, err = s.beginWith(ctx, func(batch *pgx.Batch) {
+		batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
 	set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", millis(wait)))
-	batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
-		var err error
-		res, err = s.scanClaim(row, c)
-		return err
+		batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
+			var err error
+			res, err = s.scanClaim(row, c)
+			return err
+		})
+		batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
 	})
-	batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
-	err = tx.SendBatch(ctx, batch).Close()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the wait ran out
-		return &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 	}
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-		return nil, false, storeError(ctx, "claim in transaction", err)
+		return tx, nil, false, storeError(ctx, "claim in transaction", err)
 	}
 	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
-	return res, false, nil
+	return tx, res, false, nil
 }
 
 func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
@@ -222,14 +224,13 @@ func retryAfter(left time.Duration) time.Duration {
 	return max((left+time.Second-1)/time.Second, 1) * time.Second
 }
 
-// complete stores o for c inside tx: if tx is rolled back, so is the completion. ErrLeaseLost
-// means another request took the key over, and tx must roll back.
-func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, ttl time.Duration) error {
+// completeArgs are the complete statement's parameters for c's outcome o.
+func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, error) {
 	var headers any // SQL NULL without headers
 	if len(o.Header) > 0 {
 		b, err := json.Marshal(o.Header)
 		if err != nil {
-			return fmt.Errorf("idem: complete: encode headers: %w", err)
+			return nil, fmt.Errorf("idem: complete: encode headers: %w", err)
 		}
 		headers = string(b)
 	}
@@ -238,14 +239,17 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, t
 		ref = &o.Reference
 	}
 	channel, payload := s.note(c)
-	tag, err := tx.Exec(ctx, s.sql.complete, c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), channel, payload)...)
-	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), channel, payload), nil
+}
+
+// complete stores an outcome (completeArgs) for c inside tx: if tx is rolled back, so is the
+// completion. ErrLeaseLost means another request took the key over, and tx must roll back.
+func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) error {
+	if _, err := tx.Exec(ctx, s.sql.complete, args...); err != nil {
+		if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {
+			return lost
+		}
 		return storeError(ctx, "complete", err)
-	}
-	if tag.RowsAffected() == 0 {
-		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
-		return ErrLeaseLost
 	}
 	return nil
 }

@@ -153,7 +153,7 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 	defer s.rollback(ctx, tx) // a no-op after Commit; undoes the work on error or panic
 	hctx, timedOut := s.boundHandler(ctx, timeout(p))
 	defer timedOut()
-	out, err := fn(hctx, tx)
+	out, err := fn(hctx, tx.Tx)
 	if timedOut() {
 		return nil, s.handlerTimedOut(ctx, p.Operation, "", timeout(p), 0)
 	}
@@ -161,7 +161,7 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		err = ctx.Err()
 	}
 	if err != nil {
-		if lost := s.handlerLostStore(ctx, tx, p.Operation, "", err); lost != nil {
+		if lost := s.handlerLostStore(ctx, tx.Tx, p.Operation, "", err); lost != nil {
 			return nil, lost
 		}
 		return nil, err
@@ -172,8 +172,8 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
 		return &DoResult{Outcome: out}, nil // rolled back by the deferred call
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, storeError(ctx, "commit", err)
+	if err := s.commit(ctx, tx); err != nil {
+		return nil, err
 	}
 	return &DoResult{Outcome: out}, nil
 }

@@ -377,11 +377,11 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		trips  int64
 		reason string
 	}{
-		{"lease: claim+complete", lease, "k1", "fp", "executed", 5, "claim, begin, business insert, complete, commit"},
+		{"lease: claim+complete", lease, "k1", "fp", "executed", 4, "claim, begin, business insert, complete+commit batch"},
 		{"lease: replay", lease, "k1", "fp", "replayed", 1, "claim"},
 		{"lease: mismatch", lease, "k1", "other", "problem key-reused", 1, "claim"},
-		{"transaction: claim+complete", txMode, "k2", "fp", "executed", 5, "begin, claim batch, business insert, complete, commit"},
-		{"transaction: replay", txMode, "k2", "fp", "replayed", 3, "begin, claim batch, rollback"},
+		{"transaction: claim+complete", txMode, "k2", "fp", "executed", 3, "begin+claim batch, business insert, complete+commit batch"},
+		{"transaction: replay", txMode, "k2", "fp", "replayed", 2, "begin+claim batch, rollback"},
 	} {
 		trips, kind := measure(tc.p, tc.key, tc.fp)
 		if kind != tc.kind || trips != tc.trips {

@@ -41,14 +41,15 @@
 //
 // # Round trips per request
 //
-// Lease mode (the default): claim (1, committed at once), then begin, the handler's own
-// statements, complete, commit — 4 plus the handler's. A replay, an in-progress answer and a
-// key reused with another request are 1 round trip, and they are reads. The lease is renewed
-// every third of its length from a second connection while the handler runs.
+// With a *pgxpool.Pool, the completion and the commit travel in one batch. Lease mode (the
+// default): claim (1, committed at once), begin, the handler's own statements, complete+commit
+// — 3 plus the handler's, one more than without idempotency. A replay, an in-progress answer
+// and a key reused with another request are 1 round trip, and they are reads. The lease is
+// renewed every third of its length from a second connection while the handler runs.
 //
-// Transaction mode: begin, claim (1 pipelined batch that bounds the wait for a concurrent holder
-// with a transaction-local lock_timeout), the handler's statements, complete, commit — 4 plus the
-// handler's, and one commit. A replay is begin, claim, rollback.
+// Transaction mode: begin+claim (1 pipelined batch that bounds the wait for a concurrent holder
+// with a transaction-local lock_timeout), the handler's statements, complete+commit — 2 plus the
+// handler's, as many as without idempotency, and one commit. A replay is begin+claim, rollback.
 //
 // # Failure
 //

@@ -56,19 +56,6 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 	return s.runClaimed(ctx, tx, res.claim, p, fn, true)
 }
 
-// begin starts the business transaction; it is bounded by Config.StoreTimeout, and the
-// transaction itself then runs under ctx.
-func (s *Store) begin(ctx context.Context) (tx pgx.Tx, err error) {
-	err = s.bounded(ctx, 0, func(bctx context.Context) error {
-		tx, err = s.db.Begin(bctx)
-		return err
-	})
-	if err != nil {
-		return nil, storeError(ctx, "begin", err)
-	}
-	return tx, nil
-}
-
 // txLockWait bounds each transaction-mode claim's wait on a concurrent holder's row lock. It is
 // short because the waiting transaction holds a pool connection: a few duplicates of one slow
 // request must not starve every other request of connections. Longer waits happen between
@@ -83,16 +70,11 @@ const txLockWaitListening = 10 * time.Millisecond
 // the holder's notification (or with a bounded backoff), and tries again, until wait runs out:
 // the result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the
 // caller owns it; on any other result it has been rolled back.
-func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (pgx.Tx, *claimResult, error) {
+func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(wait, 250*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
 	for {
 		sub := pace.sub
-		tx, err := s.begin(ctx)
-		if err != nil {
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-			return nil, nil, err
-		}
 		lockWait := txLockWait
 		if sub.listening() {
 			// The holder's commit or rollback will wake this waiter: a try need only find out
@@ -103,14 +85,17 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 		lockWait = min(lockWait, max(pace.left(), time.Millisecond))
 		var res *claimResult
 		var locked bool
-		err = s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
-			res, locked, err = s.claimTx(ctx, tx, p, lockWait)
+		var tx *bizTx
+		err := s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
+			tx, res, locked, err = s.claimTx(ctx, p, lockWait)
 			return err
 		})
 		if err == nil && res.status.owns() {
 			return tx, res, nil
 		}
-		s.rollback(ctx, tx)
+		if tx != nil {
+			s.rollback(ctx, tx)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -238,7 +223,7 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 // lease is true in lease mode: the claim was committed on its own, so it is renewed while fn
 // runs and released (token-guarded) when the work is rolled back. In transaction mode the
 // rollback itself undoes the claim.
-func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
+func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
 	start := time.Now()
 	// The handler's context ends at its timeout; renewal runs under it, so it stops there too.
 	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
@@ -271,7 +256,7 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 			giveBack(EventReleased)
 		}
 	}()
-	out, err := fn(hctx, tx)
+	out, err := fn(hctx, tx.Tx)
 	returned = true
 	late := timedOut() // decided when fn returned, not after the renewal has stopped
 	stopRenew()
@@ -294,7 +279,7 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 	}
 	if err != nil {
 		// Asked before the rollback hands the connection back to the pool, and to another request.
-		lost := s.handlerLostStore(ctx, tx, c.Operation, c.hash(), err)
+		lost := s.handlerLostStore(ctx, tx.Tx, c.Operation, c.hash(), err)
 		giveBack(EventReleased)
 		if lost != nil {
 			return nil, lost
@@ -309,21 +294,20 @@ func (s *Store) runClaimed(ctx context.Context, tx pgx.Tx, c *Claim, p *DoParams
 		giveBack(EventReleased)
 		return res, nil
 	}
-	if err := s.complete(ctx, tx, c, out, ttl(p)); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			s.rollback(ctx, tx)
-			return nil, s.leaseLost(c)
-		}
+	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, out, ttl(p))
+	switch {
+	case errors.Is(completeErr, ErrLeaseLost):
+		return nil, s.leaseLost(c)
+	case completeErr != nil:
 		giveBack(EventReleased)
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+		return nil, completeErr
+	case commitErr != nil:
 		// Release only deletes an in-flight row: if the commit did happen, the row is complete
 		// and stays.
 		if lease {
 			s.release(ctx, c, EventReleased, time.Since(start))
 		}
-		return nil, storeError(ctx, "commit", err)
+		return nil, commitErr
 	}
 	res.persisted = true
 	ran := time.Since(start)
@@ -336,12 +320,6 @@ func (s *Store) leaseLost(c *Claim) error {
 	s.log.Warn("idem: lease lost: another request took the key over while the handler ran; its work was rolled back (raise the lease or keep renewal on)",
 		"operation", c.Operation, "key_hash", c.hash())
 	return fmt.Errorf("%w (operation %s)", ErrLeaseLost, c.Operation)
-}
-
-func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
-	_ = tx.Rollback(cctx) // a failed rollback ends the connection's transaction anyway
 }
 
 // release gives c's key back after its work rolled back; kind is the event that reports it. A

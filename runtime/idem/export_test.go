@@ -41,7 +41,11 @@ func (s *Store) Claim(ctx context.Context, p *DoParams) (*ClaimResult, error) {
 }
 
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, c *Claim, o *Outcome, ttl time.Duration) error {
-	return s.complete(ctx, tx, c, o, orDefault(ttl, DefaultTTL))
+	args, err := s.completeArgs(c, o, orDefault(ttl, DefaultTTL))
+	if err != nil {
+		return err
+	}
+	return s.complete(ctx, tx, c, args)
 }
 
 func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error {

@@ -54,6 +54,19 @@ func (k *commitKiller) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.T
 }
 func (k *commitKiller) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart does the same for a batch that commits: the runtime sends the completion and
+// the COMMIT together.
+func (k *commitKiller) TraceBatchStart(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		if q.SQL == "commit" && k.armed.CompareAndSwap(true, false) {
+			terminate(k.t, c.PgConn().PID())
+		}
+	}
+	return ctx
+}
+func (k *commitKiller) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (k *commitKiller) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // TestConnectionLostDuringTheHandlerIs503 pins issue 9's third item: a database connection lost
 // inside the business transaction (SQLSTATE 57P01 from pg_terminate_backend, under the handler's
 // own statement, the complete or the commit) is answered 503 store-unavailable, as a store outage,

@@ -1,0 +1,164 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// bizTx is the business transaction a handler runs in, and how it ends. When the Store's DB is
+// a pool it can take connections from (*pgxpool.Pool), the Store holds the connection itself:
+// its begin can then travel in the same batch as a transaction-mode claim, and the completion
+// and the commit travel together, so that an idempotent request costs the round trips of the
+// same work without idempotency plus, in lease mode, the claim's one.
+type bizTx struct {
+	pgx.Tx
+	conn *pgxpool.Conn // nil when the DB is not a pool: the transaction then ends the plain way
+}
+
+// acquirer is what *pgxpool.Pool offers beyond DB.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// begin starts the business transaction; it is bounded by Config.StoreTimeout, and the
+// transaction itself then runs under ctx.
+func (s *Store) begin(ctx context.Context) (*bizTx, error) {
+	bt := &bizTx{}
+	err := s.bounded(ctx, 0, func(bctx context.Context) (err error) {
+		pool, ok := s.db.(acquirer)
+		if !ok {
+			bt.Tx, err = s.db.Begin(bctx)
+			return err
+		}
+		if bt.conn, err = pool.Acquire(bctx); err != nil {
+			return err
+		}
+		if bt.Tx, err = bt.conn.Begin(bctx); err != nil {
+			bt.conn.Release()
+			bt.conn = nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, storeError(ctx, "begin", err)
+	}
+	return bt, nil
+}
+
+// beginWith starts the business transaction and sends batch in it, in one round trip when the
+// Store holds the connection. The batch's results are read when it returns; on an error the
+// transaction may be aborted, and the caller rolls it back.
+func (s *Store) beginWith(ctx context.Context, batch func(b *pgx.Batch)) (*bizTx, error) {
+	pool, ok := s.db.(acquirer)
+	if !ok {
+		bt, err := s.begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b := &pgx.Batch{}
+		batch(b)
+		return bt, bt.SendBatch(ctx, b).Close()
+	}
+	bt := &bizTx{}
+	err := s.bounded(ctx, 0, func(bctx context.Context) (err error) {
+		bt.conn, err = pool.Acquire(bctx)
+		return err
+	})
+	if err != nil {
+		return nil, storeError(ctx, "begin", err)
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	batch(b)
+	br := bt.conn.SendBatch(ctx, b)
+	bt.Tx = br.Tx()
+	if err := br.Close(); err != nil {
+		return bt, err
+	}
+	return bt, nil
+}
+
+// rollback ends the transaction without its work, and gives its connection back. A failed
+// rollback ends the connection's transaction anyway (pgx closes the connection).
+func (s *Store) rollback(ctx context.Context, bt *bizTx) {
+	cctx, cancel := detached(ctx)
+	defer cancel()
+	_ = bt.Rollback(cctx)
+	bt.done()
+}
+
+// done hands the held connection back to the pool; a connection still in a transaction is
+// closed by the pool instead of reused.
+func (bt *bizTx) done() {
+	if bt.conn != nil {
+		bt.conn.Release()
+		bt.conn = nil
+	}
+}
+
+// commit commits the transaction (a request without a key).
+func (s *Store) commit(ctx context.Context, bt *bizTx) error {
+	defer bt.done()
+	if err := bt.Commit(ctx); err != nil {
+		return storeError(ctx, "commit", err)
+	}
+	return nil
+}
+
+// leaseLostCode is the complete statement's fence: with no row of this owner's left in flight
+// it divides by zero (sql/complete.sql), so the transaction aborts and cannot commit.
+const leaseLostCode = "22012"
+
+// completeAndCommit stores o for c in bt and commits both. When the Store holds the connection
+// the completion and the COMMIT are one batch: the completion's fence aborts the transaction if
+// the lease was lost, so the COMMIT behind it cannot commit the work without its outcome.
+// ErrLeaseLost means bt was rolled back; another error may have left it open, and committed or
+// not (a lost connection): the caller releases what it holds, as after a failed commit.
+func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl time.Duration) (completeErr, commitErr error) {
+	args, err := s.completeArgs(c, o, ttl)
+	if err != nil {
+		return err, nil
+	}
+	if bt.conn == nil {
+		if err := s.complete(ctx, bt.Tx, c, args); err != nil {
+			return err, nil
+		}
+		if err := bt.Commit(ctx); err != nil {
+			return nil, storeError(ctx, "commit", err)
+		}
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.sql.complete, args...)
+	b.Queue("commit")
+	err = bt.conn.SendBatch(ctx, b).Close()
+	if err == nil {
+		bt.done() // committed: the connection is idle again
+		return nil, nil
+	}
+	if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {
+		s.rollback(ctx, bt)
+		return lost, nil
+	}
+	// The batch failed: before the commit (the transaction is still open, or gone with its
+	// connection) or at it. Either way nothing of it may be assumed committed or reused.
+	s.rollback(ctx, bt)
+	return nil, storeError(ctx, "complete and commit", err)
+}
+
+// completeFailed classifies a failed completion: the fence's error is a lost lease.
+func (s *Store) completeFailed(ctx context.Context, c *Claim, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == leaseLostCode {
+		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
+		return ErrLeaseLost
+	}
+	s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+	return fmt.Errorf("complete: %w", err)
+}
