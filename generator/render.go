@@ -125,6 +125,7 @@ type policyData struct {
 	Fingerprint   string // quoted part names: "path:payment_id", "header:X-Tenant-Id"
 	Exclude       string // quoted JSON pointers
 	Body          bool   // the operation declares a request body, fingerprinted as sent
+	BodyTypes     string // quoted declared media types of the body
 	ReplayHeaders string // "Retry-After", "X-Rate" or ""
 }
 
@@ -183,6 +184,7 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	if err != nil {
 		return err
 	}
+	pd.BodyTypes = quoteList(mo.BodyTypes)
 	keyHeader, keyExpr, err := keySource(p, co)
 	if err != nil {
 		return err
@@ -207,6 +209,7 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	if pd.Body = len(co.Bodies) > 0; pd.Body {
 		pd.Exclude = quoteList(p.Exclude)
 	}
+
 	od.Policy = pd
 	return nil
 }

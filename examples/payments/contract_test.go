@@ -178,3 +178,30 @@ func TestRawTrailingGarbageOverTCP(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	wantProblem(t, "raw trailing garbage", response{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusBadRequest, "body-invalid")
 }
+
+// A body sent as a media type the operation does not declare (or with none) is refused 415
+// before any claim: oapi-codegen would decode it as JSON while the fingerprint would read it as
+// bytes, so trailing garbage or a repeated member would slip past the body check.
+func TestUndeclaredMediaTypeIs415(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i, ct := range []string{"text/plain", "", "application/x-www-form-urlencoded"} {
+		req := e.newRequest(create("acme", fmt.Sprintf("k-mt-%d", i), `{"amount_minor":100,"currency":"EUR"}GARBAGE`))
+		req.Header.Del("Content-Type")
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		resp, err := e.do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantProblem(t, "Content-Type "+ct, resp, http.StatusUnsupportedMediaType, "media-type-unsupported")
+	}
+	ok := e.send(create("acme", "k-mt-json", `{"amount_minor":100,"currency":"EUR"}`))
+	if ok.status != http.StatusCreated {
+		t.Fatalf("application/json: %d %s", ok.status, ok.body)
+	}
+	if n := e.keyRows(); n != 1 {
+		t.Fatalf("%d key rows; want 1 (only the JSON request claimed)", n)
+	}
+}

@@ -127,6 +127,9 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 	}
 	if bt.conn == nil {
 		if err := s.complete(ctx, bt.Tx, c, args); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				s.rollback(ctx, bt) // as in the batch path: a lost lease leaves nothing open
+			}
 			return err, nil
 		}
 		if err := bt.Commit(ctx); err != nil {

@@ -64,6 +64,9 @@ func (f *Fingerprinter) RawBody(contentType string, raw []byte, exclude ...strin
 // removes the excluded pointers, and encodes it with sorted keys, no white space and numbers in
 // one spelling.
 func canonicalJSONBody(raw []byte, exclude []string) ([]byte, error) {
+	if !utf8.Valid(raw) {
+		return nil, &BodyError{"the JSON body is not valid UTF-8 (RFC 8259 requires it)"}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	v, err := decodeStrict(dec, 0)

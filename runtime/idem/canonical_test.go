@@ -181,3 +181,11 @@ func TestFingerprintScalarPartsMatchTheGeneralEncoding(t *testing.T) {
 		}
 	}
 }
+
+func TestCanonicalJSONBodyMustBeUTF8(t *testing.T) {
+	t.Parallel()
+	var be *idem.BodyError
+	if _, err := canon(t, "application/json", "{\"x\":\"\xff\"}"); !errors.As(err, &be) {
+		t.Fatalf("a JSON body with invalid UTF-8 = %v; want a *BodyError", err)
+	}
+}

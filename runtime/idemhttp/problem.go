@@ -45,6 +45,9 @@ const (
 	// CodeHandlerTimeout: the handler ran past the operation's timeout (Policy.Timeout, by
 	// default the lease); its work was rolled back and the key released, so a retry runs anew: 503.
 	CodeHandlerTimeout = "handler-timeout"
+	// CodeMediaTypeUnsupported: the body was sent with a Content-Type the operation does not
+	// declare (or none): 415, before any claim.
+	CodeMediaTypeUnsupported = "media-type-unsupported"
 )
 
 // ProblemTypePrefix begins every problem type URI.
@@ -54,18 +57,19 @@ const ProblemTypePrefix = "urn:idemgen:problem:"
 // writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
 // type would read as two different problems.
 var problemTitles = map[string]string{
-	CodeKeyMissing:       "Idempotency key missing",
-	CodeKeyInvalid:       "Idempotency key invalid",
-	CodeKeyReused:        "Idempotency key reused with a different request",
-	CodeInProgress:       "Request with this idempotency key in progress",
-	CodeStoreUnavailable: "Idempotency store unavailable",
-	CodeBodyInvalid:      "Request body invalid",
-	CodeBodyTooLarge:     "Request body too large",
-	CodeRequestInvalid:   "Request invalid",
-	CodeNotFound:         "Not found",
-	CodeMethodNotAllowed: "Method not allowed",
-	CodeInternal:         "Internal error",
-	CodeHandlerTimeout:   "Request processing timed out",
+	CodeKeyMissing:           "Idempotency key missing",
+	CodeKeyInvalid:           "Idempotency key invalid",
+	CodeKeyReused:            "Idempotency key reused with a different request",
+	CodeInProgress:           "Request with this idempotency key in progress",
+	CodeStoreUnavailable:     "Idempotency store unavailable",
+	CodeBodyInvalid:          "Request body invalid",
+	CodeBodyTooLarge:         "Request body too large",
+	CodeRequestInvalid:       "Request invalid",
+	CodeNotFound:             "Not found",
+	CodeMethodNotAllowed:     "Method not allowed",
+	CodeInternal:             "Internal error",
+	CodeHandlerTimeout:       "Request processing timed out",
+	CodeMediaTypeUnsupported: "Media type unsupported",
 }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"path"
 	"reflect"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,6 +56,10 @@ type Policy struct {
 	Body bool
 	// NoFingerprint (x-idempotency fingerprint: false) fingerprints the route alone.
 	NoFingerprint bool
+	// BodyTypes are the media types the operation declares for its body ("application/json",
+	// "image/*"). A body sent as another one, or without a Content-Type, is answered 415 before
+	// any claim: it would be decoded as one type and fingerprinted as another.
+	BodyTypes []string
 	// ReplayHeaders are added to the default replay allow-list.
 	ReplayHeaders []string
 }
@@ -319,6 +326,9 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 	if err != nil {
 		return nil, err
 	}
+	if prob := mediaTypeProblem(ctx, p); prob != nil {
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
 	if prob := op.textProblem(p); prob != nil {
 		return &Result{Kind: ResultProblem, Problem: prob}, nil
 	}
@@ -455,4 +465,33 @@ func Record[R any](visit func(R, http.ResponseWriter) error) func(R) (*idem.Outc
 		}
 		return rec.Outcome(), nil
 	}
+}
+
+// mediaTypeProblem is the 415 media-type-unsupported problem for a body whose Content-Type the
+// operation does not declare, or nil. Only a body that was captured and is not empty is judged.
+func mediaTypeProblem(ctx context.Context, p *Policy) *Problem {
+	b, ok := BodyFromContext(ctx)
+	if len(p.BodyTypes) == 0 || !ok || len(b.Bytes) == 0 {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(b.ContentType)
+	if err == nil {
+		for _, declared := range p.BodyTypes {
+			if mediaTypeMatches(strings.ToLower(declared), mt) {
+				return nil
+			}
+		}
+	}
+	return newProblem(http.StatusUnsupportedMediaType, CodeMediaTypeUnsupported, fmt.Sprintf(
+		"this operation accepts a body of %s: send it with that Content-Type", strings.Join(p.BodyTypes, " or ")))
+}
+
+// mediaTypeMatches says whether media type mt (lower case, without parameters) is one a declared
+// media type, with OpenAPI's wildcards ("*/*", "image/*", "application/*+json"), stands for.
+func mediaTypeMatches(declared, mt string) bool {
+	if base, _, err := mime.ParseMediaType(declared); err == nil {
+		declared = base
+	}
+	ok, err := path.Match(declared, mt)
+	return declared == mt || (err == nil && ok)
 }

@@ -61,6 +61,7 @@ var policyCreatePayment = &idemhttp.Policy{
 	Fingerprint: []string{"header:X-Tenant-Id"},
 	Exclude:     []string{"/simulate_failure"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
@@ -106,6 +107,7 @@ var policyRefundPayment = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

@@ -52,6 +52,7 @@ var policyPostBlob = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/octet-stream"},
 }
 
 // policyDonate is the x-idempotency of POST /donations, with every default applied.
@@ -76,6 +77,7 @@ var policyDonate = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"query:campaign"},
 	Body:        true,
+	BodyTypes:   []string{"application/json", "application/x-www-form-urlencoded"},
 }
 
 // policyPostNote is the x-idempotency of POST /notes, with every default applied.
@@ -98,6 +100,7 @@ var policyPostNote = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"text/plain"},
 }
 
 // policyPutPledge is the x-idempotency of PUT /pledges/{pledge_id}, with every default applied.
@@ -121,6 +124,7 @@ var policyPutPledge = &idemhttp.Policy{
 	Scope:       []string{"operation", "path:pledge_id"},
 	Fingerprint: []string{"path:pledge_id"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyUpload is the x-idempotency of POST /uploads, with every default applied.
@@ -143,6 +147,7 @@ var policyUpload = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"multipart/form-data"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

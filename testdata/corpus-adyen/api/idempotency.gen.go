@@ -97,6 +97,7 @@ var policyPostApplePaySessions = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostCancels is the x-idempotency of POST /cancels, with every default applied.
@@ -119,6 +120,7 @@ var policyPostCancels = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostCardDetails is the x-idempotency of POST /cardDetails, with every default applied.
@@ -141,6 +143,7 @@ var policyPostCardDetails = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostDonationCampaigns is the x-idempotency of POST /donationCampaigns, with every default applied.
@@ -163,6 +166,7 @@ var policyPostDonationCampaigns = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostDonations is the x-idempotency of POST /donations, with every default applied.
@@ -185,6 +189,7 @@ var policyPostDonations = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostForward is the x-idempotency of POST /forward, with every default applied.
@@ -207,6 +212,7 @@ var policyPostForward = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostOrders is the x-idempotency of POST /orders, with every default applied.
@@ -229,6 +235,7 @@ var policyPostOrders = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostOrdersCancel is the x-idempotency of POST /orders/cancel, with every default applied.
@@ -251,6 +258,7 @@ var policyPostOrdersCancel = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostOriginKeys is the x-idempotency of POST /originKeys, with every default applied.
@@ -273,6 +281,7 @@ var policyPostOriginKeys = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentLinks is the x-idempotency of POST /paymentLinks, with every default applied.
@@ -295,6 +304,7 @@ var policyPostPaymentLinks = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentMethods is the x-idempotency of POST /paymentMethods, with every default applied.
@@ -317,6 +327,7 @@ var policyPostPaymentMethods = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentMethodsBalance is the x-idempotency of POST /paymentMethods/balance, with every default applied.
@@ -339,6 +350,7 @@ var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPayments is the x-idempotency of POST /payments, with every default applied.
@@ -361,6 +373,7 @@ var policyPostPayments = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentsDetails is the x-idempotency of POST /payments/details, with every default applied.
@@ -383,6 +396,7 @@ var policyPostPaymentsDetails = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentsPaymentPspReferenceAmountUpdates is the x-idempotency of POST /payments/{paymentPspReference}/amountUpdates, with every default applied.
@@ -406,6 +420,7 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentsPaymentPspReferenceCancels is the x-idempotency of POST /payments/{paymentPspReference}/cancels, with every default applied.
@@ -429,6 +444,7 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentsPaymentPspReferenceCaptures is the x-idempotency of POST /payments/{paymentPspReference}/captures, with every default applied.
@@ -452,6 +468,7 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentsPaymentPspReferenceRefunds is the x-idempotency of POST /payments/{paymentPspReference}/refunds, with every default applied.
@@ -475,6 +492,7 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaymentsPaymentPspReferenceReversals is the x-idempotency of POST /payments/{paymentPspReference}/reversals, with every default applied.
@@ -498,6 +516,7 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostPaypalUpdateOrder is the x-idempotency of POST /paypal/updateOrder, with every default applied.
@@ -520,6 +539,7 @@ var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostSessions is the x-idempotency of POST /sessions, with every default applied.
@@ -542,6 +562,7 @@ var policyPostSessions = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyPostStoredPaymentMethods is the x-idempotency of POST /storedPaymentMethods, with every default applied.
@@ -564,6 +585,7 @@ var policyPostStoredPaymentMethods = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

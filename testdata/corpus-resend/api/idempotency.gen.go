@@ -249,6 +249,7 @@ var policyEmailssend = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyEmailssendBatch is the x-idempotency of POST /emails/batch, with every default applied.
@@ -271,6 +272,7 @@ var policyEmailssendBatch = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

@@ -46,6 +46,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	},
 	ScopeTenant:   true,
 	Body:          true,
+	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Order-Version"},
 }
 
@@ -70,6 +71,7 @@ var policyUpdateOrder = &idemhttp.Policy{
 	Fingerprint:   []string{"path:order_id"},
 	Exclude:       []string{"/client_time"},
 	Body:          true,
+	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Order-Version"},
 }
 

@@ -48,6 +48,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Fingerprint: []string{"query:dry_run", "header:X-Channel"},
 	Exclude:     []string{"/client_time"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyAttachFile is the x-idempotency of POST /v1/orders/{order_id}/attachments, with every default applied.
@@ -72,6 +73,7 @@ var policyAttachFile = &idemhttp.Policy{
 	// fingerprint: false, so the fingerprint is the route alone: any request with this key
 	// replays the first outcome, while the key reused on another operation is still refused.
 	NoFingerprint: true,
+	BodyTypes:     []string{"multipart/form-data"},
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -95,6 +97,7 @@ var policyAddNote = &idemhttp.Policy{
 	// fingerprint: false, so the fingerprint is the route alone: any request with this key
 	// replays the first outcome, while the key reused on another operation is still refused.
 	NoFingerprint: true,
+	BodyTypes:     []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

@@ -46,6 +46,7 @@ var policyCheckoutCart = &idemhttp.Policy{
 	Scope:       []string{"operation", "header:X-Account-Id"},
 	Fingerprint: []string{"path:cart_id", "query:coupon", "query:dry_run", "header:X-Account-Id"},
 	Body:        true,
+	BodyTypes:   []string{"application/x-www-form-urlencoded"},
 }
 
 // policyAddLine is the x-idempotency of POST /carts/{cart_id}/lines/{line_no}, with every default applied.
@@ -69,6 +70,7 @@ var policyAddLine = &idemhttp.Policy{
 	Scope:       []string{"path:cart_id", "path:line_no"},
 	Fingerprint: []string{"path:cart_id", "path:line_no"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

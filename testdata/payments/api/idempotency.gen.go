@@ -60,6 +60,7 @@ var policyCreatePayment = &idemhttp.Policy{
 	Scope:         []string{"operation"},
 	Fingerprint:   []string{"header:X-Tenant-Id"},
 	Body:          true,
+	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Payment-Region"},
 }
 
@@ -84,6 +85,7 @@ var policyCapturePayment = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyRefundPayment is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
@@ -108,6 +110,7 @@ var policyRefundPayment = &idemhttp.Policy{
 	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 	Exclude:     []string{"/note"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

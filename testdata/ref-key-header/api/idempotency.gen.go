@@ -77,6 +77,7 @@ var policyPlaceHold = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:account_id"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyCreateTransfer is the x-idempotency of POST /transfers, with every default applied.
@@ -100,6 +101,7 @@ var policyCreateTransfer = &idemhttp.Policy{
 	ScopeTenant: true,
 	Scope:       []string{"operation"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

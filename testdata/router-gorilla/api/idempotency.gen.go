@@ -61,6 +61,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	ScopeTenant:   true,
 	Scope:         []string{"operation"},
 	Body:          true,
+	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Order-Region"},
 }
 
@@ -85,6 +86,7 @@ var policyAddNote = &idemhttp.Policy{
 	Scope:       []string{"operation"},
 	Fingerprint: []string{"path:order_id"},
 	Body:        true,
+	BodyTypes:   []string{"application/json"},
 }
 
 // policyShipOrder is the x-idempotency of POST /v1/orders/{order_id}/ship, with every default applied.
