@@ -16,7 +16,7 @@ func TestClaimOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, nil, nil)
-	s, sch := e.store, e.sch
+	s, sch := e.Store, e.Sch
 	p := &idem.ClaimParams{Scope: "s", Key: "k1", Operation: "op", Fingerprint: "fp1", Lease: time.Second, TTL: time.Hour}
 
 	r, err := s.Claim(ctx, p)
@@ -68,30 +68,30 @@ func TestRequestPathStatementsNameTheTenant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
-	res, err := e.store.Claim(ctx, &idem.ClaimParams{Tenant: "acme", Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"})
+	res, err := e.Store.Claim(ctx, &idem.ClaimParams{Tenant: "acme", Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"})
 	if err != nil || res.Status != idem.ClaimAcquired {
 		t.Fatalf("claim = %+v, %v", res, err)
 	}
 	wrong := *res.Claim
 	wrong.Tenant = "globex"
 
-	err = pgx.BeginFunc(ctx, e.sch.Pool, func(tx pgx.Tx) error {
-		return e.store.CompleteTx(ctx, tx, &wrong, &idem.Outcome{Status: 201}, 0)
+	err = pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
+		return e.Store.CompleteTx(ctx, tx, &wrong, &idem.Outcome{Status: 201}, 0)
 	})
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("complete under another tenant: %v; want ErrLeaseLost", err)
 	}
-	if err := e.store.Release(ctx, &wrong); err != nil {
+	if err := e.Store.Release(ctx, &wrong); err != nil {
 		t.Fatalf("release under another tenant: %v", err)
 	}
 	var state, tenant string
-	err = e.sch.Pool.QueryRow(ctx, "SELECT state, tenant FROM "+pgx.Identifier{e.sch.Name, e.sch.Table}.Sanitize()+" WHERE key = 'k'").Scan(&state, &tenant)
+	err = e.Sch.Pool.QueryRow(ctx, "SELECT state, tenant FROM "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" WHERE key = 'k'").Scan(&state, &tenant)
 	if err != nil || state != "in_flight" || tenant != "acme" {
 		t.Fatalf("row after a wrong-tenant complete and release: state %q tenant %q, %v; want acme's in-flight row untouched", state, tenant, err)
 	}
 	// The right tenant completes it.
-	err = pgx.BeginFunc(ctx, e.sch.Pool, func(tx pgx.Tx) error {
-		return e.store.CompleteTx(ctx, tx, res.Claim, &idem.Outcome{Status: 201}, 0)
+	err = pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
+		return e.Store.CompleteTx(ctx, tx, res.Claim, &idem.Outcome{Status: 201}, 0)
 	})
 	if err != nil {
 		t.Fatalf("complete under the claim's own tenant: %v", err)

@@ -38,14 +38,14 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 		t.Run(firstFinishes, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, nil, nil)
-			idem.DisableRenewal(e.store) // let the first holder's lease run out while it works
+			idem.DisableRenewal(e.Store) // let the first holder's lease run out while it works
 			// The timeout lets the handler outlive its lease (by default the timeout is the lease).
 			p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second, Timeout: time.Minute}
 
 			inserted, releaseFirst := make(chan struct{}), make(chan struct{})
 			firstErr := make(chan error, 1)
 			go func() {
-				_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				_, err := e.Store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 					out, err := pay(1, "first")(ctx, tx)
 					close(inserted)
 					<-releaseFirst // outlive the lease
@@ -55,7 +55,7 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 			}()
 			<-inserted
 
-			if r, err := e.store.Do(context.Background(), p, pay(2, "second")); !errors.Is(err, idem.ErrInProgress) {
+			if r, err := e.Store.Do(context.Background(), p, pay(2, "second")); !errors.Is(err, idem.ErrInProgress) {
 				t.Fatalf("duplicate within the lease = %+v, %v; want ErrInProgress", r, err)
 			}
 			time.Sleep(1100 * time.Millisecond)
@@ -71,7 +71,7 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 				}
 				return pay(2, "second")(ctx, tx)
 			}
-			r, err := e.store.Do(context.Background(), p, second)
+			r, err := e.Store.Do(context.Background(), p, second)
 			if err != nil || r.Replayed || string(r.Outcome.Body) != "second" || attempt != 2 {
 				t.Fatalf("request after the lease ran out = %+v, %v (attempt %d); want a takeover that executes", r, err, attempt)
 			}
@@ -81,13 +81,13 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 					t.Fatalf("first holder's completion = %v; want ErrLeaseLost", err)
 				}
 			}
-			if n := e.payments(); n != 1 {
+			if n := e.Payments(); n != 1 {
 				t.Fatalf("%d payments; want exactly one (the first holder's must roll back)", n)
 			}
-			if n := e.count("SELECT count(*) FROM payments WHERE amount = 2"); n != 1 {
+			if n := e.Count("SELECT count(*) FROM payments WHERE amount = 2"); n != 1 {
 				t.Fatalf("the surviving payment is not the second request's")
 			}
-			r, err = e.store.Do(context.Background(), p, pay(3, "third"))
+			r, err = e.Store.Do(context.Background(), p, pay(3, "third"))
 			if err != nil || !r.Replayed || string(r.Outcome.Body) != "second" {
 				t.Fatalf("replay = %+v, %v; want the second request's outcome", r, err)
 			}
@@ -103,7 +103,7 @@ func TestRenewalKeepsALongHandlerOwner(t *testing.T) {
 	started := make(chan struct{})
 	firstErr := make(chan error, 1)
 	go func() {
-		_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := e.Store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
 			time.Sleep(2500 * time.Millisecond) // 2.5 leases
 			return pay(1, "done")(ctx, tx)
@@ -112,13 +112,13 @@ func TestRenewalKeepsALongHandlerOwner(t *testing.T) {
 	}()
 	<-started
 	time.Sleep(1600 * time.Millisecond) // past the first lease: only renewal keeps the key
-	if _, err := e.store.Do(context.Background(), p, pay(2, "dup")); !errors.Is(err, idem.ErrInProgress) {
+	if _, err := e.Store.Do(context.Background(), p, pay(2, "dup")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("duplicate after one lease = %v; want ErrInProgress (the holder renews)", err)
 	}
 	if err := <-firstErr; err != nil {
 		t.Fatalf("long handler: %v", err)
 	}
-	if n := e.payments(); n != 1 {
+	if n := e.Payments(); n != 1 {
 		t.Fatalf("%d payments; want 1", n)
 	}
 }
@@ -129,17 +129,17 @@ func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
 	ctx := context.Background()
 	scope := "0:" // the scope idemhttp.Serve renders for no tenant and no scope parts
 	// A crash: claimed, never completed nor released.
-	cr, err := e.store.Claim(ctx, &idem.ClaimParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second})
+	cr, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second})
 	if err != nil || cr.Status != idem.ClaimAcquired {
 		t.Fatalf("claim = %+v, %v", cr, err)
 	}
 	p := &idem.DoParams{Scope: scope, Key: "crash", Operation: "op", Fingerprint: "fp", Lease: time.Second}
-	_, err = e.store.Do(ctx, p, pay(1, "x"))
+	_, err = e.Store.Do(ctx, p, pay(1, "x"))
 	var inProgress *idem.InProgressError
 	if !errors.Is(err, idem.ErrInProgress) || !errors.As(err, &inProgress) || inProgress.RetryAfter != time.Second {
 		t.Fatalf("during the dead holder's lease = %v; want ErrInProgress, retry after 1s", err)
 	}
-	r, err := idemhttp.Serve(ctx, e.store, policy(), &idemhttp.Request{KeyValues: []string{"crash"}, Fingerprint: "fp"}, insertPayment(1))
+	r, err := idemhttp.Serve(ctx, e.Store, policy(), &idemhttp.Request{KeyValues: []string{"crash"}, Fingerprint: "fp"}, insertPayment(1))
 	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeInProgress || r.Problem.RetryAfter != time.Second {
 		t.Fatalf("Serve during the lease = %+v, %v", r, err)
 	}
@@ -147,26 +147,26 @@ func TestAbandonedClaimIsTakenOverAfterItsLease(t *testing.T) {
 	// A different request may not inherit the dead holder's key, lease or not.
 	other := *p
 	other.Fingerprint = "other"
-	if _, err := e.store.Do(ctx, &other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
+	if _, err := e.Store.Do(ctx, &other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
 		t.Fatalf("different request after the lease = %v; want ErrFingerprintMismatch", err)
 	}
-	res, err := e.store.Do(ctx, p, pay(1, "after"))
+	res, err := e.Store.Do(ctx, p, pay(1, "after"))
 	if err != nil || res.Replayed || string(res.Outcome.Body) != "after" {
 		t.Fatalf("after the lease = %+v, %v; want executed", res, err)
 	}
 	// The dead holder's token no longer fences anything.
-	tx, _ := e.sch.Pool.Begin(ctx)
+	tx, _ := e.Sch.Pool.Begin(ctx)
 	defer tx.Rollback(ctx)
-	if err := e.store.CompleteTx(ctx, tx, cr.Claim, &idem.Outcome{Status: 200}, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := e.Store.CompleteTx(ctx, tx, cr.Claim, &idem.Outcome{Status: 200}, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("dead holder completes = %v; want ErrLeaseLost", err)
 	}
-	if err := e.store.Renew(ctx, cr.Claim, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := e.Store.Renew(ctx, cr.Claim, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("dead holder renews = %v; want ErrLeaseLost", err)
 	}
-	if err := e.store.Release(ctx, cr.Claim); err != nil || e.keys() != 1 {
-		t.Fatalf("dead holder's release = %v and left %d rows; want the new owner's row kept", err, e.keys())
+	if err := e.Store.Release(ctx, cr.Claim); err != nil || e.Keys() != 1 {
+		t.Fatalf("dead holder's release = %v and left %d rows; want the new owner's row kept", err, e.Keys())
 	}
-	if n := e.payments(); n != 1 {
+	if n := e.Payments(); n != 1 {
 		t.Fatalf("%d payments; want 1", n)
 	}
 }
@@ -176,17 +176,17 @@ func TestExpiredKeyExecutesAnew(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
 	p := &idem.DoParams{Scope: "s", Key: "short", Operation: "op", Fingerprint: "fp", TTL: 300 * time.Millisecond}
-	if r, err := e.store.Do(ctx, p, pay(1, "one")); err != nil || r.Replayed {
+	if r, err := e.Store.Do(ctx, p, pay(1, "one")); err != nil || r.Replayed {
 		t.Fatalf("first = %+v, %v", r, err)
 	}
-	if r, err := e.store.Do(ctx, p, pay(1, "two")); err != nil || !r.Replayed {
+	if r, err := e.Store.Do(ctx, p, pay(1, "two")); err != nil || !r.Replayed {
 		t.Fatalf("within the TTL = %+v, %v; want a replay", r, err)
 	}
 	time.Sleep(400 * time.Millisecond)
 	other := *p
 	other.Fingerprint = "another request entirely" // an expired key is a new key
 	var attempt int
-	r, err := e.store.Do(ctx, &other, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	r, err := e.Store.Do(ctx, &other, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		c, _ := idem.ClaimFromContext(ctx)
 		attempt = c.Attempt
 		return pay(2, "three")(ctx, tx)
@@ -194,7 +194,7 @@ func TestExpiredKeyExecutesAnew(t *testing.T) {
 	if err != nil || r.Replayed || string(r.Outcome.Body) != "three" || attempt != 1 {
 		t.Fatalf("after the TTL = %+v, %v (attempt %d); want a fresh execution", r, err, attempt)
 	}
-	if n := e.payments(); n != 2 {
+	if n := e.Payments(); n != 2 {
 		t.Fatalf("%d payments; want 2", n)
 	}
 }
@@ -205,17 +205,17 @@ func TestDoErrorsAndTransactionMode(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("downstream refused")
 	p := &idem.DoParams{Scope: "queue", Key: "msg-1", Operation: "consume", Fingerprint: "fp"}
-	if _, err := e.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	if _, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		pay(1, "")(ctx, tx)
 		return nil, boom
 	}); !errors.Is(err, boom) {
 		t.Fatalf("Do = %v; want fn's error", err)
 	}
-	if e.keys() != 0 || e.payments() != 0 {
-		t.Fatalf("after an error: %d keys, %d payments; want 0 and 0", e.keys(), e.payments())
+	if e.Keys() != 0 || e.Payments() != 0 {
+		t.Fatalf("after an error: %d keys, %d payments; want 0 and 0", e.Keys(), e.Payments())
 	}
 	// Side effects only: a nil outcome is fine.
-	if r, err := e.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	if r, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		_, err := pay(1, "")(ctx, tx)
 		return nil, err
 	}); err != nil || r.Replayed {
@@ -223,20 +223,20 @@ func TestDoErrorsAndTransactionMode(t *testing.T) {
 	}
 	mismatch := *p
 	mismatch.Fingerprint = "other"
-	if _, err := e.store.Do(ctx, &mismatch, pay(1, "")); !errors.Is(err, idem.ErrKeyReused) {
+	if _, err := e.Store.Do(ctx, &mismatch, pay(1, "")); !errors.Is(err, idem.ErrKeyReused) {
 		t.Fatalf("other fingerprint = %v; want ErrFingerprintMismatch", err)
 	}
 	tp := &idem.DoParams{Scope: "queue", Key: "msg-2", Operation: "consume", Fingerprint: "fp", Claim: idem.ClaimTransaction}
 	for i, want := range []bool{false, true} {
-		r, err := e.store.Do(ctx, tp, pay(1, "tx"))
+		r, err := e.Store.Do(ctx, tp, pay(1, "tx"))
 		if err != nil || r.Replayed != want || string(r.Outcome.Body) != "tx" {
 			t.Fatalf("transaction-mode call %d = %+v, %v; want replayed=%v", i, r, err, want)
 		}
 	}
-	if n := e.payments(); n != 2 {
+	if n := e.Payments(); n != 2 {
 		t.Fatalf("%d payments; want 2", n)
 	}
-	if _, err := e.store.Do(ctx, &idem.DoParams{}, pay(1, "")); err == nil {
+	if _, err := e.Store.Do(ctx, &idem.DoParams{}, pay(1, "")); err == nil {
 		t.Fatal("Do without a key did not fail")
 	}
 }
@@ -294,12 +294,12 @@ func TestSlowStoreFailsClosed(t *testing.T) {
 	e := newEnv(t, &idem.Config{StoreTimeout: 300 * time.Millisecond}, nil)
 	ctx := context.Background()
 	// A migration (or anything else) holding the key table: the claim cannot proceed.
-	blocker, err := e.sch.Pool.Begin(ctx)
+	blocker, err := e.Sch.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocker.Rollback(ctx)
-	if _, err := blocker.Exec(ctx, "LOCK TABLE "+e.store.Table()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+	if _, err := blocker.Exec(ctx, "LOCK TABLE "+e.Store.Table()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
 	ran := false
@@ -308,14 +308,14 @@ func TestSlowStoreFailsClosed(t *testing.T) {
 	// time taken, shows which bound fired.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r, err := idemhttp.Serve(ctx, e.store, policy(), request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	r, err := idemhttp.Serve(ctx, e.Store, policy(), request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		ran = true
 		return &idem.Outcome{Status: 200}, nil
 	})
 	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeStoreUnavailable || ran {
 		t.Fatalf("Serve against a blocked store = %+v, %v (ran %v); want 503 store-unavailable", r, err, ran)
 	}
-	if _, err := e.store.Do(ctx, &idem.DoParams{Key: "k"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+	if _, err := e.Store.Do(ctx, &idem.DoParams{Key: "k"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
 		ran = true
 		return nil, nil
 	}); !errors.Is(err, idem.ErrStoreUnavailable) || ran {
@@ -402,10 +402,10 @@ func TestLogsAndEventsNeverCarryTheRawKey(t *testing.T) {
 	}, nil)
 	ctx := context.Background()
 	key := "secret-key-4f1c9a"
-	idemhttp.Serve(ctx, e.store, policy(), request(key, "fp"), insertPayment(1))
-	idemhttp.Serve(ctx, e.store, policy(), request(key, "fp"), insertPayment(1))
-	idemhttp.Serve(ctx, e.store, policy(), request(key, "other"), insertPayment(1))
-	idemhttp.Serve(ctx, e.store, policy(), request(key+"-2", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	idemhttp.Serve(ctx, e.Store, policy(), request(key, "fp"), insertPayment(1))
+	idemhttp.Serve(ctx, e.Store, policy(), request(key, "fp"), insertPayment(1))
+	idemhttp.Serve(ctx, e.Store, policy(), request(key, "other"), insertPayment(1))
+	idemhttp.Serve(ctx, e.Store, policy(), request(key+"-2", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		return nil, errors.New("fail")
 	})
 	logs := buf.String()
@@ -439,7 +439,7 @@ func TestCallerGivingUpIsNotAStoreError(t *testing.T) {
 	}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := e.store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"})
+	_, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"})
 	if err == nil {
 		t.Fatal("a claim with a cancelled context succeeded")
 	}
@@ -449,8 +449,8 @@ func TestCallerGivingUpIsNotAStoreError(t *testing.T) {
 		}
 	}
 	// The same failure with a live context (the store really is gone) is counted.
-	e.sch.Pool.Close()
-	if _, err := e.store.Claim(context.Background(), &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"}); err == nil {
+	e.Sch.Pool.Close()
+	if _, err := e.Store.Claim(context.Background(), &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"}); err == nil {
 		t.Fatal("a claim on a closed pool succeeded")
 	}
 	if n := len(events); n == 0 || events[n-1].Kind != idem.EventStoreError {

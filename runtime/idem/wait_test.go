@@ -39,12 +39,12 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 			t.Run(mode.String()+", the first "+first, func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t, nil, nil)
-				idem.SetFallbackPoll(e.store, time.Hour)
+				idem.SetFallbackPoll(e.Store, time.Hour)
 				p := &idem.DoParams{Key: "k", Operation: "charge", Fingerprint: "fp", Claim: mode, Wait: 30 * time.Second}
 				entered, finish := make(chan struct{}), make(chan struct{})
 				firstDone := make(chan error, 1)
 				go func() {
-					_, err := e.store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					_, err := e.Store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 						close(entered)
 						<-finish
 						if first == "fails" {
@@ -55,7 +55,7 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 					firstDone <- err
 				}()
 				<-entered
-				if idem.Listening(e.store) {
+				if idem.Listening(e.Store) {
 					t.Fatal("a request that found its key free opened the listening connection; only a waiting duplicate needs it")
 				}
 				type result struct {
@@ -66,13 +66,13 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 				go func() {
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
-					r, err := e.store.Do(ctx, p, pay(2, "duplicate"))
+					r, err := e.Store.Do(ctx, p, pay(2, "duplicate"))
 					dup <- result{r, err}
 				}()
 				// The duplicate's subscription opens the listener. Once the duplicate sleeps with
 				// nothing new since its last claim, only a notification (or its hour-long poll) can
 				// wake it.
-				waitFor(t, 10*time.Second, "the duplicate never slept waiting for a notification", func() bool { return idem.Asleep(e.store) == 1 })
+				waitFor(t, 10*time.Second, "the duplicate never slept waiting for a notification", func() bool { return idem.Asleep(e.Store) == 1 })
 				close(finish)
 				<-firstDone
 				d := <-dup
@@ -186,8 +186,8 @@ func TestDuplicateStormWithWait(t *testing.T) {
 			t.Parallel()
 			claims := &claimCounter{}
 			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 8, Tracer: claims})
-			claims.sql.Store(idem.ClaimSQL(e.store))
-			e.warm(8)
+			claims.sql.Store(idem.ClaimSQL(e.Store))
+			e.Warm(8)
 			p := policy()
 			p.Claim = mode
 			p.Wait = 20 * time.Second
@@ -214,14 +214,14 @@ func TestDuplicateStormWithWait(t *testing.T) {
 					defer wg.Done()
 					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 					defer cancel()
-					results[i], errs[i] = idemhttp.Serve(ctx, e.store, p, request("storm", "fp"), fn)
+					results[i], errs[i] = idemhttp.Serve(ctx, e.Store, p, request("storm", "fp"), fn)
 				}()
 			}
 			<-started
 			waitFor(t, 30*time.Second, "not every duplicate got to claim while the first was in flight (do waiting duplicates hold the pool's connections?)", func() bool {
 				return claims.n.Load() >= n
 			})
-			other, err := idemhttp.Serve(context.Background(), e.store, p, request("other", "fp"), insertPayment(2))
+			other, err := idemhttp.Serve(context.Background(), e.Store, p, request("other", "fp"), insertPayment(2))
 			if err != nil || other.Kind != idemhttp.ResultExecuted {
 				t.Errorf("a request for another key while %d duplicates wait = %+v, %v; want executed (the waiters exhaust the pool?)", n-1, other, err)
 			}
@@ -243,7 +243,7 @@ func TestDuplicateStormWithWait(t *testing.T) {
 			if calls.Load() != 1 || kinds["executed"] != 1 || kinds["replayed"] != n-1 {
 				t.Fatalf("handler ran %d times; results %v; want one execution and %d replays", calls.Load(), kinds, n-1)
 			}
-			if got := e.count("SELECT count(*) FROM payments WHERE key = 'storm'"); got != 1 {
+			if got := e.Count("SELECT count(*) FROM payments WHERE key = 'storm'"); got != 1 {
 				t.Fatalf("%d business rows for the key; want 1", got)
 			}
 			t.Logf("%d claim statements for %d requests", claims.n.Load(), n)
@@ -260,17 +260,17 @@ func TestRetryAfterIsHonest(t *testing.T) {
 	ctx := context.Background()
 	inFlight := func(op, key string, ranFor time.Duration) {
 		t.Helper()
-		r, err := e.store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: key, Operation: op, Fingerprint: "fp", Lease: time.Minute})
+		r, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: key, Operation: op, Fingerprint: "fp", Lease: time.Minute})
 		if err != nil || r.Status != idem.ClaimAcquired {
 			t.Fatalf("claim %s = %+v, %v", key, r, err)
 		}
-		if _, err := e.sch.Pool.Exec(ctx, "UPDATE "+e.store.Table()+" SET created_at = created_at - $2::bigint * interval '1 millisecond' WHERE key = $1", key, ranFor.Milliseconds()); err != nil {
+		if _, err := e.Sch.Pool.Exec(ctx, "UPDATE "+e.Store.Table()+" SET created_at = created_at - $2::bigint * interval '1 millisecond' WHERE key = $1", key, ranFor.Milliseconds()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	retryAfter := func(op, key string) time.Duration {
 		t.Helper()
-		_, err := e.store.Do(ctx, &idem.DoParams{Scope: "s", Key: key, Operation: op, Fingerprint: "fp", Lease: time.Minute}, pay(1, "x"))
+		_, err := e.Store.Do(ctx, &idem.DoParams{Scope: "s", Key: key, Operation: op, Fingerprint: "fp", Lease: time.Minute}, pay(1, "x"))
 		var busy *idem.InProgressError
 		if !errors.As(err, &busy) {
 			t.Fatalf("duplicate of %s = %v; want in progress", key, err)
@@ -279,12 +279,12 @@ func TestRetryAfterIsHonest(t *testing.T) {
 	}
 	// An operation that has run quickly: come back in a second, not in a minute.
 	for i := range 5 {
-		if _, err := e.store.Do(ctx, &idem.DoParams{Scope: "s", Key: fmt.Sprintf("quick-%d", i), Operation: "quick", Fingerprint: "fp", Lease: time.Minute}, pay(1, "q")); err != nil {
+		if _, err := e.Store.Do(ctx, &idem.DoParams{Scope: "s", Key: fmt.Sprintf("quick-%d", i), Operation: "quick", Fingerprint: "fp", Lease: time.Minute}, pay(1, "q")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	idem.ObserveHandlerTime(e.store, "ten-seconds", 10*time.Second) // expected: 10s + 4 × 5s = 30s
-	idem.ObserveHandlerTime(e.store, "slow", 10*time.Minute)
+	idem.ObserveHandlerTime(e.Store, "ten-seconds", 10*time.Second) // expected: 10s + 4 × 5s = 30s
+	idem.ObserveHandlerTime(e.Store, "slow", 10*time.Minute)
 	for _, c := range []struct {
 		name, op string
 		ranFor   time.Duration

@@ -99,7 +99,7 @@ func TestConnectionLostDuringTheHandlerIs503(t *testing.T) {
 			p := policy()
 			p.Claim = mode
 			key := c.name + " " + mode.String()
-			r, err := idemhttp.Serve(ctx, e.store, p, request(key, "fp"), c.fn)
+			r, err := idemhttp.Serve(ctx, e.Store, p, request(key, "fp"), c.fn)
 			if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeStoreUnavailable {
 				t.Errorf("%s lost (%s): Serve = %+v, %v; want the 503 store-unavailable problem", c.name, mode, r, err)
 				continue
@@ -107,21 +107,21 @@ func TestConnectionLostDuringTheHandlerIs503(t *testing.T) {
 			if w := written(t, r); w.Code != 503 || w.Header().Get("Retry-After") != "2" {
 				t.Errorf("%s lost (%s): answered %d, Retry-After %q; want 503 with Config.UnavailableRetryAfter", c.name, mode, w.Code, w.Header().Get("Retry-After"))
 			}
-			if n := e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = $1", key); n != 0 {
+			if n := e.Count("SELECT count(*) FROM "+e.Store.Table()+" WHERE key = $1", key); n != 0 {
 				t.Errorf("%s lost (%s): the key row is still there; want it released", c.name, mode)
 			}
-			if r, err := idemhttp.Serve(ctx, e.store, p, request(key, "fp"), insertPayment(2)); err != nil || r.Kind != idemhttp.ResultExecuted {
+			if r, err := idemhttp.Serve(ctx, e.Store, p, request(key, "fp"), insertPayment(2)); err != nil || r.Kind != idemhttp.ResultExecuted {
 				t.Errorf("%s lost (%s): the retry = %+v, %v; want executed", c.name, mode, r, err)
 			}
 		}
 	}
-	if n := e.count("SELECT count(*) FROM payments WHERE amount = 1"); n != 0 {
+	if n := e.Count("SELECT count(*) FROM payments WHERE amount = 1"); n != 0 {
 		t.Errorf("%d payments of the failed requests survived; want none", n)
 	}
 
 	// Do says the same: ErrStoreUnavailable, still wrapping the handler's error.
 	var handlerErr error
-	_, err := e.store.Do(ctx, &idem.DoParams{Key: "do", Operation: "op", Fingerprint: "fp"}, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	_, err := e.Store.Do(ctx, &idem.DoParams{Key: "do", Operation: "op", Fingerprint: "fp"}, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		terminate(t, pid(tx))
 		_, handlerErr = tx.Exec(ctx, "SELECT 1")
 		return nil, handlerErr
@@ -131,7 +131,7 @@ func TestConnectionLostDuringTheHandlerIs503(t *testing.T) {
 	}
 	// An error of the handler's own that is not about the store stays the handler's.
 	boom := errors.New("card declined")
-	if _, err := e.store.Do(ctx, &idem.DoParams{Key: "do2", Operation: "op", Fingerprint: "fp"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+	if _, err := e.Store.Do(ctx, &idem.DoParams{Key: "do2", Operation: "op", Fingerprint: "fp"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
 		return nil, boom
 	}); err != boom {
 		t.Fatalf("Do with fn's own error = %v; want it as it is", err)

@@ -15,17 +15,17 @@ func TestCheckPolicies(t *testing.T) {
 	e := newEnv(t, nil, nil) // no Config.Tenant
 	tenantScoped := policy()
 	tenantScoped.ScopeTenant = true
-	if err := idemhttp.Check(e.store, policy(), tenantScoped); err == nil ||
+	if err := idemhttp.Check(e.Store, policy(), tenantScoped); err == nil ||
 		!strings.Contains(err.Error(), "POST /v1/payments (createPayment): the scope includes the tenant, but Config.Tenant is nil") ||
 		!strings.Contains(err.Error(), "&idem.Config{Tenant: func(ctx context.Context) (string, error)") ||
 		!strings.Contains(err.Error(), "x-idempotency: {scope: [operation]}") {
 		t.Fatalf("tenant scope without Config.Tenant: %v", err)
 	}
-	if err := idemhttp.Check(e.store, policy()); err != nil {
+	if err := idemhttp.Check(e.Store, policy()); err != nil {
 		t.Fatalf("a valid policy: %v", err)
 	}
 
-	withTenant, err := idem.NewStore(e.sch.Pool, &idem.Config{Schema: e.sch.Name,
+	withTenant, err := idem.NewStore(e.Sch.Pool, &idem.Config{Schema: e.Sch.Name,
 		Tenant: func(context.Context) (string, error) { return "t", nil }})
 	if err != nil {
 		t.Fatal(err)

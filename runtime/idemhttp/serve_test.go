@@ -56,7 +56,7 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 		t.Run(map[idem.ClaimMode]string{idem.ClaimLease: "lease", idem.ClaimTransaction: "transaction"}[mode], func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 70})
-			e.warm(66)
+			e.Warm(66)
 			p := policy()
 			p.Claim = mode
 			if mode == idem.ClaimTransaction {
@@ -72,7 +72,7 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 				return insertPayment(100)(ctx, tx)
 			}
 			res := concurrent(t, 64, func() (*idemhttp.Result, error) {
-				return idemhttp.Serve(context.Background(), e.store, p, request("pay-64", "fp"), fn)
+				return idemhttp.Serve(context.Background(), e.Store, p, request("pay-64", "fp"), fn)
 			})
 			byKind := map[string]int{}
 			var executed *idemhttp.Result
@@ -83,8 +83,8 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 				}
 			}
 			t.Logf("results: %v", byKind)
-			if calls != 1 || byKind["executed"] != 1 || e.payments() != 1 {
-				t.Fatalf("business function ran %d times, results %v, %d payment rows; want exactly one of each", calls, byKind, e.payments())
+			if calls != 1 || byKind["executed"] != 1 || e.Payments() != 1 {
+				t.Fatalf("business function ran %d times, results %v, %d payment rows; want exactly one of each", calls, byKind, e.Payments())
 			}
 			if byKind["replayed"]+byKind["problem in-progress"] != 63 {
 				t.Fatalf("results %v; every other caller must get a replay or in-progress", byKind)
@@ -97,7 +97,7 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 					t.Fatalf("replayed %q; want the first answer %q", r.Outcome.Body, executed.Outcome.Body)
 				}
 			}
-			after, err := idemhttp.Serve(context.Background(), e.store, p, request("pay-64", "fp"), fn)
+			after, err := idemhttp.Serve(context.Background(), e.Store, p, request("pay-64", "fp"), fn)
 			if err != nil || after.Kind != idemhttp.ResultReplayed || calls != 1 {
 				t.Fatalf("request after all finished = %v, %v (calls %d); want a replay", after, err, calls)
 			}
@@ -112,7 +112,7 @@ func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
 	entered, finish := make(chan struct{}), make(chan struct{})
 	first := make(chan *idemhttp.Result, 1)
 	go func() {
-		r, err := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-A"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, err := idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp-A"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
 			<-finish
 			return insertPayment(1)(ctx, tx)
@@ -124,16 +124,16 @@ func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
 	}()
 	<-entered
 
-	r, err := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-B"), insertPayment(2))
+	r, err := idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp-B"), insertPayment(2))
 	if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeKeyReused || r.Problem.Status != 422 {
 		t.Fatalf("different request while the first is in flight = %+v, %v; want 422 key-reused", r, err)
 	}
 	p409 := policy()
 	p409.MismatchStatus = 409
-	if r, _ := idemhttp.Serve(context.Background(), e.store, p409, request("k", "fp-B"), insertPayment(2)); r.Problem == nil || r.Problem.Status != 409 || r.Problem.Code != idemhttp.CodeKeyReused {
+	if r, _ := idemhttp.Serve(context.Background(), e.Store, p409, request("k", "fp-B"), insertPayment(2)); r.Problem == nil || r.Problem.Status != 409 || r.Problem.Code != idemhttp.CodeKeyReused {
 		t.Fatalf("mismatchStatus 409 gave %+v", r)
 	}
-	r, err = idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-A"), insertPayment(1))
+	r, err = idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp-A"), insertPayment(1))
 	if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeInProgress {
 		t.Fatalf("same request while in flight = %+v, %v; want in-progress", r, err)
 	}
@@ -148,11 +148,11 @@ func TestMismatchIsCheckedBeforeInProgress(t *testing.T) {
 	if r := <-first; r == nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("first request = %+v", r)
 	}
-	r, _ = idemhttp.Serve(context.Background(), e.store, p, request("k", "fp-B"), insertPayment(2))
+	r, _ = idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp-B"), insertPayment(2))
 	if r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeKeyReused {
 		t.Fatalf("different request after completion = %s; want key-reused", kindName(r))
 	}
-	if n := e.payments(); n != 1 {
+	if n := e.Payments(); n != 1 {
 		t.Fatalf("%d payments; want 1", n)
 	}
 }
@@ -165,7 +165,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 
 	check := func(name string, wantKeys, wantPayments int) {
 		t.Helper()
-		if k, p := e.keys(), e.payments(); k != wantKeys || p != wantPayments {
+		if k, p := e.Keys(), e.Payments(); k != wantKeys || p != wantPayments {
 			t.Fatalf("%s: %d key rows and %d payments; want %d and %d", name, k, p, wantKeys, wantPayments)
 		}
 	}
@@ -179,12 +179,12 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	}
 
 	// A Go error: rolled back, released, returned as it is.
-	_, err := idemhttp.Serve(ctx, e.store, policy(), request("k1", "fp"), failing(boom, nil))
+	_, err := idemhttp.Serve(ctx, e.Store, policy(), request("k1", "fp"), failing(boom, nil))
 	if !errors.Is(err, boom) {
 		t.Fatalf("Serve returned %v; want the handler's error", err)
 	}
 	check("after a handler error", 0, 0)
-	if r, err := idemhttp.Serve(ctx, e.store, policy(), request("k1", "fp"), insertPayment(1)); err != nil || r.Kind != idemhttp.ResultExecuted {
+	if r, err := idemhttp.Serve(ctx, e.Store, policy(), request("k1", "fp"), insertPayment(1)); err != nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("retry after an error = %+v, %v; want executed", r, err)
 	}
 	check("after the retry", 1, 1)
@@ -195,7 +195,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 		p.Persist = idem.Statuses("2xx", "4xx") // never 408/425/429, even inside a listed class
 		key := "k-status-" + strconv.Itoa(status)
 		for range 2 {
-			r, err := idemhttp.Serve(ctx, e.store, p, request(key, "fp"), failing(nil, &idem.Outcome{Status: status, Body: []byte("try later")}))
+			r, err := idemhttp.Serve(ctx, e.Store, p, request(key, "fp"), failing(nil, &idem.Outcome{Status: status, Body: []byte("try later")}))
 			if err != nil || r.Kind != idemhttp.ResultExecuted || r.Persisted || r.Outcome.Status != status {
 				t.Fatalf("status %d = %+v, %v; want executed, not persisted (every time)", status, r, err)
 			}
@@ -205,11 +205,11 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	// A listed 4xx is stored and replayed.
 	p := policy()
 	p.Persist = idem.Statuses("2xx", "409")
-	r, _ := idemhttp.Serve(ctx, e.store, p, request("k409", "fp"), failing(nil, &idem.Outcome{Status: 409, Body: []byte("conflict")}))
+	r, _ := idemhttp.Serve(ctx, e.Store, p, request("k409", "fp"), failing(nil, &idem.Outcome{Status: 409, Body: []byte("conflict")}))
 	if !r.Persisted {
 		t.Fatal("a listed 409 was not persisted")
 	}
-	r, _ = idemhttp.Serve(ctx, e.store, p, request("k409", "fp"), insertPayment(1))
+	r, _ = idemhttp.Serve(ctx, e.Store, p, request("k409", "fp"), insertPayment(1))
 	if r.Kind != idemhttp.ResultReplayed || r.Outcome.Status != 409 {
 		t.Fatalf("replay of a stored 409 = %+v", r)
 	}
@@ -219,12 +219,12 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 	// the whole answer; the key keeps status and headers, and a replay says the body was not kept.
 	big := &idem.Outcome{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/payments/9"}},
 		Body: bytes.Repeat([]byte("x"), 65)}
-	r, err = idemhttp.Serve(ctx, e.store, policy(), request("k-big", "fp"), failing(nil, big))
+	r, err = idemhttp.Serve(ctx, e.Store, policy(), request("k-big", "fp"), failing(nil, big))
 	if err != nil || r.Kind != idemhttp.ResultExecuted || !r.Persisted || len(r.Outcome.Body) != 65 {
 		t.Fatalf("oversized body = %+v, %v; want executed, persisted, the whole body answered", r, err)
 	}
 	check("after an oversized body", 3, 3)
-	r, err = idemhttp.Serve(ctx, e.store, policy(), request("k-big", "fp"), failing(nil, big))
+	r, err = idemhttp.Serve(ctx, e.Store, policy(), request("k-big", "fp"), failing(nil, big))
 	w := written(t, r)
 	if err != nil || r.Kind != idemhttp.ResultReplayed || w.Code != 201 || w.Body.Len() != 0 ||
 		w.Header().Get(idemhttp.HeaderBodyOmitted) != "true" || w.Header().Get("Location") != "/v1/payments/9" {
@@ -239,7 +239,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 				t.Fatal("the handler's panic was swallowed")
 			}
 		}()
-		_, _ = idemhttp.Serve(ctx, e.store, policy(), request("k-panic", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, _ = idemhttp.Serve(ctx, e.Store, policy(), request("k-panic", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			_, _ = insertPayment(1)(ctx, tx)
 			panic("handler bug")
 		})
@@ -248,7 +248,7 @@ func TestFailuresReleaseTheKey(t *testing.T) {
 
 	// A cancelled context: rolled back and released.
 	cctx, cancel := context.WithCancel(ctx)
-	_, err = idemhttp.Serve(cctx, e.store, policy(), request("k-cancel", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	_, err = idemhttp.Serve(cctx, e.Store, policy(), request("k-cancel", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := insertPayment(1)(ctx, tx)
 		cancel()
 		return out, err
@@ -275,38 +275,38 @@ func TestTenantsNeverShareKeys(t *testing.T) {
 		return context.WithValue(context.Background(), tenantKey{}, tenant)
 	}
 
-	a, err := idemhttp.Serve(in("acme"), e.store, p, request("same-key", "fp"), insertPayment(10))
+	a, err := idemhttp.Serve(in("acme"), e.Store, p, request("same-key", "fp"), insertPayment(10))
 	if err != nil || a.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("tenant acme = %+v, %v", a, err)
 	}
-	b, err := idemhttp.Serve(in("globex"), e.store, p, request("same-key", "fp"), insertPayment(20))
+	b, err := idemhttp.Serve(in("globex"), e.Store, p, request("same-key", "fp"), insertPayment(20))
 	if err != nil || b.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("tenant globex with acme's key = %+v, %v; want executed", b, err)
 	}
 	for tenant, want := range map[string]*idemhttp.Result{"acme": a, "globex": b} {
-		r, err := idemhttp.Serve(in(tenant), e.store, p, request("same-key", "fp"), insertPayment(99))
+		r, err := idemhttp.Serve(in(tenant), e.Store, p, request("same-key", "fp"), insertPayment(99))
 		if err != nil || r.Kind != idemhttp.ResultReplayed || !bytes.Equal(r.Outcome.Body, want.Outcome.Body) {
 			t.Fatalf("replay in %s = %+v, %v; want its own %q", tenant, r, err, want.Outcome.Body)
 		}
 	}
-	if n := e.payments(); n != 2 {
+	if n := e.Payments(); n != 2 {
 		t.Fatalf("%d payments; want 2", n)
 	}
-	if _, err := idemhttp.Serve(context.Background(), e.store, p, request("same-key", "fp"), insertPayment(1)); err == nil || err.Error() != "unauthenticated" {
+	if _, err := idemhttp.Serve(context.Background(), e.Store, p, request("same-key", "fp"), insertPayment(1)); err == nil || err.Error() != "unauthenticated" {
 		t.Fatalf("tenant error gave %v; want it returned", err)
 	}
 	// A tenant PostgreSQL text cannot hold could not be written to the business tables either:
 	// it is refused before the claim (TestValuesTextCannotHoldAre400 covers the cases).
-	if r, err := idemhttp.Serve(in("\x00"), e.store, p, request("same-key", "fp"), insertPayment(1)); err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeRequestInvalid {
+	if r, err := idemhttp.Serve(in("\x00"), e.Store, p, request("same-key", "fp"), insertPayment(1)); err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeRequestInvalid {
 		t.Fatalf("a tenant made of a NUL byte = %+v, %v; want the 400 request-invalid problem", r, err)
 	}
-	emptyTenant, _ := idem.NewStore(e.sch.Pool, &idem.Config{Schema: e.sch.Name, Table: e.sch.Table,
+	emptyTenant, _ := idem.NewStore(e.Sch.Pool, &idem.Config{Schema: e.Sch.Name, Table: e.Sch.Table,
 		Tenant: func(context.Context) (string, error) { return "", nil }})
 	if _, err := idemhttp.Serve(in("acme"), emptyTenant, p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "empty tenant") {
 		t.Fatalf("an empty tenant gave %v; want an error", err)
 	}
 	// A policy that scopes by tenant on a store without a Tenant function is a wiring bug.
-	noTenant, _ := idem.NewStore(e.sch.Pool, e.sch.Config())
+	noTenant, _ := idem.NewStore(e.Sch.Pool, e.Sch.Config())
 	if _, err := idemhttp.Serve(in("acme"), noTenant, p, request("k", "fp"), insertPayment(1)); err == nil || !strings.Contains(err.Error(), "Config.Tenant") {
 		t.Fatalf("missing Config.Tenant gave %v", err)
 	}
@@ -332,7 +332,7 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 		w.Write(body)
 		return w.Outcome(), nil
 	}
-	r, err := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp"), fn)
+	r, err := idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp"), fn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestReplayWritesStoredAnswerWithAllowListedHeaders(t *testing.T) {
 	if w.Code != 201 || w.Header().Get("Set-Cookie") == "" || w.Header().Get("X-Request-Id") == "" || w.Header().Get(idemhttp.HeaderReplayed) != "" {
 		t.Fatalf("fresh answer: %d %v; want the handler's own headers and no %s", w.Code, w.Header(), idemhttp.HeaderReplayed)
 	}
-	r, err = idemhttp.Serve(context.Background(), e.store, p, request("k", "fp"), fn)
+	r, err = idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp"), fn)
 	if err != nil || r.Kind != idemhttp.ResultReplayed {
 		t.Fatalf("second request = %+v, %v", r, err)
 	}
@@ -381,27 +381,27 @@ func TestReferenceAndMarkerStorage(t *testing.T) {
 		}
 		return out, err
 	}
-	if r, err := idemhttp.Serve(ctx, e.store, ref, request("r", "fp"), withRef); err != nil || r.Kind != idemhttp.ResultExecuted {
+	if r, err := idemhttp.Serve(ctx, e.Store, ref, request("r", "fp"), withRef); err != nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("reference execute = %+v, %v", r, err)
 	}
-	r, err := idemhttp.Serve(ctx, e.store, ref, request("r", "fp"), withRef)
+	r, err := idemhttp.Serve(ctx, e.Store, ref, request("r", "fp"), withRef)
 	if err != nil || r.Kind != idemhttp.ResultReplayed || r.Outcome.Reference != "pay_1" || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 {
 		t.Fatalf("reference replay = %+v, %v; want status and reference only", r.Outcome, err)
 	}
-	if _, err := idemhttp.Serve(ctx, e.store, ref, request("r2", "fp"), insertPayment(1)); !errors.Is(err, idemhttp.ErrNoReference) {
+	if _, err := idemhttp.Serve(ctx, e.Store, ref, request("r2", "fp"), insertPayment(1)); !errors.Is(err, idemhttp.ErrNoReference) {
 		t.Fatalf("reference storage, 2xx without a reference gave %v; want ErrNoReference", err)
 	}
-	if e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = 'r2'") != 0 {
+	if e.Count("SELECT count(*) FROM "+e.Store.Table()+" WHERE key = 'r2'") != 0 {
 		t.Fatal("a 2xx without a reference left its key behind; want it released")
 	}
 	marker := policy()
 	marker.Storage = idemhttp.StorageMarker
-	idemhttp.Serve(ctx, e.store, marker, request("m", "fp"), insertPayment(1))
-	r, _ = idemhttp.Serve(ctx, e.store, marker, request("m", "fp"), insertPayment(1))
+	idemhttp.Serve(ctx, e.Store, marker, request("m", "fp"), insertPayment(1))
+	r, _ = idemhttp.Serve(ctx, e.Store, marker, request("m", "fp"), insertPayment(1))
 	if r.Kind != idemhttp.ResultReplayed || r.Outcome.Status != 201 || len(r.Outcome.Body) != 0 || len(r.Outcome.Header) != 0 {
 		t.Fatalf("marker replay = %+v; want the status only", r.Outcome)
 	}
-	if n := e.payments(); n != 2 {
+	if n := e.Payments(); n != 2 {
 		t.Fatalf("%d payments; want 2", n)
 	}
 }
@@ -424,11 +424,11 @@ func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
 		rec.Write([]byte(`{"title":"no such payment"}`))
 		return rec.Outcome(), nil
 	}
-	first, err := idemhttp.Serve(ctx, e.store, ref, request("nf", "fp"), notFound)
+	first, err := idemhttp.Serve(ctx, e.Store, ref, request("nf", "fp"), notFound)
 	if err != nil || first.Kind != idemhttp.ResultExecuted || !first.Persisted {
 		t.Fatalf("404 without a reference = %+v, %v; want executed and persisted", first, err)
 	}
-	r, err := idemhttp.Serve(ctx, e.store, ref, request("nf", "fp"), notFound)
+	r, err := idemhttp.Serve(ctx, e.Store, ref, request("nf", "fp"), notFound)
 	if err != nil || r.Kind != idemhttp.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
 		t.Fatalf("retry = %+v, %v (handler ran %d times); want a replay without a reference", r, err, calls)
 	}
@@ -451,10 +451,10 @@ func TestReferenceStorageKeepsAnswersWithoutAReferenceWhole(t *testing.T) {
 		return out, nil
 	}
 	calls = 0
-	if _, err := idemhttp.Serve(ctx, e.store, ref, request("conflict", "fp"), conflict); err != nil {
+	if _, err := idemhttp.Serve(ctx, e.Store, ref, request("conflict", "fp"), conflict); err != nil {
 		t.Fatal(err)
 	}
-	r, err = idemhttp.Serve(ctx, e.store, ref, request("conflict", "fp"), conflict)
+	r, err = idemhttp.Serve(ctx, e.Store, ref, request("conflict", "fp"), conflict)
 	if err != nil || r.Kind != idemhttp.ResultReplayed || r.Outcome.Reference != "" || calls != 1 {
 		t.Fatalf("retry of a 409 with a reference = %+v, %v (handler ran %d times); want a whole replay without a reference", r, err, calls)
 	}
@@ -472,23 +472,23 @@ func TestKeyProblemsAndOptionalKeys(t *testing.T) {
 		ran = true
 		return insertPayment(1)(ctx, tx)
 	}
-	r, err := idemhttp.Serve(ctx, e.store, policy(), &idemhttp.Request{Fingerprint: "fp"}, fn)
+	r, err := idemhttp.Serve(ctx, e.Store, policy(), &idemhttp.Request{Fingerprint: "fp"}, fn)
 	if err != nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeKeyMissing || ran {
 		t.Fatalf("missing required key = %+v, %v (ran %v); want key-missing without running", r, err, ran)
 	}
-	r, _ = idemhttp.Serve(ctx, e.store, policy(), &idemhttp.Request{KeyValues: []string{"a", "b"}}, fn)
+	r, _ = idemhttp.Serve(ctx, e.Store, policy(), &idemhttp.Request{KeyValues: []string{"a", "b"}}, fn)
 	if r.Problem == nil || r.Problem.Code != idemhttp.CodeKeyInvalid || ran {
 		t.Fatalf("two key headers = %+v; want key-invalid", r)
 	}
 	optional := policy()
 	optional.Key.Required = false
-	r, err = idemhttp.Serve(ctx, e.store, optional, &idemhttp.Request{Fingerprint: "fp"}, fn)
-	if err != nil || r.Kind != idemhttp.ResultExecuted || !ran || e.payments() != 1 || e.keys() != 0 {
+	r, err = idemhttp.Serve(ctx, e.Store, optional, &idemhttp.Request{Fingerprint: "fp"}, fn)
+	if err != nil || r.Kind != idemhttp.ResultExecuted || !ran || e.Payments() != 1 || e.Keys() != 0 {
 		t.Fatalf("optional key absent = %+v, %v; want executed without a key row", r, err)
 	}
 	// The quoted form is the same key.
-	idemhttp.Serve(ctx, e.store, policy(), request("abc", "fp"), insertPayment(1))
-	r, _ = idemhttp.Serve(ctx, e.store, policy(), request(`"abc"`, "fp"), insertPayment(1))
+	idemhttp.Serve(ctx, e.Store, policy(), request("abc", "fp"), insertPayment(1))
+	r, _ = idemhttp.Serve(ctx, e.Store, policy(), request(`"abc"`, "fp"), insertPayment(1))
 	if r.Kind != idemhttp.ResultReplayed {
 		t.Fatalf(`"abc" after abc = %s; want a replay`, kindName(r))
 	}
@@ -519,13 +519,13 @@ func TestLeaseModeWaitReplaysInsteadOf409(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			idemhttp.Serve(context.Background(), e.store, p, request(key, "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			idemhttp.Serve(context.Background(), e.Store, p, request(key, "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 				close(started)
 				return slow(tc.run)(ctx, tx)
 			})
 		}()
 		<-started
-		r, err := idemhttp.Serve(context.Background(), e.store, p, request(key, "fp"), slow(0))
+		r, err := idemhttp.Serve(context.Background(), e.Store, p, request(key, "fp"), slow(0))
 		if err != nil || kindName(r) != tc.want {
 			t.Errorf("%s: duplicate got %s, %v; want %s", tc.name, kindName(r), err, tc.want)
 		}
@@ -542,7 +542,7 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
 	done := make(chan *idemhttp.Result)
 	go func() {
-		r, _ := idemhttp.Serve(context.Background(), e.store, p, request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, _ := idemhttp.Serve(context.Background(), e.Store, p, request("k", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
 			<-finish
 			return insertPayment(1)(ctx, tx)
@@ -558,7 +558,7 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 	defer cancel()
 	var events []idem.EventKind
 	var mu sync.Mutex
-	observed, _ := idem.NewStore(e.sch.Pool, &idem.Config{Schema: e.sch.Name, Table: e.sch.Table,
+	observed, _ := idem.NewStore(e.Sch.Pool, &idem.Config{Schema: e.Sch.Name, Table: e.Sch.Table,
 		Observer: func(_ context.Context, ev idem.Event) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -579,12 +579,12 @@ func TestTransactionModeWaitIsBounded(t *testing.T) {
 	}
 	// The wait bound is the claim's only: the business statements afterwards run without it.
 	var lt string
-	if _, err := idemhttp.Serve(context.Background(), e.store, p, request("fresh", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	if _, err := idemhttp.Serve(context.Background(), e.Store, p, request("fresh", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		return &idem.Outcome{Status: 204}, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&lt)
 	}); err != nil || lt != "0" {
 		t.Fatalf("lock_timeout in the handler after a transaction-mode claim = %q, %v; want the session's 0", lt, err)
 	}
-	if n := e.payments(); n != 1 {
+	if n := e.Payments(); n != 1 {
 		t.Fatalf("%d payments; want 1", n)
 	}
 }
@@ -685,10 +685,10 @@ func TestTenantColumnLeadsTheKey(t *testing.T) {
 	e := newEnv(t, &idem.Config{Tenant: func(context.Context) (string, error) { return "acme", nil }}, nil)
 	ctx := context.Background()
 	var pk []string
-	if err := e.sch.Pool.QueryRow(ctx, `SELECT array_agg(a.attname ORDER BY k.i)
+	if err := e.Sch.Pool.QueryRow(ctx, `SELECT array_agg(a.attname ORDER BY k.i)
 		FROM pg_index x CROSS JOIN unnest(x.indkey) WITH ORDINALITY AS k(attnum, i)
 		JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
-		WHERE x.indrelid = $1::regclass AND x.indisprimary`, e.store.Table()).Scan(&pk); err != nil {
+		WHERE x.indrelid = $1::regclass AND x.indisprimary`, e.Store.Table()).Scan(&pk); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(pk, ",") != "tenant,scope,key" {
@@ -697,20 +697,20 @@ func TestTenantColumnLeadsTheKey(t *testing.T) {
 
 	scoped := policy()
 	scoped.ScopeTenant = true
-	if _, err := idemhttp.Serve(ctx, e.store, scoped, request("k1", "fp"), insertPayment(1)); err != nil {
+	if _, err := idemhttp.Serve(ctx, e.Store, scoped, request("k1", "fp"), insertPayment(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := idemhttp.Serve(ctx, e.store, policy(), request("k2", "fp"), insertPayment(1)); err != nil {
+	if _, err := idemhttp.Serve(ctx, e.Store, policy(), request("k2", "fp"), insertPayment(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Do(ctx, &idem.DoParams{Tenant: "globex", Key: "k3"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+	if _, err := e.Store.Do(ctx, &idem.DoParams{Tenant: "globex", Key: "k3"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
 		return nil, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]string{"k1": "acme", "k2": "", "k3": "globex"} {
 		var tenant string
-		if err := e.sch.Pool.QueryRow(ctx, "SELECT tenant FROM "+e.store.Table()+" WHERE key = $1", key).Scan(&tenant); err != nil || tenant != want {
+		if err := e.Sch.Pool.QueryRow(ctx, "SELECT tenant FROM "+e.Store.Table()+" WHERE key = $1", key).Scan(&tenant); err != nil || tenant != want {
 			t.Errorf("key %s stored with tenant %q, %v; want %q", key, tenant, err, want)
 		}
 	}
@@ -738,10 +738,10 @@ func TestReplaysAreNotCacheable(t *testing.T) {
 		fn     idem.HandlerFunc
 		status int
 	}{{"problem", problem, 409}, {"created", created, 201}} {
-		if _, err := idemhttp.Serve(context.Background(), e.store, policy(), request(c.key, "fp"), c.fn); err != nil {
+		if _, err := idemhttp.Serve(context.Background(), e.Store, policy(), request(c.key, "fp"), c.fn); err != nil {
 			t.Fatal(err)
 		}
-		r, err := idemhttp.Serve(context.Background(), e.store, policy(), request(c.key, "fp"), c.fn)
+		r, err := idemhttp.Serve(context.Background(), e.Store, policy(), request(c.key, "fp"), c.fn)
 		if err != nil || r.Kind != idemhttp.ResultReplayed {
 			t.Fatalf("%s: retry = %+v, %v; want a replay", c.key, r, err)
 		}

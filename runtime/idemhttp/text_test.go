@@ -64,7 +64,7 @@ func TestValuesTextCannotHoldAre400(t *testing.T) {
 		{"invalid UTF-8 in the tenant", "tenant", context.WithValue(ctx, tenantKey{}, notUTF8), op("k5", "acct", "pay_1", []string(nil))},
 		{"a tenant of a NUL byte", "tenant", context.WithValue(ctx, tenantKey{}, "\x00"), op("k6", "acct", "pay_1", []string(nil))},
 	} {
-		r, err := idemhttp.Handle(c.ctx, e.store, p, c.op)
+		r, err := idemhttp.Handle(c.ctx, e.Store, p, c.op)
 		if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeRequestInvalid || r.Problem.Status != 400 {
 			t.Errorf("%s: Handle = %+v, %v; want the 400 request-invalid problem", c.name, r, err)
 			continue
@@ -73,11 +73,11 @@ func TestValuesTextCannotHoldAre400(t *testing.T) {
 			t.Errorf("%s: problem %+v; want a detail naming the %s", c.name, r.Problem, c.what)
 		}
 	}
-	if ran != 0 || e.keys() != 0 {
-		t.Fatalf("the handler ran %d times and %d keys were claimed for requests with values that are not text; want none", ran, e.keys())
+	if ran != 0 || e.Keys() != 0 {
+		t.Fatalf("the handler ran %d times and %d keys were claimed for requests with values that are not text; want none", ran, e.Keys())
 	}
 	// Valid UTF-8 beyond ASCII is text.
-	if r, err := idemhttp.Handle(ctx, e.store, p, op("k7", "compte-é", "pay_é", []string{"ünï"})); err != nil || r.Kind != idemhttp.ResultExecuted {
+	if r, err := idemhttp.Handle(ctx, e.Store, p, op("k7", "compte-é", "pay_é", []string{"ünï"})); err != nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("non-ASCII UTF-8 = %+v, %v; want executed", r, err)
 	}
 
@@ -101,12 +101,12 @@ func TestValuesTextCannotHoldAre400(t *testing.T) {
 			},
 			Record: recordAnswer,
 		}
-		r, err := idemhttp.Handle(ctx, e.store, &unprinted, o)
+		r, err := idemhttp.Handle(ctx, e.Store, &unprinted, o)
 		if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeRequestInvalid || r.Problem.Status != 400 {
 			t.Errorf("%s: Handle = %+v, %v; want the 400 request-invalid problem", c.name, r, err)
 		}
 	}
-	if n := e.keys(); n != 1 {
+	if n := e.Keys(); n != 1 {
 		t.Fatalf("%d key rows; want only the executed request's (a refused handler releases its key)", n)
 	}
 }
@@ -117,12 +117,12 @@ func TestErrorProblemClassifiesHandlerErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
-	_, textErr := e.sch.Pool.Exec(ctx, "SELECT $1::text", "ab\x00cd")
-	_, jsonErr := e.sch.Pool.Exec(ctx, "SELECT $1::jsonb", `{"a": "\u0000"}`)
-	_, missingErr := e.sch.Pool.Exec(ctx, "SELECT * FROM no_such_table")
+	_, textErr := e.Sch.Pool.Exec(ctx, "SELECT $1::text", "ab\x00cd")
+	_, jsonErr := e.Sch.Pool.Exec(ctx, "SELECT $1::jsonb", `{"a": "\u0000"}`)
+	_, missingErr := e.Sch.Pool.Exec(ctx, "SELECT * FROM no_such_table")
 
 	// A connection killed under a statement (what a restarting server or a failover does).
-	conn, err := e.sch.Pool.Acquire(ctx)
+	conn, err := e.Sch.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestErrorProblemClassifiesHandlerErrors(t *testing.T) {
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, cancelErr := e.sch.Pool.Exec(cancelled, "SELECT 1")
+	_, cancelErr := e.Sch.Pool.Exec(cancelled, "SELECT 1")
 
 	own := idemhttp.NewProblem(409, idemhttp.CodeKeyReused, "mine")
 	for _, c := range []struct {

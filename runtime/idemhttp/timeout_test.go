@@ -27,10 +27,10 @@ func TestHandlerTimeoutEndsAWaitOnALock(t *testing.T) {
 	}}, nil)
 	ctx := context.Background()
 	var locked int64
-	if err := e.sch.Pool.QueryRow(ctx, "INSERT INTO payments (key, amount) VALUES ('locked', 1) RETURNING id").Scan(&locked); err != nil {
+	if err := e.Sch.Pool.QueryRow(ctx, "INSERT INTO payments (key, amount) VALUES ('locked', 1) RETURNING id").Scan(&locked); err != nil {
 		t.Fatal(err)
 	}
-	locker, err := e.sch.Pool.Begin(ctx)
+	locker, err := e.Sch.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestHandlerTimeoutEndsAWaitOnALock(t *testing.T) {
 			return &idem.Outcome{Status: 200}, err
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		r, err := idemhttp.Serve(rctx, e.store, p, req, blocked)
+		r, err := idemhttp.Serve(rctx, e.Store, p, req, blocked)
 		cancel()
 		if err != nil || r.Kind != idemhttp.ResultProblem || r.Problem.Code != idemhttp.CodeHandlerTimeout {
 			t.Fatalf("%s: a handler blocked on a lock past its timeout = %+v, %v; want the handler-timeout problem", mode, r, err)
@@ -69,17 +69,17 @@ func TestHandlerTimeoutEndsAWaitOnALock(t *testing.T) {
 		// the test still holds the lock.
 		waitFor(t, 10*time.Second, mode+": the timed-out handler's session still waits for the lock on the server", func() bool {
 			var waiting int
-			err := e.sch.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", int32(pid)).Scan(&waiting)
+			err := e.Sch.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", int32(pid)).Scan(&waiting)
 			return err == nil && waiting == 0
 		})
 		if mode == "no key" {
 			continue
 		}
-		if n := e.count("SELECT count(*) FROM "+e.store.Table()+" WHERE key = $1", "k-"+mode); n != 0 {
+		if n := e.Count("SELECT count(*) FROM "+e.Store.Table()+" WHERE key = $1", "k-"+mode); n != 0 {
 			t.Errorf("%s: the key is still claimed after the timeout; want it released", mode)
 		}
 		// The key is free while the lock is still held: a retry that does not need the lock runs.
-		r, err = idemhttp.Serve(ctx, e.store, p, req, insertPayment(2))
+		r, err = idemhttp.Serve(ctx, e.Store, p, req, insertPayment(2))
 		if err != nil || r.Kind != idemhttp.ResultExecuted {
 			t.Errorf("%s: the retry while the lock is still held = %+v, %v; want executed", mode, r, err)
 		}
@@ -113,7 +113,7 @@ func TestTimeoutStopsRenewal(t *testing.T) {
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	first := make(chan *idemhttp.Result, 1)
 	go func() {
-		r, err := idemhttp.Serve(context.Background(), e.store, p, request("wedged", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, err := idemhttp.Serve(context.Background(), e.Store, p, request("wedged", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
 			<-unblock // ignores ctx
 			return insertPayment(1)(context.WithoutCancel(ctx), tx)
@@ -132,7 +132,7 @@ func TestTimeoutStopsRenewal(t *testing.T) {
 		}
 	}()
 	waitFor(t, 15*time.Second, "a retry never took over the key of a handler past its timeout: its lease is still being renewed", func() bool {
-		r, err := idemhttp.Serve(context.Background(), e.store, p, request("wedged", "fp"), insertPayment(2))
+		r, err := idemhttp.Serve(context.Background(), e.Store, p, request("wedged", "fp"), insertPayment(2))
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
@@ -142,10 +142,10 @@ func TestTimeoutStopsRenewal(t *testing.T) {
 	if r := <-first; r == nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeHandlerTimeout {
 		t.Fatalf("the wedged request = %+v; want the handler-timeout problem", r)
 	}
-	if n := e.count("SELECT count(*) FROM payments WHERE amount = 1"); n != 0 {
+	if n := e.Count("SELECT count(*) FROM payments WHERE amount = 1"); n != 0 {
 		t.Errorf("the wedged handler's payment committed; want it rolled back")
 	}
-	r, err := idemhttp.Serve(context.Background(), e.store, p, request("wedged", "fp"), insertPayment(3))
+	r, err := idemhttp.Serve(context.Background(), e.Store, p, request("wedged", "fp"), insertPayment(3))
 	if err != nil || r.Kind != idemhttp.ResultReplayed {
 		t.Errorf("after both = %+v, %v; want the takeover's answer replayed", r, err)
 	}
