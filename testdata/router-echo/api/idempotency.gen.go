@@ -344,15 +344,12 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 
 // idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
 // body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
-// stop after the value and leave it to the runtime's body check: the same check runs here first,
-// so such a body is the runtime's 400 body-invalid problem on every router. Any other decoding
-// error is a request-invalid problem with status.
+// stop after the value and leave it to the runtime's body check: that check (idemhttp.BodyProblem)
+// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. Any
+// other decoding error is a request-invalid problem with status.
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
-	if body, ok := idemhttp.BodyFromContext(ctx); ok && len(body.Bytes) > 0 {
-		var bad *idem.BodyError
-		if errors.As(idem.NewFingerprinter("").RawBody(body.ContentType, body.Bytes), &bad) {
-			return idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
-		}
+	if p := idemhttp.BodyProblem(ctx); p != nil {
+		return p
 	}
 	p := idemhttp.RequestProblem(err)
 	p.Status = status
