@@ -44,10 +44,11 @@ func newEnv(t *testing.T) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(tWriter{t}, nil))
 	}
-	h, err := newHandler(schema.Pool, schema.Config(), log)
+	h, store, err := newService(schema.Pool, schema.Config(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Close) // after the server's close: no background log outlives the test
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	client := srv.Client()

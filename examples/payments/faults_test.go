@@ -175,10 +175,13 @@ func serveFault(t *testing.T, schema *idemtest.Schema, cfg *idem.Config) *env {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(tWriter{t}, nil))
 	}
-	h, err := newHandler(schema.Pool, cfg, logger)
+	h, store, err := newService(schema.Pool, cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Last, after the server has closed: the store's background release retries, which log,
+	// end before the test does (a log after it would panic the test binary).
+	t.Cleanup(store.Close)
 	srv := httptest.NewUnstartedServer(h)
 	// A panicking handler makes net/http log a stack trace; keep it in the test's log.
 	srv.Config.ErrorLog = log.New(tWriter{t}, "", 0)
