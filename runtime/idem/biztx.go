@@ -52,9 +52,11 @@ func (s *Store) begin(ctx context.Context) (*bizTx, error) {
 }
 
 // beginWith starts the business transaction and sends batch in it, in one round trip when the
-// Store holds the connection. The batch's results are read when it returns; on an error the
-// transaction may be aborted, and the caller rolls it back.
-func (s *Store) beginWith(ctx context.Context, batch func(b *pgx.Batch)) (*bizTx, error) {
+// Store holds the connection. ahead, when not nil, queues statements that run before the begin in
+// that same round trip (outside the transaction: an error there skips the begin, and the
+// transaction is then closed). The batch's results are read when it returns; on an error the
+// transaction may be aborted, and the caller rolls it back. Without a pool, ahead is not sent.
+func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) (*bizTx, error) {
 	pool, ok := s.db.(acquirer)
 	if !ok {
 		bt, err := s.begin(ctx)
@@ -75,6 +77,14 @@ func (s *Store) beginWith(ctx context.Context, batch func(b *pgx.Batch)) (*bizTx
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
+	if ahead != nil {
+		// Batch.BeginTx wants the begin first when it is called, so the statements that go ahead
+		// of it are put in front afterwards: the batch's transaction is the connection's, whatever
+		// ran before the begin, and pgx closes it when the begin was skipped.
+		a := &pgx.Batch{}
+		ahead(a)
+		b.QueuedQueries = append(a.QueuedQueries, b.QueuedQueries...)
+	}
 	batch(b)
 	br := bt.conn.SendBatch(ctx, b)
 	bt.Tx = br.Tx()

@@ -119,22 +119,50 @@ func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
 	return c.args(p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)))
 }
 
-// claim claims p's key in one statement (claim: lease; q is the pool, so it commits at once).
-// It inserts the key in flight with a lease, or returns the existing row, or takes over a row
-// whose holder's lease expired (same fingerprint only). The fingerprint is compared before
-// anything else about an existing row: a different request gets claimKeyReused even while the
-// first is in flight.
-func (s *Store) claim(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, p *DoParams) (*claimResult, error) {
+// claim claims p's key in one statement (claim: lease; it commits at once). It inserts the key
+// in flight with a lease, or returns the existing row, or takes over a row whose holder's lease
+// expired (same fingerprint only). The fingerprint is compared before anything else about an
+// existing row: a different request gets claimKeyReused even while the first is in flight.
+//
+// When the DB can send batches (*pgxpool.Pool), the claim commits asynchronously: its batch
+// first turns synchronous_commit off for the claim's own transaction, so the request does not
+// wait for the claim's WAL flush. That loses nothing: the business transaction commits
+// synchronously, after the claim, and flushing its commit flushes all WAL before it, the
+// claim's included, so no outcome or business row can be durable without its claim. A crash
+// that loses a claim loses only the claim (its work had not committed): a duplicate that saw it
+// was told "in progress", and the retry runs anew.
+func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	c := newClaim(p)
-	res, err := s.scanClaim(q.QueryRow(ctx, s.sql.claim, s.claimArgs(c, p)...), c)
+	var res *claimResult
+	var err error
+	if bq, ok := s.db.(batcher); ok {
+		b := &pgx.Batch{}
+		b.Queue(asyncCommit)
+		b.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
+			res, err = s.scanClaim(row, c)
+			return err
+		})
+		if berr := bq.SendBatch(ctx, b).Close(); err == nil {
+			err = berr
+		}
+	} else {
+		res, err = s.scanClaim(s.db.QueryRow(ctx, s.sql.claim, s.claimArgs(c, p)...), c)
+	}
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return nil, storeError(ctx, "claim", err)
 	}
 	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
 	return res, nil
+}
+
+// asyncCommit makes the transaction it runs in commit without waiting for its WAL flush (see
+// claim). It is local to that transaction: the connection's own setting is back after it.
+const asyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// batcher is what *pgxpool.Pool offers beyond DB for a claim in one round trip.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // claimTx begins the business transaction and claims in it (claim: transaction), in one
@@ -144,28 +172,118 @@ func (s *Store) claim(ctx context.Context, q interface {
 // whenever it was begun (the caller rolls it back unless it owns the key). It reports no
 // in-progress event for a wait that ran out: a caller retrying such a claim reports the wait
 // once, when it gives up.
+//
+// Ahead of the begin, the same round trip checks for a remembered completed row (sql/replay.sql):
+// a replay then needs neither the transaction nor its rollback.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
-	tx, err = s.beginWith(ctx, func(batch *pgx.Batch) {
-		batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
+	for check := true; ; check = false {
+		var done *peeked
+		var ahead func(b *pgx.Batch)
+		if check {
+			ahead = func(b *pgx.Batch) {
+				b.Queue(s.sql.replay, p.Tenant, p.Scope, p.Key).Query(func(rows pgx.Rows) (err error) {
+					done, err = scanPeek(rows)
+					return err
+				})
+				b.Queue(s.sql.replayGuard, p.Tenant, p.Scope, p.Key)
+			}
+		}
+		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {
+			batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
 	set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", millis(wait)))
-		batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
-			var err error
-			res, err = s.scanClaim(row, c)
-			return err
+			batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
+				var err error
+				res, err = s.scanClaim(row, c)
+				return err
+			})
+			batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
 		})
-		batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
-	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the wait ran out
-		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+		var pgErr *pgconn.PgError
+		switch {
+		case check && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode:
+			// The guard found a completed row: the begin and the claim were skipped.
+			if done == nil {
+				// It completed between the check and its guard: check again, the plain way.
+				s.rollback(ctx, tx)
+				continue
+			}
+			res, err = done.result(p.Fingerprint)
+			if err != nil {
+				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+				return tx, nil, false, storeError(ctx, "replay check", err)
+			}
+			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+			return tx, res, false, nil
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+		case err != nil:
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return tx, nil, false, storeError(ctx, "claim in transaction", err)
+		}
+		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+		return tx, res, false, nil
 	}
+}
+
+// replayGuardCode is the replay check's guard failing on purpose (sql/replay_guard.sql).
+const replayGuardCode = "22012"
+
+// peeked is a remembered completed row, as the replay check read it.
+type peeked struct {
+	fingerprint string
+	outcome     storedOutcome
+	expiresLeft time.Duration
+}
+
+// scanPeek reads the replay check's row, if any.
+func scanPeek(rows pgx.Rows) (*peeked, error) {
+	var pk *peeked
+	for rows.Next() {
+		pk = &peeked{}
+		var leftMS int64
+		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &leftMS); err != nil {
+			return nil, err
+		}
+		pk.expiresLeft = time.Duration(leftMS) * time.Millisecond
+	}
+	return pk, rows.Err()
+}
+
+// result is the claim's answer for a request with fingerprint fp: the replay, or key reused.
+func (pk *peeked) result(fp string) (*claimResult, error) {
+	if pk.fingerprint != fp {
+		return &claimResult{status: claimKeyReused}, nil
+	}
+	o, err := pk.outcome.decode()
 	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-		return tx, nil, false, storeError(ctx, "claim in transaction", err)
+		return nil, err
 	}
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
-	return tx, res, false, nil
+	return &claimResult{status: claimReplayed, outcome: o}, nil
+}
+
+// storedOutcome is an outcome as its row stores it.
+type storedOutcome struct {
+	status    *int32
+	headers   []byte
+	body      []byte
+	reference *string
+}
+
+func (so *storedOutcome) decode() (*Outcome, error) {
+	o := &Outcome{Body: so.body}
+	if so.status != nil {
+		o.Status = int(*so.status)
+	}
+	if so.reference != nil {
+		o.Reference = *so.reference
+	}
+	if len(so.headers) > 0 {
+		if err := json.Unmarshal(so.headers, &o.Header); err != nil {
+			return nil, fmt.Errorf("stored headers are not a JSON object of string lists: %w", err)
+		}
+	}
+	return o, nil
 }
 
 func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
@@ -173,14 +291,11 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 		mine, sameFP bool
 		attempt      int32
 		state        string
-		status       *int32
-		headers      []byte
-		body         []byte
-		reference    *string
+		stored       storedOutcome
 		leftMS       int64
 		heldMS       int64
 	)
-	if err := row.Scan(&mine, &attempt, &sameFP, &state, &status, &headers, &body, &reference, &leftMS, &heldMS); err != nil {
+	if err := row.Scan(&mine, &attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &heldMS); err != nil {
 		return nil, err
 	}
 	switch {
@@ -194,17 +309,9 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 	case !sameFP:
 		return &claimResult{status: claimKeyReused}, nil
 	case state == "complete":
-		o := &Outcome{Body: body}
-		if status != nil {
-			o.Status = int(*status)
-		}
-		if reference != nil {
-			o.Reference = *reference
-		}
-		if len(headers) > 0 {
-			if err := json.Unmarshal(headers, &o.Header); err != nil {
-				return nil, fmt.Errorf("stored headers are not a JSON object of string lists: %w", err)
-			}
+		o, err := stored.decode()
+		if err != nil {
+			return nil, err
 		}
 		return &claimResult{status: claimReplayed, outcome: o}, nil
 	default:

@@ -367,6 +367,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	measure(lease, "warm-1", "fp")
 	measure(txMode, "warm-2", "fp")
 	measure(txMode, "warm-2", "fp")
+	conns := pool.Stat().NewConnsCount()
 
 	for _, tc := range []struct {
 		name   string
@@ -381,7 +382,8 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"lease: replay", lease, "k1", "fp", "replayed", 1, "claim"},
 		{"lease: mismatch", lease, "k1", "other", "problem key-reused", 1, "claim"},
 		{"transaction: claim+complete", txMode, "k2", "fp", "executed", 3, "begin+claim batch, business insert, complete+commit batch"},
-		{"transaction: replay", txMode, "k2", "fp", "replayed", 2, "begin+claim batch, rollback"},
+		{"transaction: replay", txMode, "k2", "fp", "replayed", 1, "replay check batch, begin skipped"},
+		{"transaction: mismatch", txMode, "k2", "other", "problem key-reused", 1, "replay check batch, begin skipped"},
 	} {
 		trips, kind := measure(tc.p, tc.key, tc.fp)
 		if kind != tc.kind || trips != tc.trips {
@@ -389,6 +391,48 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		} else {
 			t.Logf("%s: %d round trips (%s)", tc.name, trips, tc.reason)
 		}
+	}
+	// A connection left in a transaction would have been closed by the pool and replaced.
+	if n := pool.Stat().NewConnsCount(); n != conns {
+		t.Errorf("the pool opened %d connections during the requests; want 0: a request left its connection in a transaction", n-conns)
+	}
+}
+
+// A transaction-mode replay check that misses a key completed between the check and its guard
+// (which then skips the begin) claims again and replays: the key's outcome, never an error or a
+// second execution, and no connection is left behind.
+func TestTransactionReplayCheckRace(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 1})
+	s, _ := idem.NewStore(sch.Pool, sch.Config())
+	p := &idem.DoParams{Scope: "s", Key: "k", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	runs := 0
+	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		runs++
+		return &idem.Outcome{Status: 201, Body: []byte(`{"id":1}`)}, nil
+	}
+	if _, err := s.Do(context.Background(), p, fn); err != nil {
+		t.Fatal(err)
+	}
+	idem.BlindReplayCheck(s)
+	for i := range 3 { // more than the pool's one connection: a leak would block the next try
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := s.Do(ctx, p, fn)
+		cancel()
+		if err != nil {
+			t.Fatalf("replay %d: %v; want the stored outcome", i, err)
+		}
+		if !r.Replayed || r.Outcome.Status != 201 || string(r.Outcome.Body) != `{"id":1}` {
+			t.Fatalf("replay %d: replayed %v, %d %s; want the stored 201 {\"id\":1}", i, r.Replayed, r.Outcome.Status, r.Outcome.Body)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("the handler ran %d times; want once", runs)
+	}
+	other := *p
+	other.Fingerprint = "other"
+	if _, err := s.Do(context.Background(), &other, fn); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("another request with the key: %v; want ErrKeyReused", err)
 	}
 }
 
@@ -455,5 +499,45 @@ func TestCallerGivingUpIsNotAStoreError(t *testing.T) {
 	}
 	if n := len(events); n == 0 || events[n-1].Kind != idem.EventStoreError {
 		t.Fatalf("events %+v; want a store_error for the closed pool", events)
+	}
+}
+
+// A lease-mode claim commits without waiting for its WAL flush, but only the claim: the business
+// transaction, which makes the outcome durable, commits with the connection's own setting, on the
+// very connection the claim used.
+func TestAsyncClaimLeavesTheBusinessCommitDurable(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // the claim and the business transaction share the one connection
+	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := idem.NewStore(pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var inside string
+	_, err = s.Do(ctx, &idem.DoParams{Scope: "s", Key: "k", Fingerprint: "fp"}, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		return &idem.Outcome{Status: 201}, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&inside)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if inside != "on" || after != "on" {
+		t.Fatalf("synchronous_commit: %q in the business transaction, %q on the connection after it; want \"on\" for both: the claim's asynchronous commit must stay the claim's", inside, after)
 	}
 }

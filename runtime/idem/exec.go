@@ -137,7 +137,7 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 	for {
 		var res *claimResult
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-			res, err = s.claim(ctx, s.db, p)
+			res, err = s.claim(ctx, p)
 			return err
 		})
 		if err != nil || res.status != claimInProgress {

@@ -1,0 +1,11 @@
+-- The replay check a transaction-mode claim sends ahead of its BEGIN, in the same batch: the
+-- key's completed row, while it is remembered (its TTL has not run out). A completed row is
+-- final until it expires, so finding it here decides the answer (replay, or key reused) without
+-- a transaction. The guard behind it (replay_guard.sql) then fails on purpose, so the BEGIN and
+-- the claim queued after it are skipped and the connection is idle again: a replay costs one
+-- round trip, and no ROLLBACK.
+-- $1 tenant, $2 scope, $3 key.
+SELECT k.fingerprint, k.status, k.headers, k.body, k.reference,
+	greatest(0, floor(extract(epoch FROM k.expires_at - statement_timestamp()) * 1000))::bigint AS expires_left_ms
+FROM {{.Table}} AS k
+WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
