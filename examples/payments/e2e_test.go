@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
@@ -33,7 +34,8 @@ type env struct {
 	schema *idemtest.Schema
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv serves the example on a schema of its own; each option changes the store's Config.
+func newEnv(t *testing.T, options ...func(*idem.Config)) *env {
 	t.Helper()
 	schema := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 16})
 	ctx := context.Background()
@@ -44,7 +46,11 @@ func newEnv(t *testing.T) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(tWriter{t}, nil))
 	}
-	h, store, err := newService(schema.Pool, schema.Config(), log)
+	cfg := schema.Config()
+	for _, o := range options {
+		o(cfg)
+	}
+	h, store, err := newService(schema.Pool, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,86 +487,90 @@ func TestHandlerErrorReleasesKey(t *testing.T) {
 
 func TestCaptureReplayShowsCurrentState(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	id := e.createPayment("acme", "k-pay")
-	capture := request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}
+	cacheOnAndOff(t, func(t *testing.T, cache func(*idem.Config)) {
+		e := newEnv(t, cache)
+		id := e.createPayment("acme", "k-pay")
+		capture := request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}
 
-	first := e.send(capture)
-	p := decode[paymentBody](t, "capture", first)
-	if first.status != http.StatusOK || first.replayed() || p.Status != "captured" || p.CapturedAt == nil || p.AmountRefundedMinor != 0 {
-		t.Fatalf("capture: status %d, replayed %v, payment %+v", first.status, first.replayed(), p)
-	}
+		first := e.send(capture)
+		p := decode[paymentBody](t, "capture", first)
+		if first.status != http.StatusOK || first.replayed() || p.Status != "captured" || p.CapturedAt == nil || p.AmountRefundedMinor != 0 {
+			t.Fatalf("capture: status %d, replayed %v, payment %+v", first.status, first.replayed(), p)
+		}
 
-	// The payment changes after the capture; the replay must show the change.
-	refund := e.send(request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 5000}`})
-	if refund.status != http.StatusCreated {
-		t.Fatalf("refund: status %d: %s", refund.status, refund.body)
-	}
-	again := e.send(capture)
-	q := decode[paymentBody](t, "capture replay", again)
-	if again.status != http.StatusOK || !again.replayed() {
-		t.Fatalf("capture replay: status %d, Idempotent-Replayed %q; want a replayed 200", again.status, again.header.Get("Idempotent-Replayed"))
-	}
-	if q.AmountRefundedMinor != 5000 || q.Status != "captured" || q.PaymentID != id {
-		t.Errorf("capture replay shows %+v; want the current state (amount_refunded_minor 5000)", q)
-	}
-	if !p.CapturedAt.Equal(*q.CapturedAt) {
-		t.Errorf("capture replay captured_at %v, want %v: the capture ran again", q.CapturedAt, p.CapturedAt)
-	}
-	if got := e.events("captured", "k-capture"); got != 1 {
-		t.Errorf("%d captured events after a capture and its replay, want 1", got)
-	}
+		// The payment changes after the capture; the replay must show the change.
+		refund := e.send(request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 5000}`})
+		if refund.status != http.StatusCreated {
+			t.Fatalf("refund: status %d: %s", refund.status, refund.body)
+		}
+		again := e.send(capture)
+		q := decode[paymentBody](t, "capture replay", again)
+		if again.status != http.StatusOK || !again.replayed() {
+			t.Fatalf("capture replay: status %d, Idempotent-Replayed %q; want a replayed 200", again.status, again.header.Get("Idempotent-Replayed"))
+		}
+		if q.AmountRefundedMinor != 5000 || q.Status != "captured" || q.PaymentID != id {
+			t.Errorf("capture replay shows %+v; want the current state (amount_refunded_minor 5000)", q)
+		}
+		if !p.CapturedAt.Equal(*q.CapturedAt) {
+			t.Errorf("capture replay captured_at %v, want %v: the capture ran again", q.CapturedAt, p.CapturedAt)
+		}
+		if got := e.events("captured", "k-capture"); got != 1 {
+			t.Errorf("%d captured events after a capture and its replay, want 1", got)
+		}
 
-	// Another key is another capture attempt, and the handler refuses it; 409 is not stored.
-	wantProblem(t, "second capture with a new key",
-		e.send(request{method: "POST", path: capture.path, tenant: "acme", key: "k-capture-2"}), http.StatusConflict, "not-capturable")
-	if got := e.count("SELECT count(*) FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()+" WHERE key = $1", "k-capture-2"); got != 0 {
-		t.Errorf("the refused capture left %d key rows; persist: [2xx] should release it", got)
-	}
-	if got := e.events("captured", "k-capture-2"); got != 0 {
-		t.Errorf("the refused capture left %d captured events, want 0", got)
-	}
+		// Another key is another capture attempt, and the handler refuses it; 409 is not stored.
+		wantProblem(t, "second capture with a new key",
+			e.send(request{method: "POST", path: capture.path, tenant: "acme", key: "k-capture-2"}), http.StatusConflict, "not-capturable")
+		if got := e.count("SELECT count(*) FROM "+pgx.Identifier{e.schema.Name, e.schema.Table}.Sanitize()+" WHERE key = $1", "k-capture-2"); got != 0 {
+			t.Errorf("the refused capture left %d key rows; persist: [2xx] should release it", got)
+		}
+		if got := e.events("captured", "k-capture-2"); got != 0 {
+			t.Errorf("the refused capture left %d captured events, want 0", got)
+		}
+	})
 }
 
 func TestRefundReplayRecomputes(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	id := e.createPayment("acme", "k-pay")
-	if resp := e.send(request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}); resp.status != http.StatusOK {
-		t.Fatalf("capture: status %d: %s", resp.status, resp.body)
-	}
-	refund := request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 19900}`}
-	first := e.send(refund)
-	r := decode[refundBody](t, "refund", first)
-	if first.status != http.StatusCreated || first.replayed() || r.Status != "pending" || r.AmountMinor != 19900 || r.PaymentID != id {
-		t.Fatalf("refund: status %d, replayed %v, refund %+v", first.status, first.replayed(), r)
-	}
+	cacheOnAndOff(t, func(t *testing.T, cache func(*idem.Config)) {
+		e := newEnv(t, cache)
+		id := e.createPayment("acme", "k-pay")
+		if resp := e.send(request{method: "POST", path: "/v1/payments/" + id + "/capture", tenant: "acme", key: "k-capture"}); resp.status != http.StatusOK {
+			t.Fatalf("capture: status %d: %s", resp.status, resp.body)
+		}
+		refund := request{method: "POST", path: "/v1/payments/" + id + "/refunds", tenant: "acme", key: "k-refund", body: `{"amount_minor": 19900}`}
+		first := e.send(refund)
+		r := decode[refundBody](t, "refund", first)
+		if first.status != http.StatusCreated || first.replayed() || r.Status != "pending" || r.AmountMinor != 19900 || r.PaymentID != id {
+			t.Fatalf("refund: status %d, replayed %v, refund %+v", first.status, first.replayed(), r)
+		}
 
-	// The processor settles the refund; a marker stores no body, so the replay must recompute.
-	if _, err := e.schema.Pool.Exec(context.Background(), `UPDATE refunds SET status = 'succeeded' WHERE refund_id = $1`, r.RefundID); err != nil {
-		t.Fatal(err)
-	}
-	again := e.send(refund)
-	q := decode[refundBody](t, "refund replay", again)
-	if again.status != http.StatusCreated || !again.replayed() {
-		t.Fatalf("refund replay: status %d, Idempotent-Replayed %q; want a replayed 201", again.status, again.header.Get("Idempotent-Replayed"))
-	}
-	if q.RefundID != r.RefundID || q.Status != "succeeded" || q.AmountMinor != 19900 {
-		t.Errorf("refund replay %+v; want refund %s recomputed with status succeeded", q, r.RefundID)
-	}
-	if got := e.count("SELECT count(*) FROM refunds"); got != 1 {
-		t.Errorf("%d refunds, want 1", got)
-	}
-	if got := e.events("refunded", "k-refund"); got != 1 {
-		t.Errorf("%d refunded events after a refund and its replay, want 1", got)
-	}
-	pay := decode[paymentBody](t, "get", e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"}))
-	if pay.AmountRefundedMinor != 19900 || pay.Status != "refunded" {
-		t.Errorf("payment after one full refund and its replay: %+v; want refunded 19900 once", pay)
-	}
-	// The same key with another amount is another request.
-	wantProblem(t, "refund key reused", e.send(request{method: refund.method, path: refund.path, tenant: "acme", key: "k-refund", body: `{"amount_minor": 100}`}),
-		http.StatusUnprocessableEntity, "key-reused")
+		// The processor settles the refund; a marker stores no body, so the replay must recompute.
+		if _, err := e.schema.Pool.Exec(context.Background(), `UPDATE refunds SET status = 'succeeded' WHERE refund_id = $1`, r.RefundID); err != nil {
+			t.Fatal(err)
+		}
+		again := e.send(refund)
+		q := decode[refundBody](t, "refund replay", again)
+		if again.status != http.StatusCreated || !again.replayed() {
+			t.Fatalf("refund replay: status %d, Idempotent-Replayed %q; want a replayed 201", again.status, again.header.Get("Idempotent-Replayed"))
+		}
+		if q.RefundID != r.RefundID || q.Status != "succeeded" || q.AmountMinor != 19900 {
+			t.Errorf("refund replay %+v; want refund %s recomputed with status succeeded", q, r.RefundID)
+		}
+		if got := e.count("SELECT count(*) FROM refunds"); got != 1 {
+			t.Errorf("%d refunds, want 1", got)
+		}
+		if got := e.events("refunded", "k-refund"); got != 1 {
+			t.Errorf("%d refunded events after a refund and its replay, want 1", got)
+		}
+		pay := decode[paymentBody](t, "get", e.send(request{method: "GET", path: "/v1/payments/" + id, tenant: "acme"}))
+		if pay.AmountRefundedMinor != 19900 || pay.Status != "refunded" {
+			t.Errorf("payment after one full refund and its replay: %+v; want refunded 19900 once", pay)
+		}
+		// The same key with another amount is another request.
+		wantProblem(t, "refund key reused", e.send(request{method: refund.method, path: refund.path, tenant: "acme", key: "k-refund", body: `{"amount_minor": 100}`}),
+			http.StatusUnprocessableEntity, "key-reused")
+	})
 }
 
 // TestDuplicateWhileInFlightIs409 holds the first request inside its handler deterministically:

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; port 0 picks a free port (the log says which)")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL)")
+	replayCache := fs.Int64("replay-cache-bytes", 0, "keep up to this many bytes of completed outcomes in memory, so replays of them skip the database (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -54,6 +55,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *dbURL == "" {
 		*dbURL = os.Getenv("DATABASE_URL")
+	}
+	if *replayCache < 0 {
+		return usageError{fmt.Errorf("-replay-cache-bytes %d: want a size in bytes, or 0 to turn the cache off", *replayCache)}
 	}
 	if *dbURL == "" {
 		return usageError{errors.New("no database: pass -database-url postgres://… or set DATABASE_URL " +
@@ -81,7 +85,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if schema == nil {
 		return errors.New("database: no current schema: the search_path in the database URL names no existing schema")
 	}
-	cfg := &idem.Config{Schema: *schema}
+	cfg := &idem.Config{Schema: *schema, ReplayCacheBytes: *replayCache}
 	migrator, err := idem.NewMigrator(pool, cfg)
 	if err != nil {
 		return fmt.Errorf("migrate idempotency table: %w", err)

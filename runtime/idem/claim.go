@@ -84,6 +84,9 @@ type claimResult struct {
 	claim      *Claim        // claimAcquired, claimTakenOver
 	outcome    *Outcome      // claimReplayed
 	retryAfter time.Duration // claimInProgress: time left on the lease, at least 1s
+	// claimReplayed: the outcome stays final at least this long after the statement was sent
+	// (the row's expiry, as the database measured it); the replay cache keeps it no longer.
+	final time.Duration
 }
 
 func newToken() string {
@@ -133,6 +136,7 @@ func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
 // was told "in progress", and the retry runs anew.
 func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	c := newClaim(p)
+	sent := time.Now()
 	var res *claimResult
 	var err error
 	if bq, ok := s.db.(batcher); ok {
@@ -152,6 +156,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return nil, storeError(ctx, "claim", err)
 	}
+	s.remember(p, res, sent)
 	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
 	return res, nil
 }
@@ -178,6 +183,7 @@ type batcher interface {
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
 	for check := true; ; check = false {
+		sent := time.Now()
 		var done *peeked
 		var ahead func(b *pgx.Batch)
 		if check {
@@ -213,6 +219,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
+			s.remember(p, res, sent)
 			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
@@ -221,6 +228,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
 		}
+		s.remember(p, res, sent)
 		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
 		return tx, res, false, nil
 	}
@@ -259,7 +267,7 @@ func (pk *peeked) result(fp string) (*claimResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &claimResult{status: claimReplayed, outcome: o}, nil
+	return &claimResult{status: claimReplayed, outcome: o, final: pk.expiresLeft}, nil
 }
 
 // storedOutcome is an outcome as its row stores it.
@@ -294,8 +302,9 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 		stored       storedOutcome
 		leftMS       int64
 		heldMS       int64
+		finalMS      int64
 	)
-	if err := row.Scan(&mine, &attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &heldMS); err != nil {
+	if err := row.Scan(&mine, &attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &heldMS, &finalMS); err != nil {
 		return nil, err
 	}
 	switch {
@@ -313,7 +322,7 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &claimResult{status: claimReplayed, outcome: o}, nil
+		return &claimResult{status: claimReplayed, outcome: o, final: time.Duration(finalMS) * time.Millisecond}, nil
 	default:
 		left := time.Duration(leftMS) * time.Millisecond
 		// How long the holder has run: since the key's first claim, or, after a takeover (whose

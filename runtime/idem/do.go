@@ -128,6 +128,9 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 		}
 		return s.doWithoutKey(ctx, p, fn)
 	}
+	if r, hit, err := s.cached(ctx, p); hit {
+		return r, err
+	}
 	r, err := s.execute(ctx, p, fn)
 	if err != nil {
 		s.logGoneCaller(ctx, p, err)

@@ -294,6 +294,7 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 		giveBack(EventReleased)
 		return res, nil
 	}
+	sent := time.Now() // before the database computes the key's expiry
 	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, out, ttl(p))
 	switch {
 	case errors.Is(completeErr, ErrLeaseLost):
@@ -310,6 +311,9 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 		return nil, commitErr
 	}
 	res.persisted = true
+	if s.cache != nil {
+		s.cache.put(cacheKey{p.Tenant, p.Scope, p.Key}, p.Fingerprint, out, sent.Add(time.Duration(millis(ttl(p)))*time.Millisecond))
+	}
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
 	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})

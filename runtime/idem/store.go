@@ -79,6 +79,13 @@ type Config struct {
 	// claim; for a transaction-mode claim, on top of its wait). A store that does not answer in
 	// time counts as unavailable: no handler runs. Default 5s.
 	StoreTimeout time.Duration
+	// ReplayCacheBytes, when above zero, turns on the replay cache: completed outcomes this
+	// process stored or replayed are kept in memory, up to this many bytes, so that replaying
+	// them again needs no database. A completed key's answer is final until it expires, so the
+	// cache answers exactly as the database would, and drops each outcome no later than its key
+	// expires. It assumes that keys are removed only by expiry (Purge); after deleting keys by
+	// hand, restart the processes that cache. Off by default. See docs/runtime.md.
+	ReplayCacheBytes int64
 }
 
 // EventKind names what happened to a key: one word per outcome, shared with ClaimStatus-like
@@ -109,6 +116,9 @@ type Event struct {
 	KeyHash   string        // hex SHA-256 prefix of scope+key; never the raw key
 	Duration  time.Duration // handler time for EventCompleted, EventReleased and EventHandlerTimeout
 	Count     int           // rows for EventPurged
+	// Cached says an EventReplayed or EventKeyReused was answered from the replay cache
+	// (Config.ReplayCacheBytes), without the database.
+	Cached bool
 }
 
 // Store is the runtime: it owns the key table and runs claims, completions and replays.
@@ -126,6 +136,8 @@ type Store struct {
 	bg  *background // what runs beside requests: release retries (release.go)
 	est estimates   // handler times per operation, for Retry-After (estimate.go)
 	ln  *listener   // wakes waiting duplicates (listen.go); nil when db is not a pool
+
+	cache *replayCache // completed outcomes (cache.go); nil unless Config.ReplayCacheBytes
 
 	channel      string        // the key table's notification channel
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
@@ -164,7 +176,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
-		channel: channelOf(table), fallbackPoll: fallbackPoll}
+		channel: channelOf(table), fallbackPoll: fallbackPoll, cache: newReplayCache(c.ReplayCacheBytes)}
 	if connect := poolConnector(db); connect != nil {
 		s.ln = &listener{s: s, connect: connect, subs: map[string]map[*subscription]struct{}{}}
 	}
@@ -216,6 +228,9 @@ func (s *Store) emit(ctx context.Context, e Event) {
 	}
 	if e.Kind == EventPurged {
 		attrs = append(attrs, slog.Int("count", e.Count))
+	}
+	if e.Cached {
+		attrs = append(attrs, slog.Bool("cached", true))
 	}
 	s.log.LogAttrs(ctx, level, "idem: "+string(e.Kind), attrs...)
 }

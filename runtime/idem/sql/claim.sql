@@ -5,7 +5,8 @@
 -- $4 owner token; then $5 operation, $6 fingerprint, $7 lease (ms), $8 TTL (ms).
 --
 -- Besides the row, it returns how long the holder's lease has left and how long the key has been
--- in flight (since created_at, the first claim of its history), for an honest Retry-After.
+-- in flight (since created_at, the first claim of its history), for an honest Retry-After, and
+-- how long a completed row stays remembered (for the replay cache).
 --
 -- A row is "fresh" (behaves as a new key) when its TTL has run out and nobody holds it; it is
 -- "takeable" when it is fresh, or its holder's lease ran out on the same request. The
@@ -29,10 +30,11 @@
 {{define "fresh"}}(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp())){{end -}}
 {{define "takeable"}}({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = {{.}})){{end -}}
 {{define "lease_left_ms"}}greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint{{end -}}
+{{define "expires_left_ms"}}greatest(0, floor(extract(epoch FROM expires_at - statement_timestamp()) * 1000))::bigint{{end -}}
 {{define "held_ms"}}greatest(0, floor(extract(epoch FROM statement_timestamp() - created_at) * 1000))::bigint{{end -}}
 WITH cur AS (
 	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at, k.created_at,
-		{{template "takeable" "$6"}} AS takeable
+		k.expires_at, {{template "takeable" "$6"}} AS takeable
 	FROM {{.Table}} AS k WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3
 ), ins AS (
 	INSERT INTO {{.Table}} AS k
@@ -59,9 +61,11 @@ WITH cur AS (
 			k.attempt, k.created_at, k.status, k.headers, k.body, k.reference, k.completed_at
 		WHERE NOT {{template "takeable" "EXCLUDED.fingerprint"}})
 	RETURNING owner_token = $4::uuid AS mine, attempt, fingerprint = $6 AS same_fingerprint, state,
-		status, headers, body, reference, {{template "lease_left_ms"}} AS lease_left_ms, {{template "held_ms"}} AS held_ms
+		status, headers, body, reference, {{template "lease_left_ms"}} AS lease_left_ms, {{template "held_ms"}} AS held_ms,
+		{{template "expires_left_ms"}} AS expires_left_ms
 )
 SELECT * FROM ins
 UNION ALL
-SELECT false, attempt, fingerprint = $6, state, status, headers, body, reference, {{template "lease_left_ms"}}, {{template "held_ms"}}
+SELECT false, attempt, fingerprint = $6, state, status, headers, body, reference, {{template "lease_left_ms"}}, {{template "held_ms"}},
+	{{template "expires_left_ms"}}
 FROM cur WHERE NOT cur.takeable
