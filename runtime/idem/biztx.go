@@ -125,9 +125,12 @@ func (s *Store) commit(ctx context.Context, bt *bizTx) error {
 // it divides by zero (sql/complete.sql), so the transaction aborts and cannot commit.
 const leaseLostCode = "22012"
 
-// completeAndCommit stores o for c in bt and commits both. When the Store holds the connection
-// the completion and the COMMIT are one batch: the completion's fence aborts the transaction if
-// the lease was lost, so the COMMIT behind it cannot commit the work without its outcome.
+// completeAndCommit stores o for c in bt and commits both, then tells the key's waiting
+// duplicates (sql/notify.sql) when they may wait. When the Store holds the connection the
+// completion, the COMMIT and the notification are one batch: the completion's fence aborts the
+// transaction if the lease was lost, so the COMMIT behind it cannot commit the work without its
+// outcome, and a failed statement skips the rest, so nobody is told of a commit that did not
+// happen. The notification runs in a transaction of its own, after the commit.
 // ErrLeaseLost means bt was rolled back; another error may have left it open, and committed or
 // not (a lost connection): the caller releases what it holds, as after a failed commit.
 func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl time.Duration) (completeErr, commitErr error) {
@@ -145,14 +148,26 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		if err := bt.Commit(ctx); err != nil {
 			return nil, storeError(ctx, "commit", err)
 		}
+		s.notifyCompleted(ctx, c)
 		return nil, nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.sql.complete, args...)
-	b.Queue("commit")
+	committed := false
+	b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
+	if channel, payload := s.note(c); channel != "" {
+		b.Queue(s.sql.notify, channel, payload)
+	}
 	err = bt.conn.SendBatch(ctx, b).Close()
-	if err == nil {
-		bt.done() // committed: the connection is idle again
+	if err == nil || committed {
+		if err != nil {
+			s.log.DebugContext(ctx, "idem: could not tell waiting duplicates that the key is completed; they find out at their next claim",
+				"operation", c.Operation, "key_hash", c.hash(), "error", err)
+		}
+		bt.done() // committed: the connection is idle again (or closed by the pool if it broke)
 		return nil, nil
 	}
 	if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {

@@ -354,8 +354,7 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
-	channel, payload := s.note(c)
-	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), channel, payload), nil
+	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl)), nil
 }
 
 // complete stores an outcome (completeArgs) for c inside tx: if tx is rolled back, so is the

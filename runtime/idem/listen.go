@@ -65,8 +65,11 @@ func (s *Store) note(c *Claim) (channel, payload string) {
 }
 
 // notifyReleased tells the waiters of c's key that it is free after a transaction-mode rollback,
-// which undid the claim but, being a rollback, notified nobody. Best effort: a waiter that misses
-// it finds out at its next fallback claim.
+// which undid the claim but, being a rollback, notified nobody; notifyCompleted, that it is
+// completed, after a commit that did not carry the notification itself (a DB that is not a
+// pool). Best effort: a waiter that misses it finds out at its next fallback claim.
+func (s *Store) notifyCompleted(ctx context.Context, c *Claim) { s.notifyReleased(ctx, c) }
+
 func (s *Store) notifyReleased(ctx context.Context, c *Claim) {
 	channel, payload := s.note(c)
 	if channel == "" {
@@ -74,7 +77,7 @@ func (s *Store) notifyReleased(ctx context.Context, c *Claim) {
 	}
 	cctx, cancel := detached(ctx)
 	defer cancel()
-	if _, err := s.db.Exec(cctx, "SELECT pg_notify($1, $2)", channel, payload); err != nil {
+	if _, err := s.db.Exec(cctx, s.sql.notify, channel, payload); err != nil {
 		s.log.DebugContext(ctx, "idem: could not tell waiting duplicates that the key is free; they find out at their next claim",
 			"operation", c.Operation, "key_hash", c.hash(), "error", err)
 	}

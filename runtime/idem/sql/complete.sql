@@ -4,12 +4,12 @@
 -- transaction aborts, so not even a COMMIT sent right behind it in the same batch can commit the
 -- work without its outcome (fencing).
 -- $1 tenant, $2 scope, $3 key, $4 owner token; $5 status, $6 headers, $7 body, $8 reference,
--- $9 TTL (ms); $10 the channel duplicates waiting for this key listen on, or '' when none may
--- wait, $11 the key's notification payload (a hash: it never reveals the key).
+-- $9 TTL (ms).
 --
--- The notification is part of the transaction, so it is delivered when the outcome commits, and
--- never when it rolls back. A transaction that notifies takes PostgreSQL's notification queue
--- lock at commit, which serialises such commits: only operations whose duplicates wait send one.
+-- It notifies nobody: a transaction that notifies takes PostgreSQL's notification queue lock
+-- at its commit and keeps it until the commit is flushed, so such commits would wait for each
+-- other's disk flush, one at a time. Waiting duplicates are told after the commit instead
+-- (notify.sql, queued behind the COMMIT in the same batch).
 WITH done AS (
 	UPDATE {{.Table}} SET state = 'complete', status = $5, headers = $6, body = $7, reference = $8,
 		completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
@@ -17,5 +17,4 @@ WITH done AS (
 	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
 	RETURNING 1
 )
-SELECT CASE WHEN $10::text <> '' THEN pg_notify($10, $11::text) END,
-	1 / (SELECT count(*) FROM done)::int AS owned
+SELECT 1 / (SELECT count(*) FROM done)::int AS owned
