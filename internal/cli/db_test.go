@@ -74,7 +74,7 @@ func TestPurgeRemovesExactlyTheExpiredRows(t *testing.T) {
 	complete := func(key string, ttl time.Duration) {
 		t.Helper()
 		res, err := store.Do(ctx, &idem.DoParams{Scope: "t", Key: key, Operation: "op", Fingerprint: "f",
-			Lease: time.Minute, TTL: ttl}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+			Lease: time.Minute, TTL: ttl, Timeout: 50 * time.Millisecond}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
 			return &idem.Outcome{Status: 201}, nil
 		})
 		if err != nil || !res.Persisted {
@@ -87,7 +87,7 @@ func TestPurgeRemovesExactlyTheExpiredRows(t *testing.T) {
 	for i := range 3 {
 		complete(fmt.Sprintf("new-%d", i), time.Hour)
 	}
-	time.Sleep(50 * time.Millisecond) // let the database clock pass the short TTL
+	time.Sleep(200 * time.Millisecond) // let the database clock pass the short TTL and the timeout (the longest a key is kept beyond it)
 
 	base := []string{"--database-url", s.URL, "--schema", s.Name, "--table", s.Table}
 	code, out, stderr := runMain("", append([]string{"purge", "--dry-run"}, base...)...)

@@ -139,7 +139,7 @@ func TestReplayCacheRespectsExpiry(t *testing.T) {
 	t.Parallel()
 	s, _, _, sch := cachedStore(t)
 	ctx := context.Background()
-	p := &idem.DoParams{Scope: "s", Key: "k", Fingerprint: "fp", TTL: 300 * time.Millisecond}
+	p := &idem.DoParams{Scope: "s", Key: "k", Fingerprint: "fp", TTL: 300 * time.Millisecond, Timeout: 100 * time.Millisecond}
 	runs := 0
 	if _, err := s.Do(ctx, p, created(`{"id":1}`, &runs)); err != nil {
 		t.Fatal(err)

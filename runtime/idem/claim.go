@@ -118,8 +118,12 @@ func newClaim(p *DoParams) *Claim {
 	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(), notify: waits(p)}
 }
 
+// claimArgs are the claim statement's parameters. The row's expiry is set at the claim to the
+// TTL plus the handler's timeout, the latest the outcome can complete, so that the completion
+// need not move it (see sql/complete.sql): the key is remembered at least the TTL after it
+// completes, and at most the timeout longer.
 func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
-	return c.args(p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)))
+	return c.args(p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)+timeout(p)))
 }
 
 // claim claims p's key in one statement (claim: lease; it commits at once). It inserts the key

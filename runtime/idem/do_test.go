@@ -175,14 +175,15 @@ func TestExpiredKeyExecutesAnew(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
-	p := &idem.DoParams{Scope: "s", Key: "short", Operation: "op", Fingerprint: "fp", TTL: 300 * time.Millisecond}
+	p := &idem.DoParams{Scope: "s", Key: "short", Operation: "op", Fingerprint: "fp", TTL: 300 * time.Millisecond,
+		Timeout: 100 * time.Millisecond} // the key is remembered up to TTL + Timeout
 	if r, err := e.Store.Do(ctx, p, pay(1, "one")); err != nil || r.Replayed {
 		t.Fatalf("first = %+v, %v", r, err)
 	}
 	if r, err := e.Store.Do(ctx, p, pay(1, "two")); err != nil || !r.Replayed {
 		t.Fatalf("within the TTL = %+v, %v; want a replay", r, err)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // past TTL + Timeout
 	other := *p
 	other.Fingerprint = "another request entirely" // an expired key is a new key
 	var attempt int
@@ -539,5 +540,40 @@ func TestAsyncClaimLeavesTheBusinessCommitDurable(t *testing.T) {
 	}
 	if inside != "on" || after != "on" {
 		t.Fatalf("synchronous_commit: %q in the business transaction, %q on the connection after it; want \"on\" for both: the claim's asynchronous commit must stay the claim's", inside, after)
+	}
+}
+
+// The claim sets the key's expiry to the TTL plus the handler's timeout, and a timely completion
+// leaves it there (so that PostgreSQL can complete the key with a HOT update): a completed key is
+// remembered at least its TTL after completing, and at most the timeout longer.
+func TestCompletionKeepsTheClaimsExpiry(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			sch := idemtest.TestSchema(t, nil)
+			s, _ := idem.NewStore(sch.Pool, sch.Config())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			const ttl, timeout = time.Hour, 30 * time.Second
+			var claimed time.Time
+			_, err := s.Do(ctx, &idem.DoParams{Scope: "s", Key: "k", Fingerprint: "fp", Claim: mode, TTL: ttl, Timeout: timeout},
+				func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					return &idem.Outcome{Status: 201}, tx.QueryRow(ctx, "SELECT expires_at FROM "+s.Table()+" WHERE key = 'k'").Scan(&claimed)
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var expires, completed time.Time
+			if err := sch.Pool.QueryRow(ctx, "SELECT expires_at, completed_at FROM "+s.Table()+" WHERE key = 'k'").Scan(&expires, &completed); err != nil {
+				t.Fatal(err)
+			}
+			if !expires.Equal(claimed) {
+				t.Errorf("the completion moved expires_at from %v to %v; want it left as the claim set it", claimed, expires)
+			}
+			if kept := expires.Sub(completed); kept < ttl || kept > ttl+timeout {
+				t.Errorf("the key is kept %v after completing; want between the TTL (%v) and TTL + timeout (%v)", kept, ttl, ttl+timeout)
+			}
+		})
 	}
 }

@@ -6,6 +6,11 @@
 -- $1 tenant, $2 scope, $3 key, $4 owner token; $5 status, $6 headers, $7 body, $8 reference,
 -- $9 TTL (ms).
 --
+-- The key is remembered at least the TTL from now. The claim set its expiry to the TTL plus the
+-- handler's timeout (the latest a handler can complete), so the expiry normally stays as it is:
+-- no indexed column changes, and PostgreSQL can make the update a HOT update (no new entries in
+-- the primary key and expiry indexes, less WAL). It moves only for a completion later than that.
+--
 -- It notifies nobody: a transaction that notifies takes PostgreSQL's notification queue lock
 -- at its commit and keeps it until the commit is flushed, so such commits would wait for each
 -- other's disk flush, one at a time. Waiting duplicates are told after the commit instead
@@ -13,7 +18,7 @@
 WITH done AS (
 	UPDATE {{.Table}} SET state = 'complete', status = $5, headers = $6, body = $7, reference = $8,
 		completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
-		expires_at = statement_timestamp() + $9::bigint * interval '1 millisecond'
+		expires_at = greatest(expires_at, statement_timestamp() + $9::bigint * interval '1 millisecond')
 	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
 	RETURNING 1
 )
