@@ -186,22 +186,25 @@ type batcher interface {
 // a replay then needs neither the transaction nor its rollback.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
+	lockTimeout := fmt.Sprintf("%dms", millis(wait))
 	for check := true; ; check = false {
 		sent := time.Now()
 		var done *peeked
 		var ahead func(b *pgx.Batch)
-		if check {
+		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
 				b.Queue(s.sql.replay, p.Tenant, p.Scope, p.Key).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
 				})
-				b.Queue(s.sql.replayGuard, p.Tenant, p.Scope, p.Key)
+				b.Queue(s.sql.replayGuard, p.Tenant, p.Scope, p.Key, lockTimeout)
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {
-			batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
-	set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", millis(wait)))
+			if ahead == nil { // else the replay check's guard set it
+				batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
+	set_config('lock_timeout', $1, true)`, lockTimeout)
+			}
 			batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
 				var err error
 				res, err = s.scanClaim(row, c)

@@ -28,6 +28,29 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// recv receives from ch, or fails the test after limit, saying what did not happen.
+func recv[T any](t testing.TB, ch <-chan T, limit time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("after %s: %s", limit, what)
+	}
+	var zero T
+	return zero
+}
+
+// letGo returns a func that closes ch once, also registered as t's cleanup: a test that fails
+// while a handler waits on ch must not leave it (and its transaction, which the schema's drop
+// waits for) hanging.
+func letGo(t testing.TB, ch chan struct{}) func() {
+	var once sync.Once
+	open := func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(open)
+	return open
+}
+
 // TestWaitingDuplicateWakesOnNotification: a duplicate that waits (lease mode with a wait, and
 // transaction mode) wakes when the first request commits or releases, by the holder's NOTIFY:
 // its fallback poll is set to an hour and its wait to 30s, so a duplicate that relied on polling
@@ -42,6 +65,7 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 				idem.SetFallbackPoll(e.Store, time.Hour)
 				p := &idem.DoParams{Key: "k", Operation: "charge", Fingerprint: "fp", Claim: mode, Wait: 30 * time.Second}
 				entered, finish := make(chan struct{}), make(chan struct{})
+				release := letGo(t, finish)
 				firstDone := make(chan error, 1)
 				go func() {
 					_, err := e.Store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
@@ -54,7 +78,7 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 					})
 					firstDone <- err
 				}()
-				<-entered
+				recv(t, entered, 10*time.Second, "the first request's handler never started")
 				if idem.Listening(e.Store) {
 					t.Fatal("a request that found its key free opened the listening connection; only a waiting duplicate needs it")
 				}
@@ -73,9 +97,9 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 				// nothing new since its last claim, only a notification (or its hour-long poll) can
 				// wake it.
 				waitFor(t, 10*time.Second, "the duplicate never slept waiting for a notification", func() bool { return idem.Asleep(e.Store) == 1 })
-				close(finish)
-				<-firstDone
-				d := <-dup
+				release()
+				recv(t, firstDone, 10*time.Second, "the first request did not end once its handler was let go")
+				d := recv(t, dup, 15*time.Second, "the duplicate did not end")
 				switch first {
 				case "commits":
 					if d.err != nil || !d.r.Replayed || string(d.r.Outcome.Body) != "first" {
@@ -121,6 +145,7 @@ func TestWaitingFallsBackToPolling(t *testing.T) {
 				holder.Wait = 10 * time.Second
 			}
 			entered, finish := make(chan struct{}), make(chan struct{})
+			release := letGo(t, finish)
 			go func() {
 				s.Do(context.Background(), holder, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 					close(entered)
@@ -128,7 +153,7 @@ func TestWaitingFallsBackToPolling(t *testing.T) {
 					return pay(1, "first")(ctx, tx)
 				})
 			}()
-			<-entered
+			recv(t, entered, 10*time.Second, "the first request's handler never started")
 			dup := make(chan *idem.DoResult, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -140,8 +165,8 @@ func TestWaitingFallsBackToPolling(t *testing.T) {
 				dup <- r
 			}()
 			time.Sleep(300 * time.Millisecond) // let the duplicate start waiting (its outcome does not depend on it)
-			close(finish)
-			if r := <-dup; r == nil || !r.Replayed || string(r.Outcome.Body) != "first" {
+			release()
+			if r := recv(t, dup, 20*time.Second, "the duplicate did not end"); r == nil || !r.Replayed || string(r.Outcome.Body) != "first" {
 				t.Fatalf("duplicate = %+v; want the first answer replayed", r)
 			}
 			if c == "no listener" && idem.Listening(s) {
@@ -217,7 +242,7 @@ func TestDuplicateStormWithWait(t *testing.T) {
 					results[i], errs[i] = idemhttp.Serve(ctx, e.Store, p, request("storm", "fp"), fn)
 				}()
 			}
-			<-started
+			recv(t, started, 30*time.Second, "the first request's handler never started")
 			waitFor(t, 30*time.Second, "not every duplicate got to claim while the first was in flight (do waiting duplicates hold the pool's connections?)", func() bool {
 				return claims.n.Load() >= n
 			})
