@@ -63,6 +63,9 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 		if err != nil {
 			return nil, err
 		}
+		if batch == nil {
+			return bt, nil
+		}
 		b := &pgx.Batch{}
 		batch(b)
 		return bt, bt.SendBatch(ctx, b).Close()
@@ -85,7 +88,9 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 		ahead(a)
 		b.QueuedQueries = append(a.QueuedQueries, b.QueuedQueries...)
 	}
-	batch(b)
+	if batch != nil {
+		batch(b)
+	}
 	br := bt.conn.SendBatch(ctx, b)
 	bt.Tx = br.Tx()
 	if err := br.Close(); err != nil {

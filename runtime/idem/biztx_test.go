@@ -85,3 +85,54 @@ func TestLostLeaseAtCompletionLeavesNoConnectionBehind(t *testing.T) {
 		}
 	}
 }
+
+// A lease-mode claim begins the business transaction in its own batch, behind a guard. When the
+// guard disagrees with the claim, the request still runs once, beginning on its own; when the
+// batch fails after the claim committed, the key is given back, so a retry runs at once.
+func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	runs := 0
+	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		runs++
+		return &idem.Outcome{Status: 201, Body: []byte("done")}, nil
+	}
+
+	disagrees, _ := idem.NewStore(sch.Pool, sch.Config())
+	// As if the claim were not this request's: the guard divides by zero.
+	idem.SetOwnerGuard(disagrees, guardSQL("1 / (length($1::text) * 0)"))
+	p := &idem.DoParams{Scope: "s", Key: "disagree", Fingerprint: "fp"}
+	if r, err := disagrees.Do(ctx, p, fn); err != nil || r.Replayed || runs != 1 {
+		t.Fatalf("guard disagreeing: %+v, %v, %d runs; want one execution", r, err, runs)
+	}
+	if r, err := disagrees.Do(ctx, p, fn); err != nil || !r.Replayed || runs != 1 {
+		t.Fatalf("its replay: %+v, %v, %d runs; want the replay", r, err, runs)
+	}
+
+	fails, _ := idem.NewStore(sch.Pool, sch.Config())
+	// Fails otherwise, after the claim committed.
+	idem.SetOwnerGuard(fails, guardSQL("($1::text || ' is not a number')::int"))
+	p = &idem.DoParams{Scope: "s", Key: "fails", Fingerprint: "fp"}
+	if _, err := fails.Do(ctx, p, fn); err == nil || errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("a batch failing after its claim: %v; want a store error", err)
+	}
+	plain, _ := idem.NewStore(sch.Pool, sch.Config())
+	if r, err := plain.Do(ctx, p, fn); err != nil || r.Replayed || runs != 2 {
+		t.Fatalf("the retry: %+v, %v, %d runs; want it to run at once (the failed claim released its key)", r, err, runs)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sch.Pool.Stat().AcquiredConns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still acquired; want 0", sch.Pool.Stat().AcquiredConns())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// guardSQL is an owner guard that evaluates expr when it runs (not when it is prepared), with
+// the guard's four parameters.
+func guardSQL(expr string) string {
+	return "SELECT " + expr + " WHERE $2::text IS NOT NULL AND $3::text IS NOT NULL AND $4::uuid IS NOT NULL"
+}

@@ -165,6 +165,58 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	return res, nil
 }
 
+// claimAndBegin is claim that also begins the business transaction when the claim makes this
+// request the key's owner, in the same round trip (the Store holds the connection: db is a
+// pool). The batch is: BEGIN, synchronous_commit off for this transaction, the claim, COMMIT, a
+// guard that fails unless the committed claim is this request's (sql/owner_guard.sql), and the
+// business BEGIN. A failed statement skips the rest of a batch, so a replay, an in-progress
+// answer or a mismatch never begins anything, and costs one round trip as before. tx is open
+// when res owns the key, and nil otherwise; when the guard disagrees with the claim (a lease
+// shorter than a round trip), tx is nil with an owning res, and the caller begins on its own.
+func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
+	c := newClaim(p)
+	sent := time.Now()
+	committed := false
+	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
+		b.Queue("begin")
+		b.Queue(asyncCommit)
+		b.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) (err error) {
+			res, err = s.scanClaim(row, c)
+			return err
+		})
+		b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+			committed = tag.String() == "COMMIT"
+			return nil
+		})
+		b.Queue(s.sql.ownerGuard, c.args()...)
+	}, nil)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && res.status.owns():
+		// Claimed and begun.
+	case committed && res != nil && (err == nil || errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode):
+		// Claimed (or not) and committed; the business transaction was not begun.
+		s.rollback(ctx, tx) // hands the idle connection back
+		tx, err = nil, nil
+	default:
+		if tx != nil {
+			s.rollback(ctx, tx)
+		}
+		if committed && res != nil && res.status.owns() {
+			// The claim committed but the batch failed after it: give the key back.
+			s.release(ctx, res.claim, EventReleased, 0)
+		}
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		return nil, nil, storeError(ctx, "claim and begin", err)
+	}
+	s.remember(p, res, sent)
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+	return tx, res, nil
+}
+
+// ownerGuardCode is the owner guard failing on purpose (sql/owner_guard.sql).
+const ownerGuardCode = "22012"
+
 // asyncCommit makes the transaction it runs in commit without waiting for its WAL flush (see
 // claim). It is local to that transaction: the connection's own setting is back after it.
 const asyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`

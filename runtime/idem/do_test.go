@@ -379,7 +379,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		trips  int64
 		reason string
 	}{
-		{"lease: claim+complete", lease, "k1", "fp", "executed", 4, "claim, begin, business insert, complete+commit batch"},
+		{"lease: claim+complete", lease, "k1", "fp", "executed", 3, "claim+commit+begin batch, business insert, complete+commit batch"},
 		{"lease: replay", lease, "k1", "fp", "replayed", 1, "claim"},
 		{"lease: mismatch", lease, "k1", "other", "problem key-reused", 1, "claim"},
 		{"transaction: claim+complete", txMode, "k2", "fp", "executed", 3, "begin+claim batch, business insert, complete+commit batch"},

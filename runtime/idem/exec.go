@@ -41,17 +41,18 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 		return s.runClaimed(ctx, tx, res.claim, p, fn, false)
 	}
 
-	res, err := s.claimWaiting(ctx, p)
+	tx, res, err := s.claimWaiting(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	if !res.status.owns() {
 		return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		s.release(ctx, res.claim, EventReleased, 0)
-		return nil, err
+	if tx == nil { // the claim did not begin the business transaction: begin it now
+		if tx, err = s.begin(ctx); err != nil {
+			s.release(ctx, res.claim, EventReleased, 0)
+			return nil, err
+		}
 	}
 	return s.runClaimed(ctx, tx, res.claim, p, fn, true)
 }
@@ -131,17 +132,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 // claimWaiting claims (claim: lease); while the key is in progress and p.Wait has not run out
 // it waits for the holder's notification (or polls with a small backoff when there is no
 // listener), and claims again (each claim may take over a lease that has meanwhile expired).
-func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, error) {
+//
+// When db is a pool, each claim also begins the business transaction if it acquires the key
+// (claimAndBegin): tx is then open. Otherwise tx is nil and the caller begins it.
+func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
+	_, pooled := s.db.(acquirer)
 	for {
 		var res *claimResult
+		var tx *bizTx
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-			res, err = s.claim(ctx, p)
+			if pooled {
+				tx, res, err = s.claimAndBegin(ctx, p)
+			} else {
+				res, err = s.claim(ctx, p)
+			}
 			return err
 		})
 		if err != nil || res.status != claimInProgress {
-			return res, err
+			return tx, res, err
 		}
 		if s.takeBack(ctx, p) {
 			continue // the holder was this process's own abandoned claim, released now
@@ -151,10 +161,10 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*claimResult, er
 		}
 		again, err := pace.next(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !again {
-			return res, nil
+			return nil, res, nil
 		}
 	}
 }

@@ -104,3 +104,7 @@ func Asleep(s *Store) int64 {
 // BlindReplayCheck makes s's transaction-mode replay check find nothing while its guard still
 // sees the completed row: what happens when the key completes between the two.
 func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
+
+// SetOwnerGuard replaces s's lease-mode owner guard (sql/owner_guard.sql), so a test can make it
+// disagree with the claim or fail.
+func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }

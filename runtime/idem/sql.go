@@ -17,7 +17,7 @@ var sqlFS embed.FS
 // statements are the SQL texts for one key table.
 type statements struct {
 	claim, complete, release, renew, purge, purgeCount string
-	replay, replayGuard, notify                        string
+	replay, replayGuard, notify, ownerGuard            string
 }
 
 func newStatements(table string) (statements, error) {
@@ -29,6 +29,7 @@ func newStatements(table string) (statements, error) {
 		{"claim", &st.claim}, {"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
+		{"owner_guard", &st.ownerGuard},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
