@@ -26,6 +26,23 @@ type acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
+// acquire takes a connection from the pool for a request's batches, with the statements they
+// send prepared on it by name (see batched).
+func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sql := range s.sql.batched() {
+		// Already prepared (every time but the connection's first): a map lookup, no round trip.
+		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
+			conn.Release()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
 // begin starts the business transaction; it is bounded by Config.StoreTimeout, and the
 // transaction itself then runs under ctx.
 func (s *Store) begin(ctx context.Context) (*bizTx, error) {
@@ -36,7 +53,7 @@ func (s *Store) begin(ctx context.Context) (*bizTx, error) {
 			bt.Tx, err = s.db.Begin(bctx)
 			return err
 		}
-		if bt.conn, err = pool.Acquire(bctx); err != nil {
+		if bt.conn, err = s.acquire(bctx, pool); err != nil {
 			return err
 		}
 		if bt.Tx, err = bt.conn.Begin(bctx); err != nil {
@@ -72,7 +89,7 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 	}
 	bt := &bizTx{}
 	err := s.bounded(ctx, 0, func(bctx context.Context) (err error) {
-		bt.conn, err = pool.Acquire(bctx)
+		bt.conn, err = s.acquire(bctx, pool)
 		return err
 	})
 	if err != nil {

@@ -254,15 +254,14 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		}
 		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {
 			if ahead == nil { // else the replay check's guard set it
-				batch.Queue(`SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
-	set_config('lock_timeout', $1, true)`, lockTimeout)
+				batch.Queue(lockWaitSet, lockTimeout)
 			}
 			batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
 				var err error
 				res, err = s.scanClaim(row, c)
 				return err
 			})
-			batch.Queue(`SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`)
+			batch.Queue(lockWaitRestore)
 		})
 		var pgErr *pgconn.PgError
 		switch {
@@ -292,6 +291,14 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		return tx, res, false, nil
 	}
 }
+
+// lockWaitSet bounds a transaction-mode claim's wait for a concurrent holder, saving the
+// caller's lock_timeout; lockWaitRestore puts it back. Both are local to the transaction.
+const (
+	lockWaitSet = `SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
+	set_config('lock_timeout', $1, true)`
+	lockWaitRestore = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
+)
 
 // replayGuardCode is the replay check's guard failing on purpose (sql/replay_guard.sql).
 const replayGuardCode = "22012"

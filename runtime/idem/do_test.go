@@ -369,6 +369,14 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	measure(txMode, "warm-2", "fp")
 	measure(txMode, "warm-2", "fp")
 	conns := pool.Stat().NewConnsCount()
+	// pgx forgets the statements of a batch that failed, and prepares them anew on the next
+	// request; the guards fail on purpose in every replay, so the Store's statements must not be
+	// among those forgotten.
+	const prepared = "SELECT coalesce(max(prepare_time), 'epoch') FROM pg_prepared_statements"
+	var warm time.Time
+	if err := pool.QueryRow(context.Background(), prepared).Scan(&warm); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -392,6 +400,13 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		} else {
 			t.Logf("%s: %d round trips (%s)", tc.name, trips, tc.reason)
 		}
+	}
+	var last time.Time
+	if err := pool.QueryRow(context.Background(), prepared).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if last.After(warm) {
+		t.Errorf("statements were prepared again during the requests (last at %v, after warm-up at %v): a failed batch made pgx forget the Store's statements", last, warm)
 	}
 	// A connection left in a transaction would have been closed by the pool and replaced.
 	if n := pool.Stat().NewConnsCount(); n != conns {

@@ -18,6 +18,8 @@ var sqlFS embed.FS
 type statements struct {
 	claim, complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard            string
+
+	hot []string // batched
 }
 
 func newStatements(table string) (statements, error) {
@@ -45,6 +47,8 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
+	st.hot = []string{"begin", "commit", asyncCommit, st.claim, st.ownerGuard, st.replay, st.replayGuard,
+		lockWaitSet, lockWaitRestore, st.complete, st.notify}
 	return st, nil
 }
 
@@ -60,3 +64,11 @@ func stripComments(sql string) string {
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
+
+// batched are the statements the request path sends in batches on a connection the Store holds,
+// where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx forgets
+// the statements of a batch that failed, so that each would be prepared anew on the
+// connection's next request, costing round trips and parsing; the Store prepares these once per
+// connection under their own text instead (pgx.Conn.Prepare), which pgx keeps whatever a batch
+// does.
+func (st *statements) batched() []string { return st.hot }
