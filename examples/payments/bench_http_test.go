@@ -897,16 +897,19 @@ func newDBProfiler(ctx context.Context, url string, schemas []string) (*dbProfil
 		p.close()
 		return nil, err
 	}
+	// pg_settings, unlike current_setting, hides what this role may not read instead of failing.
 	var schema, preload, db string
 	err = p.queryRow(ctx, `SELECT coalesce((SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-			WHERE e.extname = 'pg_stat_statements'), ''), current_setting('shared_preload_libraries'), current_database() AS `+profilerMark).
+			WHERE e.extname = 'pg_stat_statements'), ''),
+		coalesce((SELECT setting FROM pg_settings WHERE name = 'shared_preload_libraries'), '(not readable by this role)'),
+		current_database() AS `+profilerMark).
 		Scan(&schema, &preload, &db)
 	if err != nil {
 		p.close()
 		return nil, fmt.Errorf("database profile: look for pg_stat_statements: %w", err)
 	}
 	switch {
-	case !strings.Contains(preload, "pg_stat_statements"):
+	case schema == "" && !strings.Contains(preload, "pg_stat_statements"):
 		p.pgssNote = fmt.Sprintf("not available: the server does not load pg_stat_statements (shared_preload_libraries = %q). "+
 			"make bench-http loads it when BENCH_HTTP_PROFILE is set (PG_STATEMENTS=1 scripts/with-pg.sh); on a server of your own, "+
 			"add pg_stat_statements to shared_preload_libraries, restart it and run CREATE EXTENSION pg_stat_statements in database %s", preload, db)
@@ -1255,6 +1258,10 @@ type dbProfile struct {
 	BackendCPUUS *float64 `json:"backends_cpu_us_per_request,omitempty"`
 	// From pg_stat_user_tables, per table of the server's schema.
 	Tables map[string]tuplesPerRequest `json:"tables"`
+	// Connections is how many connections the server had open, on average over the samples: its
+	// pool's, and a Store's listener while one is open (it runs a transaction for every
+	// notification it reads, which the commits then include).
+	Connections float64 `json:"server_connections"`
 
 	statements  []stmtProfile
 	waits       map[waitState]int
@@ -1328,6 +1335,13 @@ func (p *dbProfiler) runDBProfile(ctx context.Context, l *load, s *benchServer, 
 		return nil, nil, fmt.Errorf("database profile, %s: no request completed in %s", row.label(), d)
 	}
 	prof.waits, prof.samples = smp.counts, smp.n
+	if smp.n > 0 {
+		all := 0
+		for _, c := range smp.counts {
+			all += c
+		}
+		prof.Connections = float64(all) / float64(smp.n)
+	}
 	if p.postmaster != 0 {
 		cpuAfter, backendsAfter, err := p.cpuTimes(ctx, app)
 		if err != nil {
@@ -1420,8 +1434,9 @@ func (prof *dbProfile) summary() string {
 		fmt.Fprintf(&sb, " (%d checkpoint(s) during the load: FPIs inflate the WAL)", prof.Checkpoints)
 	}
 	if prof.CPUUS != nil {
-		fmt.Fprintf(&sb, "; PostgreSQL CPU %.0f µs/req (its backends %.0f)", *prof.CPUUS, *prof.BackendCPUUS)
+		fmt.Fprintf(&sb, "; PostgreSQL CPU %.0f µs/req, %.0f of it the server's connections'", *prof.CPUUS, *prof.BackendCPUUS)
 	}
+	fmt.Fprintf(&sb, "; %.1f connections", prof.Connections)
 	if k, ok := prof.Tables[idem.DefaultTable]; ok {
 		fmt.Fprintf(&sb, "; key table: %.2f inserts, %.2f updates (%.2f HOT)/req", k.Inserted, k.Updated, k.HOTUpdated)
 	}
