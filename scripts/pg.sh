@@ -6,6 +6,9 @@
 # The server listens only on a Unix socket inside DIR, so parallel runs never fight over a port.
 # It skips fsync, synchronous commit and full-page writes, which makes tests fast; PG_DURABLE=1
 # keeps PostgreSQL's durable defaults instead, for benchmarks whose cost is largely the commits.
+# PG_STATEMENTS=1 also loads pg_stat_statements (with planning time) and creates the extension in
+# the postgres database, so a profile can read what each statement cost; it is off by default,
+# since every statement then pays for its bookkeeping.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
 set -euo pipefail
 
@@ -53,8 +56,18 @@ start)
 	if [[ "${PG_DURABLE:-}" != 1 ]]; then
 		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	fi
+	hint=""
+	if [[ "${PG_STATEMENTS:-}" == 1 ]]; then
+		opts+=" -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
+		hint=" (PG_STATEMENTS=1 needs the pg_stat_statements library: Debian's postgresql-15 ships it, other systems a contrib package; or unset PG_STATEMENTS)"
+	fi
 	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" \
-		start >/dev/null || { echo "pg.sh: server did not start; see $dir/server.log:" >&2; tail -20 "$dir/server.log" >&2; exit 1; }
+		start >/dev/null || { echo "pg.sh: server did not start$hint; see $dir/server.log:" >&2; tail -20 "$dir/server.log" >&2; exit 1; }
+	if [[ "${PG_STATEMENTS:-}" == 1 ]]; then
+		as_owner "$bindir/psql" -h "$dir" -U "$user" -d postgres -X -q -v ON_ERROR_STOP=1 \
+			-c 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' >"$dir/extension.log" 2>&1 || {
+			echo "pg.sh: CREATE EXTENSION pg_stat_statements failed$hint:" >&2; cat "$dir/extension.log" >&2; exit 1; }
+	fi
 	echo "postgres://$user@/postgres?host=$dir&sslmode=disable"
 	;;
 stop)

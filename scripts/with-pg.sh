@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # with-pg.sh VAR CMD...  runs CMD with the environment variable VAR naming a PostgreSQL database URL.
 # When VAR is already set, that server is used as it is. Otherwise a throwaway server is started
-# (scripts/pg.sh) and stopped again when CMD ends, whatever its exit status.
+# (scripts/pg.sh) and stopped again when CMD ends, whatever its exit status. pg.sh's options pass
+# through the environment: PG_DURABLE=1 keeps the durable defaults, PG_STATEMENTS=1 loads
+# pg_stat_statements.
 set -euo pipefail
 var=${1:?usage: with-pg.sh VAR CMD...}
 shift

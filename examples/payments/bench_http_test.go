@@ -6,12 +6,16 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,8 +28,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
@@ -33,8 +39,8 @@ import (
 // The benchmark's knobs, from the environment (make bench-http passes its variables on).
 const (
 	envJSON           = "BENCH_HTTP_JSON"            // where the JSON goes; default bench-http.json here
-	envProfile        = "BENCH_HTTP_PROFILE"         // a directory: write lease-mode CPU and alloc profiles there
-	envProfileSeconds = "BENCH_HTTP_PROFILE_SECONDS" // how long the profiled load runs; default 10
+	envProfile        = "BENCH_HTTP_PROFILE"         // a directory: write lease-mode CPU and alloc profiles and the database profiles there
+	envProfileSeconds = "BENCH_HTTP_PROFILE_SECONDS" // how long each profiled load runs; default 10
 	envRounds         = "BENCH_HTTP_ROUNDS"          // rounds; default 5
 	envSegment        = "BENCH_HTTP_SEGMENT"         // each row's time in a round; default 2s
 	envClients        = "BENCH_HTTP_CLIENTS"         // concurrent HTTP clients, also the storm size; default 16
@@ -327,11 +333,18 @@ func BenchmarkHTTP(b *testing.B) {
 	rep.Rows = results
 	rep.Gen = generatorFromEnv(b)
 
+	var dbProfiles []*dbProfile
 	if dir := os.Getenv(envProfile); dir != "" {
-		rep.Profiles = profileLease(ctx, b, l, servers[serverLease], dir, envInt(b, envProfileSeconds, 10))
+		secs := envInt(b, envProfileSeconds, 10)
+		rep.Profiles = profileLease(ctx, b, l, servers[serverLease], dir, secs)
+		dbProfiles = profileDatabase(ctx, b, l, servers, schemas, rep.Postgres, dir, secs, rep.Profiles)
 	}
 
 	printTable(os.Stdout, rep)
+	if len(dbProfiles) > 0 {
+		fmt.Println()
+		writeDBSummaries(os.Stdout, dbProfiles)
+	}
 	out, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		b.Fatal(err)
@@ -762,5 +775,996 @@ func printTable(w io.Writer, rep *report) {
 	if len(rep.Profiles) > 0 {
 		fmt.Fprintf(w, "\nlease-mode server profiles: %s, %s\n  go tool pprof -top %s\n  go tool pprof -sample_index=alloc_space -top %s\n",
 			rep.Profiles["cpu"], rep.Profiles["allocs"], rep.Profiles["cpu"], rep.Profiles["allocs"])
+	}
+}
+
+// The database profile. With BENCH_HTTP_PROFILE set, after the measured rounds and the lease
+// server's Go profiles, each server in turn gets BENCH_HTTP_PROFILE_SECONDS of one row's load,
+// with no other load on the database, and what PostgreSQL spent in those seconds is written to
+// DIR/pgss-<server>-<row>.txt: per statement from pg_stat_statements (when the server has it),
+// commits from pg_stat_database, WAL from pg_stat_wal, the tuples written to each of the schema's
+// tables from pg_stat_user_tables, the CPU time of PostgreSQL's processes (when they run on this
+// machine), and the states of the server's connections, sampled. Every figure is the difference
+// of two snapshots of cumulative counters, not a reset: that needs no privilege and leaves the
+// statistics of a shared server as they were.
+
+// dbProfileRow is one row the database profile runs, on one server.
+type dbProfileRow struct {
+	server string
+	kind   rowKind
+}
+
+var dbProfileRows = []dbProfileRow{
+	{serverCeiling, kindFirst},
+	{serverLease, kindFirst},
+	{serverTransaction, kindFirst},
+	{serverLease, kindReplay},
+	{serverTransaction, kindReplay},
+}
+
+func (r dbProfileRow) name() string {
+	if r.kind == kindReplay {
+		return r.server + "-replay"
+	}
+	return r.server + "-first"
+}
+
+func (r dbProfileRow) label() string {
+	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverLease: "claim: lease", serverTransaction: "claim: transaction"}[r.server]
+	if r.kind == kindReplay {
+		return "replays, " + what
+	}
+	return "first executions, " + what
+}
+
+// benchAppName is the application_name of a bench server's connections, by which the profile
+// finds them in pg_stat_activity.
+func benchAppName(mode string) string { return "idemgen-bench-" + mode }
+
+// profilerMark is a column alias in every query the profiler sends: pg_stat_statements keeps
+// aliases in its normalised text, so the profile can leave its own statements out.
+const profilerMark = "idemgen_profiler"
+
+// Counters read from PostgreSQL's cumulative statistics.
+type (
+	pgssKey struct {
+		user     uint32
+		queryID  int64
+		toplevel bool
+	}
+	pgssCounters struct {
+		text                                  string
+		plans, calls, rows                    int64
+		planMS, execMS                        float64
+		blksHit, blksRead, blksDirtied, blksW int64
+		walRecords, walFPI                    int64
+		walBytes                              float64
+	}
+	tupleCounters struct{ ins, upd, hot, del, vacuums, analyzes int64 }
+	dbSnapshot    struct {
+		commits, rollbacks                      int64
+		walRecords, walFPI, walWrites, walSyncs int64
+		walBytes                                float64
+		checkpoints                             int64
+		tables                                  map[[2]string]tupleCounters // by schema and table
+		statements                              map[pgssKey]pgssCounters    // nil without pg_stat_statements
+		own                                     int64                       // queries the profiler had sent before this snapshot
+	}
+)
+
+// dbProfiler reads the statistics, over a connection of its own (and a second one for sampling).
+type dbProfiler struct {
+	conn, sampler *pgx.Conn
+	// schemas are the schemas whose tables every snapshot reads.
+	schemas []string
+	// pgssView is the schema-qualified pg_stat_statements view, or "" when the server lacks it;
+	// pgssNote then says why, and what to do.
+	pgssView, pgssNote string
+	// postmaster is the pid of PostgreSQL's postmaster when its processes are visible in this
+	// machine's /proc, else 0 and procNote says why.
+	postmaster int
+	procNote   string
+	// own counts the profiler's queries: each is a transaction of its own, whose commit
+	// pg_stat_database counts among the load's unless subtracted.
+	own atomic.Int64
+	// flushers make every other connection that may have statistics pending flush them (see
+	// flushStats), and return how many statements that took.
+	flushers []func(context.Context) (int, error)
+}
+
+func newDBProfiler(ctx context.Context, url string, schemas []string) (*dbProfiler, error) {
+	connect := func() (*pgx.Conn, error) {
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			return nil, fmt.Errorf("database profile: parse the server's URL: %w", err)
+		}
+		cfg.RuntimeParams["application_name"] = "idemgen-bench-profiler"
+		// Every query one transaction, which the profile subtracts from the database's commits:
+		// with prepared statements, a statement's first use would be two.
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("database profile: connect: %w", err)
+		}
+		return c, nil
+	}
+	p := &dbProfiler{schemas: schemas}
+	var err error
+	if p.conn, err = connect(); err != nil {
+		return nil, err
+	}
+	if p.sampler, err = connect(); err != nil {
+		p.close()
+		return nil, err
+	}
+	// pg_settings, unlike current_setting, hides what this role may not read instead of failing.
+	var schema, preload, db string
+	err = p.queryRow(ctx, `SELECT coalesce((SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+			WHERE e.extname = 'pg_stat_statements'), ''),
+		coalesce((SELECT setting FROM pg_settings WHERE name = 'shared_preload_libraries'), '(not readable by this role)'),
+		current_database() AS `+profilerMark).
+		Scan(&schema, &preload, &db)
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("database profile: look for pg_stat_statements: %w", err)
+	}
+	switch {
+	case schema == "" && !strings.Contains(preload, "pg_stat_statements"):
+		p.pgssNote = fmt.Sprintf("not available: the server does not load pg_stat_statements (shared_preload_libraries = %q). "+
+			"make bench-http loads it when BENCH_HTTP_PROFILE is set (PG_STATEMENTS=1 scripts/with-pg.sh); on a server of your own, "+
+			"add pg_stat_statements to shared_preload_libraries, restart it and run CREATE EXTENSION pg_stat_statements in database %s", preload, db)
+	case schema == "":
+		p.pgssNote = fmt.Sprintf("not available: the server loads pg_stat_statements but database %s has no such extension: "+
+			"run CREATE EXTENSION pg_stat_statements in it", db)
+	default:
+		p.pgssView = pgx.Identifier{schema, "pg_stat_statements"}.Sanitize()
+		// A first read tells whether this role may read it (and whether the server's version has
+		// the columns the profile reads).
+		if _, err := p.statements(ctx); err != nil {
+			p.pgssNote = fmt.Sprintf("not available: reading %s failed: %v", p.pgssView, err)
+			p.pgssView = ""
+		}
+	}
+	p.postmaster, p.procNote = p.findPostmaster(ctx)
+	return p, nil
+}
+
+func (p *dbProfiler) close() {
+	for _, c := range []*pgx.Conn{p.conn, p.sampler} {
+		if c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.Close(ctx)
+			cancel()
+		}
+	}
+}
+
+func (p *dbProfiler) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	p.own.Add(1)
+	return p.conn.QueryRow(ctx, sql, args...)
+}
+
+// statements reads pg_stat_statements for the current database, the profiler's own left out.
+func (p *dbProfiler) statements(ctx context.Context) (map[pgssKey]pgssCounters, error) {
+	p.own.Add(1)
+	rows, err := p.conn.Query(ctx, `
+		SELECT userid, coalesce(queryid, 0), toplevel, query, plans, total_plan_time, calls, total_exec_time, rows,
+			shared_blks_hit, shared_blks_read, shared_blks_dirtied, shared_blks_written,
+			wal_records, wal_fpi, wal_bytes::float8 AS `+profilerMark+`
+		FROM `+p.pgssView+`
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND query NOT LIKE '%`+profilerMark+`%'`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[pgssKey]pgssCounters{}
+	for rows.Next() {
+		var k pgssKey
+		var c pgssCounters
+		if err := rows.Scan(&k.user, &k.queryID, &k.toplevel, &c.text, &c.plans, &c.planMS, &c.calls, &c.execMS, &c.rows,
+			&c.blksHit, &c.blksRead, &c.blksDirtied, &c.blksW, &c.walRecords, &c.walFPI, &c.walBytes); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[k] = c
+	}
+	return out, rows.Err()
+}
+
+// snapshot reads every counter the profile compares.
+func (p *dbProfiler) snapshot(ctx context.Context) (*dbSnapshot, error) {
+	s := &dbSnapshot{own: p.own.Load(), tables: map[[2]string]tupleCounters{}}
+	err := p.queryRow(ctx, `
+		SELECT d.xact_commit, d.xact_rollback, w.wal_records, w.wal_fpi, w.wal_bytes::float8, w.wal_write, w.wal_sync,
+			b.checkpoints_timed + b.checkpoints_req AS `+profilerMark+`
+		FROM pg_stat_database d, pg_stat_wal w, pg_stat_bgwriter b WHERE d.datname = current_database()`).
+		Scan(&s.commits, &s.rollbacks, &s.walRecords, &s.walFPI, &s.walBytes, &s.walWrites, &s.walSyncs, &s.checkpoints)
+	if err != nil {
+		return nil, fmt.Errorf("database profile: read pg_stat_database, pg_stat_wal and pg_stat_bgwriter: %w", err)
+	}
+	p.own.Add(1)
+	rows, err := p.conn.Query(ctx, `SELECT schemaname, relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
+			autovacuum_count, autoanalyze_count AS `+profilerMark+`
+		FROM pg_stat_user_tables WHERE schemaname = ANY($1)`, p.schemas)
+	if err != nil {
+		return nil, fmt.Errorf("database profile: read pg_stat_user_tables of schemas %v: %w", p.schemas, err)
+	}
+	for rows.Next() {
+		var name [2]string
+		var t tupleCounters
+		if err := rows.Scan(&name[0], &name[1], &t.ins, &t.upd, &t.hot, &t.del, &t.vacuums, &t.analyzes); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("database profile: read pg_stat_user_tables of schemas %v: %w", p.schemas, err)
+		}
+		s.tables[name] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("database profile: read pg_stat_user_tables of schemas %v: %w", p.schemas, err)
+	}
+	if p.pgssView != "" {
+		if s.statements, err = p.statements(ctx); err != nil {
+			return nil, fmt.Errorf("database profile: read %s: %w", p.pgssView, err)
+		}
+	}
+	return s, nil
+}
+
+// A PostgreSQL 15 backend flushes its table, database and WAL counters to shared memory at most
+// once a second, and one that has gone idle only 10s later: a snapshot right after the load
+// would miss much of it, and the next row's would count it. So before each snapshot every
+// connection that may hold pending counters is made to flush them (pg_stat_force_next_flush),
+// and the snapshot is taken again until the tables' counters hold still.
+const (
+	statsSettleCheck = 250 * time.Millisecond
+	statsSettleLimit = 30 * time.Second
+)
+
+// flushSQL makes the backend that runs it flush its pending statistics before it answers. It
+// reads a table (pg_database) because a backend with no table's counters pending flushes
+// nothing, not even its count of commits, which the profile must see to subtract its own. Sent
+// with the simple protocol, it is exactly one transaction (a prepare would be another).
+const flushSQL = "SELECT pg_stat_force_next_flush() AS " + profilerMark + " FROM pg_database WHERE datname = current_database()"
+
+// flush makes every connection the profile knows of flush its pending statistics.
+func (p *dbProfiler) flush(ctx context.Context) error {
+	for _, f := range p.flushers {
+		n, err := f(ctx)
+		p.own.Add(int64(n))
+		if err != nil {
+			return fmt.Errorf("database profile: %w", err)
+		}
+	}
+	for _, c := range []*pgx.Conn{p.conn, p.sampler} {
+		p.own.Add(1)
+		if _, err := c.Exec(ctx, flushSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("database profile: pg_stat_force_next_flush() (PostgreSQL 15 or later): %w", err)
+		}
+	}
+	return nil
+}
+
+// settle flushes every pending counter and returns a snapshot taken then, once the schemas'
+// table counters hold still between two snapshots.
+func (p *dbProfiler) settle(ctx context.Context) (*dbSnapshot, error) {
+	deadline := time.Now().Add(statsSettleLimit)
+	if err := p.flush(ctx); err != nil {
+		return nil, err
+	}
+	prev, err := p.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if err := sleep(ctx, statsSettleCheck); err != nil {
+			return nil, err
+		}
+		if err := p.flush(ctx); err != nil {
+			return nil, err
+		}
+		cur, err := p.snapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if maps.Equal(prev.tables, cur.tables) {
+			return prev, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("database profile: the statistics of the tables of schemas %v were still changing %s after the load ended, "+
+				"although every connection of the servers flushed its own: is something else writing to them?",
+				p.schemas, statsSettleLimit)
+		}
+		prev = cur
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// waitState is what a sampled connection was doing: its state, and its wait event (empty when
+// it waited for nothing: on CPU, or ready to run).
+type waitState struct{ state, event string }
+
+// sampleEvery is how often sample reads pg_stat_activity.
+const sampleEvery = 20 * time.Millisecond
+
+// sample reads the states of app's connections every sampleEvery until stop is closed. It never
+// cancels a query (which could cost pgx the connection): it stops between two.
+func (p *dbProfiler) sample(ctx context.Context, app string, stop <-chan struct{}) (map[waitState]int, int, error) {
+	counts := map[waitState]int{}
+	samples := 0
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return counts, samples, nil
+		case <-ctx.Done():
+			return counts, samples, ctx.Err()
+		case <-t.C:
+		}
+		p.own.Add(1)
+		rows, err := p.sampler.Query(ctx, `SELECT coalesce(state, ''), coalesce(wait_event_type || ':' || wait_event, '') AS `+profilerMark+`
+			FROM pg_stat_activity WHERE application_name = $1`, app)
+		if err != nil {
+			return counts, samples, fmt.Errorf("database profile: sample pg_stat_activity: %w", err)
+		}
+		var batch []waitState
+		for rows.Next() {
+			var w waitState
+			if err := rows.Scan(&w.state, &w.event); err != nil {
+				rows.Close()
+				return counts, samples, fmt.Errorf("database profile: sample pg_stat_activity: %w", err)
+			}
+			batch = append(batch, w)
+		}
+		if err := rows.Err(); err != nil {
+			return counts, samples, fmt.Errorf("database profile: sample pg_stat_activity: %w", err)
+		}
+		for _, w := range batch {
+			counts[w]++
+		}
+		samples++
+	}
+}
+
+// findPostmaster returns the postmaster's pid when PostgreSQL's processes are visible here: the
+// parent of the profiler's own backend, both named postgres in /proc. Otherwise 0 and why.
+func (p *dbProfiler) findPostmaster(ctx context.Context) (int, string) {
+	const notHere = "not measured: PostgreSQL's processes are not visible in this machine's /proc (a server elsewhere?)"
+	var backend int
+	if err := p.queryRow(ctx, `SELECT pg_backend_pid() AS `+profilerMark).Scan(&backend); err != nil {
+		return 0, fmt.Sprintf("not measured: pg_backend_pid(): %v", err)
+	}
+	host := p.conn.Config().Host
+	if !strings.HasPrefix(host, "/") && host != "localhost" && host != "127.0.0.1" && host != "::1" {
+		return 0, notHere
+	}
+	st, err := readProcStat(backend)
+	if err != nil || st.comm != "postgres" {
+		return 0, notHere
+	}
+	pm, err := readProcStat(st.ppid)
+	if err != nil || pm.comm != "postgres" {
+		return 0, notHere
+	}
+	return st.ppid, ""
+}
+
+type procStat struct {
+	comm           string
+	ppid           int
+	self, children time.Duration // user + system CPU time, of the process and of its reaped children
+}
+
+// userHZ is the unit of /proc/PID/stat's times, fixed at 100 per second on Linux.
+const userHZ = 100
+
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses, so split at the last ')'.
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 15", pid, len(f))
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
+	tick := func(v int64) time.Duration { return time.Duration(v) * time.Second / userHZ }
+	ppid, _ := strconv.Atoi(f[1])
+	// Fields 14 to 17 of stat (utime, stime, cutime, cstime) are 11 to 14 here.
+	return procStat{comm: s[open+1 : end], ppid: ppid, self: tick(n(11) + n(12)), children: tick(n(13) + n(14))}, nil
+}
+
+// cpuTimes is PostgreSQL's CPU time so far: all of it (the postmaster, its live children, and
+// the children it has reaped, such as finished autovacuum workers), and per pid of app's backends.
+func (p *dbProfiler) cpuTimes(ctx context.Context, app string) (total time.Duration, backends map[int]time.Duration, err error) {
+	pm, err := readProcStat(p.postmaster)
+	if err != nil {
+		return 0, nil, fmt.Errorf("database profile: read the postmaster's CPU time: %w", err)
+	}
+	total = pm.self + pm.children
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, nil, fmt.Errorf("database profile: list /proc: %w", err)
+	}
+	for _, e := range dir {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && st.ppid == p.postmaster {
+			total += st.self
+		}
+	}
+	p.own.Add(1)
+	rows, err := p.conn.Query(ctx, `SELECT pid AS `+profilerMark+` FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return 0, nil, fmt.Errorf("database profile: list the backends of %s: %w", app, err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0, nil, fmt.Errorf("database profile: list the backends of %s: %w", app, err)
+	}
+	backends = map[int]time.Duration{}
+	for _, pid := range pids {
+		if st, err := readProcStat(int(pid)); err == nil {
+			backends[int(pid)] = st.self
+		}
+	}
+	return total, backends, nil
+}
+
+// dbProfile is what PostgreSQL spent on one row's load: per request, unless said otherwise.
+type dbProfile struct {
+	Row      string  `json:"row"`
+	Label    string  `json:"label"`
+	Server   string  `json:"server"`
+	File     string  `json:"file"`
+	Requests int     `json:"requests"`
+	Seconds  float64 `json:"seconds"`
+	ReqPerS  float64 `json:"req_per_s"`
+	// From pg_stat_statements (nil without it): the statements' execution and planning time, and
+	// the WAL they wrote.
+	ExecMS   *float64 `json:"exec_ms_per_request,omitempty"`
+	PlanMS   *float64 `json:"plan_ms_per_request,omitempty"`
+	StmtWALB *float64 `json:"statement_wal_bytes_per_request,omitempty"`
+	// From pg_stat_database (this database, the profiler's own transactions subtracted).
+	Commits   float64 `json:"commits_per_request"`
+	Rollbacks float64 `json:"rollbacks_per_request"`
+	// From pg_stat_wal: the whole server's WAL, background processes included.
+	WALRecords  float64 `json:"wal_records_per_request"`
+	WALFPI      float64 `json:"wal_fpi_per_request"`
+	WALBytes    float64 `json:"wal_bytes_per_request"`
+	WALWrites   float64 `json:"wal_writes_per_request"`
+	WALSyncs    float64 `json:"wal_syncs_per_request"`
+	Checkpoints int64   `json:"checkpoints"`
+	// PostgreSQL's CPU time (nil when its processes are not visible here): all of it, and the
+	// part of the server's own backends.
+	CPUUS        *float64 `json:"postgres_cpu_us_per_request,omitempty"`
+	BackendCPUUS *float64 `json:"backends_cpu_us_per_request,omitempty"`
+	// From pg_stat_user_tables, per table of the server's schema.
+	Tables map[string]tuplesPerRequest `json:"tables"`
+	// Connections is how many connections the server had open, on average over the samples: its
+	// pool's, and a Store's listener while one is open (it runs a transaction for every
+	// notification it reads, which the commits then include).
+	Connections float64 `json:"server_connections"`
+
+	statements  []stmtProfile
+	waits       map[waitState]int
+	samples     int
+	schema, app string
+	notes       []string
+}
+
+type tuplesPerRequest struct {
+	Inserted   float64 `json:"inserted"`
+	Updated    float64 `json:"updated"`
+	HOTUpdated float64 `json:"hot_updated"`
+	Deleted    float64 `json:"deleted"`
+	// Autovacuum's runs on the table during the load, in all (not per request): they write WAL
+	// and commit transactions that the load's figures then include.
+	Autovacuums  int64 `json:"autovacuums"`
+	Autoanalyzes int64 `json:"autoanalyzes"`
+}
+
+type stmtProfile struct {
+	text string
+	pgssCounters
+}
+
+// runDBProfile runs one row's load on s for d, between two settled snapshots, and returns what
+// PostgreSQL spent on it; after is the closing snapshot, the next row's opening one.
+func (p *dbProfiler) runDBProfile(ctx context.Context, l *load, s *benchServer, schema, app string, row dbProfileRow, d time.Duration, before *dbSnapshot) (prof *dbProfile, after *dbSnapshot, err error) {
+	prof = &dbProfile{Row: row.name(), Label: row.label(), Server: row.server, schema: schema, app: app}
+	var cpuBefore time.Duration
+	var backendsBefore map[int]time.Duration
+	if p.postmaster != 0 {
+		if cpuBefore, backendsBefore, err = p.cpuTimes(ctx, app); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		prof.notes = append(prof.notes, "PostgreSQL CPU: "+p.procNote)
+	}
+	stopSampling := make(chan struct{})
+	type sampled struct {
+		counts map[waitState]int
+		n      int
+		err    error
+	}
+	sampleDone := make(chan sampled, 1)
+	go func() {
+		c, n, err := p.sample(ctx, app, stopSampling)
+		sampleDone <- sampled{c, n, err}
+	}()
+
+	var seg *segment
+	switch row.kind {
+	case kindFirst:
+		seg, err = l.first(ctx, s, "pgss-"+row.server, d)
+	case kindReplay:
+		seg, err = l.replay(ctx, s, d)
+	}
+	close(stopSampling)
+	var smp sampled
+	select {
+	case smp = <-sampleDone:
+	case <-time.After(30 * time.Second):
+		return nil, nil, fmt.Errorf("database profile: sampling pg_stat_activity did not stop within 30s of the %s load ending", row.name())
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("database profile, %s: %w", row.label(), err)
+	}
+	if smp.err != nil {
+		return nil, nil, smp.err
+	}
+	if seg.Requests == 0 {
+		return nil, nil, fmt.Errorf("database profile, %s: no request completed in %s", row.label(), d)
+	}
+	prof.waits, prof.samples = smp.counts, smp.n
+	if smp.n > 0 {
+		all := 0
+		for _, c := range smp.counts {
+			all += c
+		}
+		prof.Connections = float64(all) / float64(smp.n)
+	}
+	if p.postmaster != 0 {
+		cpuAfter, backendsAfter, err := p.cpuTimes(ctx, app)
+		if err != nil {
+			return nil, nil, err
+		}
+		var backends time.Duration
+		for pid, t := range backendsAfter {
+			if t0, ok := backendsBefore[pid]; ok {
+				backends += t - t0
+			}
+		}
+		n := float64(seg.Requests)
+		prof.CPUUS = ptr(float64((cpuAfter - cpuBefore).Microseconds()) / n)
+		prof.BackendCPUUS = ptr(float64(backends.Microseconds()) / n)
+	}
+	if after, err = p.settle(ctx); err != nil {
+		return nil, nil, err
+	}
+	prof.fill(seg, before, after, p)
+	return prof, after, nil
+}
+
+// fill computes the per-request figures from the two snapshots around seg.
+func (prof *dbProfile) fill(seg *segment, before, after *dbSnapshot, p *dbProfiler) {
+	n := float64(seg.Requests)
+	prof.Requests, prof.Seconds, prof.ReqPerS = seg.Requests, seg.Elapsed.Seconds(), seg.ReqPerS
+	// Each of the profiler's queries between the snapshots committed a transaction of its own.
+	own := after.own - before.own
+	prof.Commits = float64(after.commits-before.commits-own) / n
+	prof.Rollbacks = float64(after.rollbacks-before.rollbacks) / n
+	prof.WALRecords = float64(after.walRecords-before.walRecords) / n
+	prof.WALFPI = float64(after.walFPI-before.walFPI) / n
+	prof.WALBytes = (after.walBytes - before.walBytes) / n
+	prof.WALWrites = float64(after.walWrites-before.walWrites) / n
+	prof.WALSyncs = float64(after.walSyncs-before.walSyncs) / n
+	prof.Checkpoints = after.checkpoints - before.checkpoints
+	prof.Tables = map[string]tuplesPerRequest{}
+	for name, a := range after.tables {
+		if name[0] != prof.schema {
+			continue
+		}
+		b := before.tables[name]
+		prof.Tables[name[1]] = tuplesPerRequest{
+			Inserted: float64(a.ins-b.ins) / n, Updated: float64(a.upd-b.upd) / n,
+			HOTUpdated: float64(a.hot-b.hot) / n, Deleted: float64(a.del-b.del) / n,
+			Autovacuums: a.vacuums - b.vacuums, Autoanalyzes: a.analyzes - b.analyzes,
+		}
+	}
+	if after.statements == nil || before.statements == nil {
+		prof.notes = append(prof.notes, "pg_stat_statements: "+p.pgssNote)
+		return
+	}
+	var exec, plan, wal float64
+	for k, a := range after.statements {
+		b := before.statements[k] // zero when the statement is new
+		d := stmtProfile{text: a.text, pgssCounters: pgssCounters{
+			plans: a.plans - b.plans, calls: a.calls - b.calls, rows: a.rows - b.rows,
+			planMS: a.planMS - b.planMS, execMS: a.execMS - b.execMS,
+			blksHit: a.blksHit - b.blksHit, blksRead: a.blksRead - b.blksRead,
+			blksDirtied: a.blksDirtied - b.blksDirtied, blksW: a.blksW - b.blksW,
+			walRecords: a.walRecords - b.walRecords, walFPI: a.walFPI - b.walFPI, walBytes: a.walBytes - b.walBytes,
+		}}
+		if d.calls == 0 && d.plans == 0 {
+			continue
+		}
+		exec += d.execMS
+		plan += d.planMS
+		wal += d.walBytes
+		prof.statements = append(prof.statements, d)
+	}
+	slices.SortFunc(prof.statements, func(x, y stmtProfile) int { return cmp.Compare(y.execMS, x.execMS) })
+	prof.ExecMS, prof.PlanMS, prof.StmtWALB = ptr(exec/n), ptr(plan/n), ptr(wal/n)
+	if len(after.statements) < len(before.statements) {
+		prof.notes = append(prof.notes, "pg_stat_statements: entries were evicted while the load ran (raise pg_stat_statements.max): some statements may be missing")
+	}
+}
+
+// summary is the profile's figures in one line.
+func (prof *dbProfile) summary() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d requests in %.1fs (%.0f req/s): ", prof.Requests, prof.Seconds, prof.ReqPerS)
+	if prof.ExecMS != nil {
+		fmt.Fprintf(&sb, "statements %.3f ms exec + %.3f ms plan/req, their WAL %.0f B/req; ", *prof.ExecMS, *prof.PlanMS, *prof.StmtWALB)
+	} else {
+		sb.WriteString("no pg_stat_statements; ")
+	}
+	fmt.Fprintf(&sb, "commits %.2f/req, rollbacks %.2f/req; WAL (server) %.0f B/req, %.1f records/req, %.2f FPI/req, %.2f syncs/req",
+		prof.Commits, prof.Rollbacks, prof.WALBytes, prof.WALRecords, prof.WALFPI, prof.WALSyncs)
+	if prof.Checkpoints > 0 {
+		fmt.Fprintf(&sb, " (%d checkpoint(s) during the load: FPIs inflate the WAL)", prof.Checkpoints)
+	}
+	if prof.CPUUS != nil {
+		fmt.Fprintf(&sb, "; PostgreSQL CPU %.0f µs/req, %.0f of it the server's connections'", *prof.CPUUS, *prof.BackendCPUUS)
+	}
+	fmt.Fprintf(&sb, "; %.1f connections", prof.Connections)
+	if k, ok := prof.Tables[idem.DefaultTable]; ok {
+		fmt.Fprintf(&sb, "; key table: %.2f inserts, %.2f updates (%.2f HOT)/req", k.Inserted, k.Updated, k.HOTUpdated)
+	}
+	return sb.String()
+}
+
+// shortSQL is a statement's text on one line, without the schema's name, cut to n characters.
+func shortSQL(text, schema string, n int) string {
+	text = strings.ReplaceAll(text, pgx.Identifier{schema}.Sanitize()+".", "")
+	text = strings.Join(strings.Fields(text), " ")
+	if utf8.RuneCountInString(text) <= n {
+		return text
+	}
+	return string([]rune(text)[:n-1]) + "…"
+}
+
+// write writes the profile's file.
+func (prof *dbProfile) write(w io.Writer, pg map[string]string, clients int) {
+	n := float64(prof.Requests)
+	fmt.Fprintf(w, "Database profile: %s (%s server), %d clients for %.1fs\n", prof.Label, prof.Server, clients, prof.Seconds)
+	fmt.Fprintf(w, "PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s); the server's schema %s\n\n",
+		pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"], prof.schema)
+	fmt.Fprintf(w, "summary: %s\n", prof.summary())
+	for _, note := range prof.notes {
+		fmt.Fprintf(w, "note: %s\n", note)
+	}
+
+	fmt.Fprintf(w, "\nTuples written per request (pg_stat_user_tables, schema %s):\n\n", prof.schema)
+	tables := slices.Sorted(maps.Keys(prof.Tables))
+	rows := [][]string{{"table", "inserted", "updated", "HOT updated", "HOT share", "deleted", "autovacuum runs (all)", "autoanalyze runs (all)"}}
+	for _, t := range tables {
+		c := prof.Tables[t]
+		share := ""
+		if c.Updated > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*c.HOTUpdated/c.Updated)
+		}
+		rows = append(rows, []string{t, fmt.Sprintf("%.2f", c.Inserted), fmt.Sprintf("%.2f", c.Updated),
+			fmt.Sprintf("%.2f", c.HOTUpdated), share, fmt.Sprintf("%.2f", c.Deleted),
+			strconv.FormatInt(c.Autovacuums, 10), strconv.FormatInt(c.Autoanalyzes, 10)})
+	}
+	writeAligned(w, rows)
+
+	if prof.statements != nil {
+		fmt.Fprintf(w, "\nStatements (pg_stat_statements, every user of this database, the profiler's own left out), by total exec time;\n"+
+			"per request unless said otherwise; blocks are shared buffers (hit, read, dirtied, written):\n\n")
+		rows := [][]string{{"#", "statement", "calls/req", "mean ms", "total ms", "plan ms", "rows/req", "hit/req", "read/req", "dirtied/req", "written/req", "WAL rec/req", "FPI/req", "WAL B/req"}}
+		var tot pgssCounters
+		for i, s := range prof.statements {
+			mean := 0.0
+			if s.calls > 0 {
+				mean = s.execMS / float64(s.calls)
+			}
+			rows = append(rows, []string{strconv.Itoa(i + 1), shortSQL(s.text, prof.schema, 60),
+				fmt.Sprintf("%.2f", float64(s.calls)/n), fmt.Sprintf("%.3f", mean), fmt.Sprintf("%.0f", s.execMS), fmt.Sprintf("%.0f", s.planMS),
+				fmt.Sprintf("%.2f", float64(s.rows)/n), fmt.Sprintf("%.1f", float64(s.blksHit)/n), fmt.Sprintf("%.2f", float64(s.blksRead)/n),
+				fmt.Sprintf("%.2f", float64(s.blksDirtied)/n), fmt.Sprintf("%.2f", float64(s.blksW)/n),
+				fmt.Sprintf("%.2f", float64(s.walRecords)/n), fmt.Sprintf("%.2f", float64(s.walFPI)/n), fmt.Sprintf("%.0f", s.walBytes/n)})
+			tot.calls += s.calls
+			tot.execMS += s.execMS
+			tot.planMS += s.planMS
+			tot.rows += s.rows
+			tot.blksHit += s.blksHit
+			tot.blksRead += s.blksRead
+			tot.blksDirtied += s.blksDirtied
+			tot.blksW += s.blksW
+			tot.walRecords += s.walRecords
+			tot.walFPI += s.walFPI
+			tot.walBytes += s.walBytes
+		}
+		rows = append(rows, []string{"", "all statements", fmt.Sprintf("%.2f", float64(tot.calls)/n), "", fmt.Sprintf("%.0f", tot.execMS), fmt.Sprintf("%.0f", tot.planMS),
+			fmt.Sprintf("%.2f", float64(tot.rows)/n), fmt.Sprintf("%.1f", float64(tot.blksHit)/n), fmt.Sprintf("%.2f", float64(tot.blksRead)/n),
+			fmt.Sprintf("%.2f", float64(tot.blksDirtied)/n), fmt.Sprintf("%.2f", float64(tot.blksW)/n),
+			fmt.Sprintf("%.2f", float64(tot.walRecords)/n), fmt.Sprintf("%.2f", float64(tot.walFPI)/n), fmt.Sprintf("%.0f", tot.walBytes/n)})
+		writeAligned(w, rows)
+		fmt.Fprintf(w, "\nExecution time leaves out the commit: a COMMIT's flush of the WAL, and an autocommit statement's, happen after\n"+
+			"pg_stat_statements stops its clock. The sampled states below show that time.\n")
+	}
+
+	if prof.samples > 0 {
+		fmt.Fprintf(w, "\nStates of the server's connections (pg_stat_activity, application_name %s), sampled every %s, %d samples;\n"+
+			"'busy ms/req' is the sampled connection time per request (connections × seconds / requests):\n\n",
+			prof.app, sampleEvery, prof.samples)
+		type entry struct {
+			w waitState
+			c int
+		}
+		var es []entry
+		for w, c := range prof.waits {
+			es = append(es, entry{w, c})
+		}
+		slices.SortFunc(es, func(a, b entry) int { return b.c - a.c })
+		rows := [][]string{{"state", "wait event", "connections on average", "busy ms/req"}}
+		for _, e := range es {
+			avg := float64(e.c) / float64(prof.samples)
+			ev := e.w.event
+			if ev == "" {
+				ev = "none (on CPU or ready to run)"
+			}
+			busy := ""
+			if e.w.state != "idle" {
+				busy = fmt.Sprintf("%.3f", avg*prof.Seconds*1000/n)
+			}
+			rows = append(rows, []string{e.w.state, ev, fmt.Sprintf("%.2f", avg), busy})
+		}
+		writeAligned(w, rows)
+	}
+
+	if prof.statements != nil {
+		fmt.Fprintf(w, "\nStatements in full (normalised by pg_stat_statements):\n\n")
+		for i, s := range prof.statements {
+			fmt.Fprintf(w, "%d. %s\n", i+1, shortSQL(s.text, prof.schema, 1<<20))
+		}
+	}
+}
+
+// writeAligned writes rows as a Markdown table, columns padded.
+func writeAligned(w io.Writer, rows [][]string) {
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	line := func(cells []string) {
+		var sb strings.Builder
+		sb.WriteString("|")
+		for i, c := range cells {
+			sb.WriteString(" " + c + strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)) + " |")
+		}
+		fmt.Fprintln(w, sb.String())
+	}
+	line(rows[0])
+	sep := make([]string, len(widths))
+	for i, n := range widths {
+		sep[i] = strings.Repeat("-", n)
+	}
+	line(sep)
+	for _, row := range rows[1:] {
+		line(row)
+	}
+}
+
+// profileDatabase runs every row of dbProfileRows for secs seconds, one server at a time, and
+// writes each one's DIR/pgss-<server>-<row>.txt, and all their summaries to DIR/pgss-summary.txt
+// and DIR/pgss-summary.json. It adds the files to files, and returns the profiles.
+func profileDatabase(ctx context.Context, tb testing.TB, l *load, servers map[string]*benchServer, schemas map[string]*idemtest.Schema,
+	pg map[string]string, dir string, secs int, files map[string]string) []*dbProfile {
+	tb.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatalf("profile directory: %v", err)
+	}
+	var names []string
+	for _, sch := range schemas {
+		names = append(names, sch.Name)
+	}
+	p, err := newDBProfiler(ctx, schemas[serverCeiling].URL, names)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer p.close()
+	for _, s := range servers {
+		p.flushers = append(p.flushers, func(ctx context.Context) (int, error) { return s.flushStats(ctx, l.client) })
+	}
+	for _, sch := range schemas {
+		p.flushers = append(p.flushers, func(ctx context.Context) (int, error) { return flushStats(ctx, sch.Pool) })
+	}
+	// The first snapshot also waits for the rounds' and the Go profiles' counters to settle.
+	snap, err := p.settle(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var profs []*dbProfile
+	for _, row := range dbProfileRows {
+		sch := schemas[row.server]
+		prof, after, err := p.runDBProfile(ctx, l, servers[row.server], sch.Name, benchAppName(row.server), row, time.Duration(secs)*time.Second, snap)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		snap = after
+		prof.File = filepath.Join(dir, "pgss-"+row.name()+".txt")
+		var buf bytes.Buffer
+		prof.write(&buf, pg, l.clients)
+		if err := os.WriteFile(prof.File, buf.Bytes(), 0o644); err != nil {
+			tb.Fatalf("database profile: write %s: %v", prof.File, err)
+		}
+		files["pgss-"+row.name()] = prof.File
+		profs = append(profs, prof)
+	}
+	var sum bytes.Buffer
+	writeDBSummaries(&sum, profs)
+	files["pgss-summary"] = filepath.Join(dir, "pgss-summary.txt")
+	if err := os.WriteFile(files["pgss-summary"], sum.Bytes(), 0o644); err != nil {
+		tb.Fatalf("database profile: write %s: %v", files["pgss-summary"], err)
+	}
+	js, err := json.MarshalIndent(profs, "", "  ")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	files["pgss-json"] = filepath.Join(dir, "pgss-summary.json")
+	if err := os.WriteFile(files["pgss-json"], append(js, '\n'), 0o644); err != nil {
+		tb.Fatalf("database profile: write %s: %v", files["pgss-json"], err)
+	}
+	return profs
+}
+
+// writeDBSummaries writes one line per profile, and the notes they share.
+func writeDBSummaries(w io.Writer, profs []*dbProfile) {
+	if len(profs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "database profiles (one server under load at a time; per request):\n")
+	notes := map[string]bool{}
+	for _, prof := range profs {
+		fmt.Fprintf(w, "  %-40s %s\n", prof.Label+":", prof.summary())
+		for _, n := range prof.notes {
+			notes[n] = true
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(notes)) {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	fmt.Fprintf(w, "  files: %s\n", filepath.Join(filepath.Dir(profs[0].File), "pgss-*.txt"))
+}
+
+// TestDatabaseProfile checks the database profile's counts on real PostgreSQL: a lease-mode
+// server in this process serves first executions and then replays, and the profile must count
+// one key row inserted and updated, one payment and one ledger event per first execution, and
+// nothing written per replay. These counts are exact only if every connection's pending
+// statistics were flushed before the snapshots. The file must say whether pg_stat_statements
+// was there (make test's server lacks it; PG_STATEMENTS=1 scripts/with-pg.sh has it).
+func TestDatabaseProfile(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sch := idemtest.TestSchema(t, nil)
+	if err := migrate(ctx, sch.Pool); err != nil {
+		t.Fatal(err)
+	}
+	// The server's own pool, named the way the profile finds a bench server's connections.
+	app := benchAppName("test-" + sch.Name)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	h, err := benchHandler(serverLease, pool, sch.Name, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	l := newLoad(4)
+	defer l.client.CloseIdleConnections()
+	s := &benchServer{mode: serverLease, url: srv.URL}
+	for i := range replayKeys {
+		if st, replayed, _, err := l.send(ctx, s, fmt.Sprintf("replay-%d", i)); err != nil || st != http.StatusCreated || replayed {
+			t.Fatalf("create replay key %d: status %d, replayed %v, error %v; want 201, not replayed", i, st, replayed, err)
+		}
+	}
+
+	p, err := newDBProfiler(ctx, sch.URL, []string{sch.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.flushers = []func(context.Context) (int, error){
+		func(ctx context.Context) (int, error) { return flushStats(ctx, pool) },
+		func(ctx context.Context) (int, error) { return flushStats(ctx, sch.Pool) },
+	}
+	snap, err := p.settle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		row                        dbProfileRow
+		keyIns, keyUpd, pay, event float64
+	}{
+		{dbProfileRow{serverLease, kindFirst}, 1, 1, 1, 1},
+		{dbProfileRow{serverLease, kindReplay}, 0, 0, 0, 0},
+	} {
+		prof, after, err := p.runDBProfile(ctx, l, s, sch.Name, app, tc.row, time.Second, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = after
+		keys, pays, events := prof.Tables[idem.DefaultTable], prof.Tables["payments"], prof.Tables["payment_events"]
+		if keys.Inserted != tc.keyIns || keys.Updated != tc.keyUpd || keys.HOTUpdated > keys.Updated || keys.Deleted != 0 ||
+			pays.Inserted != tc.pay || events.Inserted != tc.event {
+			t.Errorf("%s, %d requests: per request, key table %+v, payments %+v, payment_events %+v; "+
+				"want %g key rows inserted and %g updated (HOT at most as many), none deleted, %g payment and %g event inserted",
+				tc.row.label(), prof.Requests, keys, pays, events, tc.keyIns, tc.keyUpd, tc.pay, tc.event)
+		}
+		if prof.samples == 0 || len(prof.waits) == 0 {
+			t.Errorf("%s: %d samples of pg_stat_activity, %d states seen; want some of each (are the server's connections named %s?)",
+				tc.row.label(), prof.samples, len(prof.waits), app)
+		}
+		if p.postmaster != 0 && (prof.CPUUS == nil || *prof.CPUUS <= 0) {
+			t.Errorf("%s: PostgreSQL's processes are visible here (postmaster %d) but no CPU time was counted", tc.row.label(), p.postmaster)
+		}
+		var buf bytes.Buffer
+		prof.write(&buf, pgSettings(t, sch.Pool), l.clients)
+		out := buf.String()
+		if !strings.Contains(out, "Tuples written per request") {
+			t.Errorf("%s: the profile has no table of tuples:\n%s", tc.row.label(), out)
+		}
+		if p.pgssView == "" {
+			if !strings.Contains(out, "pg_stat_statements: not available") {
+				t.Errorf("%s: pg_stat_statements is not available (%s) but the profile does not say so:\n%s", tc.row.label(), p.pgssNote, out)
+			}
+			continue
+		}
+		// With pg_stat_statements: the claim, which names this schema's key table, ran once per
+		// request, whatever other tests ran on the server meanwhile.
+		claims := int64(0)
+		for _, st := range prof.statements {
+			if strings.Contains(st.text, sch.Name) && strings.HasPrefix(strings.TrimSpace(st.text), "WITH cur AS") {
+				claims += st.calls
+			}
+		}
+		if claims != int64(prof.Requests) {
+			t.Errorf("%s: %d requests but %d claims in pg_stat_statements; want one claim per request:\n%s", tc.row.label(), prof.Requests, claims, out)
+		}
 	}
 }

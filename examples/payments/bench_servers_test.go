@@ -246,6 +246,8 @@ func serveChild(mode string) int {
 		return fail("parse %s: %v", envServeURL, err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	// The database profile finds this server's connections in pg_stat_activity by this name.
+	cfg.ConnConfig.RuntimeParams["application_name"] = benchAppName(mode)
 	cfg.MaxConns = int32(conns)
 	trips := &tripCounter{}
 	cfg.ConnConfig.Tracer = trips
@@ -278,6 +280,14 @@ func serveChild(mode string) int {
 		}
 		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		fmt.Fprintln(w, trips.n.Load(), int64(cpu))
+	})
+	ctl.HandleFunc("POST /flush-stats", func(w http.ResponseWriter, r *http.Request) {
+		n, err := flushStats(r.Context(), pool)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, n)
 	})
 	ctl.HandleFunc("/debug/pprof/", pprof.Index)
 	ctl.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -403,6 +413,55 @@ func (s *benchServer) stats(ctx context.Context, client *http.Client) (trips int
 		return 0, 0, fmt.Errorf("the %s server's stats: status %d, %q: want two numbers", s.mode, resp.StatusCode, b)
 	}
 	return trips, time.Duration(ns), nil
+}
+
+// flushStats has every connection of pool flush its pending statistics, for the database
+// profile (bench_http_test.go): a PostgreSQL 15 backend otherwise keeps them up to 10s after it
+// goes idle. A backend flushes before it answers ready for the next query, so they are flushed
+// when this returns. It returns the number of statements (each a transaction) it ran, and fails
+// when a connection is busy.
+func flushStats(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	total := pool.Stat().TotalConns()
+	conns := pool.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	if len(conns) != int(total) {
+		return 0, fmt.Errorf("flush statistics: %d of the pool's %d connections are busy; the profile flushes them only once its load has ended", int(total)-len(conns), total)
+	}
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, flushSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return 0, fmt.Errorf("flush statistics: pg_stat_force_next_flush() (PostgreSQL 15 or later): %w", err)
+		}
+	}
+	return len(conns), nil
+}
+
+// flushStats asks the child to flush its connections' statistics (see flushStats), and returns
+// the number of statements that took.
+func (s *benchServer) flushStats(ctx context.Context, client *http.Client) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ctl+"/flush-stats", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("flush the %s server's statistics: %w", s.mode, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	var n int
+	if err == nil && resp.StatusCode == http.StatusOK {
+		_, err = fmt.Sscan(string(b), &n)
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("flush the %s server's statistics: status %d, %q, %v", s.mode, resp.StatusCode, b, err)
+	}
+	return n, nil
 }
 
 // TestBenchTxSpecIsTheExampleWithTransactionClaims keeps package benchtx's spec a copy of the
