@@ -85,6 +85,7 @@ var rowSpecs = []rowSpec{
 		minRatio: 0.85},
 	{id: "lease-replay", label: "replays, claim: lease", server: serverLease, kind: kindReplay, minRatio: 2.0, maxTrips: 1},
 	{id: "transaction-replay", label: "replays, claim: transaction", server: serverTransaction, kind: kindReplay, minRatio: 2.0, maxTrips: 1},
+	{id: "cached-replay", label: "replays, replay cache on (claim: lease)", server: serverCached, kind: kindReplay, minRatio: 2.0},
 	{id: "lease-storm", label: "duplicate storms, claim: lease", server: serverLease, kind: kindStorm},
 	{id: "transaction-storm", label: "duplicate storms, claim: transaction", server: serverTransaction, kind: kindStorm},
 }
@@ -197,7 +198,7 @@ func BenchmarkHTTP(b *testing.B) {
 	// One schema and one child per server.
 	schemas := map[string]*idemtest.Schema{}
 	servers := map[string]*benchServer{}
-	for _, mode := range []string{serverCeiling, serverLease, serverTransaction} {
+	for _, mode := range []string{serverCeiling, serverLease, serverTransaction, serverCached} {
 		sch := idemtest.TestSchema(b, &idemtest.SchemaOpts{MaxConns: 4})
 		if err := migrate(ctx, sch.Pool); err != nil {
 			b.Fatal(err)
@@ -220,7 +221,7 @@ func BenchmarkHTTP(b *testing.B) {
 
 	// Warm-up, not measured: every pool connection prepares its statements, and the keys that
 	// the replay rows replay are completed.
-	for _, mode := range []string{serverCeiling, serverLease, serverTransaction} {
+	for _, mode := range []string{serverCeiling, serverLease, serverTransaction, serverCached} {
 		s := servers[mode]
 		if _, err := l.first(ctx, s, "warmup-"+mode, time.Second); err != nil {
 			b.Fatalf("warm-up of the %s server: %v", mode, err)

@@ -43,6 +43,8 @@ const (
 	serverLease = "lease"
 	// serverTransaction is the example generated with claim: transaction (package benchtx).
 	serverTransaction = "transaction"
+	// serverCached is the example with the runtime's replay cache on (64 MiB).
+	serverCached = "cached"
 )
 
 // The child's environment. A test binary started with envServe set serves instead of testing.
@@ -87,8 +89,11 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 		return ceilingHandler(pool, cfg, log)
 	case serverTransaction:
 		return transactionHandler(pool, cfg, log)
+	case serverCached:
+		cfg.ReplayCacheBytes = 64 << 20
+		return newHandler(pool, cfg, log)
 	}
-	return nil, fmt.Errorf("unknown bench server %q (want %s, %s or %s)", mode, serverCeiling, serverLease, serverTransaction)
+	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s or %s)", mode, serverCeiling, serverLease, serverTransaction, serverCached)
 }
 
 // ceilingHandler is newHandler with create served by ceilingServer.
@@ -515,6 +520,7 @@ func TestBenchServers(t *testing.T) {
 		{serverCeiling, http.StatusUnprocessableEntity, false, 0},
 		{serverLease, http.StatusCreated, true, 1},
 		{serverTransaction, http.StatusCreated, true, 1},
+		{serverCached, http.StatusCreated, true, 1},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()

@@ -131,9 +131,8 @@ func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
 // expired (same fingerprint only). The fingerprint is compared before anything else about an
 // existing row: a different request gets claimKeyReused even while the first is in flight.
 //
-// When the DB can send batches (*pgxpool.Pool), the claim commits asynchronously: its batch
-// first turns synchronous_commit off for the claim's own transaction, so the request does not
-// wait for the claim's WAL flush. That loses nothing: the business transaction commits
+// The claim commits asynchronously: the statement turns synchronous_commit off for its own
+// transaction (sql/claim.sql, Async), so the request does not wait for the claim's WAL flush. That loses nothing: the business transaction commits
 // synchronously, after the claim, and flushing its commit flushes all WAL before it, the
 // claim's included, so no outcome or business row can be durable without its claim. A crash
 // that loses a claim loses only the claim (its work had not committed): a duplicate that saw it
@@ -143,19 +142,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	sent := time.Now()
 	var res *claimResult
 	var err error
-	if bq, ok := s.db.(batcher); ok {
-		b := &pgx.Batch{}
-		b.Queue(asyncCommit)
-		b.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
-			res, err = s.scanClaim(row, c)
-			return err
-		})
-		if berr := bq.SendBatch(ctx, b).Close(); err == nil {
-			err = berr
-		}
-	} else {
-		res, err = s.scanClaim(s.db.QueryRow(ctx, s.sql.claim, s.claimArgs(c, p)...), c)
-	}
+	res, err = s.scanClaim(s.db.QueryRow(ctx, s.sql.claimAsync, s.claimArgs(c, p)...), c, new(string))
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return nil, storeError(ctx, "claim", err)
@@ -179,9 +166,8 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 	committed := false
 	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
 		b.Queue("begin")
-		b.Queue(asyncCommit)
-		b.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) (err error) {
-			res, err = s.scanClaim(row, c)
+		b.Queue(s.sql.claimAsync, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) (err error) {
+			res, err = s.scanClaim(row, c, new(string))
 			return err
 		})
 		b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
@@ -216,15 +202,6 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 
 // ownerGuardCode is the owner guard failing on purpose (sql/owner_guard.sql).
 const ownerGuardCode = "22012"
-
-// asyncCommit makes the transaction it runs in commit without waiting for its WAL flush (see
-// claim). It is local to that transaction: the connection's own setting is back after it.
-const asyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
-
-// batcher is what *pgxpool.Pool offers beyond DB for a claim in one round trip.
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
 
 // claimTx begins the business transaction and claims in it (claim: transaction), in one
 // round trip when the Store holds the connection: the begin, a transaction-local lock_timeout
@@ -360,7 +337,8 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 	return o, nil
 }
 
-func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
+// scanClaim reads the claim's row; extra receives the columns a variant adds (claimAsync's).
+func (s *Store) scanClaim(row pgx.Row, c *Claim, extra ...any) (*claimResult, error) {
 	var (
 		mine, sameFP bool
 		attempt      int32
@@ -370,7 +348,8 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim) (*claimResult, error) {
 		heldMS       int64
 		finalMS      int64
 	)
-	if err := row.Scan(&mine, &attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &heldMS, &finalMS); err != nil {
+	dst := append([]any{&mine, &attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &heldMS, &finalMS}, extra...)
+	if err := row.Scan(dst...); err != nil {
 		return nil, err
 	}
 	switch {

@@ -89,8 +89,13 @@ func Listening(s *Store) bool {
 // ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
 func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
 
-// ClaimSQL is the claim statement, for tests that count claims.
-func ClaimSQL(s *Store) string { return s.sql.claim }
+// ClaimSQL is the claim statement of claim mode m, for tests that count claims.
+func ClaimSQL(s *Store, m ClaimMode) string {
+	if m == ClaimTransaction {
+		return s.sql.claim
+	}
+	return s.sql.claimAsync
+}
 
 // Asleep is how many of s's waiters sleep until a notification, having found nothing new since
 // their last claim.

@@ -18,6 +18,9 @@ var sqlFS embed.FS
 type statements struct {
 	claim, complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard            string
+	// claimAsync is the claim that also turns synchronous_commit off for its own transaction
+	// (lease mode's claim, which commits on its own).
+	claimAsync string
 
 	hot []string // batched
 }
@@ -25,13 +28,14 @@ type statements struct {
 func newStatements(table string) (statements, error) {
 	var st statements
 	for _, s := range []struct {
-		file string
-		dst  *string
+		file  string
+		dst   *string
+		async bool
 	}{
-		{"claim", &st.claim}, {"complete", &st.complete}, {"release", &st.release},
-		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
-		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
-		{"owner_guard", &st.ownerGuard},
+		{"claim", &st.claim, false}, {"claim", &st.claimAsync, true}, {"complete", &st.complete, false}, {"release", &st.release, false},
+		{"renew", &st.renew, false}, {"purge", &st.purge, false}, {"purge_count", &st.purgeCount, false},
+		{"replay", &st.replay, false}, {"replay_guard", &st.replayGuard, false}, {"notify", &st.notify, false},
+		{"owner_guard", &st.ownerGuard, false},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -42,12 +46,15 @@ func newStatements(table string) (statements, error) {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		var b strings.Builder
-		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
+		if err := t.Execute(&b, struct {
+			Table string
+			Async bool
+		}{table, s.async}); err != nil {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.hot = []string{"begin", "commit", asyncCommit, st.claim, st.ownerGuard, st.replay, st.replayGuard,
+	st.hot = []string{"begin", "commit", st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
 		lockWaitSet, lockWaitRestore, st.complete, st.notify}
 	return st, nil
 }

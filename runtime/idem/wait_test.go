@@ -211,7 +211,7 @@ func TestDuplicateStormWithWait(t *testing.T) {
 			t.Parallel()
 			claims := &claimCounter{}
 			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 8, Tracer: claims})
-			claims.sql.Store(idem.ClaimSQL(e.Store))
+			claims.sql.Store(idem.ClaimSQL(e.Store, mode))
 			e.Warm(8)
 			p := policy()
 			p.Claim = mode

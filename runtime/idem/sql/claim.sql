@@ -8,6 +8,10 @@
 -- in flight (since created_at, the first claim of its history), for an honest Retry-After, and
 -- how long a completed row stays remembered (for the replay cache).
 --
+-- The lease-mode variant (Async) also turns synchronous_commit off for its own transaction, so
+-- that the claim's commit does not wait for its flush to disk (see Store.claim for why that
+-- loses nothing); it is one more column, set_config's result, which the caller ignores.
+--
 -- A row is "fresh" (behaves as a new key) when its TTL has run out and nobody holds it; it is
 -- "takeable" when it is fresh, or its holder's lease ran out on the same request. The
 -- fingerprint condition means a different request can never take over a live key's history.
@@ -31,6 +35,7 @@
 {{define "takeable"}}({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = {{.}})){{end -}}
 {{define "lease_left_ms"}}greatest(0, ceil(extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000))::bigint{{end -}}
 {{define "expires_left_ms"}}greatest(0, floor(extract(epoch FROM expires_at - statement_timestamp()) * 1000))::bigint{{end -}}
+{{define "async"}}{{if .Async}}, set_config('synchronous_commit', 'off', true) AS async{{end}}{{end -}}
 {{define "held_ms"}}greatest(0, floor(extract(epoch FROM statement_timestamp() - created_at) * 1000))::bigint{{end -}}
 WITH cur AS (
 	SELECT k.attempt, k.fingerprint, k.state, k.status, k.headers, k.body, k.reference, k.lease_expires_at, k.created_at,
@@ -64,8 +69,8 @@ WITH cur AS (
 		status, headers, body, reference, {{template "lease_left_ms"}} AS lease_left_ms, {{template "held_ms"}} AS held_ms,
 		{{template "expires_left_ms"}} AS expires_left_ms
 )
-SELECT * FROM ins
+SELECT *{{template "async" .}} FROM ins
 UNION ALL
 SELECT false, attempt, fingerprint = $6, state, status, headers, body, reference, {{template "lease_left_ms"}}, {{template "held_ms"}},
-	{{template "expires_left_ms"}}
+	{{template "expires_left_ms"}}{{template "async" .}}
 FROM cur WHERE NOT cur.takeable
