@@ -747,29 +747,7 @@ func printTable(w io.Writer, rep *report) {
 		genRow[1], genRow[2], genRow[4] = fmt.Sprintf("%.0f / %.0f ms", g.IdemgenMS, g.OapiMS), fmt.Sprintf("%.2f", g.Ratio), yesNo(&g.Met)
 	}
 	table = append(table, genRow)
-	widths := make([]int, len(table[0]))
-	for _, row := range table {
-		for i, c := range row {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
-		}
-	}
-	line := func(cells []string) {
-		var sb strings.Builder
-		sb.WriteString("|")
-		for i, c := range cells {
-			sb.WriteString(" " + c + strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)) + " |")
-		}
-		fmt.Fprintln(w, sb.String())
-	}
-	line(table[0])
-	sep := make([]string, len(widths))
-	for i, n := range widths {
-		sep[i] = strings.Repeat("-", n)
-	}
-	line(sep)
-	for _, row := range table[1:] {
-		line(row)
-	}
+	writeAligned(w, table)
 	if g := rep.Gen; g != nil {
 		fmt.Fprintf(w, "\ngenerator: %s, median of %d alternating iterations (BenchmarkGenerate)\n", g.Spec, g.Iterations)
 	}
