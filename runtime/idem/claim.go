@@ -187,10 +187,10 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 	default:
 		if tx != nil {
 			s.rollback(ctx, tx)
-		}
-		if committed && res != nil && res.status.owns() {
-			// The claim committed but the batch failed after it: give the key back.
-			s.release(ctx, res.claim, EventReleased, 0)
+			// The batch was sent, so its claim may have committed even though the answer was
+			// lost or a later statement failed: give the key back (only a row still in flight
+			// with this request's token is deleted), or a retry would wait out the lease.
+			s.releaseLost(ctx, c)
 		}
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return nil, nil, storeError(ctx, "claim and begin", err)

@@ -348,6 +348,21 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
 }
 
+// releaseLost gives back a claim that may or may not have been made (its batch failed): like
+// release, but it reports the release only when there was a row to delete.
+func (s *Store) releaseLost(ctx context.Context, c *Claim) {
+	cctx, cancel := detached(ctx)
+	defer cancel()
+	gone, err := s.releaseRow(cctx, c)
+	if err != nil {
+		s.releaseLater(ctx, c, EventReleased, 0, err)
+		return
+	}
+	if gone {
+		s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
+	}
+}
+
 // boundHandler is the handler's context, ended at timeout with cause ErrHandlerTimeout. pgx
 // drops a connection whose statement's context ended, and sends the server a cancel request as
 // it does, so a statement waiting on a lock stops waiting there too and its transaction (in
