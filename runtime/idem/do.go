@@ -72,7 +72,9 @@ type DoParams struct {
 	// released, and Do returns ErrHandlerTimeout. The lease is no longer renewed past it, so a
 	// handler that ignores its context cannot keep the key either. Default: the lease.
 	Timeout time.Duration
-	// TTL is how long a completed key is remembered. Default DefaultTTL.
+	// TTL is how long a completed key is remembered: at least TTL after it completes, and at
+	// most Timeout longer (its expiry is set at the claim, for the latest the handler can
+	// finish, so that the completion need not move it). Default DefaultTTL.
 	TTL time.Duration
 	// Claim is the claim mode; zero means ClaimLease.
 	Claim ClaimMode
