@@ -1,0 +1,49 @@
+package idem_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// The runtime's batches (guards that fail on purpose, statements prepared by name) work whatever
+// query exec mode the application's pool uses: first executions run, replays replay.
+func TestEveryQueryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		sch := idemtest.TestSchema(t, nil)
+		cfg, _ := pgxpool.ParseConfig(sch.URL)
+		cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, _ := idem.NewStore(pool, sch.Config())
+		for _, cm := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+			p := &idem.DoParams{Scope: "s", Key: "k" + cm.String(), Fingerprint: "fp", Claim: cm}
+			for i := 0; i < 3; i++ {
+				r, err := s.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					return &idem.Outcome{Status: 201, Body: []byte("x")}, nil
+				})
+				if err != nil {
+					t.Errorf("mode %v claim %v try %d: %v", mode, cm, i, err)
+					continue
+				}
+				if (i > 0) != r.Replayed {
+					t.Errorf("mode %v claim %v try %d: replayed %v", mode, cm, i, r.Replayed)
+				}
+			}
+		}
+	}
+}
