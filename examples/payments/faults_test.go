@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,8 +81,15 @@ func (h *hookTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 
 // TraceBatchStart fires for a batch holding a statement that matches: the runtime sends its
 // transaction-mode begin with the claim, and the completion with the commit, as batches.
+//
+// A lease-mode claim's batch also begins, and commits the claim before the business begin: that
+// commit is the claim's own, not the one atCommit means, so it is not offered to the hook.
 func (h *hookTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	begins := slices.ContainsFunc(data.Batch.QueuedQueries, func(q *pgx.QueuedQuery) bool { return strings.HasPrefix(q.SQL, "begin") })
 	for _, q := range data.Batch.QueuedQueries {
+		if begins && strings.HasPrefix(q.SQL, "commit") {
+			continue
+		}
 		ctx = h.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: q.SQL, Args: q.Arguments})
 	}
 	return ctx
@@ -97,8 +105,8 @@ type point struct {
 }
 
 var (
-	atBegin        = point{"the business transaction's begin", func(sql string) bool { return sql == "begin" }}
-	atCommit       = point{"the commit", func(sql string) bool { return sql == "commit" }}
+	atBegin        = point{"the business transaction's begin", func(sql string) bool { return strings.HasPrefix(sql, "begin") }}
+	atCommit       = point{"the commit", func(sql string) bool { return strings.HasPrefix(sql, "commit") }}
 	atLedgerInsert = point{"the handler's ledger insert", func(sql string) bool { return strings.Contains(sql, "INSERT INTO payment_events") }}
 	atCompletion   = point{"the completion", func(sql string) bool {
 		return strings.Contains(sql, "UPDATE ") && strings.Contains(sql, "SET state = 'complete'")

@@ -33,6 +33,13 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 	if err != nil {
 		return nil, err
 	}
+	switch conn.Conn().Config().DefaultQueryExecMode {
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+	default:
+		// The pool prepares nothing by name (perhaps for a pooler such as pgbouncer that does
+		// not keep prepared statements): neither does the Store, and pgx has no cache to forget.
+		return conn, nil
+	}
 	for _, sql := range s.sql.batched() {
 		// Already prepared (every time but the connection's first): a map lookup, no round trip.
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
@@ -96,7 +103,7 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 		return nil, storeError(ctx, "begin", err)
 	}
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
+	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
 	if ahead != nil {
 		// Batch.BeginTx wants the begin first when it is called, so the statements that go ahead
 		// of it are put in front afterwards: the batch's transaction is the connection's, whatever
@@ -176,7 +183,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 	b := &pgx.Batch{}
 	b.Queue(s.sql.complete, args...)
 	committed := false
-	b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+	b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 		committed = tag.String() == "COMMIT"
 		return nil
 	})

@@ -165,12 +165,12 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 	sent := time.Now()
 	committed := false
 	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-		b.Queue("begin")
+		b.Queue(beginSQL)
 		b.Queue(s.sql.claimAsync, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) (err error) {
 			res, err = s.scanClaim(row, c, new(string))
 			return err
 		})
-		b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 			committed = tag.String() == "COMMIT"
 			return nil
 		})
@@ -222,11 +222,11 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		var ahead func(b *pgx.Batch)
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
-				b.Queue(s.sql.replay, p.Tenant, p.Scope, p.Key).Query(func(rows pgx.Rows) (err error) {
+				b.Queue(s.sql.replay, tenantColumn(p.Tenant), p.Scope, p.Key).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
 				})
-				b.Queue(s.sql.replayGuard, p.Tenant, p.Scope, p.Key, lockTimeout)
+				b.Queue(s.sql.replayGuard, tenantColumn(p.Tenant), p.Scope, p.Key, lockTimeout)
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {

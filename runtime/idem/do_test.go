@@ -592,3 +592,22 @@ func TestCompletionKeepsTheClaimsExpiry(t *testing.T) {
 		})
 	}
 }
+
+// A tenant PostgreSQL text cannot hold is stored encoded (tenantColumn), by every statement of
+// both claim modes: it executes once and replays.
+func TestTenantThatIsNotTextInBothModes(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	s, _ := idem.NewStore(sch.Pool, sch.Config())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		p := &idem.DoParams{Tenant: "t\xff\x00", Scope: "s", Key: "k-" + mode.String(), Fingerprint: "fp", Claim: mode}
+		for i, wantReplay := range []bool{false, true} {
+			r, err := s.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
+			if err != nil || r.Replayed != wantReplay {
+				t.Fatalf("%s, request %d: %+v, %v; want replayed=%v", mode, i+1, r, err, wantReplay)
+			}
+		}
+	}
+}

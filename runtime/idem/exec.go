@@ -308,6 +308,12 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, out, ttl(p))
 	switch {
 	case errors.Is(completeErr, ErrLeaseLost):
+		if lease {
+			// Another request holds the key now, and this release deletes nothing. But a
+			// division by zero at the completion can also come from the application (a
+			// deferred trigger at the COMMIT): the key would then stay held for its lease.
+			s.releaseLost(ctx, c)
+		}
 		return nil, s.leaseLost(c)
 	case completeErr != nil:
 		giveBack(EventReleased)

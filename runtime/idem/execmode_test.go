@@ -13,7 +13,8 @@ import (
 )
 
 // The runtime's batches (guards that fail on purpose, statements prepared by name) work whatever
-// query exec mode the application's pool uses: first executions run, replays replay.
+// query exec mode the application's pool uses: first executions run, replays replay; and in the
+// modes that prepare nothing by name, the Store prepares nothing either.
 func TestEveryQueryExecMode(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
@@ -21,7 +22,7 @@ func TestEveryQueryExecMode(t *testing.T) {
 		cfg, _ := pgxpool.ParseConfig(sch.URL)
 		cfg.ConnConfig.RuntimeParams["search_path"] = sch.Name
 		cfg.ConnConfig.DefaultQueryExecMode = mode
-		cfg.MaxConns = 2
+		cfg.MaxConns = 1 // so that the check below sees the connection the requests used
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -43,6 +44,17 @@ func TestEveryQueryExecMode(t *testing.T) {
 				if (i > 0) != r.Replayed {
 					t.Errorf("mode %v claim %v try %d: replayed %v", mode, cm, i, r.Replayed)
 				}
+			}
+		}
+		// A pool that prepares nothing by name (for a pooler that does not keep prepared
+		// statements, say) gets nothing prepared by the Store either.
+		if mode == pgx.QueryExecModeSimpleProtocol || mode == pgx.QueryExecModeExec {
+			var n int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("mode %v: %d statements prepared on the connection; want none", mode, n)
 			}
 		}
 	}

@@ -54,7 +54,7 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.hot = []string{"begin", "commit", st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
+	st.hot = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
 		lockWaitSet, lockWaitRestore, st.complete, st.notify}
 	return st, nil
 }
@@ -71,6 +71,15 @@ func stripComments(sql string) string {
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
+
+// beginSQL and commitSQL are the Store's own BEGIN and COMMIT in its batches. Their texts are
+// the Store's alone: the Store prepares them by name on the connections it uses (see batched),
+// and pgx runs a prepared statement for any query with the same text, so a plain "begin" would
+// turn the application's own begins on those connections into prepared ones.
+const (
+	beginSQL  = "begin /* idem */"
+	commitSQL = "commit /* idem */"
+)
 
 // batched are the statements the request path sends in batches on a connection the Store holds,
 // where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx forgets
