@@ -141,17 +141,9 @@ func (p *jsonParser) value(depth int) *yaml.Node {
 				return nil
 			}
 			p.kids = append(p.kids, k, v)
-			p.space()
-			switch {
-			case p.peek(','):
-				p.advance(1)
-				p.space()
-			case p.peek('}'):
-				p.advance(1)
+			if p.separator('}') {
 				n.Content = p.children(mark)
 				return n
-			default:
-				p.failed = true
 			}
 		}
 		return nil
@@ -170,23 +162,32 @@ func (p *jsonParser) value(depth int) *yaml.Node {
 				return nil
 			}
 			p.kids = append(p.kids, v)
-			p.space()
-			switch {
-			case p.peek(','):
-				p.advance(1)
-				p.space()
-			case p.peek(']'):
-				p.advance(1)
+			if p.separator(']') {
 				n.Content = p.children(mark)
 				return n
-			default:
-				p.failed = true
 			}
 		}
 		return nil
 	default:
 		return p.scalar()
 	}
+}
+
+// separator reads what follows a member or an element: a comma (false: more follow) or close
+// (true: the end). Anything else fails the parse.
+func (p *jsonParser) separator(close byte) (end bool) {
+	p.space()
+	switch {
+	case p.peek(','):
+		p.advance(1)
+		p.space()
+	case p.peek(close):
+		p.advance(1)
+		return true
+	default:
+		p.failed = true
+	}
+	return false
 }
 
 func (p *jsonParser) peek(c byte) bool { return p.pos < len(p.data) && p.data[p.pos] == c }
