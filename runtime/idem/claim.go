@@ -132,17 +132,16 @@ func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
 // existing row: a different request gets claimKeyReused even while the first is in flight.
 //
 // The claim commits asynchronously: the statement turns synchronous_commit off for its own
-// transaction (sql/claim.sql, Async), so the request does not wait for the claim's WAL flush. That loses nothing: the business transaction commits
-// synchronously, after the claim, and flushing its commit flushes all WAL before it, the
-// claim's included, so no outcome or business row can be durable without its claim. A crash
-// that loses a claim loses only the claim (its work had not committed): a duplicate that saw it
-// was told "in progress", and the retry runs anew.
+// transaction (sql/claim.sql, Async), so the request does not wait for the claim's WAL flush.
+// That loses nothing: the business transaction commits synchronously, after the claim, and
+// flushing its commit flushes all WAL before it, the claim's included, so no outcome or business
+// row can be durable without its claim. A crash that loses a claim loses only the claim (its
+// work had not committed): a duplicate that saw it was told "in progress", and the retry runs
+// anew (as attempt 1: see docs/runtime.md).
 func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	c := newClaim(p)
 	sent := time.Now()
-	var res *claimResult
-	var err error
-	res, err = s.scanClaim(s.db.QueryRow(ctx, s.sql.claimAsync, s.claimArgs(c, p)...), c, new(string))
+	res, err := s.scanClaim(s.db.QueryRow(ctx, s.sql.claimAsync, s.claimArgs(c, p)...), c, new(string))
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return nil, storeError(ctx, "claim", err)
@@ -154,7 +153,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 
 // claimAndBegin is claim that also begins the business transaction when the claim makes this
 // request the key's owner, in the same round trip (the Store holds the connection: db is a
-// pool). The batch is: BEGIN, synchronous_commit off for this transaction, the claim, COMMIT, a
+// pool). The batch is: BEGIN, the claim (which commits asynchronously, as in claim), COMMIT, a
 // guard that fails unless the committed claim is this request's (sql/owner_guard.sql), and the
 // business BEGIN. A failed statement skips the rest of a batch, so a replay, an in-progress
 // answer or a mismatch never begins anything, and costs one round trip as before. tx is open
