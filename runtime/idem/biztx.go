@@ -40,7 +40,7 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 		// not keep prepared statements): neither does the Store, and pgx has no cache to forget.
 		return conn, nil
 	}
-	for _, sql := range s.sql.batched() {
+	for _, sql := range s.sql.batched {
 		// Already prepared (every time but the connection's first): a map lookup, no round trip.
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
 			conn.Release()
@@ -177,7 +177,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		if err := bt.Commit(ctx); err != nil {
 			return nil, storeError(ctx, "commit", err)
 		}
-		s.notifyCompleted(ctx, c)
+		s.notifyWaiters(ctx, c)
 		return nil, nil
 	}
 	b := &pgx.Batch{}

@@ -256,7 +256,7 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 			s.release(ctx, c, kind, ran)
 		} else {
 			// The rollback gave the key back, but a rolled-back transaction notifies nobody.
-			s.notifyReleased(ctx, c)
+			s.notifyWaiters(ctx, c)
 			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
 		}
 	}

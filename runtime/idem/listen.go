@@ -64,13 +64,11 @@ func (s *Store) note(c *Claim) (channel, payload string) {
 	return s.channel, notifyID(c.Tenant, c.Scope, c.Key)
 }
 
-// notifyReleased tells the waiters of c's key that it is free after a transaction-mode rollback,
-// which undid the claim but, being a rollback, notified nobody; notifyCompleted, that it is
-// completed, after a commit that did not carry the notification itself (a DB that is not a
-// pool). Best effort: a waiter that misses it finds out at its next fallback claim.
-func (s *Store) notifyCompleted(ctx context.Context, c *Claim) { s.notifyReleased(ctx, c) }
-
-func (s *Store) notifyReleased(ctx context.Context, c *Claim) {
+// notifyWaiters tells the waiters of c's key that something happened to it, on its own: after
+// a transaction-mode rollback (which undid the claim but, being a rollback, notified nobody), or
+// after a commit whose batch could not carry the notification (a DB that is not a pool). Best
+// effort: a waiter that misses it finds out at its next fallback claim.
+func (s *Store) notifyWaiters(ctx context.Context, c *Claim) {
 	channel, payload := s.note(c)
 	if channel == "" {
 		return

@@ -22,7 +22,13 @@ type statements struct {
 	// (lease mode's claim, which commits on its own).
 	claimAsync string
 
-	hot []string // batched
+	// batched are the statements the request path sends in batches on a connection the Store
+	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
+	// forgets the statements of a batch that failed, so each would be prepared anew on the
+	// connection's next request, costing round trips and parsing; the Store prepares these once
+	// per connection under their own text instead (pgx.Conn.Prepare), which pgx keeps whatever a
+	// batch does.
+	batched []string
 }
 
 func newStatements(table string) (statements, error) {
@@ -54,7 +60,7 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.hot = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
+	st.batched = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
 		lockWaitSet, lockWaitRestore, st.complete, st.notify}
 	return st, nil
 }
@@ -80,11 +86,3 @@ const (
 	beginSQL  = "begin /* idem */"
 	commitSQL = "commit /* idem */"
 )
-
-// batched are the statements the request path sends in batches on a connection the Store holds,
-// where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx forgets
-// the statements of a batch that failed, so that each would be prepared anew on the
-// connection's next request, costing round trips and parsing; the Store prepares these once per
-// connection under their own text instead (pgx.Conn.Prepare), which pgx keeps whatever a batch
-// does.
-func (st *statements) batched() []string { return st.hot }
