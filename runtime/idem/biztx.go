@@ -33,8 +33,17 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkConn(ctx, conn.Conn()); err != nil {
+		conn.Release()
+		return nil, err
+	}
 	switch conn.Conn().Config().DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+		if s.path.Load() == pathPooled {
+			// A pooler in transaction mode would run the next request's statements on another
+			// server connection, where nothing is prepared (pooler.go).
+			return conn, nil
+		}
 	default:
 		// The pool prepares nothing by name (perhaps for a pooler such as pgbouncer that does
 		// not keep prepared statements): neither does the Store, and pgx has no cache to forget.

@@ -2,8 +2,10 @@ package idem
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -20,16 +22,30 @@ import (
 // now and then (fallbackPoll), in case a notification is lost: the listener was reconnecting, or
 // the holder crashed and its lease ran out.
 //
-// The listening connection is opened from the pool's own configuration (its BeforeConnect and
-// AfterConnect hooks included) when the first duplicate waits, and closed when none has waited
-// for listenIdle, or by Store.Close. A DB that is not a *pgxpool.Pool (nor has its Config method)
-// gets no listener: its waiters poll, with backoff, as they did before.
+// The listening connection is opened by Config.ListenConn, or else from the pool's own
+// configuration (its BeforeConnect and AfterConnect hooks included), when the first duplicate
+// waits, and closed when none has waited for listenIdle, or by Store.Close. A DB that is not a
+// *pgxpool.Pool (nor has its Config method) and no ListenConn gets no listener: its waiters poll,
+// with backoff.
+//
+// A listener can be connected and still hear nothing: LISTEN through a pooler in transaction
+// mode registers on a server connection the pooler hands to someone else afterwards, and the
+// pooler drops what that connection is sent. So the listener checks itself: on connect and every
+// listenCheckEvery it sends a notification of its own through the Store's DB, the way holders'
+// notifications travel, and waits listenCheckWithin for it. A check that is not heard logs a
+// warning, emits EventListenerDeaf and shows in Store.ListenerHealth, and the listener counts as
+// down until a later check is heard: waiters poll with backoff rather than sleep for the
+// fallback poll.
 
 const (
 	// fallbackPoll is how often a waiter claims again while the listener is up.
 	fallbackPoll = 2 * time.Second
 	// listenIdle is how long the listener stays connected with no waiter.
 	listenIdle = time.Minute
+	// listenCheckEvery is how often a connected listener checks that it hears.
+	listenCheckEvery = 30 * time.Second
+	// listenCheckWithin is how long a check waits for its own notification.
+	listenCheckWithin = 2 * time.Second
 )
 
 // waits says whether duplicates of p may wait for its holder: only then do p's complete and
@@ -117,6 +133,9 @@ func poolConnector(db DB) func(ctx context.Context) (*pgx.Conn, error) {
 type listener struct {
 	s       *Store
 	connect func(ctx context.Context) (*pgx.Conn, error)
+	direct  bool // connect is Config.ListenConn: it does not go through the pool's pooler
+
+	checkEvery, checkWithin time.Duration // the self-check's pace (tests shorten it)
 
 	mu      sync.Mutex
 	subs    map[string]map[*subscription]struct{}
@@ -126,7 +145,8 @@ type listener struct {
 	stop    context.CancelFunc
 	idle    *time.Timer
 	closed  bool
-	gen     int // the run now current: a stopped run winding down must not report its state
+	gen     int   // the run now current: a stopped run winding down must not report its state
+	deaf    error // why the last self-check failed; nil once one is heard
 
 	asleep atomic.Int64 // waiters asleep until a notification, for tests
 }
@@ -282,14 +302,7 @@ func (l *listener) run(ctx context.Context, gen int) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		l.setUp(gen, true)
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				break
-			}
-			l.dispatch(n.Payload)
-		}
+		l.hear(ctx, gen, conn)
 		l.setUp(gen, false)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		conn.Close(cctx)
@@ -300,6 +313,113 @@ func (l *listener) run(ctx context.Context, gen int) {
 		s.log.Warn("idem: lost the connection that listens for finished keys; reconnecting (waiting duplicates poll meanwhile)",
 			"channel", s.channel)
 	}
+}
+
+// hear hands conn's notifications to their waiters until conn fails or ctx ends, checking
+// that it hears on the way: a check's notification (a payload of its own, which no key's
+// notification can equal) coming back marks the listener up; one not back within checkWithin
+// marks it deaf. The next check starts checkEvery after the last one ended.
+//
+// A new connection counts as up at once unless the last check went unheard: the check's
+// notification needs a pool connection, which a crowd of polling waiters would make it wait for,
+// and on a direct connection LISTEN is all it takes to hear.
+func (l *listener) hear(ctx context.Context, gen int, conn *pgx.Conn) {
+	l.mu.Lock()
+	known := l.deaf == nil
+	l.mu.Unlock()
+	l.setUp(gen, known)
+	var check string // the payload of the check under way; "" between checks
+	due := time.Now()
+	for {
+		if check == "" && !time.Now().Before(due) {
+			check = l.sendCheck(ctx)
+			due = time.Now().Add(l.checkWithin)
+			if check == "" { // not sent: the store's DB is out of reach; try again later
+				due = time.Now().Add(l.checkEvery)
+			}
+		}
+		wctx, cancel := context.WithDeadline(ctx, due)
+		n, err := conn.WaitForNotification(wctx)
+		timedOut := err != nil && wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil && check != "" && n.Payload == check:
+			check, due = "", time.Now().Add(l.checkEvery)
+			l.heard(gen)
+		case err == nil:
+			l.dispatch(n.Payload)
+		case ctx.Err() != nil, !timedOut, conn.IsClosed():
+			return
+		case check != "":
+			check, due = "", time.Now().Add(l.checkEvery)
+			l.deafNow(gen)
+		}
+	}
+}
+
+// sendCheck sends a self-check notification through the Store's DB and returns its payload, or
+// "" when it could not be sent.
+func (l *listener) sendCheck(ctx context.Context) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	payload := "check-" + hex.EncodeToString(b[:])
+	cctx, cancel := context.WithTimeout(ctx, l.s.cfg.StoreTimeout)
+	defer cancel()
+	if _, err := l.s.db.Exec(cctx, l.s.sql.notify, l.s.channel, payload); err != nil {
+		if ctx.Err() == nil {
+			l.s.log.Debug("idem: could not send the listener's self-check; trying again later", "error", err)
+		}
+		return ""
+	}
+	return payload
+}
+
+// heard records a check that came back: the listener is up, and waiters may sleep until their
+// key's notification.
+func (l *listener) heard(gen int) {
+	l.mu.Lock()
+	if gen != l.gen {
+		l.mu.Unlock()
+		return
+	}
+	wasDeaf := l.deaf != nil
+	l.deaf = nil
+	l.mu.Unlock()
+	l.setUp(gen, true)
+	if wasDeaf {
+		l.s.log.Info("idem: the listener hears its notifications again; waiting duplicates wake on them", "channel", l.s.channel)
+		l.s.emit(context.Background(), Event{Kind: EventListenerHeard})
+	}
+}
+
+// deafNow records a check that did not come back: the listener is down (waiters poll with
+// backoff) until a later check is heard.
+func (l *listener) deafNow(gen int) {
+	l.mu.Lock()
+	if gen != l.gen {
+		l.mu.Unlock()
+		return
+	}
+	hint := "is the listening connection behind a pooler in transaction mode? LISTEN needs a session: set Config.ListenConn to a direct connection"
+	l.deaf = fmt.Errorf("idem: the listener did not hear its own notification within %s (%s)", l.checkWithin, hint)
+	l.mu.Unlock()
+	l.setUp(gen, false)
+	l.s.log.Warn("idem: the listener cannot hear notifications; waiting duplicates poll instead of waking on them",
+		"channel", l.s.channel, "waited", l.checkWithin, "hint", hint, "next_check_in", l.checkEvery)
+	l.s.emit(context.Background(), Event{Kind: EventListenerDeaf})
+}
+
+// ListenerHealth reports whether the Store's listener hears the notifications that wake
+// waiting duplicates: nil when its last self-check was heard, or when it has not checked
+// (no duplicate has waited, or the Store has no listener); otherwise an error that says what to
+// look at. A deaf listener costs latency, not correctness: waiting duplicates poll instead.
+func (s *Store) ListenerHealth() error {
+	if s.ln == nil {
+		return nil
+	}
+	s.ln.mu.Lock()
+	defer s.ln.mu.Unlock()
+	return s.ln.deaf
 }
 
 func (l *listener) listen(ctx context.Context) (*pgx.Conn, error) {

@@ -21,8 +21,10 @@ type PurgeResult struct {
 // Purge deletes expired completed keys (and in-flight rows whose lease and TTL are both long
 // gone) in batches until none is left or ctx ends.
 //
-// Each batch is its own short DELETE that skips rows locked by live requests, so purging never
-// blocks claims for long. It is safe to run from several processes at once.
+// Each batch is its own short DELETE of at most BatchSize rows, so purging never blocks claims
+// for long; it re-checks each row's expiry as it deletes it, so a key a request has just taken
+// over stays. It is safe to run from several processes at once (they then mostly wait for each
+// other's batches: one purger per database is enough). docs/deploy.md has the rates.
 func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error) {
 	batch := DefaultPurgeBatchSize
 	var o PurgeOpts

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,6 +87,16 @@ type Config struct {
 	// expires. It assumes that keys are removed only by expiry (Purge); after deleting keys by
 	// hand, restart the processes that cache. Off by default. See docs/runtime.md.
 	ReplayCacheBytes int64
+	// Pooler says whether a pooler that shares server connections between transactions
+	// (pgbouncer in transaction mode) stands between the Store and PostgreSQL. By default
+	// (PoolerDetect) NewStore asks the database. Through such a pooler the Store prepares nothing
+	// by name, and NewStore refuses pgx's statement cache, which cannot work there.
+	Pooler Pooler
+	// ListenConn, when set, opens the connection the Store LISTENs on for finished keys (waiting
+	// duplicates wake on their holder's notification). LISTEN needs a session of its own: behind
+	// a pooler in transaction mode, point it past the pooler, at the database itself
+	// (pgx.Connect with a direct URL). Default: a connection configured as the pool's are.
+	ListenConn func(ctx context.Context) (*pgx.Conn, error)
 }
 
 // EventKind names what happened to a key: one word per outcome, shared with ClaimStatus-like
@@ -108,6 +119,15 @@ const (
 // EventHandlerTimeout: the handler ran past its timeout; its work rolled back and the key was
 // given back, as for EventReleased.
 const EventHandlerTimeout EventKind = "handler_timeout"
+
+// The listener's self-check (see Store.ListenerHealth); their events name no operation.
+const (
+	// EventListenerDeaf: the listener did not hear its own notification: waiting duplicates
+	// poll instead of waking on their holder's notification.
+	EventListenerDeaf EventKind = "listener_deaf"
+	// EventListenerHeard: a check was heard again after EventListenerDeaf.
+	EventListenerHeard EventKind = "listener_heard"
+)
 
 // Event is passed to Config.Observer.
 type Event struct {
@@ -139,11 +159,18 @@ type Store struct {
 
 	cache *replayCache // completed outcomes (cache.go); nil unless Config.ReplayCacheBytes
 
+	// path is what the Store knows of the way to the database: pathDirect, pathPooled, or
+	// pathUnknown until a connection has been checked (pooler.go).
+	path atomic.Int32
+
 	channel      string        // the key table's notification channel
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
 
-// NewStore returns a Store on db. cfg may be nil.
+// NewStore returns a Store on db. cfg may be nil. Unless Config.Pooler says what stands between
+// db and PostgreSQL, it asks the database (one short transaction, bounded by
+// Config.StoreTimeout; a database that cannot be reached yet is asked by the first request), and
+// it fails with ErrPoolerMode when pgx's exec mode cannot work through the pooler it finds.
 func NewStore(db DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("idem: NewStore: db is nil (pass a *pgxpool.Pool)")
@@ -177,8 +204,16 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	}
 	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, cache: newReplayCache(c.ReplayCacheBytes)}
-	if connect := poolConnector(db); connect != nil {
-		s.ln = &listener{s: s, connect: connect, subs: map[string]map[*subscription]struct{}{}}
+	connect, direct := poolConnector(db), false
+	if c.ListenConn != nil {
+		connect, direct = c.ListenConn, true
+	}
+	if connect != nil {
+		s.ln = &listener{s: s, connect: connect, direct: direct, subs: map[string]map[*subscription]struct{}{},
+			checkEvery: listenCheckEvery, checkWithin: listenCheckWithin}
+	}
+	if err := s.checkPath(context.Background()); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -13,6 +13,12 @@
 //	idemgen_idempotency_handler_duration_seconds{operation,outcome}
 //	                                                          histogram: handler time, outcome completed or released
 //	idemgen_idempotency_keys_in_flight{operation}             gauge: keys this process holds while their handler runs
+//	idemgen_idempotency_listener_deaf                         gauge: 1 while the Store's listener's last self-check
+//	                                                          went unheard (idem.EventListenerDeaf), else 0
+//
+// The listener's events (listener_deaf, listener_heard) name no operation: they count under
+// operation "". Alert on idemgen_idempotency_listener_deaf == 1: waiting duplicates then poll
+// instead of waking on their holder's notification (see Store.ListenerHealth).
 package idemprom
 
 import (
@@ -31,6 +37,7 @@ const (
 	PurgedKeysTotal = "idemgen_idempotency_purged_keys_total"
 	HandlerDuration = "idemgen_idempotency_handler_duration_seconds"
 	KeysInFlight    = "idemgen_idempotency_keys_in_flight"
+	ListenerDeaf    = "idemgen_idempotency_listener_deaf"
 )
 
 // DefaultStaleHold is Options.StaleHold's default.
@@ -62,6 +69,7 @@ type Collector struct {
 	purged   prometheus.Counter
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
+	deaf     prometheus.Gauge
 
 	stale time.Duration
 	now   func() time.Time // tests replace it to age holds without sleeping
@@ -112,6 +120,11 @@ func New(opts *Options) *Collector {
 			Help:        "Idempotency keys this process holds while their handler runs.",
 			ConstLabels: o.ConstLabels,
 		}, []string{"operation"}),
+		deaf: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        ListenerDeaf,
+			Help:        "1 while the idempotency store's listener did not hear its own last self-check notification (waiting duplicates poll instead of waking on notifications), else 0.",
+			ConstLabels: o.ConstLabels,
+		}),
 		stale: o.StaleHold,
 		now:   time.Now,
 		holds: map[holdKey][]time.Time{},
@@ -129,6 +142,8 @@ func New(opts *Options) *Collector {
 	}
 	if len(o.Operations) > 0 {
 		c.events.WithLabelValues("", string(idem.EventPurged))
+		c.events.WithLabelValues("", string(idem.EventListenerDeaf))
+		c.events.WithLabelValues("", string(idem.EventListenerHeard))
 	}
 	return c
 }
@@ -146,6 +161,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.purged.Describe(ch)
 	c.duration.Describe(ch)
 	c.inFlight.Describe(ch)
+	c.deaf.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -157,6 +173,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.purged.Collect(ch)
 	c.duration.Collect(ch)
 	c.inFlight.Collect(ch)
+	c.deaf.Collect(ch)
 }
 
 // Observer returns the function for idem.Config.Observer. To keep an observer you already
@@ -177,6 +194,10 @@ func (c *Collector) observe(_ context.Context, e idem.Event) {
 		c.end(e)
 	case idem.EventLeaseLost:
 		c.end(e)
+	case idem.EventListenerDeaf:
+		c.deaf.Set(1)
+	case idem.EventListenerHeard:
+		c.deaf.Set(0)
 	}
 }
 
