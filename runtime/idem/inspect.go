@@ -161,7 +161,7 @@ func (s *Store) LookupKey(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, e
 	case p.Key != "":
 		q.where("key = ", p.Key)
 	case p.KeyHash != "":
-		h, err := normalizeKeyHash(p.KeyHash)
+		h, err := ParseKeyHash(p.KeyHash)
 		if err != nil {
 			return nil, err
 		}
@@ -269,8 +269,9 @@ ORDER BY g.operation`)
 	return st, nil
 }
 
-// normalizeKeyHash accepts a key hash as logs print it, in either case.
-func normalizeKeyHash(h string) (string, error) {
+// ParseKeyHash reads a key hash as a log line prints it ([KeyHash]: 16 hex digits, in either
+// case, surrounding space ignored) and returns it in the form [KeyInfo.KeyHash] has.
+func ParseKeyHash(h string) (string, error) {
 	h = strings.ToLower(strings.TrimSpace(h))
 	if _, err := hex.DecodeString(h); err != nil || len(h) != 16 {
 		return "", fmt.Errorf("idem: key hash %s is not a key hash: want the 16 hex digits a log line prints after key_hash=", strconv.Quote(h))
