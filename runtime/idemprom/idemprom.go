@@ -13,6 +13,12 @@
 //	idemgen_idempotency_handler_duration_seconds{operation,outcome}
 //	                                                          histogram: handler time, outcome completed or released
 //	idemgen_idempotency_keys_in_flight{operation}             gauge: keys this process holds while their handler runs
+//
+// [NewKeyStats] adds gauges read from the key table itself (the stale in-flight keys a dead
+// process left behind are no process's events): idemgen_idempotency_keys{operation,state},
+// idemgen_idempotency_stale_in_flight_keys{operation},
+// idemgen_idempotency_oldest_in_flight_seconds{operation} and idemgen_idempotency_key_stats_up.
+// deploy/prometheus/idemgen-alerts.yaml alerts on these metrics.
 package idemprom
 
 import (
