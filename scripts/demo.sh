@@ -34,8 +34,11 @@ echo "demo.sh: building the payments example" >&2
 go build -o "$work/payments" ./examples/payments
 go build -o "$work/demo" ./examples/payments/demo
 
+# The support page's password, fresh for each run.
+admin_token=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
+
 # Port 0: the kernel picks a free port, and the server logs which one.
-"$work/payments" -addr 127.0.0.1:0 -database-url "$DATABASE_URL" >"$work/server.log" 2>&1 &
+"$work/payments" -addr 127.0.0.1:0 -database-url "$DATABASE_URL" -admin-token "$admin_token" >"$work/server.log" 2>&1 &
 server_pid=$!
 
 addr=
@@ -56,3 +59,11 @@ echo "demo.sh: the server listens on $addr (log: $work/server.log)" >&2
 
 # The driver waits for /healthz before it starts.
 "$work/demo" -url "http://$addr" -database-url "$DATABASE_URL"
+
+echo
+echo "The support page (read-only; user admin, password $admin_token):"
+echo "  http://admin:$admin_token@$addr/admin/idempotency"
+if [[ -t 0 && -t 1 ]]; then
+	# On a terminal the server stays up so that the page can be opened; elsewhere (CI) the demo ends.
+	read -r -p "The server keeps running: press Enter to stop it. " _ || true
+fi

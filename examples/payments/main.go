@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemadmin"
 )
 
 func main() {
@@ -46,6 +47,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; port 0 picks a free port (the log says which)")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL)")
+	adminToken := fs.String("admin-token", "", "serve the support page at "+supportPath+" to the user admin with this password (default: $ADMIN_TOKEN; none: no page)")
 	replayCache := fs.Int64("replay-cache-bytes", 0, "keep up to this many bytes of completed outcomes in memory, so replays of them skip the database (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -55,6 +57,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *dbURL == "" {
 		*dbURL = os.Getenv("DATABASE_URL")
+	}
+	if *adminToken == "" {
+		*adminToken = os.Getenv("ADMIN_TOKEN")
 	}
 	if *replayCache < 0 {
 		return usageError{fmt.Errorf("-replay-cache-bytes %d: want a size in bytes, or 0 to turn the cache off", *replayCache)}
@@ -99,9 +104,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))
 
+	recent := idemadmin.NewRecent(0) // the support page's recent mismatches
+	cfg.Observer = recent.Observer()
 	handler, store, err := newService(pool, cfg, log)
 	if err != nil {
 		return err
+	}
+	if *adminToken != "" {
+		handler = withSupportPage(handler, store, recent, *adminToken)
 	}
 	// After Shutdown (deferred calls run last first) and before the pool closes: the store's
 	// listener stops and its background release retries finish.
@@ -115,7 +125,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	// already be waiting for); Shutdown below lets them finish instead.
 	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	// scripts/demo.sh reads the address from this line when it starts the server on port 0.
-	log.Info("listening", "addr", ln.Addr().String())
+	log.Info("listening", "addr", ln.Addr().String(), "support_page", *adminToken != "")
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -121,6 +121,8 @@ func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	if err != nil {
 		return nil, nil, fmt.Errorf("idempotency store: %w", err)
 	}
+	// The key table's own gauges (stale in-flight keys and the like), for the shipped alerts.
+	reg.MustRegister(idemprom.NewKeyStats(store, nil))
 
 	// The generated default wiring: bodies kept as sent for the fingerprint (and capped), and
 	// every binding error, unknown route and handler error answered as a problem. validate runs

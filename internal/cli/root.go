@@ -88,6 +88,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newSchemaCmd(s),
 		newMigrateCmd(s),
 		newPurgeCmd(s),
+		newKeysCmd(s),
 		newVersionCmd(s),
 	)
 	return root

@@ -19,6 +19,12 @@
 // The listener's events (listener_deaf, listener_heard) name no operation: they count under
 // operation "". Alert on idemgen_idempotency_listener_deaf == 1: waiting duplicates then poll
 // instead of waking on their holder's notification (see Store.ListenerHealth).
+//
+// [NewKeyStats] adds gauges read from the key table itself (the stale in-flight keys a dead
+// process left behind are no process's events): idemgen_idempotency_keys{operation,state},
+// idemgen_idempotency_stale_in_flight_keys{operation},
+// idemgen_idempotency_oldest_in_flight_seconds{operation} and idemgen_idempotency_key_stats_up.
+// deploy/prometheus/idemgen-alerts.yaml alerts on these metrics.
 package idemprom
 
 import (

@@ -1,0 +1,351 @@
+package idem
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The read-only inspection API: what support and operators need to answer "what happened to
+// this key?" without writing SQL against the key table. idemgen keys and runtime/idemadmin are
+// built on it, so the table is read in one place, with the tenant encoding and key hash the
+// request path uses.
+//
+// None of it is on the request path. A lookup by tenant and key uses the primary key; everything
+// else (a lookup by key hash, a lookup across tenants, lists and statistics) reads the whole
+// table, which is fine for a support desk and an occasional scrape but not for a hot loop.
+
+// ErrNoSuchKey is returned by [Store.LookupKey] when no row matches: the key was never claimed,
+// was released (its handler failed and a retry runs anew), or has expired and been purged.
+var ErrNoSuchKey = errors.New("idem: no such key")
+
+// Key states, as the key table's state column holds them.
+const (
+	KeyInFlight = "in_flight" // claimed; its handler runs, or its holder died (see KeyInfo.Stale)
+	KeyComplete = "complete"  // the outcome is stored and replayed
+)
+
+// KeyInfo is one row of the key table, as support sees it. Times come from the database clock;
+// Now is that clock when the row was read, so ages and "lease left" need no app server clock.
+type KeyInfo struct {
+	// Tenant is the key table's tenant column, as the runtime stores it (empty when the policy's
+	// scope has no tenant).
+	Tenant    string
+	Scope     string
+	Key       string
+	Operation string
+	// KeyHash is the key as logs and events print it ([KeyHash] of Scope and Key).
+	KeyHash     string
+	Fingerprint string
+	State       string // KeyInFlight or KeyComplete
+	// Attempt counts the executions of this key: 1, or more after takeovers of abandoned claims.
+	Attempt int
+	// Status, Reference and Header are the stored outcome (zero while in flight).
+	Status    int
+	Reference string
+	Header    http.Header
+	// BodySize is the stored body's length in bytes. Body is the body itself, only when asked
+	// for (LookupKeyParams.IncludeBody): it may hold personal data.
+	BodySize int
+	Body     []byte
+	// CreatedAt is the first claim of the key's history; CompletedAt is zero while in flight.
+	CreatedAt      time.Time
+	CompletedAt    time.Time
+	ExpiresAt      time.Time
+	LeaseExpiresAt time.Time
+	Now            time.Time
+}
+
+// Stale reports an in-flight key whose lease has run out: its holder stopped renewing it (the
+// process died or lost the database). The next request with the same fingerprint takes it
+// over; until then, or until it expires, the key answers in-progress.
+func (k *KeyInfo) Stale() bool {
+	return k.State == KeyInFlight && !k.LeaseExpiresAt.After(k.Now)
+}
+
+// Expired reports a key past its expiry: it behaves as new and waits for Purge.
+func (k *KeyInfo) Expired() bool { return !k.ExpiresAt.After(k.Now) }
+
+// LookupKeyParams say which key [Store.LookupKey] reads. Exactly one of Key and KeyHash is set.
+type LookupKeyParams struct {
+	// Tenant is the tenant the key belongs to; nil matches every tenant, and a pointer to ""
+	// matches keys whose scope has no tenant.
+	Tenant *string
+	// Key is the key as the client sent it (the Idempotency-Key header's value).
+	Key string
+	// KeyHash is the key as a log line prints it (key_hash=…, 16 hex digits).
+	KeyHash string
+	// Operation, when set, keeps only that operation's key (the same key may be used once per
+	// operation).
+	Operation string
+	// IncludeBody fills KeyInfo.Body. Off by default: stored bodies may hold personal data.
+	IncludeBody bool
+}
+
+// MaxLookupRows caps what [Store.LookupKey] returns: the same key in more tenants, operations
+// or scopes than this is listed only up to it.
+const MaxLookupRows = 100
+
+// ListKeysParams filter [Store.ListKeys]. The zero value lists the newest keys of every tenant.
+type ListKeysParams struct {
+	// Tenant is as in LookupKeyParams: nil matches every tenant.
+	Tenant    *string
+	Operation string
+	// State keeps only keys in this state (KeyInFlight or KeyComplete); "" keeps both.
+	State string
+	// Stale keeps only stale in-flight keys (see KeyInfo.Stale); it implies State KeyInFlight.
+	Stale bool
+	// Since keeps only keys created at or after it.
+	Since time.Time
+	// Limit is the most keys returned; default DefaultListLimit, at most MaxListLimit.
+	Limit int
+}
+
+// Limits of ListKeys.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+// KeyStats summarise the key table (see [Store.KeyStats]).
+type KeyStats struct {
+	// Total counts every operation's keys; its Operation is "".
+	Total OperationKeyStats
+	// Operations are per operation, sorted by name.
+	Operations []OperationKeyStats
+	Now        time.Time // the database clock when the table was read
+}
+
+// OperationKeyStats count one operation's keys. Expired overlaps the others: it counts keys of
+// either state past their expiry, which behave as new and wait for Purge.
+type OperationKeyStats struct {
+	Operation string
+	InFlight  int64
+	Stale     int64 // in flight, lease run out (included in InFlight)
+	Complete  int64
+	Expired   int64
+	// OldestInFlight is when the oldest in-flight key was first claimed; zero when none is.
+	OldestInFlight time.Time
+}
+
+// keyHashSQL is [KeyHash] computed by PostgreSQL from a row's scope and key (sha256 is built in
+// since PostgreSQL 11), so a hash from a log line finds its row without storing the hash.
+// convert_to yields the UTF-8 bytes the runtime hashed, whatever the server's encoding.
+const keyHashSQL = `left(encode(sha256(convert_to(scope, 'UTF8') || '\x00'::bytea || convert_to(key, 'UTF8')), 'hex'), 16)`
+
+// keyColumns are the columns scanKey reads; the first parameter says whether to read the body.
+const keyColumns = `tenant, scope, key, operation, fingerprint, state, attempt, status, reference, headers,
+	coalesce(octet_length(body), 0), CASE WHEN $1::boolean THEN body END,
+	created_at, completed_at, expires_at, lease_expires_at, statement_timestamp()`
+
+// LookupKey returns the rows of one key: usually one, more when the same key was used by
+// several operations or tenants (Tenant nil) or scopes. It returns [ErrNoSuchKey] when none
+// matches. Rows come sorted by tenant, operation and scope, at most [MaxLookupRows].
+//
+// A lookup by Key with a Tenant reads the primary key; by KeyHash, or without a Tenant, it reads
+// the whole table.
+func (s *Store) LookupKey(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, error) {
+	if p == nil {
+		p = &LookupKeyParams{}
+	}
+	q := newKeyQuery(p.IncludeBody)
+	switch {
+	case p.Key != "" && p.KeyHash != "":
+		return nil, errors.New("idem: LookupKey: give Key or KeyHash, not both")
+	case p.Key != "":
+		q.where("key = ", p.Key)
+	case p.KeyHash != "":
+		h, err := ParseKeyHash(p.KeyHash)
+		if err != nil {
+			return nil, err
+		}
+		q.where(keyHashSQL+" = ", h)
+	default:
+		return nil, errors.New("idem: LookupKey: Key or KeyHash is required")
+	}
+	q.tenant(p.Tenant)
+	if p.Operation != "" {
+		q.where("operation = ", p.Operation)
+	}
+	keys, err := s.queryKeys(ctx, "lookup key", q, "tenant, operation, scope", MaxLookupRows)
+	if err == nil && len(keys) == 0 {
+		return nil, ErrNoSuchKey
+	}
+	return keys, err
+}
+
+// ListKeys lists keys newest first (by CreatedAt), without bodies.
+func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, error) {
+	if p == nil {
+		p = &ListKeysParams{}
+	}
+	limit := p.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultListLimit
+	case limit > MaxListLimit:
+		limit = MaxListLimit
+	}
+	state := p.State
+	if p.Stale {
+		if state != "" && state != KeyInFlight {
+			return nil, fmt.Errorf("idem: ListKeys: Stale keys are in flight, not %q", state)
+		}
+		state = KeyInFlight
+	}
+	q := newKeyQuery(false)
+	switch state {
+	case "":
+	case KeyInFlight, KeyComplete:
+		q.where("state = ", state)
+	default:
+		return nil, fmt.Errorf("idem: ListKeys: unknown state %q (use %s or %s)", state, KeyInFlight, KeyComplete)
+	}
+	if p.Stale {
+		q.cond("lease_expires_at <= statement_timestamp()")
+	}
+	q.tenant(p.Tenant)
+	if p.Operation != "" {
+		q.where("operation = ", p.Operation)
+	}
+	if !p.Since.IsZero() {
+		q.where("created_at >= ", p.Since)
+	}
+	return s.queryKeys(ctx, "list keys", q, "created_at DESC, tenant, operation, scope, key", limit)
+}
+
+// KeyStats counts the keys per operation and state. It reads the whole table.
+func (s *Store) KeyStats(ctx context.Context) (*KeyStats, error) {
+	rows, err := s.db.Query(ctx, `SELECT n.now, g.operation, g.in_flight, g.stale, g.complete, g.expired, g.oldest
+FROM (SELECT statement_timestamp() AS now) AS n LEFT JOIN LATERAL (
+	SELECT operation,
+		count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
+		count(*) FILTER (WHERE state = 'in_flight' AND lease_expires_at <= n.now) AS stale,
+		count(*) FILTER (WHERE state = 'complete') AS complete,
+		count(*) FILTER (WHERE expires_at <= n.now) AS expired,
+		min(created_at) FILTER (WHERE state = 'in_flight') AS oldest
+	FROM `+s.table+` GROUP BY operation
+) AS g ON true
+ORDER BY g.operation`)
+	if err != nil {
+		return nil, storeError(ctx, "key stats", err)
+	}
+	defer rows.Close()
+	st := &KeyStats{}
+	for rows.Next() {
+		var op *string
+		var o OperationKeyStats
+		var inFlight, stale, complete, expired *int64
+		var oldest *time.Time
+		if err := rows.Scan(&st.Now, &op, &inFlight, &stale, &complete, &expired, &oldest); err != nil {
+			return nil, storeError(ctx, "key stats", err)
+		}
+		if op == nil {
+			continue // an empty table: the clock alone
+		}
+		o.Operation, o.InFlight, o.Stale, o.Complete, o.Expired = *op, *inFlight, *stale, *complete, *expired
+		if oldest != nil {
+			o.OldestInFlight = *oldest
+		}
+		st.Operations = append(st.Operations, o)
+		t := &st.Total
+		t.InFlight += o.InFlight
+		t.Stale += o.Stale
+		t.Complete += o.Complete
+		t.Expired += o.Expired
+		if !o.OldestInFlight.IsZero() && (t.OldestInFlight.IsZero() || o.OldestInFlight.Before(t.OldestInFlight)) {
+			t.OldestInFlight = o.OldestInFlight
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storeError(ctx, "key stats", err)
+	}
+	return st, nil
+}
+
+// ParseKeyHash reads a key hash as a log line prints it ([KeyHash]: 16 hex digits, in either
+// case, surrounding space ignored) and returns it in the form [KeyInfo.KeyHash] has.
+func ParseKeyHash(h string) (string, error) {
+	h = strings.ToLower(strings.TrimSpace(h))
+	if _, err := hex.DecodeString(h); err != nil || len(h) != 16 {
+		return "", fmt.Errorf("idem: key hash %s is not a key hash: want the 16 hex digits a log line prints after key_hash=", strconv.Quote(h))
+	}
+	return h, nil
+}
+
+// keyQuery builds the WHERE clause of a key query; $1 is always "read the body".
+type keyQuery struct {
+	conds []string
+	args  []any
+}
+
+func newKeyQuery(includeBody bool) *keyQuery { return &keyQuery{args: []any{includeBody}} }
+
+func (q *keyQuery) where(lhs string, v any) {
+	q.args = append(q.args, v)
+	q.conds = append(q.conds, lhs+"$"+strconv.Itoa(len(q.args)))
+}
+
+func (q *keyQuery) cond(c string) { q.conds = append(q.conds, c) }
+
+// tenant matches the tenant column as the request path writes it (tenantColumn), so that the
+// lookup finds what a request with this tenant would claim.
+func (q *keyQuery) tenant(t *string) {
+	if t != nil {
+		q.where("tenant = ", tenantColumn(*t))
+	}
+}
+
+func (s *Store) queryKeys(ctx context.Context, what string, q *keyQuery, order string, limit int) ([]KeyInfo, error) {
+	sql := "SELECT " + keyColumns + " FROM " + s.table
+	if len(q.conds) > 0 {
+		sql += " WHERE " + strings.Join(q.conds, " AND ")
+	}
+	sql += " ORDER BY " + order + " LIMIT " + strconv.Itoa(limit)
+	rows, err := s.db.Query(ctx, sql, q.args...)
+	if err != nil {
+		return nil, storeError(ctx, what, err)
+	}
+	defer rows.Close()
+	var keys []KeyInfo
+	for rows.Next() {
+		var k KeyInfo
+		var tenant, headers []byte
+		var status *int32
+		var reference *string
+		var completed *time.Time
+		if err := rows.Scan(&tenant, &k.Scope, &k.Key, &k.Operation, &k.Fingerprint, &k.State, &k.Attempt,
+			&status, &reference, &headers, &k.BodySize, &k.Body,
+			&k.CreatedAt, &completed, &k.ExpiresAt, &k.LeaseExpiresAt, &k.Now); err != nil {
+			return nil, storeError(ctx, what, err)
+		}
+		// Read as bytes, the tenant column scans whether it holds text or bytea.
+		k.Tenant = string(tenant)
+		k.KeyHash = KeyHash(k.Scope, k.Key)
+		if status != nil {
+			k.Status = int(*status)
+		}
+		if reference != nil {
+			k.Reference = *reference
+		}
+		if completed != nil {
+			k.CompletedAt = *completed
+		}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &k.Header); err != nil {
+				return nil, fmt.Errorf("idem: %s: stored headers are not a JSON object of string lists: %w", what, err)
+			}
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storeError(ctx, what, err)
+	}
+	return keys, nil
+}
