@@ -58,7 +58,8 @@ func TestRulesNameWhatTheRuntimeExports(t *testing.T) {
 	rules := read(t, rulesFile)
 	metrics := map[string]bool{}
 	for _, m := range []string{idemprom.EventsTotal, idemprom.PurgedKeysTotal, idemprom.KeysInFlight,
-		idemprom.KeysStored, idemprom.StaleInFlightKeys, idemprom.OldestInFlightSeconds, idemprom.KeyStatsUp} {
+		idemprom.KeysStored, idemprom.StaleInFlightKeys, idemprom.OldestInFlightSeconds, idemprom.KeyStatsUp,
+		idemprom.ListenerDeaf} {
 		metrics[m] = true
 	}
 	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
