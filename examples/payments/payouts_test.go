@@ -27,12 +27,12 @@ import (
 // payoutEnv is one schema with the fake bank served on it; the API server and the worker are
 // started (and restarted, and killed) by the test.
 type payoutEnv struct {
-	t      *testing.T
-	schema *idemtest.Schema
-	log    *slog.Logger
-	bank   *bank
-	bankMu sync.Mutex // guards bank.afterCharge's state in the tests that set it
-	bankAt string
+	t       *testing.T
+	schema  *idemtest.Schema
+	log     *slog.Logger
+	bank    *bank
+	bankMu  sync.Mutex // guards bank.afterCharge's state in the tests that set it
+	bankAt  string
 	api     *env   // the current API server
 	stopAPI func() // closes it and its store, as a process that exits does
 }
