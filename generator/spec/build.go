@@ -655,7 +655,7 @@ func (b *builder) acceptedWithoutLocation(op *openapi3.Operation, opNode, anchor
 			n = k
 		}
 	}
-	b.report(n, RuleAcceptedWithoutLocation, route, "responses.202: an idempotent 202 starts work that finishes later, and its replays repeat it unchanged, so it must say where the outcome will be: declare a Location header (the status resource, e.g. /v1/payouts/{id}) and set it in the handler")
+	b.report(n, RuleAcceptedWithoutLocation, route, "responses.202: an idempotent 202 starts work that finishes later, and its replays repeat it unchanged, so it must say where the outcome will be: declare a Location header on the 202 (the URL of a status resource that reports pending, succeeded or failed) and set it in the handler")
 }
 
 func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }
