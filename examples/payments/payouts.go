@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -81,6 +82,11 @@ type workerOptions struct {
 	FetchPollInterval time.Duration
 	MaxWorkers        int
 	TestOnly          bool
+	// RescueAfter and JobTimeout replace rescueAfter and jobTimeout (tests rescue the job of a
+	// killed worker within seconds); NoLeader keeps this client out of River's leader election,
+	// so a test can kill it without leaving a leadership the next worker waits out.
+	RescueAfter, JobTimeout time.Duration
+	NoLeader                bool
 }
 
 // jobTimeout bounds one run of a payout job; rescueAfter is when River takes a job that is
@@ -105,16 +111,17 @@ func newPayoutWorker(pool *pgxpool.Pool, schema string, log *slog.Logger, o work
 		maxWorkers = 10
 	}
 	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema:               schema,
-		Logger:               log,
-		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
-		Workers:              workers,
-		JobTimeout:           jobTimeout,
-		RescueStuckJobsAfter: rescueAfter,
-		RetryPolicy:          o.Retry,
-		FetchPollInterval:    o.FetchPollInterval,
-		FetchCooldown:        min(o.FetchPollInterval, 100*time.Millisecond),
-		TestOnly:             o.TestOnly,
+		Schema:                 schema,
+		Logger:                 log,
+		Queues:                 map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers:                workers,
+		JobTimeout:             cmp.Or(o.JobTimeout, jobTimeout),
+		RescueStuckJobsAfter:   cmp.Or(o.RescueAfter, rescueAfter),
+		LeaderElectionDisabled: o.NoLeader,
+		RetryPolicy:            o.Retry,
+		FetchPollInterval:      o.FetchPollInterval,
+		FetchCooldown:          min(o.FetchPollInterval, 100*time.Millisecond),
+		TestOnly:               o.TestOnly,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river: %w", err)

@@ -13,11 +13,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -401,5 +404,112 @@ func TestPayoutStormOneJobPerKey(t *testing.T) {
 	c := e.check("acme", answers)
 	if c.replays != c.answers-c.requests {
 		t.Fatalf("%d replays of %d answers to %d requests; want all but the first of each replayed", c.replays, c.answers, c.requests)
+	}
+}
+
+// The killed-worker test runs the payout worker in a child process (this test binary, through
+// TestMain) and kills it with SIGKILL while the bank holds its charges' answers.
+const (
+	workerChildURL    = "IDEMGEN_PAYOUT_WORKER_URL"
+	workerChildSchema = "IDEMGEN_PAYOUT_WORKER_SCHEMA"
+	workerChildBank   = "IDEMGEN_PAYOUT_WORKER_BANK"
+)
+
+// workerChild works payout jobs like the example server does, until it is killed. It is no
+// leader, so its death leaves no leadership for the next worker to wait out. It ends itself
+// after a minute, should the parent die first.
+func workerChild() int {
+	time.AfterFunc(time.Minute, func() { os.Exit(3) })
+	cfg, err := pgxpool.ParseConfig(os.Getenv(workerChildURL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker child:", err)
+		return 2
+	}
+	schema := os.Getenv(workerChildSchema)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker child:", err)
+		return 2
+	}
+	c, err := newPayoutWorker(pool, schema, slog.New(slog.NewTextHandler(io.Discard, nil)), workerOptions{
+		BankURL: os.Getenv(workerChildBank), FetchPollInterval: 20 * time.Millisecond, MaxWorkers: 16, TestOnly: true, NoLeader: true,
+	})
+	if err == nil {
+		err = c.Start(context.Background())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker child:", err)
+		return 2
+	}
+	fmt.Println("working")
+	select {}
+}
+
+// TestFaultPayoutWorkerProcessKilledAfterTheCharge: the bank charges and the worker process dies
+// (SIGKILL) before the bank's answer reaches it. Its jobs stay running, never completed; River
+// rescues them as stuck, and the next worker pays each with the same key: the bank answers with
+// the first charge.
+func TestFaultPayoutWorkerProcessKilledAfterTheCharge(t *testing.T) {
+	t.Parallel()
+	e := newPayoutEnv(t)
+	charged := make(chan string, faultRequests)
+	e.bank.afterCharge = func(ctx context.Context, key string, calls int) {
+		if calls == 1 {
+			charged <- key
+			<-ctx.Done() // the worker dies before this answer leaves
+		}
+	}
+	ks := keys("sigkill", faultRequests)
+	answers := e.fire("acme", ks, faultDups)
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), workerChildURL+"="+e.schema.URL, workerChildSchema+"="+e.schema.Name, workerChildBank+"="+e.bankAt)
+	child.Stderr = tWriter{t}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+	})
+	for i := range faultRequests {
+		select {
+		case <-charged:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the bank charged %d of %d payouts within 30s", i, faultRequests)
+		}
+	}
+	if err := child.Process.Kill(); err != nil { // SIGKILL: no cleanup of any kind
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	killed = true
+	if n := e.count(`SELECT count(*) FROM river_job WHERE state = 'running'`); n != faultRequests {
+		t.Fatalf("%d jobs running after the worker died mid-job; want %d", n, faultRequests)
+	}
+	// River rescues a job running longer than RescueStuckJobsAfter (2 minutes in the example,
+	// 1s here), which its leader checks on taking office.
+	rescueAfter := time.Second
+	time.Sleep(rescueAfter)
+	c, err := newPayoutWorker(e.schema.Pool, e.schema.Name, e.log, workerOptions{
+		BankURL: e.bankAt, Retry: retryAtOnce{}, FetchPollInterval: 20 * time.Millisecond, MaxWorkers: 16, TestOnly: true,
+		RescueAfter: rescueAfter, JobTimeout: rescueAfter,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{t: t, client: c}
+	t.Cleanup(w.kill)
+	e.waitFinished(faultRequests, 30*time.Second)
+	counts := e.check("acme", merge(answers, e.fire("acme", ks, 1)))
+	if counts.bankCalls < 2*faultRequests || counts.jobAttempts < 2*faultRequests {
+		t.Fatalf("%d bank calls, %d job runs; want two of each per payout (the kill did not happen)", counts.bankCalls, counts.jobAttempts)
 	}
 }
