@@ -124,23 +124,37 @@ type payoutAnswer struct {
 	location string
 	body     string
 	replayed bool
-	err      error
+	// transient counts the 503 and 409 in-progress answers post retried before this one.
+	transient int
+	err       error
 }
 
+// post sends one payout request and, like a client told Retry-After, sends it again after a 503
+// (store unavailable: nothing ran) or a 409 in-progress (the first still runs past the 5s wait),
+// which a loaded machine can produce; the final answer is returned, with how many came before.
 func (e *payoutEnv) post(tenant, key, account string) payoutAnswer {
 	body := fmt.Sprintf(`{"amount_minor": 5000, "currency": "RUB", "account": %q}`, account)
-	req, err := http.NewRequest(http.MethodPost, e.api.url+"/v1/payouts", bytes.NewBufferString(body))
-	if err != nil {
-		return payoutAnswer{err: err}
+	deadline := time.Now().Add(30 * time.Second)
+	transient := 0
+	for {
+		req, err := http.NewRequest(http.MethodPost, e.api.url+"/v1/payouts", bytes.NewBufferString(body))
+		if err != nil {
+			return payoutAnswer{err: err}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Tenant-ID", tenant)
+		req.Header.Set("Idempotency-Key", key)
+		r, err := e.api.do(req)
+		if err != nil {
+			return payoutAnswer{err: err}
+		}
+		a := payoutAnswer{status: r.status, location: r.header.Get("Location"), body: string(r.body), replayed: r.replayed(), transient: transient}
+		if (r.status != http.StatusServiceUnavailable && r.status != http.StatusConflict) || time.Now().After(deadline) {
+			return a
+		}
+		transient++
+		time.Sleep(50 * time.Millisecond)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Tenant-ID", tenant)
-	req.Header.Set("Idempotency-Key", key)
-	r, err := e.api.do(req)
-	if err != nil {
-		return payoutAnswer{err: err}
-	}
-	return payoutAnswer{status: r.status, location: r.header.Get("Location"), body: string(r.body), replayed: r.replayed()}
 }
 
 // fire sends every key dups times, all at once, and returns the answers per key.
@@ -189,6 +203,7 @@ func (e *payoutEnv) waitFinished(n int, within time.Duration) {
 // payoutCounts is what the fault tests measure, per request and in all.
 type payoutCounts struct {
 	requests, answers, replays int
+	transient                  int
 	bankCharges, bankCalls     int
 	payouts, jobs, completed   int
 	jobAttempts                int
@@ -204,6 +219,7 @@ func (e *payoutEnv) check(tenant string, answers map[string][]payoutAnswer) payo
 		first := as[0]
 		for _, a := range as {
 			c.answers++
+			c.transient += a.transient
 			if a.replayed {
 				c.replays++
 			}
@@ -249,8 +265,8 @@ func (e *payoutEnv) check(tenant string, answers map[string][]payoutAnswer) payo
 	if c.bankCharges != c.requests || c.payouts != c.requests || c.jobs != c.requests || c.completed != c.requests {
 		e.t.Errorf("%+v; want one charge, one payout and one completed job per request", c)
 	}
-	e.t.Logf("requests %d, answers %d (replayed %d), bank calls %d, bank charges %d, payouts %d, jobs %d (completed %d, runs %d)",
-		c.requests, c.answers, c.replays, c.bankCalls, c.bankCharges, c.payouts, c.jobs, c.completed, c.jobAttempts)
+	e.t.Logf("requests %d, answers %d (replayed %d; %d transient 503/409 retried before them), bank calls %d, bank charges %d, payouts %d, jobs %d (completed %d, runs %d)",
+		c.requests, c.answers, c.replays, c.transient, c.bankCalls, c.bankCharges, c.payouts, c.jobs, c.completed, c.jobAttempts)
 	return c
 }
 
