@@ -559,3 +559,11 @@ func TestBenchServers(t *testing.T) {
 		})
 	}
 }
+
+func (t txPayments) CreatePayout(ctx context.Context, tx pgx.Tx, req benchtx.CreatePayoutRequestObject) (benchtx.CreatePayoutResponseObject, error) {
+	return t.p.CreatePayout(ctx, tx, api.CreatePayoutRequestObject{Params: api.CreatePayoutParams(req.Params), Body: (*api.CreatePayoutJSONRequestBody)(req.Body)})
+}
+
+func (t txPayments) GetPayout(ctx context.Context, req benchtx.GetPayoutRequestObject) (benchtx.GetPayoutResponseObject, error) {
+	return t.p.GetPayout(ctx, api.GetPayoutRequestObject{PayoutId: req.PayoutId, Params: api.GetPayoutParams(req.Params)})
+}

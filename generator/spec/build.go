@@ -149,6 +149,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 	if raw != nil {
 		o.Policy = b.resolve(o, op, raw, extKey)
 		b.conflictShared(o, op, opNode, anchor)
+		b.acceptedWithoutLocation(op, opNode, anchor, o.Route())
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
 	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
@@ -628,6 +629,33 @@ func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opN
 		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
 	}
 	b.report(n, RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status)", also))
+}
+
+// acceptedWithoutLocation warns when an idempotent operation answers 202 Accepted without
+// declaring a Location header on it. A 202 says the work is queued, not done: the client learns
+// how it ends only by following the status resource the answer points at, and a retry with the
+// same key replays that same 202 (Location is on the replay allow-list), so the link is the
+// whole answer. Without it, neither the first answer nor its replays tell the client where to look.
+func (b *builder) acceptedWithoutLocation(op *openapi3.Operation, opNode, anchor *yaml.Node, route string) {
+	if op.Responses == nil {
+		return
+	}
+	ref := op.Responses.Value("202")
+	if ref == nil || ref.Value == nil {
+		return
+	}
+	for name := range ref.Value.Headers {
+		if strings.EqualFold(name, "Location") {
+			return
+		}
+	}
+	n := anchor
+	if _, responses := lookup(opNode, "responses"); responses != nil {
+		if k, _ := lookup(responses, "202"); k != nil {
+			n = k
+		}
+	}
+	b.report(n, RuleAcceptedWithoutLocation, route, "responses.202: an idempotent 202 starts work that finishes later, and its replays repeat it unchanged, so it must say where the outcome will be: declare a Location header on the 202 (the URL of a status resource that reports pending, succeeded or failed) and set it in the handler")
 }
 
 func safeMethod(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }

@@ -42,6 +42,7 @@ const (
 	RuleKeyHeaderUnused         = "key-header-unused"
 	RuleResponseUnbounded       = "response-unbounded"
 	RuleConflictStatusShared    = "conflict-status-shared"
+	RuleAcceptedWithoutLocation = "accepted-without-location"
 )
 
 var rules = []Rule{
@@ -76,6 +77,7 @@ var rules = []Rule{
 	{RuleTTLShorterThanLease, SeverityWarning, "ttl is shorter than the lease"},
 	{RuleKeyHeaderUnused, SeverityWarning, "an idempotency-key-like header is declared but not used as the key"},
 	{RuleConflictStatusShared, SeverityWarning, "an idempotent operation declares a 409 of its own, which idemgen's in-progress answer shares"},
+	{RuleAcceptedWithoutLocation, SeverityWarning, "an idempotent operation answers 202 without declaring a Location header for its status resource"},
 }
 
 // Rules returns every rule, in a stable order.

@@ -37,6 +37,10 @@ type IdempotentServerInterface interface {
 	// answer from the request and the status the first request answered with (any
 	// persisted status, a 4xx too).
 	ReplayRefundPayment(ctx context.Context, request RefundPaymentRequestObject, status int) (RefundPaymentResponseObject, error)
+	// CreatePayout handles POST /v1/payouts once per key; retries get its stored response.
+	CreatePayout(ctx context.Context, tx pgx.Tx, request CreatePayoutRequestObject) (CreatePayoutResponseObject, error)
+	// GetPayout handles GET /v1/payouts/{payout_id} (not idempotent).
+	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
 }
 
 // policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
@@ -110,12 +114,37 @@ var policyRefundPayment = &idemhttp.Policy{
 	BodyTypes:   []string{"application/json"},
 }
 
+// policyCreatePayout is the x-idempotency of POST /v1/payouts, with every default applied.
+var policyCreatePayout = &idemhttp.Policy{
+	Operation:      "createPayout",
+	Route:          "POST /v1/payouts",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimTransaction,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           5 * time.Second,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Scope:       []string{"operation"},
+	Fingerprint: []string{"header:X-Tenant-Id"},
+	Body:        true,
+	BodyTypes:   []string{"application/json"},
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
 	policyCreatePayment,
 	policyCapturePayment,
 	policyRefundPayment,
+	policyCreatePayout,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -184,6 +213,22 @@ func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentReq
 	})
 }
 
+// CreatePayout runs s.impl.CreatePayout at most once per key.
+func (s *idemServer) CreatePayout(ctx context.Context, request CreatePayoutRequestObject) (CreatePayoutResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreatePayout, &idemhttp.Op[CreatePayoutResponseObject]{
+		Key:   request.Params.IdempotencyKey,
+		Parts: []any{request.Params.XTenantID},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePayoutResponseObject, error) {
+			return s.impl.CreatePayout(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreatePayoutResponseObject.VisitCreatePayoutResponse),
+	})
+}
+
+func (s *idemServer) GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error) {
+	return s.impl.GetPayout(ctx, request)
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -203,6 +248,8 @@ func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { re
 func (r idemResult) VisitCapturePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreatePayoutResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {
