@@ -8,7 +8,7 @@ import (
 // NewKey returns a random UUIDv4 (RFC 9562) read from crypto/rand: the default key of a call.
 func NewKey() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails: it crashes the program instead
+	_, _ = rand.Read(b[:])  // crypto/rand.Read never fails: it crashes the program instead
 	b[6] = b[6]&0x0f | 0x40 // version 4
 	b[8] = b[8]&0x3f | 0x80 // variant 10
 	var s [36]byte

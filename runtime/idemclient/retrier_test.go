@@ -215,7 +215,9 @@ func TestKeySources(t *testing.T) {
 // Retry-After until the next wait would pass the context's deadline; then a clear error.
 func TestAlways409StopsAtTheDeadline(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) { writeProblem(w, 409, idemhttp.CodeInProgress, "1") })
+	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, 409, idemhttp.CodeInProgress, "1")
+	})
 	r := fast(idemclient.Options{MaxAttempts: 1000})
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
@@ -346,7 +348,9 @@ func TestBodyTooLargeFailsBeforeSending(t *testing.T) {
 // at once, not when the wait would have ended.
 func TestCancelDuringWait(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) { writeProblem(w, 409, idemhttp.CodeInProgress, "600") })
+	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, 409, idemhttp.CodeInProgress, "600")
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	waiting := make(chan time.Duration, 1)
 	r := fast(idemclient.Options{MaxElapsed: time.Hour, OnRetry: func(_ int, _ string, wait time.Duration) { waiting <- wait }})
