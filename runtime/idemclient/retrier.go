@@ -144,8 +144,9 @@ func (op *Operation) stores(status int) bool {
 type Request struct {
 	// Body is the request body, read once before the first attempt; nil for none.
 	Body io.Reader
-	// Key is a key the caller put in the request's own parameters (the typed Params' key
-	// field); [WithKey] wins over it, and a new key is made when both are empty.
+	// Key is the caller's key, if any; [WithKey] wins over it. Without either, a key header
+	// that Send's request already carries (set from oapi-codegen's typed parameters) is the
+	// caller's, and a new key is made when there is none.
 	Key string
 	// Send makes one attempt: it builds the request with body (the same bytes each time; nil
 	// when there is none), calls edit on it just before sending (edit sets the key header and
@@ -213,6 +214,10 @@ func (r *Retrier) Do(ctx context.Context, op *Operation, req Request, opts ...Ca
 		}
 		body = b
 	}
+	// The key: WithKey's, else the request's own (Request.Key, or the key header its parameters
+	// set, read on the first attempt), else a new one, made now so that a KeyFunc failure
+	// stops the call before anything is sent.
+	var fallback string
 	if op.KeyHeader != "" {
 		res.Key = cmpOr(c.key, req.Key)
 		if res.Key == "" {
@@ -223,7 +228,7 @@ func (r *Retrier) Do(ctx context.Context, op *Operation, req Request, opts ...Ca
 			if k == "" {
 				return nil, fmt.Errorf("idemclient: %s: Options.KeyFunc returned an empty key", op.Route)
 			}
-			res.Key = k
+			fallback = k
 		}
 	}
 
@@ -242,7 +247,7 @@ func (r *Retrier) Do(ctx context.Context, op *Operation, req Request, opts ...Ca
 	}
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
-		out := r.attempt(ctx, op, req, body, res.Key, bound, c.editors)
+		out := r.attempt(ctx, op, req, body, res, fallback, bound, c.editors)
 		if out.final {
 			if out.resp != nil {
 				res.Status = out.resp.StatusCode
@@ -298,7 +303,7 @@ type outcome struct {
 	reason string
 }
 
-func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body []byte, key string, bound time.Time, editors []func(context.Context, *http.Request) error) outcome {
+func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body []byte, res *Result, fallback string, bound time.Time, editors []func(context.Context, *http.Request) error) outcome {
 	actx, cancel := context.WithDeadline(ctx, bound)
 	defer cancel()
 	if r.o.AttemptTimeout > 0 {
@@ -309,7 +314,11 @@ func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body 
 	built := false
 	edit := func(ctx context.Context, hr *http.Request) error {
 		if op.KeyHeader != "" {
-			hr.Header.Set(op.KeyHeader, key)
+			if res.Key == "" {
+				// The first attempt: a key the request's parameters carry is the caller's.
+				res.Key = cmpOr(hr.Header.Get(op.KeyHeader), fallback)
+			}
+			hr.Header.Set(op.KeyHeader, res.Key)
 		}
 		for _, e := range editors {
 			if err := e(ctx, hr); err != nil {
@@ -346,7 +355,7 @@ func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body 
 		if e = DecodeProblem(resp.StatusCode, resp.Header, b); e == nil {
 			e = &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
 		}
-		e.Route, e.Key = op.Route, key
+		e.Route, e.Key = op.Route, res.Key
 	}
 	if d.Retry {
 		return outcome{err: e, wait: d.Wait, reason: d.Reason}
