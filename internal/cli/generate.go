@@ -30,7 +30,9 @@ func newGenerateCmd(s *streams) *cobra.Command {
 		Short: "Generate the Go server and its idempotent adapter from an OpenAPI document",
 		Long: `Generate writes two files into the output directory: api.gen.go (oapi-codegen's models,
 strict server and router) and idempotency.gen.go (the IdempotentServerInterface to implement and
-the adapter that claims, completes and replays keys through the idem runtime).
+the adapter that claims, completes and replays keys through the idem runtime). With --client
+(client: true) also client.gen.go: oapi-codegen's client, with the idempotent operations made
+retry-safe (one key per call, retries only of what a retry can fix).
 
 With no SPEC and no --config, the settings are read from ./idemgen.yaml. Flags given on the
 command line override the config file. Its keys, with paths relative to the file:

@@ -200,6 +200,29 @@ func TestKeySources(t *testing.T) {
 			t.Errorf("%s: sent key %q, want %q", c.name, got, c.want)
 		}
 	}
+	// A key header the request already carries (oapi-codegen sets it from the typed params)
+	// is the caller's key, on every attempt.
+	flaky := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			hangUp(w)
+			return
+		}
+		created(w)
+	})
+	withHeader := func(ctx context.Context, body io.Reader, edit func(context.Context, *http.Request) error) (*http.Response, error) {
+		return flaky.send(ctx, body, func(ctx context.Context, req *http.Request) error {
+			req.Header.Set("Idempotency-Key", "from-the-params")
+			return edit(ctx, req)
+		})
+	}
+	var res idemclient.Result
+	if _, err := call(t, context.Background(), r, idemclient.Request{Send: withHeader}, idemclient.WithResult(&res)); err != nil {
+		t.Fatal(err)
+	}
+	if res.Key != "from-the-params" || len(flaky.keys) != 2 || flaky.keys[0] != "from-the-params" || flaky.keys[1] != "from-the-params" {
+		t.Errorf("keys sent %q (result %q); want the request's own key on both attempts", flaky.keys, res.Key)
+	}
+
 	// A path key: no header at all.
 	pathOp := &idemclient.Operation{Route: "PUT /carts/{id}"}
 	n := s.attempts()
