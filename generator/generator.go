@@ -63,6 +63,9 @@ type Options struct {
 	Router string
 	// AllowRemoteRefs lets the document's $refs reach other hosts.
 	AllowRemoteRefs bool
+	// Client asks for ClientFile too: oapi-codegen's client, and a retry-safe wrapper of it (see
+	// client.go).
+	Client bool
 	// OapiCodegen, when set, is the base oapi-codegen configuration (from idemgen.yaml). idemgen
 	// overrides what its adapter depends on: package, router, strict server, models, no
 	// operation filters or user templates. nil means idemgen's defaults (pruning off).
@@ -112,6 +115,7 @@ func Generate(in Input, opts Options) (Files, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Generate.Client = opts.Client
 	doc := s.Doc
 	if doc == nil {
 		if doc, err = loadFresh(s.File, s.Raw, opts.AllowRemoteRefs); err != nil {
@@ -126,6 +130,14 @@ func Generate(in Input, opts Options) (Files, error) {
 	if err != nil {
 		return nil, oapiError(s.File, fmt.Errorf("its output does not parse as Go: %w", err))
 	}
+	if opts.Client {
+		// oapi-codegen's client doc comments can take gofmt two passes: the first one leaves a
+		// one-line paragraph that the second reads as a heading. Format once more, so the file
+		// is what gofmt leaves.
+		if oapiSrc, _, _, err = formatSource(OapiFile, oapiSrc, nil); err != nil {
+			return nil, oapiError(s.File, fmt.Errorf("its output does not parse as Go: %w", err))
+		}
+	}
 
 	data, err := buildFileData(s, res, opts)
 	if err != nil {
@@ -136,12 +148,18 @@ func Generate(in Input, opts Options) (Files, error) {
 		return nil, fmt.Errorf("%s: rendering %s: %w", s.File, IdempotencyFile, err)
 	}
 	// The adapter refers to oapi-codegen's types, declared in the other file.
-	idemSrc, _, _, err := formatSource(IdempotencyFile, buf.Bytes(), oapiNames)
+	idemSrc, idemNames, _, err := formatSource(IdempotencyFile, buf.Bytes(), oapiNames)
 	if err != nil {
 		// Our template produced invalid Go: a bug in idemgen, not in the user's document.
 		return nil, fmt.Errorf("%s: idemgen produced invalid Go for %s (please report this): %w", s.File, IdempotencyFile, err)
 	}
-	return Files{OapiFile: oapiSrc, IdempotencyFile: idemSrc}, nil
+	files := Files{OapiFile: oapiSrc, IdempotencyFile: idemSrc}
+	if opts.Client {
+		if files[ClientFile], err = generateClient(s, res, opts, oapiSrc, oapiNames, idemNames); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 // withHeader replaces oapi-codegen's leading comment, which names its own module and version,

@@ -20,6 +20,7 @@ const defaultConfig = "idemgen.yaml"
 type generateFlags struct {
 	pkg, output, router, config string
 	check, allowRemoteRefs      bool
+	client                      bool
 }
 
 func newGenerateCmd(s *streams) *cobra.Command {
@@ -29,7 +30,9 @@ func newGenerateCmd(s *streams) *cobra.Command {
 		Short: "Generate the Go server and its idempotent adapter from an OpenAPI document",
 		Long: `Generate writes two files into the output directory: api.gen.go (oapi-codegen's models,
 strict server and router) and idempotency.gen.go (the IdempotentServerInterface to implement and
-the adapter that claims, completes and replays keys through the idem runtime).
+the adapter that claims, completes and replays keys through the idem runtime). With --client
+(client: true) also client.gen.go: oapi-codegen's client, with the idempotent operations made
+retry-safe (one key per call, retries only of what a retry can fix).
 
 With no SPEC and no --config, the settings are read from ./idemgen.yaml. Flags given on the
 command line override the config file. Its keys, with paths relative to the file:
@@ -40,6 +43,7 @@ command line override the config file. Its keys, with paths relative to the file
   output: api               # default: the config file's directory
   router: std-http          # or chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris
   allow-remote-refs: false  # follow $refs to other hosts
+  client: false             # also client.gen.go: a retry-safe client (docs/client.md)
   oapi-codegen:             # passed through: output-options, compatibility,
     output-options: {}      #   import-mapping, additional-imports
 
@@ -62,13 +66,14 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 	fl.StringVarP(&f.config, "config", "c", "", "config file (default ./idemgen.yaml when no SPEC is given)")
 	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
 	fl.BoolVar(&f.allowRemoteRefs, "allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
+	fl.BoolVar(&f.client, "client", false, "also write client.gen.go, a retry-safe client of the API (also client: true in idemgen.yaml)")
 	return cmd
 }
 
 // generateJob is what to generate, after config file and flags are merged.
 type generateJob struct {
 	spec, pkg, output, router string
-	allowRemoteRefs           bool
+	allowRemoteRefs, client   bool
 	cfg                       *generator.Config
 }
 
@@ -98,7 +103,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 		return fail(ExitUsage, fmt.Errorf("%s: %d %s in x-idempotency; nothing was generated", job.spec, n, noun))
 	}
 
-	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs}
+	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs, Client: job.client}
 	if job.cfg != nil {
 		opts.OapiCodegen = job.cfg.OapiCodegen
 	}
@@ -145,7 +150,7 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 			return nil, err
 		}
 		job.cfg = c
-		job.spec, job.pkg, job.output, job.allowRemoteRefs = c.Spec, c.Package, c.Output, c.AllowRemoteRefs
+		job.spec, job.pkg, job.output, job.allowRemoteRefs, job.client = c.Spec, c.Package, c.Output, c.AllowRemoteRefs, c.Client
 		if c.Router != "" {
 			job.router = c.Router
 		}
@@ -172,6 +177,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 	}
 	if changed("allow-remote-refs") {
 		job.allowRemoteRefs = f.allowRemoteRefs
+	}
+	if changed("client") {
+		job.client = f.client
 	}
 	if job.spec == "" {
 		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)
