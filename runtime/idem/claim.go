@@ -55,14 +55,15 @@ type Claim struct {
 	Lease   time.Duration
 
 	token  string
-	notify bool // its complete and release notify the duplicates that may wait for it
+	row    rowID // the key's row: tenant, scope and key as the table stores them
+	notify bool  // its complete and release notify the duplicates that may wait for it
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
 
 // args are the leading parameters of every statement about c: tenant, scope, key, token.
 func (c *Claim) args(more ...any) []any {
-	return append([]any{tenantColumn(c.Tenant), c.Scope, c.Key, c.token}, more...)
+	return append([]any{c.row.tenant, c.row.scope, c.row.key, c.token}, more...)
 }
 
 type claimKey struct{}
@@ -115,7 +116,8 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // newClaim is the claim p would hold; its token is fresh.
 func newClaim(p *DoParams) *Claim {
-	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(), notify: waits(p)}
+	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(),
+		row: rowOf(p), notify: waits(p)}
 }
 
 // claimArgs are the claim statement's parameters. The row's expiry is set at the claim to the
@@ -221,11 +223,11 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		var ahead func(b *pgx.Batch)
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
-				b.Queue(s.sql.replay, tenantColumn(p.Tenant), p.Scope, p.Key).Query(func(rows pgx.Rows) (err error) {
+				b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
 				})
-				b.Queue(s.sql.replayGuard, tenantColumn(p.Tenant), p.Scope, p.Key, lockTimeout)
+				b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key, lockTimeout)
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {

@@ -72,16 +72,15 @@ func TestRequestPathStatementsNameTheTenant(t *testing.T) {
 	if err != nil || res.Status != idem.ClaimAcquired {
 		t.Fatalf("claim = %+v, %v", res, err)
 	}
-	wrong := *res.Claim
-	wrong.Tenant = "globex"
+	wrong := idem.ClaimUnderTenant(res.Claim, "globex")
 
 	err = pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
-		return e.Store.CompleteTx(ctx, tx, &wrong, &idem.Outcome{Status: 201}, 0)
+		return e.Store.CompleteTx(ctx, tx, wrong, &idem.Outcome{Status: 201}, 0)
 	})
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("complete under another tenant: %v; want ErrLeaseLost", err)
 	}
-	if err := e.Store.Release(ctx, &wrong); err != nil {
+	if err := e.Store.Release(ctx, wrong); err != nil {
 		t.Fatalf("release under another tenant: %v", err)
 	}
 	var state, tenant string

@@ -593,16 +593,20 @@ func TestCompletionKeepsTheClaimsExpiry(t *testing.T) {
 	}
 }
 
-// A tenant PostgreSQL text cannot hold is stored encoded (tenantColumn), by every statement of
-// both claim modes: it executes once and replays.
-func TestTenantThatIsNotTextInBothModes(t *testing.T) {
+// A tenant, scope and key PostgreSQL text cannot hold are stored encoded (storedText), by every
+// statement of both claim modes: the work executes once and replays, and a failed run releases
+// its key (no statement sees the raw bytes, which PostgreSQL refuses with SQLSTATE 22021).
+func TestTenantScopeAndKeyThatAreNotTextInBothModes(t *testing.T) {
 	t.Parallel()
 	sch := idemtest.TestSchema(t, nil)
 	s, _ := idem.NewStore(sch.Pool, sch.Config())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-		p := &idem.DoParams{Tenant: "t\xff\x00", Scope: "s", Key: "k-" + mode.String(), Fingerprint: "fp", Claim: mode}
+		p := &idem.DoParams{Tenant: "t\xff\x00", Scope: "s\xfe", Key: "k\x00-" + mode.String(), Fingerprint: "fp", Claim: mode}
+		if _, err := s.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return nil, errors.New("boom") }); err == nil || err.Error() != "boom" {
+			t.Fatalf("%s, a failing run: %v; want its own error", mode, err)
+		}
 		for i, wantReplay := range []bool{false, true} {
 			r, err := s.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
 			if err != nil || r.Replayed != wantReplay {

@@ -113,3 +113,15 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // SetOwnerGuard replaces s's lease-mode owner guard (sql/owner_guard.sql), so a test can make it
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
+
+// ClaimUnderTenant is c presented under another tenant, for tests that check every statement
+// names the tenant.
+func ClaimUnderTenant(c *Claim, tenant string) *Claim {
+	cc := *c
+	cc.Tenant = tenant
+	cc.row.tenant = storedText(tenant)
+	return &cc
+}
+
+// StoredText exposes how the key table stores a tenant, scope or key.
+var StoredText = storedText

@@ -37,10 +37,13 @@ type background struct {
 	abandoned map[rowID]abandonedClaim
 }
 
-// rowID names one row of the key table.
+// rowID names one row of the key table: its tenant, scope and key as the table stores them
+// ([storedText]), so two different requests' keys never share a rowID.
 type rowID struct{ tenant, scope, key string }
 
-func rowOf(tenant, scope, key string) rowID { return rowID{tenant, scope, key} }
+func rowOf(p *DoParams) rowID {
+	return rowID{storedText(p.Tenant), storedText(p.Scope), storedText(p.Key)}
+}
 
 type abandonedClaim struct {
 	claim *Claim
@@ -134,7 +137,7 @@ func (s *Store) abandon(c *Claim) {
 			return // the lease ends it, as before
 		}
 	}
-	bg.abandoned[rowOf(c.Tenant, c.Scope, c.Key)] = abandonedClaim{claim: c, until: now.Add(c.Lease)}
+	bg.abandoned[c.row] = abandonedClaim{claim: c, until: now.Add(c.Lease)}
 }
 
 // forget drops c from the abandoned claims, if it is the one remembered for its key.
@@ -142,7 +145,7 @@ func (s *Store) forget(c *Claim) {
 	bg := s.bg
 	bg.mu.Lock()
 	defer bg.mu.Unlock()
-	id := rowOf(c.Tenant, c.Scope, c.Key)
+	id := c.row
 	if a, ok := bg.abandoned[id]; ok && a.claim == c {
 		delete(bg.abandoned, id)
 	}
@@ -153,7 +156,7 @@ func (s *Store) forget(c *Claim) {
 // the key in flight, so it costs nothing on any other path.
 func (s *Store) takeBack(ctx context.Context, p *DoParams) bool {
 	bg := s.bg
-	id := rowOf(p.Tenant, p.Scope, p.Key)
+	id := rowOf(p)
 	bg.mu.Lock()
 	a, ok := bg.abandoned[id]
 	bg.mu.Unlock()
