@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -42,6 +43,9 @@ type SchemaOpts struct {
 	// Tracer, when set, traces every query of the pool's connections (e.g. to count round
 	// trips); it also sees the migration's queries, so count differences.
 	Tracer pgx.QueryTracer
+	// DialFunc, when set, opens the pool's connections, and the cancel requests pgx sends when a
+	// statement's context ends (e.g. to delay those, as a slow network does).
+	DialFunc pgconn.DialFunc
 }
 
 // Schema is a test's own schema and a pool whose search_path points at it.
@@ -100,6 +104,9 @@ func TestSchema(tb testing.TB, opts *SchemaOpts) *Schema {
 		cfg.MaxConns = opts.MaxConns
 	}
 	cfg.ConnConfig.Tracer = opts.Tracer
+	if opts.DialFunc != nil {
+		cfg.ConnConfig.DialFunc = opts.DialFunc
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("idemtest: pool: %v", err)

@@ -1,0 +1,111 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// A caller that leaves while its lease-mode claim batch is on the wire leaves no claim behind:
+// the batch is waited for, and the claim it turned out to make is released, so the retry
+// executes at once instead of answering in-progress for the lease. The claim is made slow by an
+// uncommitted row of the same key in another transaction: the claim waits for its lock, the
+// caller's context is cancelled meanwhile, and the lock is let go after that. The cancel request
+// pgx sends for an abandoned statement needs a new connection, which this test's network makes
+// slow (as a real one can be, while a release goes out at once on a warm pooled connection): the
+// claim commits on the server before the cancel arrives.
+func TestCallerLeavingDuringTheClaimBatchLeavesNoClaim(t *testing.T) {
+	t.Parallel()
+	var slowDials atomic.Bool
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if slowDials.Load() {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	e := newEnv(t, nil, &idemtest.SchemaOpts{DialFunc: dial})
+	e.Warm(4)
+	slowDials.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "slow-claim", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
+
+	blocker, err := e.Sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(context.Background())
+	if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
+		owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'slow-claim', 'op', 'fp', 'in_flight', gen_random_uuid(), now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+
+	cctx, leave := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+			return nil, errors.New("the handler ran for a caller that had left")
+		})
+		done <- err
+	}()
+	waitForLockWait(t, e, ctx)
+	leave()
+	var doErr error
+	returned := false
+	select { // a Do that gives up on the batch returns here, and its release runs before the claim commits
+	case doErr = <-done:
+		returned = true
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !returned {
+		select {
+		case doErr = <-done:
+		case <-ctx.Done():
+			t.Fatal("Do did not return after its caller left and the claim's lock was let go")
+		}
+	}
+	if !errors.Is(doErr, context.Canceled) {
+		t.Fatalf("Do for a caller that left: %v; want context.Canceled", doErr)
+	}
+
+	r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
+	if err != nil || r.Replayed {
+		t.Fatalf("the retry: %+v, %v; want it to execute at once (the claim of the caller that left was given back)", r, err)
+	}
+}
+
+// waitForLockWait waits until a session of e's database waits for a lock.
+func waitForLockWait(t *testing.T, e *env, ctx context.Context) {
+	t.Helper()
+	for {
+		var n int
+		if err := e.Sch.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%'`, e.Sch.Name).Scan(&n); err != nil {
+			t.Fatalf("waiting for the claim to wait for its lock: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the claim never waited for the lock the test holds")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
