@@ -109,3 +109,25 @@ func waitForLockWait(t *testing.T, e *env, ctx context.Context) {
 		}
 	}
 }
+
+// The memory of abandoned claims keeps the real holder's claim when a later duplicate from the
+// same process abandons one of its own on the same key (its claim batch failed, so it may or
+// may not have claimed): a retry finds the key in flight, releases the holder's claim with the
+// holder's token and executes at once, instead of waiting out the lease.
+func TestAbandonedClaimIsNotHiddenByALaterDuplicate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
+	held, err := e.Store.Claim(ctx, p)
+	if err != nil || held.Status != idem.ClaimAcquired {
+		t.Fatalf("claim: %+v, %v", held, err)
+	}
+	idem.Abandon(e.Store, held.Claim)          // the holder gave up, and its release failed
+	idem.Abandon(e.Store, idem.UnmadeClaim(p)) // a later duplicate's batch failed
+	r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
+	if err != nil || r.Replayed {
+		t.Fatalf("retry from the same process: %+v, %v; want it to release the holder's abandoned claim and execute at once", r, err)
+	}
+}

@@ -125,3 +125,10 @@ func ClaimUnderTenant(c *Claim, tenant string) *Claim {
 
 // StoredText exposes how the key table stores a tenant, scope or key.
 var StoredText = storedText
+
+// UnmadeClaim is a claim of p's key that was never made: what a duplicate whose claim batch
+// failed before reaching the server holds.
+func UnmadeClaim(p *DoParams) *Claim { return newClaim(p) }
+
+// Abandon remembers c as a claim s gave up but could not give back (a failed release).
+func Abandon(s *Store, c *Claim) { s.abandon(c) }
