@@ -131,3 +131,32 @@ func TestAbandonedClaimIsNotHiddenByALaterDuplicate(t *testing.T) {
 		t.Fatalf("retry from the same process: %+v, %v; want it to release the holder's abandoned claim and execute at once", r, err)
 	}
 }
+
+// A release never deletes a completed row: after a completion committed (its answer lost, say,
+// so the holder cannot tell and gives the key back), a release with the same claim deletes
+// nothing, and the retry replays instead of running the work again.
+func TestReleaseAfterCommitKeepsTheOutcome(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp"}
+	held, err := e.Store.Claim(ctx, p)
+	if err != nil || held.Status != idem.ClaimAcquired {
+		t.Fatalf("claim: %+v, %v", held, err)
+	}
+	if err := pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
+		return e.Store.CompleteTx(ctx, tx, held.Claim, &idem.Outcome{Status: 201, Body: []byte("done")}, 0)
+	}); err != nil {
+		t.Fatalf("complete and commit: %v", err)
+	}
+	if err := e.Store.Release(ctx, held.Claim); err != nil {
+		t.Fatalf("release after the commit: %v", err)
+	}
+	r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+		return nil, errors.New("the work ran again: the release deleted the completed row")
+	})
+	if err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
+		t.Fatalf("retry after the release: %+v, %v; want the stored outcome replayed", r, err)
+	}
+}
