@@ -118,7 +118,8 @@ var (
 func newFaultEnv(t *testing.T, maxConns int32, tune func(*idem.Config)) (*env, *hookTracer) {
 	t.Helper()
 	tr := &hookTracer{}
-	base := idemtest.TestSchema(t, nil)
+	// The schema's reservation of the server's connections covers the fault pool's.
+	base := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: maxConns})
 	schema := *base
 	schema.Pool = faultPool(t, base.URL, base.Name, maxConns, tr)
 	if err := migrate(context.Background(), schema.Pool); err != nil {

@@ -14,7 +14,8 @@ import (
 
 func TestClaimOutcomes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	e := newEnv(t, nil, nil)
 	s, sch := e.Store, e.Sch
 	p := &idem.ClaimParams{Scope: "s", Key: "k1", Operation: "op", Fingerprint: "fp1", Lease: time.Second, TTL: time.Hour}
@@ -40,6 +41,7 @@ func TestClaimOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(context.Background()) // after a failed completion too: the pool closes only when tx ends
 	o := &idem.Outcome{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
 	if err := s.CompleteTx(ctx, tx, first, o, time.Hour); err != nil {
 		t.Fatalf("complete: %v", err)

@@ -39,8 +39,8 @@ type background struct {
 	slots     chan struct{} // one per outstanding release retry
 	noRetry   bool          // tests: leave failed releases to later claims
 
-	mu        sync.Mutex
-	abandoned map[rowID][]abandonedClaim // per row, oldest first
+	mu         sync.Mutex
+	abandoned  map[rowID][]abandonedClaim // per row, oldest first
 	nAbandoned int
 }
 
