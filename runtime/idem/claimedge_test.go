@@ -160,3 +160,64 @@ func TestReleaseAfterCommitKeepsTheOutcome(t *testing.T) {
 		t.Fatalf("retry after the release: %+v, %v; want the stored outcome replayed", r, err)
 	}
 }
+
+// Completions and releases of a key duplicates may wait for send the key's notification, in
+// both claim modes: a session listening on the store's channel receives it (a waiter relies on
+// it to wake before its fallback poll).
+func TestCompleteAndReleaseNotifyWaiters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listen, err := pgx.Connect(ctx, e.Sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(context.Background())
+	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{idem.Channel(e.Store)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		for _, outcome := range []string{"completes", "fails"} {
+			p := &idem.DoParams{Scope: "s", Key: mode.String() + "-" + outcome, Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Second}
+			_, _ = e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+				if outcome == "fails" {
+					return nil, errors.New("declined")
+				}
+				return &idem.Outcome{Status: 201}, nil
+			})
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			n, err := listen.WaitForNotification(wctx)
+			wcancel()
+			if err != nil {
+				t.Fatalf("%s, the handler %s: no notification within 5s (%v); want the key's", mode, outcome, err)
+			}
+			if n.Payload != idem.NotifyPayload(p) {
+				t.Fatalf("%s, the handler %s: notification %q; want the key's payload %q", mode, outcome, n.Payload, idem.NotifyPayload(p))
+			}
+		}
+	}
+}
+
+// In transaction mode the replay check that goes ahead of the claim compares the fingerprint:
+// another request with a completed key's key is refused as a reuse, never replayed, and the
+// first request's retry still replays.
+func TestTransactionModeReplayCheckComparesTheFingerprint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp-first", Claim: idem.ClaimTransaction}
+	ok := func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201, Body: []byte("first")}, nil }
+	if r, err := e.Store.Do(ctx, p, ok); err != nil || r.Replayed {
+		t.Fatalf("first: %+v, %v", r, err)
+	}
+	other := *p
+	other.Fingerprint = "fp-other"
+	if r, err := e.Store.Do(ctx, &other, ok); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("another request with the completed key: %+v, %v; want ErrKeyReused", r, err)
+	}
+	if r, err := e.Store.Do(ctx, p, ok); err != nil || !r.Replayed || string(r.Outcome.Body) != "first" {
+		t.Fatalf("the first request's retry: %+v, %v; want the replay", r, err)
+	}
+}

@@ -132,3 +132,8 @@ func UnmadeClaim(p *DoParams) *Claim { return newClaim(p) }
 
 // Abandon remembers c as a claim s gave up but could not give back (a failed release).
 func Abandon(s *Store, c *Claim) { s.abandon(c) }
+
+// Channel is the channel s's completions and releases notify waiting duplicates on, and
+// NotifyPayload the payload that names p's key there.
+func Channel(s *Store) string          { return s.channel }
+func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }
