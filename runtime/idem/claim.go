@@ -402,9 +402,10 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim, extra ...any) (*claimResult, er
 	}
 }
 
-// retryAfter rounds the time left on a lease up to whole seconds, at least one.
-func retryAfter(left time.Duration) time.Duration {
-	return max((left+time.Second-1)/time.Second, 1) * time.Second
+// RoundRetryAfter rounds d up to whole seconds, at least one: what a Retry-After header can
+// say. [InProgressError.RetryAfter] is always rounded so.
+func RoundRetryAfter(d time.Duration) time.Duration {
+	return max((d+time.Second-1)/time.Second, 1) * time.Second
 }
 
 // completeArgs are the complete statement's parameters for c's outcome o.

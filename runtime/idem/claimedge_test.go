@@ -208,7 +208,9 @@ func TestTransactionModeReplayCheckComparesTheFingerprint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp-first", Claim: idem.ClaimTransaction}
-	ok := func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201, Body: []byte("first")}, nil }
+	ok := func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+		return &idem.Outcome{Status: 201, Body: []byte("first")}, nil
+	}
 	if r, err := e.Store.Do(ctx, p, ok); err != nil || r.Replayed {
 		t.Fatalf("first: %+v, %v", r, err)
 	}

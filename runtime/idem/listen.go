@@ -23,7 +23,7 @@ import (
 // The listening connection is opened from the pool's own configuration (its BeforeConnect and
 // AfterConnect hooks included) when the first duplicate waits, and closed when none has waited
 // for listenIdle, or by Store.Close. A DB that is not a *pgxpool.Pool (nor has its Config method)
-// gets no listener: its waiters poll, with backoff, as they did before.
+// gets no listener: its waiters poll, with backoff.
 
 const (
 	// fallbackPoll is how often a waiter claims again while the listener is up.
