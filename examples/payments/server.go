@@ -36,7 +36,7 @@ func requireTenant(next http.Handler) http.Handler {
 		tenant := r.Header.Get(tenantHeader)
 		if tenant == "" || len(tenant) > 64 {
 			writeProblem(w, problem(http.StatusUnauthorized, "unauthenticated", "Missing tenant",
-				"send the "+tenantHeader+" header (1 to 64 characters); it stands in for authentication in this example"))
+				"send the "+tenantHeader+" header (1 to 64 bytes); it stands in for authentication in this example"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))

@@ -9,7 +9,7 @@ import (
 // left is a poor answer: 60s for a request that takes 10ms. The Store keeps, per operation, a
 // moving estimate of how long its handler runs (every completed, released or timed-out run),
 // and the answer is that estimate minus how long the holder has been running, at least 1s and
-// never past the lease. An operation not seen yet is answered with the lease left, as before.
+// never past the lease. An operation not seen yet is answered with the lease left.
 
 // maxEstimated bounds the operations a Store keeps estimates for: operations are few and known
 // (a Do caller that makes up names is not), and one past the bound keeps the lease-left answer.
@@ -66,7 +66,7 @@ func (s *Store) retryIn(op string, elapsed, leaseLeft time.Duration) time.Durati
 	ceiling := max(leaseLeft, time.Second)
 	exp, ok := s.est.expected(op)
 	if !ok {
-		return retryAfter(ceiling)
+		return RoundRetryAfter(ceiling)
 	}
-	return retryAfter(min(max(exp-elapsed, time.Second), ceiling))
+	return RoundRetryAfter(min(max(exp-elapsed, time.Second), ceiling))
 }

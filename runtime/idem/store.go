@@ -99,8 +99,9 @@ type Config struct {
 	ListenConn func(ctx context.Context) (*pgx.Conn, error)
 }
 
-// EventKind names what happened to a key: one word per outcome, shared with ClaimStatus-like
-// decisions, sentinel errors and problem codes (docs/runtime.md has the table).
+// EventKind names what happened to a key: one word per outcome, shared with what a claim
+// decided, the sentinel errors ([ErrInProgress], [ErrKeyReused], …) and the problem codes of
+// runtime/idemhttp (docs/runtime.md has the table).
 type EventKind string
 
 const (

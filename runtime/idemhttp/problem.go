@@ -100,14 +100,14 @@ func problemKeyReused(status int) *Problem {
 func problemInProgress(retry time.Duration) *Problem {
 	p := newProblem(http.StatusConflict, CodeInProgress,
 		"a request with this idempotency key is still being processed: retry after the Retry-After delay with the same key to get its outcome")
-	p.RetryAfter = retryAfter(retry)
+	p.RetryAfter = idem.RoundRetryAfter(retry)
 	return p
 }
 
 func problemUnavailable(retry time.Duration) *Problem {
 	p := newProblem(http.StatusServiceUnavailable, CodeStoreUnavailable,
 		"the idempotency store cannot be reached, so the request was not processed: retry after the Retry-After delay with the same key")
-	p.RetryAfter = retryAfter(retry)
+	p.RetryAfter = idem.RoundRetryAfter(retry)
 	return p
 }
 
@@ -129,7 +129,7 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64(retryAfter(p.RetryAfter)/time.Second), 10))
+		h.Set("Retry-After", strconv.FormatInt(int64(idem.RoundRetryAfter(p.RetryAfter)/time.Second), 10))
 	}
 	w.WriteHeader(p.Status)
 	_, err = w.Write(body)
@@ -138,11 +138,6 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 
 // Error makes a Problem usable as an error, e.g. by adapters that return it.
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
-
-// retryAfter rounds d up to whole seconds, at least one: what a Retry-After header can say.
-func retryAfter(d time.Duration) time.Duration {
-	return max((d+time.Second-1)/time.Second, 1) * time.Second
-}
 
 // ErrorProblem classifies an error a handler returned, for the error handler of a generated
 // server (oapi-codegen's ResponseErrorHandlerFunc), so that operations that are not idempotent
