@@ -13,8 +13,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 
-	"github.com/idemgen/idemgen/generator/model"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // oapiMu serializes every use of oapi-codegen: codegen.Generate and codegen.OperationDefinitions

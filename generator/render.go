@@ -11,7 +11,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/templates"
 )
 

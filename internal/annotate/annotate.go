@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemgen/idemgen/generator/model"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/spec"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
@@ -601,7 +601,7 @@ func (p *planner) findParam(o op, match func(in, name string) bool) *node {
 // keyRank orders the spellings of an idempotency key header: 2 for Idempotency-Key and its
 // variants (idempotency-key, X-Idempotency-Key, Acme-Idempotency-Token), 1 for a vendor's
 // request id (PayPal-Request-Id), 0 for anything else. X-Request-Id is a tracing header. The
-// same headers are "key-like" for generator/spec's lint.
+// same headers are "key-like" for internal/spec's lint.
 func keyRank(name string) int {
 	l := strings.ToLower(name)
 	switch {

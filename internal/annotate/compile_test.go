@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/generator"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
-// checkLint loads the annotated document with generator/spec, the parser behind idemgen lint and
+// checkLint loads the annotated document with internal/spec, the parser behind idemgen lint and
 // idemgen generate: it must report no errors (warnings, such as a POST left alone, are fine).
 func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 	t.Helper()

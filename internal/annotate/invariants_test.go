@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // optionSets are combinations the golden cases do not all cover; the invariants must hold for
@@ -134,7 +134,7 @@ func checkOnlyInsertions(t *testing.T, in, out []byte) {
 	}
 }
 
-// checkNoNewLintErrors loads both documents with generator/spec: the output must load, and each
+// checkNoNewLintErrors loads both documents with internal/spec: the output must load, and each
 // of its errors must be one the input already had (same rule, same operation). Fuzzed input can
 // carry a broken x-idempotency of its own, which annotate leaves alone and cannot be blamed for.
 func checkNoNewLintErrors(t *testing.T, in, out []byte) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgen/idemgen/generator/spec"
 	"github.com/idemgen/idemgen/internal/lint"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 func newLintCmd(s *streams) *cobra.Command {

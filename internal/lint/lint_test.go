@@ -12,8 +12,8 @@ import (
 
 	"github.com/idemgen/idemgen/internal/lint/sariftest"
 
-	"github.com/idemgen/idemgen/generator/model"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 var sample = []spec.Diagnostic{

@@ -11,7 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 )
 
 // FuzzLoadData: no input may panic, and what loads has its diagnostics sorted and positioned.

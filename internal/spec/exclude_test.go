@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 )
 
 // TestFingerprintExcludeModel: fingerprint.exclude splits into body pointers and parameters, a

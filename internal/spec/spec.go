@@ -66,7 +66,7 @@ import (
 	yamlv4 "go.yaml.in/yaml/v4"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 )
 
 // Severity of a diagnostic.
