@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/templates"
 )
 
@@ -179,7 +180,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	p := mo.Policy
 	od.Idempotent = true
-	od.Storage = p.Storage
+	od.Storage = string(p.Storage)
 	pd, err := policyLiteral(mo)
 	if err != nil {
 		return err
@@ -194,7 +195,7 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	if err != nil {
 		return err
 	}
-	pd.ScopeTenant = slices.ContainsFunc(p.Scope, func(it model.ScopeItem) bool { return it.Kind == "tenant" })
+	pd.ScopeTenant = p.ScopesTenant()
 	pd.Scope, od.Scope = quoteList(scopeNames), strings.Join(scopeValues, ", ")
 	if p.NoFingerprint {
 		pd.NoFingerprint = true
@@ -231,19 +232,19 @@ func policyLiteral(mo *model.Operation) (policyData, error) {
 		ReplayHeaders:  quoteList(p.ReplayHeaders),
 	}
 	switch p.Storage {
-	case model.StorageResponse:
+	case policy.StorageResponse:
 		pd.Storage = "idemhttp.StorageResponse"
-	case model.StorageReference:
+	case policy.StorageReference:
 		pd.Storage = "idemhttp.StorageReference"
-	case model.StorageMarker:
+	case policy.StorageMarker:
 		pd.Storage = "idemhttp.StorageMarker"
 	default:
 		return pd, fmt.Errorf("storage %q is not one idemgen generates (response, reference, marker)", p.Storage)
 	}
 	switch p.Claim {
-	case model.ClaimLease, "":
+	case policy.ClaimLease, "":
 		pd.Claim = "idem.ClaimLease"
-	case model.ClaimTransaction:
+	case policy.ClaimTransaction:
 		pd.Claim = "idem.ClaimTransaction"
 	default:
 		return pd, fmt.Errorf("claim %q is not one idemgen generates (lease, transaction)", p.Claim)
@@ -264,7 +265,7 @@ func operationID(mo *model.Operation) string {
 
 // keySource finds the key's parameter: the key header's declared name (quoted; "" for a path
 // key) and the typed request field that holds the key.
-func keySource(p *model.Policy, co *oapiOp) (header, expr string, err error) {
+func keySource(p *policy.Policy, co *oapiOp) (header, expr string, err error) {
 	switch {
 	case p.Key.Header != "":
 		kp, ok := co.findParam("header", p.Key.Header)
@@ -284,7 +285,7 @@ func keySource(p *model.Policy, co *oapiOp) (header, expr string, err error) {
 
 // scopeParts lists the scope's parts besides the tenant, in the policy's order: their names
 // and, for header: and path: parts, the typed request fields that hold their values.
-func scopeParts(p *model.Policy, co *oapiOp) (names, values []string, err error) {
+func scopeParts(p *policy.Policy, co *oapiOp) (names, values []string, err error) {
 	for _, it := range p.Scope {
 		switch it.Kind {
 		case "tenant":
@@ -307,7 +308,7 @@ func scopeParts(p *model.Policy, co *oapiOp) (names, values []string, err error)
 // fingerprintParts lists the declared path, query and non-key header parameters that are
 // fingerprinted (minus fingerprint.exclude's), in a fixed order: path, query, header, each by
 // name.
-func fingerprintParts(p *model.Policy, co *oapiOp) (names, values []string, err error) {
+func fingerprintParts(p *policy.Policy, co *oapiOp) (names, values []string, err error) {
 	excluded := map[string]bool{}
 	for _, x := range p.ExcludeParams {
 		prm, ok := co.findParam(x.In, x.Name)

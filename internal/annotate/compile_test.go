@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
 
@@ -21,7 +22,7 @@ func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 		t.Fatalf("spec.LoadData on the result: %v", err)
 	}
 	for _, d := range s.Diagnostics {
-		if d.Severity == spec.SeverityError {
+		if d.Severity == policy.SeverityError {
 			t.Errorf("lint error in the result: %s", d)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
 
@@ -153,6 +154,72 @@ func checkNoNewLintErrors(t *testing.T, in, out []byte) {
 	for _, d := range after.Errors() {
 		if !had[d.Rule+" "+d.Operation] {
 			t.Errorf("lint error the annotation introduced: %s", d)
+		}
+	}
+}
+
+// TestCorpusResolves annotates every document of the corpus, the real public specs, with the
+// default options and with every method, and loads each result through internal/spec, whose
+// x-idempotency rules are package policy's: no operation annotate marked may have an error. lob
+// is the one document kin-openapi cannot load (a non-standard $ref under content); annotate must
+// refuse it as input rather than write anything.
+func TestCorpusResolves(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/corpus/*/*.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, f := range files {
+		if ext := filepath.Ext(f); ext == ".yaml" || ext == ".yml" || ext == ".json" {
+			docs = append(docs, f)
+		}
+	}
+	if len(docs) < 13 {
+		t.Fatalf("found %d corpus documents, want the 13 of testdata/corpus/PROVENANCE.md", len(docs))
+	}
+	all := Options{Methods: []string{"put", "post", "delete", "patch"}}
+	for _, file := range docs {
+		in, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, opts := range []Options{{}, all} {
+			res, err := Annotate(file, in, opts)
+			if strings.Contains(file, "/lob/") {
+				var ie *InputError
+				if !errors.As(err, &ie) {
+					t.Errorf("%s: err = %v, want an InputError (kin-openapi cannot load it)", file, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s, methods %v: %v", file, opts.Methods, err)
+				continue
+			}
+			s, err := spec.LoadData(file, res.Output, nil)
+			if err != nil {
+				t.Errorf("%s, methods %v: the result does not load: %v", file, opts.Methods, err)
+				continue
+			}
+			annotated := map[string]bool{}
+			for _, r := range res.Annotated {
+				annotated[r] = true
+			}
+			resolved := 0
+			for _, op := range s.Model.Operations {
+				if annotated[op.Route()] && op.Policy != nil {
+					resolved++
+				}
+			}
+			if resolved != len(res.Annotated) {
+				t.Errorf("%s, methods %v: %d operations annotated, %d carry a policy after loading", file, opts.Methods, len(res.Annotated), resolved)
+			}
+			for _, d := range s.Diagnostics {
+				if d.Severity == policy.SeverityError && annotated[d.Operation] {
+					t.Errorf("%s, methods %v: an annotated operation does not resolve: %s [%s]", file, opts.Methods, d, d.Rule)
+				}
+			}
 		}
 	}
 }

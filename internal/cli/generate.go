@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
 
@@ -87,7 +88,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if loaded.HasErrors() {
 		n := 0
 		for _, d := range loaded.Diagnostics {
-			if d.Severity == spec.SeverityError {
+			if d.Severity == policy.SeverityError {
 				n++
 			}
 		}
