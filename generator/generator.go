@@ -74,6 +74,17 @@ type Files map[string][]byte
 
 var goIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// CheckPackage says why name cannot be the generated files' package name, or nil.
+func CheckPackage(name string) error {
+	if !goIdent.MatchString(name) {
+		return fmt.Errorf("package name %q is not a Go identifier (use e.g. --package api)", name)
+	}
+	if token.IsKeyword(name) {
+		return fmt.Errorf("package name %q is a Go keyword (use e.g. --package api)", name)
+	}
+	return nil
+}
+
 // Input is a loaded document: what spec.Load returns, minus the diagnostics, which the caller
 // reports (and stops on) before generating.
 type Input struct {
@@ -94,11 +105,8 @@ func Generate(in Input, opts Options) (Files, error) {
 	if opts.Router == "" {
 		opts.Router = RouterStdHTTP
 	}
-	if !goIdent.MatchString(opts.Package) {
-		return nil, fmt.Errorf("package name %q is not a Go identifier (use e.g. --package api)", opts.Package)
-	}
-	if token.IsKeyword(opts.Package) {
-		return nil, fmt.Errorf("package name %q is a Go keyword (use e.g. --package api)", opts.Package)
+	if err := CheckPackage(opts.Package); err != nil {
+		return nil, err
 	}
 	if s.Model == nil {
 		return nil, errors.New("generator: Input.Model is nil")

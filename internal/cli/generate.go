@@ -186,19 +186,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 			return nil, err
 		}
 		job.pkg = strings.ReplaceAll(filepath.Base(abs), "-", "_")
-		if !genIsGoIdent(job.pkg) {
+		if generator.CheckPackage(job.pkg) != nil {
 			return nil, fmt.Errorf("cannot derive a package name from output directory %q: pass --package", job.output)
 		}
 	}
 	return job, nil
-}
-
-func genIsGoIdent(s string) bool {
-	for i, r := range s {
-		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
-		if !ok {
-			return false
-		}
-	}
-	return s != ""
 }
