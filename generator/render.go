@@ -98,9 +98,15 @@ type opData struct {
 	Idempotent bool
 	Storage    string // response, reference, marker
 	Policy     policyData
-	KeyExpr    string // the key's typed request field
-	Scope      string // the values of the policy's header:/path: scope parts, comma-separated
-	Parts      string // the values of the policy's fingerprint parts, comma-separated
+	KeyExpr    string     // the key's typed request field
+	Scope      []partData // the scope's parts besides the tenant, in the policy's order
+	Parts      []partData // the fingerprinted parameters
+}
+
+// partData is one named request value of the scope or the fingerprint.
+type partData struct {
+	Name  string // quoted: "header:X-Account"
+	Value string // the typed request field; "" for the operation scope part
 }
 
 type policyData struct {
@@ -119,11 +125,9 @@ type policyData struct {
 	KeyMaxLength   int
 	KeyPattern     string // quoted, or ""
 	ScopeTenant    bool
-	Scope          string // quoted scope part names besides the tenant: "operation", "header:X-Account"
-	// NoFingerprint (fingerprint: false): Fingerprint and the op's Parts and Bodies are empty,
-	// so the fingerprint is the route alone and every request with the key matches.
+	// NoFingerprint (fingerprint: false): the op's Parts and Bodies are empty, so the
+	// fingerprint is the route alone and every request with the key matches.
 	NoFingerprint bool
-	Fingerprint   string // quoted part names: "path:payment_id", "header:X-Tenant-Id"
 	Exclude       string // quoted JSON pointers
 	Body          bool   // the operation declares a request body, fingerprinted as sent
 	BodyTypes     string // quoted declared media types of the body
@@ -191,22 +195,18 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		return err
 	}
 	pd.KeyHeader, od.KeyExpr = keyHeader, keyExpr
-	scopeNames, scopeValues, err := scopeParts(p, co)
-	if err != nil {
+	if od.Scope, err = scopeParts(p, co); err != nil {
 		return err
 	}
 	pd.ScopeTenant = p.ScopesTenant()
-	pd.Scope, od.Scope = quoteList(scopeNames), strings.Join(scopeValues, ", ")
 	if p.NoFingerprint {
 		pd.NoFingerprint = true
 		od.Policy = pd
 		return nil
 	}
-	names, values, err := fingerprintParts(p, co)
-	if err != nil {
+	if od.Parts, err = fingerprintParts(p, co); err != nil {
 		return err
 	}
-	pd.Fingerprint, od.Parts = quoteList(names), strings.Join(values, ", ")
 	if pd.Body = len(co.Bodies) > 0; pd.Body {
 		pd.Exclude = quoteList(p.Exclude)
 	}
@@ -285,35 +285,35 @@ func keySource(p *policy.Policy, co *oapiOp) (header, expr string, err error) {
 
 // scopeParts lists the scope's parts besides the tenant, in the policy's order: their names
 // and, for header: and path: parts, the typed request fields that hold their values.
-func scopeParts(p *policy.Policy, co *oapiOp) (names, values []string, err error) {
+func scopeParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
+	var parts []partData
 	for _, it := range p.Scope {
 		switch it.Kind {
-		case "tenant":
-		case "operation":
-			names = append(names, "operation")
-		case "header", "path":
+		case policy.ScopeTenant:
+		case policy.ScopeOperation:
+			parts = append(parts, partData{Name: strconv.Quote(policy.ScopeOperation)})
+		case policy.ScopeHeader, policy.ScopePath:
 			prm, ok := co.findParam(it.Kind, it.Name)
 			if !ok {
-				return nil, nil, fmt.Errorf("scope item %s:%s names no %s parameter of the operation", it.Kind, it.Name, it.Kind)
+				return nil, fmt.Errorf("scope item %s names no %s parameter of the operation", it, it.Kind)
 			}
-			names = append(names, partName(prm))
-			values = append(values, fieldExpr(prm))
+			parts = append(parts, partData{Name: strconv.Quote(partName(prm)), Value: fieldExpr(prm)})
 		default:
-			return nil, nil, fmt.Errorf("scope item kind %q is not one idemgen generates", it.Kind)
+			return nil, fmt.Errorf("scope item kind %q is not one idemgen generates", it.Kind)
 		}
 	}
-	return names, values, nil
+	return parts, nil
 }
 
 // fingerprintParts lists the declared path, query and non-key header parameters that are
 // fingerprinted (minus fingerprint.exclude's), in a fixed order: path, query, header, each by
 // name.
-func fingerprintParts(p *policy.Policy, co *oapiOp) (names, values []string, err error) {
+func fingerprintParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
 	excluded := map[string]bool{}
 	for _, x := range p.ExcludeParams {
 		prm, ok := co.findParam(x.In, x.Name)
 		if !ok {
-			return nil, nil, fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
+			return nil, fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
 		}
 		excluded[partName(prm)] = true
 	}
@@ -335,11 +335,11 @@ func fingerprintParts(p *policy.Policy, co *oapiOp) (names, values []string, err
 	slices.SortStableFunc(parts, func(a, b oapiParam) int {
 		return cmp.Or(cmp.Compare(order[a.In], order[b.In]), cmp.Compare(partName(a), partName(b)))
 	})
-	for _, prm := range parts {
-		names = append(names, partName(prm))
-		values = append(values, fieldExpr(prm))
+	out := make([]partData, len(parts))
+	for i, prm := range parts {
+		out[i] = partData{Name: strconv.Quote(partName(prm)), Value: fieldExpr(prm)}
 	}
-	return names, values, nil
+	return out, nil
 }
 
 func partName(p oapiParam) string {
