@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"go/token"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -19,31 +18,6 @@ import (
 
 	"github.com/idemgen/idemgen/internal/model"
 )
-
-// Routers idemgen can generate for: the names of oapi-codegen's *-server options.
-const (
-	RouterStdHTTP = "std-http" // net/http's ServeMux
-	RouterChi     = "chi"      // github.com/go-chi/chi/v5
-	RouterGorilla = "gorilla"  // github.com/gorilla/mux
-	RouterEcho    = "echo"     // github.com/labstack/echo/v4
-	RouterEcho5   = "echo5"    // github.com/labstack/echo/v5
-	RouterGin     = "gin"      // github.com/gin-gonic/gin
-	RouterFiber   = "fiber"    // github.com/gofiber/fiber/v2
-	RouterFiberV3 = "fiber-v3" // github.com/gofiber/fiber/v3
-	RouterIris    = "iris"     // github.com/kataras/iris/v12
-)
-
-// Routers lists every router, the default first; messages list them in this order.
-var Routers = []string{RouterStdHTTP, RouterChi, RouterGorilla, RouterEcho, RouterEcho5, RouterGin, RouterFiber, RouterFiberV3, RouterIris}
-
-// IsRouter reports whether name is one of Routers.
-func IsRouter(name string) bool { return slices.Contains(Routers, name) }
-
-// UnknownRouterError is the error for a router name idemgen does not know; it lists the ones
-// it does.
-func UnknownRouterError(name string) error {
-	return fmt.Errorf("unknown router %q (supported: %s)", name, strings.Join(Routers, ", "))
-}
 
 // Fixed output names. Every file idemgen writes ends in Suffix, so a clean deletes only ours.
 const (

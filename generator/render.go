@@ -26,70 +26,10 @@ type fileData struct {
 	Router     routerData
 }
 
-// routerData is what differs between routers in the shared template; the rest of a router's
-// code is its own templates/<router>/*.tmpl.
+// routerData is what a router's templates need besides their text: the route-registering
+// methods to wrap (see [router]).
 type routerData struct {
-	// VisitParam is the parameter of a Visit<Op>Response method, as oapi-codegen declares it for
-	// this router, and VisitWrite the expression that writes the runtime's result onto it.
-	VisitParam, VisitWrite string
-	// Record is the function turning a Visit method into an idem.Outcome recorder.
-	Record string
-	// Context, when set, is the function that turns the ctx the strict handler passes into the
-	// one the runtime and the handler get (see the router's template).
-	Context string
-	// ServerOptions is the type of oapi-codegen's router options (StdHTTPServerOptions), for
-	// doc comments.
-	ServerOptions string
-
-	// The rest is for the router's own template. Ctx is the framework's context type as a
-	// handler receives it. Methods are the router's route-registering methods, which the
-	// template wraps to put its middleware in front of each route oapi-codegen registers:
-	// their parameters, the arguments that forward them with the middleware first, and the
-	// type they return.
-	Ctx                               string
-	Methods                           []string
-	RouteParams, RouteArgs, RouteType string
-	// UserContext names fiber's per-request context accessor: UserContext (v2), Context (v3).
-	UserContext string
-}
-
-// routers maps each router to its shared-template data. The net/http family (std-http, chi,
-// gorilla, echo, echo5, gin) visits responses onto an http.ResponseWriter; fiber, fiber-v3 and
-// iris onto their own contexts, for which the router's template defines the writer and the
-// recorder.
-var routers = map[string]routerData{
-	RouterStdHTTP: netHTTPRouter("StdHTTPServerOptions"),
-	RouterChi:     netHTTPRouter("ChiServerOptions"),
-	RouterGorilla: netHTTPRouter("GorillaServerOptions"),
-	RouterEcho:    echoRouter("echo.Context", "*echo.Route"),
-	RouterEcho5:   echoRouter("*echo.Context", "echo.RouteInfo"),
-	RouterGin: {VisitParam: "w http.ResponseWriter", VisitWrite: "r.WriteTo(w)", Record: "idemhttp.Record",
-		Context: "idemRequestContext", ServerOptions: "GinServerOptions"},
-	RouterFiber: {VisitParam: "c *fiber.Ctx", VisitWrite: "r.WriteTo(idemResponseWriter(c))", Record: "idemRecord",
-		ServerOptions: "FiberServerOptions", Ctx: "*fiber.Ctx", Methods: titleMethods, UserContext: "UserContext",
-		RouteParams: "path string, handlers ...fiber.Handler", RouteArgs: "path, append([]fiber.Handler{r.mw}, handlers...)..."},
-	RouterFiberV3: {VisitParam: "c fiber.Ctx", VisitWrite: "r.WriteTo(idemResponseWriter(c))", Record: "idemRecord",
-		ServerOptions: "FiberServerOptions", Ctx: "fiber.Ctx", Methods: titleMethods, UserContext: "Context",
-		RouteParams: "path string, handler any, handlers ...any", RouteArgs: "path, r.mw, append([]any{handler}, handlers...)..."},
-	RouterIris: {VisitParam: "ctx iris.Context", VisitWrite: "r.WriteTo(ctx.ResponseWriter())", Record: "idemRecord",
-		ServerOptions: "IrisServerOptions"},
-}
-
-// upperMethods and titleMethods are every method a route can have, as echo and fiber name
-// their registering methods.
-var (
-	upperMethods = []string{"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
-	titleMethods = []string{"Connect", "Delete", "Get", "Head", "Options", "Patch", "Post", "Put", "Trace"}
-)
-
-func echoRouter(ctx, route string) routerData {
-	d := netHTTPRouter("RegisterHandlersOptions")
-	d.Ctx, d.Methods, d.RouteType = ctx, upperMethods, route
-	return d
-}
-
-func netHTTPRouter(options string) routerData {
-	return routerData{VisitParam: "w http.ResponseWriter", VisitWrite: "r.WriteTo(w)", Record: "idemhttp.Record", ServerOptions: options}
+	Methods []string
 }
 
 type opData struct {
@@ -134,8 +74,16 @@ type policyData struct {
 	ReplayHeaders string // "Retry-After", "X-Rate" or ""
 }
 
-func render(w io.Writer, router string, data *fileData) error {
-	t, err := template.New("").ParseFS(templates.FS, "idempotency.go.tmpl", "partials/*.tmpl", router+"/*.tmpl")
+func render(w io.Writer, name string, data *fileData) error {
+	r, ok := lookupRouter(name)
+	if !ok {
+		return UnknownRouterError(name)
+	}
+	patterns := []string{"idempotency.go.tmpl", "partials/*.tmpl"}
+	for _, folder := range r.templateFolders() {
+		patterns = append(patterns, folder+"/*.tmpl")
+	}
+	t, err := template.New("").ParseFS(templates.FS, patterns...)
 	if err != nil {
 		return err
 	}
@@ -148,11 +96,11 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	for _, op := range s.Model.Operations {
 		byRoute[op.Route()] = op
 	}
-	rd, ok := routers[opts.Router]
+	r, ok := lookupRouter(opts.Router)
 	if !ok {
 		return nil, UnknownRouterError(opts.Router)
 	}
-	data := &fileData{Package: opts.Package, Router: rd}
+	data := &fileData{Package: opts.Package, Router: routerData{Methods: r.methods}}
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
