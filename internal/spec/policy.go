@@ -162,42 +162,15 @@ func (c *checker) parsePolicy(m *yaml.Node) *policy.Raw {
 				p.MismatchStatus = policy.Value(st, c.pos(v))
 			}
 		case "persist":
-			values, from, isList, ok := c.strings(name, v, "[2xx, 404]", func(e *yaml.Node) bool {
-				return isScalar(e) && (e.Tag == "!!str" || e.Tag == "!!int")
-			}, func(name string, e *yaml.Node) {
-				c.errorf(e, policy.RulePersistInvalid, "%s: %s is not a status class or code (use e.g. 2xx or 404)", name, show(e))
-			})
-			if !isList || (len(values) == 0 && len(v.Content) > 0) {
-				break
-			}
-			persist, probs := policy.ParsePersist(values)
-			if c.items(name, v, from, probs) && ok {
-				p.Persist = policy.Value(persist, c.pos(v))
-			}
+			p.Persist = c.persist(name, v)
 		case "scope":
-			values, from, isList, ok := c.strings(name, v, "[tenant, operation]", isString,
-				func(name string, e *yaml.Node) { c.problem(e, name, policy.ScopeItemInvalid(show(e))) })
-			if !isList {
-				break
-			}
-			scope, probs := policy.ParseScope(values)
-			if c.items(name, v, from, probs) && ok {
-				p.Scope = policy.Value(placed(c, scope, from), c.pos(v))
-			}
+			p.Scope = c.scope(name, v)
+		case "replayHeaders":
+			p.ReplayHeaders = c.replayHeaders(name, v)
 		case "key":
 			p.Key = c.key(name, v)
 		case "fingerprint":
 			c.fingerprint(name, v, p)
-		case "replayHeaders":
-			values, from, isList, ok := c.strings(name, v, "[X-Request-Cost]", isString,
-				func(name string, e *yaml.Node) { c.str(name, e) })
-			if !isList {
-				break
-			}
-			headers, probs := policy.ParseReplayHeaders(values)
-			if c.items(name, v, from, probs) && ok {
-				p.ReplayHeaders = policy.Value(headers, c.pos(v))
-			}
 		default:
 			c.unknown(k, f, policyFields)
 		}
@@ -306,4 +279,49 @@ func (c *checker) fingerprint(field string, n *yaml.Node, p *policy.Raw) {
 	default:
 		c.errorf(n, policy.RuleTypeInvalid, "%s: expected true, false or {exclude: [JSON pointers, header:<Name>, query:<name>]}, got %s", field, show(n))
 	}
+}
+
+// persist reads a persist list: status classes and codes, as strings or numbers.
+func (c *checker) persist(name string, v *yaml.Node) policy.Field[[]string] {
+	values, from, isList, ok := c.strings(name, v, "[2xx, 404]", func(e *yaml.Node) bool {
+		return isScalar(e) && (e.Tag == "!!str" || e.Tag == "!!int")
+	}, func(name string, e *yaml.Node) {
+		c.errorf(e, policy.RulePersistInvalid, "%s: %s is not a status class or code (use e.g. 2xx or 404)", name, show(e))
+	})
+	if !isList || (len(values) == 0 && len(v.Content) > 0) {
+		return policy.Field[[]string]{}
+	}
+	persist, probs := policy.ParsePersist(values)
+	if c.items(name, v, from, probs) && ok {
+		return policy.Value(persist, c.pos(v))
+	}
+	return policy.Field[[]string]{}
+}
+
+// scope reads a scope list, keeping each item's place for the messages Resolve writes.
+func (c *checker) scope(name string, v *yaml.Node) policy.Field[[]policy.Placed[policy.ScopeItem]] {
+	values, from, isList, ok := c.strings(name, v, "[tenant, operation]", isString,
+		func(name string, e *yaml.Node) { c.problem(e, name, policy.ScopeItemInvalid(show(e))) })
+	if !isList {
+		return policy.Field[[]policy.Placed[policy.ScopeItem]]{}
+	}
+	scope, probs := policy.ParseScope(values)
+	if c.items(name, v, from, probs) && ok {
+		return policy.Value(placed(c, scope, from), c.pos(v))
+	}
+	return policy.Field[[]policy.Placed[policy.ScopeItem]]{}
+}
+
+// replayHeaders reads the headers a replay carries besides the default allow-list.
+func (c *checker) replayHeaders(name string, v *yaml.Node) policy.Field[[]string] {
+	values, from, isList, ok := c.strings(name, v, "[X-Request-Cost]", isString,
+		func(name string, e *yaml.Node) { c.str(name, e) })
+	if !isList {
+		return policy.Field[[]string]{}
+	}
+	headers, probs := policy.ParseReplayHeaders(values)
+	if c.items(name, v, from, probs) && ok {
+		return policy.Value(headers, c.pos(v))
+	}
+	return policy.Field[[]string]{}
 }
