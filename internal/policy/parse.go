@@ -124,27 +124,41 @@ func ParsePersist(items []string) ([]string, []ItemProblem) {
 	if len(items) == 0 {
 		return nil, []ItemProblem{{-1, problem(RulePersistInvalid, "an empty list stores nothing, so no retry would ever be replayed (list the outcomes to keep, e.g. [2xx, 4xx])")}}
 	}
-	var out []string
-	var probs []ItemProblem
-	seen := map[string]bool{}
-	for i, s := range items {
+	return parseList(items, func(s string) (string, string, *Problem) {
 		v := strings.ToLower(s)
 		switch {
 		case v == "408" || v == "425" || v == "429":
-			probs = append(probs, ItemProblem{i, problem(RulePersistNeverStored, "%s is never stored: it asks the client to retry, and a stored copy would answer every retry with it (remove it)", v)})
+			return "", "", problem(RulePersistNeverStored, "%s is never stored: it asks the client to retry, and a stored copy would answer every retry with it (remove it)", v)
 		case statusClass.MatchString(v) || statusCode.MatchString(v):
-			if seen[v] {
-				probs = append(probs, ItemProblem{i, problem(RulePersistInvalid, "%s is listed twice (remove one)", v)})
-				continue
-			}
-			seen[v] = true
-			out = append(out, v)
+			return v, v, nil
+		}
+		shown := s
+		if _, err := strconv.Atoi(s); err != nil {
+			shown = strconv.Quote(s)
+		}
+		return "", "", problem(RulePersistInvalid, "%s is not a status class or code (use 2xx, 3xx, 4xx, 5xx or a code from 200 to 599)", shown)
+	}, func(s string) *Problem {
+		return problem(RulePersistInvalid, "%s is listed twice (remove one)", strings.ToLower(s))
+	})
+}
+
+// parseList reads items with parse, which also returns the identity an item is compared by: an
+// item whose identity an earlier one had is the problem twice returns. The items accepted keep
+// their order.
+func parseList[T any](items []string, parse func(string) (T, string, *Problem), twice func(string) *Problem) ([]T, []ItemProblem) {
+	out := []T{}
+	var probs []ItemProblem
+	seen := map[string]bool{}
+	for i, s := range items {
+		v, id, p := parse(s)
+		switch {
+		case p != nil:
+			probs = append(probs, ItemProblem{i, p})
+		case seen[id]:
+			probs = append(probs, ItemProblem{i, twice(s)})
 		default:
-			shown := s
-			if _, err := strconv.Atoi(s); err != nil {
-				shown = strconv.Quote(s)
-			}
-			probs = append(probs, ItemProblem{i, problem(RulePersistInvalid, "%s is not a status class or code (use 2xx, 3xx, 4xx, 5xx or a code from 200 to 599)", shown)})
+			seen[id] = true
+			out = append(out, v)
 		}
 	}
 	return out, probs
@@ -174,24 +188,10 @@ func ScopeItemInvalid(shown string) *Problem {
 // ParseScope reads a scope list; an item listed twice (header names compared
 // case-insensitively) is a problem.
 func ParseScope(items []string) ([]ScopeItem, []ItemProblem) {
-	out := []ScopeItem{}
-	var probs []ItemProblem
-	seen := map[string]bool{}
-	for i, s := range items {
+	return parseList(items, func(s string) (ScopeItem, string, *Problem) {
 		it, p := ParseScopeItem(s)
-		if p != nil {
-			probs = append(probs, ItemProblem{i, p})
-			continue
-		}
-		id := it.Kind + ":" + strings.ToLower(it.Name)
-		if seen[id] {
-			probs = append(probs, ItemProblem{i, problem(RuleScopeInvalid, "%q is listed twice (remove one)", s)})
-			continue
-		}
-		seen[id] = true
-		out = append(out, it)
-	}
-	return out, probs
+		return it, it.Kind + ":" + strings.ToLower(it.Name), p
+	}, func(s string) *Problem { return problem(RuleScopeInvalid, "%q is listed twice (remove one)", s) })
 }
 
 // ParseKeyHeader checks key.header.
@@ -244,27 +244,17 @@ type ExcludeItem struct {
 
 // ParseExcludes reads fingerprint.exclude; an entry listed twice is a problem.
 func ParseExcludes(items []string) ([]ExcludeItem, []ItemProblem) {
-	out := []ExcludeItem{}
-	var probs []ItemProblem
-	seen := map[string]bool{}
-	for i, s := range items {
+	return parseList(items, func(s string) (ExcludeItem, string, *Problem) {
 		it, msg := parseExclude(s)
 		if msg != "" {
-			probs = append(probs, ItemProblem{i, problem(RuleFingerprintPointer, "%s", msg)})
-			continue
+			return it, "", problem(RuleFingerprintPointer, "%s", msg)
 		}
 		id := it.Kind + ":" + it.Name
 		if it.Kind == ExcludeHeader {
 			id = strings.ToLower(id)
 		}
-		if seen[id] {
-			probs = append(probs, ItemProblem{i, problem(RuleFingerprintPointer, "%q is listed twice (remove one)", s)})
-			continue
-		}
-		seen[id] = true
-		out = append(out, it)
-	}
-	return out, probs
+		return it, id, nil
+	}, func(s string) *Problem { return problem(RuleFingerprintPointer, "%q is listed twice (remove one)", s) })
 }
 
 // parseExclude reads one fingerprint.exclude entry, or says what is wrong with it. An entry that
@@ -322,24 +312,16 @@ var forbiddenReplay = map[string]bool{
 // ParseReplayHeaders reads replayHeaders: header names, none hop-by-hop or a credential, none
 // twice.
 func ParseReplayHeaders(items []string) ([]string, []ItemProblem) {
-	out := []string{}
-	var probs []ItemProblem
-	seen := map[string]bool{}
-	for i, s := range items {
+	return parseList(items, func(s string) (string, string, *Problem) {
 		canon := textproto.CanonicalMIMEHeaderKey(s)
 		switch {
 		case !IsToken(s):
-			probs = append(probs, ItemProblem{i, problem(RuleReplayHeaderInvalid, "%q is not a valid header name", s)})
+			return "", "", problem(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
 		case forbiddenReplay[canon]:
-			probs = append(probs, ItemProblem{i, problem(RuleReplayHeaderDenied, "%s is never replayed: it belongs to one connection or one client's credentials (remove it)", s)})
-		case seen[canon]:
-			probs = append(probs, ItemProblem{i, problem(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s)})
-		default:
-			seen[canon] = true
-			out = append(out, s)
+			return "", "", problem(RuleReplayHeaderDenied, "%s is never replayed: it belongs to one connection or one client's credentials (remove it)", s)
 		}
-	}
-	return out, probs
+		return s, canon, nil
+	}, func(s string) *Problem { return problem(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })
 }
 
 // IsToken reports whether s is an RFC 9110 token, the syntax of a header field name.
