@@ -37,7 +37,7 @@ type Options struct {
 	Storage        string   // response, reference or marker
 	TTL            string   // Go duration, or days: 3d
 	Lease          string   // Go duration
-	Wait           string   // Go duration, lease claims only
+	Wait           string   // Go duration, zero or more
 	Claim          string   // lease or transaction
 	Scope          []string // tenant, operation, header:<Name>, path:<param>; nil: see Result.Scopes
 	MismatchStatus int      // 400, 409 or 422; 0 means the default
