@@ -12,7 +12,7 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/templates"
 )
 

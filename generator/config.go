@@ -14,7 +14,7 @@ import (
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // ConfigSchema is the JSON Schema of idemgen.yaml.

@@ -16,7 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 func load(t *testing.T, path string) Input {

@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgen/idemgen/generator"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // defaultConfig is read when generate is given neither a spec nor --config.
@@ -92,7 +93,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if loaded.HasErrors() {
 		n := 0
 		for _, d := range loaded.Diagnostics {
-			if d.Severity == spec.SeverityError {
+			if d.Severity == policy.SeverityError {
 				n++
 			}
 		}
@@ -193,19 +194,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 			return nil, err
 		}
 		job.pkg = strings.ReplaceAll(filepath.Base(abs), "-", "_")
-		if !genIsGoIdent(job.pkg) {
+		if generator.CheckPackage(job.pkg) != nil {
 			return nil, fmt.Errorf("cannot derive a package name from output directory %q: pass --package", job.output)
 		}
 	}
 	return job, nil
-}
-
-func genIsGoIdent(s string) bool {
-	for i, r := range s {
-		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
-		if !ok {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -125,24 +125,15 @@ func problemRequestInvalid(what, why string) *Problem {
 // textProblem refuses op's request when a value that goes into its scope or fingerprint (and so,
 // most likely, into the handler's own statements) is not text: checked before anything is
 // claimed.
-func (op *Op[R]) textProblem(p *Policy) *Problem {
-	dynamic := op.Scope
-	for _, name := range p.Scope {
-		if name == "operation" || len(dynamic) == 0 {
-			continue
-		}
-		v := dynamic[0]
-		dynamic = dynamic[1:]
-		if why := valueNotText(reflect.ValueOf(v)); why != "" {
-			return problemRequestInvalid(partName(name), why)
-		}
-	}
-	for i, name := range p.Fingerprint {
-		if i >= len(op.Parts) {
-			break // op.request reports the count mismatch
-		}
-		if why := valueNotText(reflect.ValueOf(op.Parts[i])); why != "" {
-			return problemRequestInvalid(partName(name), why)
+func (op *Op[R]) textProblem() *Problem {
+	for _, parts := range [][]Part{op.Scope, op.Parts} {
+		for _, part := range parts {
+			if part.Name == scopeOperation {
+				continue
+			}
+			if why := valueNotText(reflect.ValueOf(part.Value)); why != "" {
+				return problemRequestInvalid(partName(part.Name), why)
+			}
 		}
 	}
 	return nil

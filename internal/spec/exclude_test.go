@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/policy"
 )
 
 // TestFingerprintExcludeModel: fingerprint.exclude splits into body pointers and parameters, a
@@ -44,14 +44,14 @@ paths:
 	}
 	type got struct {
 		Exclude       []string
-		ExcludeParams []model.ParamRef
+		ExcludeParams []policy.ParamRef
 		NoFingerprint bool
 	}
 	want := map[string]got{
 		"POST /v1/notes": {NoFingerprint: true},
 		"POST /v1/orders": {
 			Exclude:       []string{"/client_time"},
-			ExcludeParams: []model.ParamRef{{In: "header", Name: "x-request-id"}, {In: "query", Name: "sentAt"}},
+			ExcludeParams: []policy.ParamRef{{In: "header", Name: "x-request-id"}, {In: "query", Name: "sentAt"}},
 		},
 	}
 	have := map[string]got{}
@@ -60,28 +60,5 @@ paths:
 	}
 	if diff := cmp.Diff(want, have); diff != "" {
 		t.Errorf("policies (-want +got):\n%s", diff)
-	}
-}
-
-func TestParseExclude(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]excludeItem{
-		"/a":            {kind: "body", name: "/a"},
-		"/header:x":     {kind: "body", name: "/header:x"}, // a body field whose name has a colon
-		"/a/b:c":        {kind: "body", name: "/a/b:c"},
-		"header:X-Id":   {kind: "header", name: "X-Id"},
-		"query:since":   {kind: "query", name: "since"},
-		"query:a:b":     {kind: "query", name: "a:b"},
-		"path:order_id": {kind: "path", name: "order_id"},
-	} {
-		got, msg := parseExclude(in)
-		if msg != "" || got != want {
-			t.Errorf("parseExclude(%q) = %+v, %q; want %+v", in, got, msg, want)
-		}
-	}
-	for _, in := range []string{"", "a", "a/b:c", "header:", "header:a b", "query:", "path:", "cookie:s", "Header:X-Id", "body:/a"} {
-		if got, msg := parseExclude(in); msg == "" {
-			t.Errorf("parseExclude(%q) = %+v; want an error", in, got)
-		}
 	}
 }

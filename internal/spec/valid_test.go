@@ -13,7 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
 )
 
 // TestValidFull loads a spec that uses every feature correctly (document defaults, local file
@@ -31,9 +32,9 @@ func TestValidFull(t *testing.T) {
 	}
 	at := func(line, col int) model.Position { return model.Position{File: file, Line: line, Col: col} }
 	key := model.Param{Name: "Idempotency-Key", In: "header", Pos: at(12, 9)}
-	defaults := func(p model.Policy) *model.Policy {
+	defaults := func(p policy.Policy) *policy.Policy {
 		if p.Storage == "" {
-			p.Storage = model.StorageResponse
+			p.Storage = policy.StorageResponse
 		}
 		if p.TTL == 0 {
 			p.TTL = 48 * time.Hour
@@ -45,7 +46,7 @@ func TestValidFull(t *testing.T) {
 			p.Timeout = p.Lease // the built-in default
 		}
 		if p.Claim == "" {
-			p.Claim = model.ClaimLease
+			p.Claim = policy.ClaimLease
 		}
 		if p.MismatchStatus == 0 {
 			p.MismatchStatus = 422
@@ -54,7 +55,7 @@ func TestValidFull(t *testing.T) {
 			p.Persist = []string{"2xx", "4xx"}
 		}
 		if p.Scope == nil {
-			p.Scope = []model.ScopeItem{{Kind: "tenant"}, {Kind: "operation"}}
+			p.Scope = []policy.ScopeItem{{Kind: "tenant"}, {Kind: "operation"}}
 		}
 		if p.Key.MaxLength == 0 {
 			p.Key.MaxLength = 255
@@ -64,6 +65,8 @@ func TestValidFull(t *testing.T) {
 		}
 		return &p
 	}
+	withBody := policy.Responses{AnySuccess: true, SuccessBody: true}
+	noBody := policy.Responses{AnySuccess: true}
 	want := &model.Document{File: file, Operations: []*model.Operation{
 		{
 			Method: "POST", Path: "/v1/accounts/{account_id}/refunds", Pos: at(34, 5),
@@ -73,11 +76,12 @@ func TestValidFull(t *testing.T) {
 				{Name: "X-Account", In: "header", Required: true, Pos: at(46, 11)},
 			},
 			Body: model.BodyForm, BodyTypes: []string{"application/x-www-form-urlencoded"},
-			Policy: defaults(model.Policy{
-				Pos: at(35, 7), Storage: model.StorageReference, Claim: model.ClaimTransaction,
+			Responses: withBody,
+			Policy: defaults(policy.Policy{
+				Pos: at(35, 7), Storage: policy.StorageReference, Claim: policy.ClaimTransaction,
 				Wait: 5 * time.Second, Lease: 30 * time.Second, Timeout: 20 * time.Second,
-				Scope: []model.ScopeItem{{Kind: "tenant"}, {Kind: "path", Name: "account_id"}, {Kind: "header", Name: "X-Account"}},
-				Key:   model.Key{Header: "idempotency-key", MaxLength: 64, Pattern: "^[0-9a-f-]{36}$"},
+				Scope: []policy.ScopeItem{{Kind: "tenant"}, {Kind: "path", Name: "account_id"}, {Kind: "header", Name: "X-Account"}},
+				Key:   policy.Key{Header: "idempotency-key", MaxLength: 64, Pattern: "^[0-9a-f-]{36}$"},
 			}),
 		},
 		{
@@ -87,36 +91,40 @@ func TestValidFull(t *testing.T) {
 				{Name: "X-Trace", In: "header", Required: true, Pos: at(64, 12)},
 			},
 			Body: model.BodyJSON, BodyTypes: []string{"application/merge-patch+json"},
-			Policy: defaults(model.Policy{
-				Pos: at(65, 7), Storage: model.StorageMarker,
-				Key:           model.Key{PathParam: "cart_id", Required: true},
+			Responses: noBody,
+			Policy: defaults(policy.Policy{
+				Pos: at(65, 7), Storage: policy.StorageMarker,
+				Key:           policy.Key{PathParam: "cart_id", Required: true},
 				ReplayHeaders: []string{},
 			}),
 		},
 		{
 			ID: "listPayments", Method: "GET", Path: "/v1/payments", Pos: at(29, 5),
-			Params: []model.Param{key},
+			Params: []model.Param{key}, Responses: noBody,
 		},
 		{
 			ID: "createPayment", Method: "POST", Path: "/v1/payments", Pos: at(13, 5),
 			Params: []model.Param{key},
 			Body:   model.BodyJSON, BodyTypes: []string{"application/json"},
-			Policy: defaults(model.Policy{
+			Responses: withBody,
+			Policy: defaults(policy.Policy{
 				Pos: at(15, 7), MismatchStatus: 409,
 				Exclude: []string{"/metadata/sent_at", "/a~1b"},
-				Key:     model.Key{Header: "Idempotency-Key", Required: true},
+				Key:     policy.Key{Header: "Idempotency-Key", Required: true},
 			}),
 		},
 		{
 			ID: "upload", Method: "POST", Path: "/v1/uploads", Pos: at(76, 5),
 			Body: model.BodyMultipart, BodyTypes: []string{"multipart/form-data"},
+			Responses: noBody,
 		},
 		{
 			ID: "deleteUploads", Method: "DELETE", Path: "/v1/uploads", Pos: at(85, 5),
-			Params: []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(89, 11)}},
-			Policy: defaults(model.Policy{
+			Params:    []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(89, 11)}},
+			Responses: noBody,
+			Policy: defaults(policy.Policy{
 				Pos: at(87, 7),
-				Key: model.Key{Header: "Idempotency-Key", Required: true},
+				Key: policy.Key{Header: "Idempotency-Key", Required: true},
 			}),
 		},
 	}}

@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"github.com/idemgen/idemgen/internal/policy"
+
 	"flag"
 	"os"
 	"path/filepath"
@@ -47,7 +49,7 @@ func TestRuleGolden(t *testing.T) {
 func TestEveryRuleHasACase(t *testing.T) {
 	t.Parallel()
 	var ids []string
-	for _, r := range Rules() {
+	for _, r := range policy.Rules() {
 		ids = append(ids, r.ID)
 	}
 	slices.Sort(ids)

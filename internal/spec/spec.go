@@ -1,5 +1,7 @@
 // Package spec loads an OpenAPI document and turns its x-idempotency extensions into the typed
-// model. It is the ONE place that parses x-idempotency; the generator and the linter both use it.
+// model. It is the one loader the generator, the linter and annotate use: it reads x-idempotency
+// from YAML nodes, checks their YAML types, and leaves what every value means, and every rule, to
+// package policy ([policy.Resolve]).
 //
 // Loading has two halves. kin-openapi reads the document (local $refs resolved, remote ones
 // refused unless allowed) and gives the operations, parameters, bodies and responses. The same
@@ -66,42 +68,12 @@ import (
 	yamlv4 "go.yaml.in/yaml/v4"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
 )
 
-// Severity of a diagnostic.
-type Severity string
-
-const (
-	SeverityError   Severity = "error"
-	SeverityWarning Severity = "warning"
-)
-
-// Diagnostic is one finding, with its place in the file.
-type Diagnostic struct {
-	Pos       model.Position
-	Severity  Severity
-	Rule      string // stable rule id, e.g. "ttl-invalid"
-	Operation string // "POST /v1/payments", or "" for document-level findings
-	Message   string // says what is wrong and what to do, without position or operation
-}
-
-// String renders "file:line:col: POST /v1/payments: message". Warnings carry "warning: " after
-// the position so that a reader of mixed output can tell them from errors; errors carry nothing
-// extra, as in every compiler's output.
-func (d Diagnostic) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d:%d: ", d.Pos.File, d.Pos.Line, d.Pos.Col)
-	if d.Severity == SeverityWarning {
-		b.WriteString("warning: ")
-	}
-	if d.Operation != "" {
-		b.WriteString(d.Operation)
-		b.WriteString(": ")
-	}
-	b.WriteString(d.Message)
-	return b.String()
-}
+// Diagnostic is one finding, with its place in the file; the rules are package policy's.
+type Diagnostic = policy.Diagnostic
 
 // LoadOpts tune Load; nil means defaults.
 type LoadOpts struct {
@@ -115,6 +87,9 @@ type Spec struct {
 	Raw   []byte      // the file's bytes, for loading fresh copies (oapi-codegen mutates its input)
 	Doc   *openapi3.T // as loaded by kin-openapi (NewLoader), unmodified until generated from
 	Model *model.Document
+	// Defaults is the document's root x-idempotency as written, nil when absent or not a
+	// mapping: what an operation marked later would inherit.
+	Defaults *policy.Raw
 	// Diagnostics holds every finding, errors and warnings, sorted by position.
 	Diagnostics []Diagnostic
 }
@@ -122,7 +97,7 @@ type Spec struct {
 // HasErrors reports whether any diagnostic is an error.
 func (s *Spec) HasErrors() bool {
 	for _, d := range s.Diagnostics {
-		if d.Severity == SeverityError {
+		if d.Severity == policy.SeverityError {
 			return true
 		}
 	}
@@ -133,7 +108,7 @@ func (s *Spec) HasErrors() bool {
 func (s *Spec) Errors() []Diagnostic {
 	var out []Diagnostic
 	for _, d := range s.Diagnostics {
-		if d.Severity == SeverityError {
+		if d.Severity == policy.SeverityError {
 			out = append(out, d)
 		}
 	}
@@ -175,7 +150,7 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	// The node tree and kin-openapi's model are two parses of the same bytes, so the tree is
 	// built on another core meanwhile: yaml.v3 takes about a third as long as kin-openapi on a
 	// large YAML document (a JSON one is read by jsonNodes, much faster). A document that does
-	// not parse is still reported by the tree's error, as before.
+	// not parse is reported by the tree's error, whatever kin-openapi says.
 	type parsed struct {
 		tree *yaml.Node
 		err  error
@@ -207,6 +182,7 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	s := &Spec{File: path, Raw: data, Doc: doc}
 	b := &builder{file: path, tree: tree, doc: doc}
 	s.Model = b.build()
+	s.Defaults = b.defs
 	sortDiagnostics(b.diags)
 	s.Diagnostics = b.diags
 	return s, nil

@@ -11,7 +11,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
 )
 
 // FuzzLoadData: no input may panic, and what loads has its diagnostics sorted and positioned.
@@ -142,8 +143,8 @@ func FuzzPolicy(f *testing.F) {
 		f.Add([]byte("true"), s)
 		f.Add(s, seeds[(i+1)%len(seeds)])
 	}
-	known := map[string]Severity{}
-	for _, r := range Rules() {
+	known := map[string]policy.Severity{}
+	for _, r := range policy.Rules() {
 		known[r.ID] = r.Severity
 	}
 	f.Fuzz(func(t *testing.T, op, root []byte) {
@@ -164,7 +165,7 @@ func FuzzPolicy(f *testing.F) {
 		for _, d := range s.Diagnostics {
 			sev, ok := known[d.Rule]
 			if !ok {
-				t.Errorf("diagnostic with a rule id Rules() does not list: %s (%s)", d.Rule, d)
+				t.Errorf("diagnostic with a rule id policy.Rules() does not list: %s (%s)", d.Rule, d)
 			} else if sev != d.Severity {
 				t.Errorf("rule %s is listed as %s but reported as %s: %s", d.Rule, sev, d.Severity, d)
 			}
@@ -192,14 +193,14 @@ func checkPolicy(t *testing.T, o *model.Operation) {
 		t.Errorf("%s: durations the rules forbid: ttl %v, lease %v, wait %v", o.Route(), p.TTL, p.Lease, p.Wait)
 	}
 	switch p.Storage {
-	case model.StorageResponse, model.StorageReference, model.StorageMarker:
+	case policy.StorageResponse, policy.StorageReference, policy.StorageMarker:
 	default:
 		t.Errorf("%s: storage %q", o.Route(), p.Storage)
 	}
-	if p.Storage == model.StorageMarker && p.NoFingerprint {
+	if p.Storage == policy.StorageMarker && p.NoFingerprint {
 		t.Errorf("%s: storage marker with the fingerprint off", o.Route())
 	}
-	if p.Claim != model.ClaimLease && p.Claim != model.ClaimTransaction {
+	if p.Claim != policy.ClaimLease && p.Claim != policy.ClaimTransaction {
 		t.Errorf("%s: claim %q", o.Route(), p.Claim)
 	}
 	if p.MismatchStatus != 400 && p.MismatchStatus != 409 && p.MismatchStatus != 422 {

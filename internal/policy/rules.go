@@ -1,4 +1,12 @@
-package spec
+package policy
+
+// Severity of a diagnostic.
+type Severity string
+
+const (
+	SeverityError   Severity = "error"
+	SeverityWarning Severity = "warning"
+)
 
 // Rule describes one check: its stable id (used in diagnostics, lint output and SARIF), its
 // severity and a one-line summary.
@@ -8,8 +16,8 @@ type Rule struct {
 	Summary  string
 }
 
-// Rule ids. Every id has a negative golden case under testdata/<id>/; a test fails when one is
-// missing, so a new rule cannot ship without a pinned message.
+// Rule ids. Every id has a negative golden case under internal/spec/testdata/<id>/; a test fails
+// when one is missing, so a new rule cannot ship without a pinned message.
 const (
 	RuleTypeInvalid             = "type-invalid"
 	RuleUnknownField            = "unknown-field"
@@ -87,11 +95,12 @@ func Rules() []Rule {
 	return out
 }
 
-func ruleSeverity(id string) Severity {
+// RuleSeverity is the severity of rule id; an id not in the table is a bug of the caller.
+func RuleSeverity(id string) Severity {
 	for _, r := range rules {
 		if r.ID == id {
 			return r.Severity
 		}
 	}
-	panic("spec: unknown rule " + id)
+	panic("policy: unknown rule " + id)
 }

@@ -11,7 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 )
 
 // parseTree parses data (YAML or JSON) into a node tree whose nodes carry 1-based line and column.
