@@ -323,6 +323,14 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 		return &Result{Kind: ResultProblem, Problem: newProblem(http.StatusBadRequest, CodeBodyInvalid,
 			"the request body is malformed: "+bad.Reason)}, nil
 	}
+	if errors.Is(err, errNoBody) {
+		// A wiring that skips the body capture (oapi-codegen's own HandlerWithOptions around
+		// NewStrictHandler, say) cannot fingerprint what the client sent. It is answered
+		// through the response path like any problem, so that whichever error handler the
+		// wiring has, the client gets problem+json and the log says how to fix the wiring.
+		s.Config().Logger.ErrorContext(ctx, "idem: "+errNoBody.Error()+"; answered 500 and claimed nothing", "operation", p.Operation)
+		return &Result{Kind: ResultProblem, Problem: problemNotCaptured()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
