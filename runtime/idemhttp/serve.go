@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"mime"
 	"net/http"
 	"path"
@@ -310,7 +311,16 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (re
 			res, err = nil, fmt.Errorf("%w (operation %s)", ErrHandlerPanicked, p.Operation)
 		}
 	}()
-	return handle(ctx, s, p, op)
+	res, err = handle(ctx, s, p, op)
+	if err == nil && res.Kind == ResultProblem && res.Problem.Status < 500 {
+		// A refusal is the client's to fix, so it is no warning; but a developer asking why a
+		// request was refused finds it at debug, with the code the client got.
+		if log := s.Config().Logger; log.Enabled(ctx, slog.LevelDebug) {
+			log.DebugContext(ctx, "idem: request refused", "operation", p.Operation,
+				"status", res.Problem.Status, "code", res.Problem.Code)
+		}
+	}
+	return res, err
 }
 
 // ErrHandlerPanicked is Handle's error for a handler that panicked.
@@ -425,13 +435,14 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 }
 
 // keyValues is a typed key as the key parser reads it: nil when absent (a nil pointer, or an
-// empty header field that is not a pointer).
+// empty field that is not a pointer, which cannot tell absent from empty). A pointer to an empty
+// value is a header sent empty: a malformed key (key-invalid), not a missing one.
 func keyValues(v any) []string {
 	if isNil(v) {
 		return nil
 	}
 	s := text(v)
-	if s == "" {
+	if s == "" && reflect.ValueOf(v).Kind() != reflect.Pointer {
 		return nil
 	}
 	return []string{s}
