@@ -257,7 +257,7 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 		} else {
 			// The rollback gave the key back, but a rolled-back transaction notifies nobody.
 			s.notifyWaiters(ctx, c)
-			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 		}
 	}
 	returned := false
@@ -332,7 +332,7 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 	}
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
 	return res, nil
 }
 
@@ -351,7 +351,7 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 		s.releaseLater(ctx, c, kind, ran, err)
 		return
 	}
-	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 }
 
 // releaseLost gives back a claim that may or may not have been made (its batch failed): like
