@@ -63,6 +63,10 @@ type Policy struct {
 	BodyTypes []string
 	// ReplayHeaders are added to the default replay allow-list.
 	ReplayHeaders []string
+	// ValidateBody, when set, checks the body as sent against the operation's schema before
+	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
+	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
+	ValidateBody func(ctx context.Context, contentType string, body []byte) *Problem
 }
 
 func (p *Policy) persist() idem.StatusSet {
@@ -349,6 +353,11 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 	}
 	if prob := op.textProblem(p); prob != nil {
 		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
+	if b, ok := BodyFromContext(ctx); ok && p.ValidateBody != nil {
+		if prob := p.ValidateBody(ctx, b.ContentType, b.Bytes); prob != nil {
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 	}
 	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		resp, ref, err := op.run(ctx, tx)
