@@ -914,6 +914,13 @@ func pointerEscape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
+// problemSchemaDescription documents every code the runtime answers with, from the runtime's
+// own table, so that a new code shows in the next annotated spec.
+func problemSchemaDescription() string {
+	return "A problem answer (RFC 9457) from the idempotency layer. The code is one of " +
+		strings.Join(idemhttp.ProblemCodes(), ", ") + "."
+}
+
 func (p *planner) problemResponse() (string, error) {
 	if p.problemRef != "" {
 		return p.problemRef, nil
@@ -927,7 +934,7 @@ func (p *planner) problemResponse() (string, error) {
 		str2 := func() *val { return mapping(kv{key: "type", v: str("string")}) }
 		schemas.add(kv{key: schemaName, v: mapping(
 			kv{key: "type", v: str("object")},
-			kv{key: "description", v: str("A problem answer (RFC 9457) from the idempotency layer. The code is key-missing, key-invalid, key-reused, in-progress or store-unavailable.")},
+			kv{key: "description", v: str(problemSchemaDescription())},
 			kv{key: "properties", v: mapping(
 				kv{key: "type", v: mapping(kv{key: "type", v: str("string")}, kv{key: "format", v: str("uri-reference")})},
 				kv{key: "title", v: str2()},

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/idemgen/idemgen/generator"
 	"github.com/idemgen/idemgen/internal/policy"
@@ -120,7 +121,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 			return fail(ExitUsage, fmt.Errorf("check %s: %w", job.output, err))
 		}
 		if stale {
-			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run idemgen generate to update them", job.output))
+			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run go generate ./... (where a //go:generate line runs idemgen), or %s, to update them", job.output, regenerateCommand(cmd, args)))
 		}
 		return nil
 	}
@@ -199,4 +200,22 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 		}
 	}
 	return job, nil
+}
+
+// regenerateCommand is the command line that writes what --check found stale: this one, as
+// run, without --check, spelled as go tool runs idemgen from the module's tool line.
+func regenerateCommand(cmd *cobra.Command, args []string) string {
+	parts := []string{"go tool idemgen generate"}
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		switch {
+		case fl.Name == "check":
+		case fl.Value.Type() == "bool":
+			parts = append(parts, "--"+fl.Name)
+		case fl.Shorthand != "":
+			parts = append(parts, "-"+fl.Shorthand, fl.Value.String())
+		default:
+			parts = append(parts, "--"+fl.Name, fl.Value.String())
+		}
+	})
+	return strings.Join(append(parts, args...), " ")
 }

@@ -41,6 +41,14 @@ func (c claimStatus) event() EventKind {
 	return EventKind(fmt.Sprintf("claim status %d", int(c)))
 }
 
+// attemptOf is the attempt of the claim res holds, or 0.
+func attemptOf(res *claimResult) int {
+	if res.claim == nil {
+		return 0
+	}
+	return res.claim.Attempt
+}
+
 func (c claimStatus) owns() bool { return c == claimAcquired || c == claimTakenOver }
 
 // Claim is a held key, as the handler's context carries it (ClaimFromContext). Its token
@@ -149,7 +157,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 		return nil, storeError(ctx, "claim", err)
 	}
 	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 	return res, nil
 }
 
@@ -218,7 +226,7 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 		return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
 	}
 	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 	return tx, res, nil
 }
 
@@ -277,7 +285,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
 			s.remember(p, res, sent)
-			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
@@ -286,7 +294,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
 	}
 }

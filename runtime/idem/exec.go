@@ -346,7 +346,7 @@ func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMod
 		return
 	}
 	s.notifyWaiters(ctx, c)
-	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 }
 
 // commitOutcome completes c with res's outcome inside tx and commits both.
@@ -380,7 +380,7 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 	}
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
 	return res, nil
 }
 
@@ -399,7 +399,7 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 		s.releaseLater(ctx, c, kind, ran, err)
 		return
 	}
-	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 }
 
 // releaseLost gives back a claim that may or may not have been made (its batch failed): like

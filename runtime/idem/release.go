@@ -120,7 +120,7 @@ func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran 
 		if err == nil {
 			s.forget(c)
 			s.log.InfoContext(ctx, "idem: released the key on a retry", "operation", c.Operation, "key_hash", c.hash(), "tries", try+1)
-			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 			return
 		}
 	}

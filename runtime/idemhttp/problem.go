@@ -53,23 +53,42 @@ const (
 // ProblemTypePrefix begins every problem type URI.
 const ProblemTypePrefix = "urn:idemgen:problem:"
 
-// problemTitles is the one table of titles, keyed by code. A problem type has one title whoever
-// writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
-// type would read as two different problems.
-var problemTitles = map[string]string{
-	CodeKeyMissing:           "Idempotency key missing",
-	CodeKeyInvalid:           "Idempotency key invalid",
-	CodeKeyReused:            "Idempotency key reused with a different request",
-	CodeInProgress:           "Request with this idempotency key in progress",
-	CodeStoreUnavailable:     "Idempotency store unavailable",
-	CodeBodyInvalid:          "Request body invalid",
-	CodeBodyTooLarge:         "Request body too large",
-	CodeRequestInvalid:       "Request invalid",
-	CodeNotFound:             "Not found",
-	CodeMethodNotAllowed:     "Method not allowed",
-	CodeInternal:             "Internal error",
-	CodeHandlerTimeout:       "Request processing timed out",
-	CodeMediaTypeUnsupported: "Media type unsupported",
+// problemTable is the one table of the runtime's problem codes and their titles, in the order
+// documentation lists them. A problem type has one title whoever writes it: RFC 9457 clients may
+// show the title as the type's summary, so two titles for one type would read as two different
+// problems. idemgen annotate documents the codes from it (ProblemCodes), so a spec's problem
+// schema cannot fall behind what the runtime answers.
+var problemTable = []struct{ code, title string }{
+	{CodeKeyMissing, "Idempotency key missing"},
+	{CodeKeyInvalid, "Idempotency key invalid"},
+	{CodeKeyReused, "Idempotency key reused with a different request"},
+	{CodeInProgress, "Request with this idempotency key in progress"},
+	{CodeStoreUnavailable, "Idempotency store unavailable"},
+	{CodeBodyInvalid, "Request body invalid"},
+	{CodeBodyTooLarge, "Request body too large"},
+	{CodeRequestInvalid, "Request invalid"},
+	{CodeNotFound, "Not found"},
+	{CodeMethodNotAllowed, "Method not allowed"},
+	{CodeInternal, "Internal error"},
+	{CodeHandlerTimeout, "Request processing timed out"},
+	{CodeMediaTypeUnsupported, "Media type unsupported"},
+}
+
+var problemTitles = func() map[string]string {
+	m := make(map[string]string, len(problemTable))
+	for _, p := range problemTable {
+		m[p.code] = p.title
+	}
+	return m
+}()
+
+// ProblemCodes returns every code the runtime answers problems with, in the table's order.
+func ProblemCodes() []string {
+	codes := make([]string, len(problemTable))
+	for i, p := range problemTable {
+		codes[i] = p.code
+	}
+	return codes
 }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"mime"
 	"net/http"
 	"path"
@@ -57,6 +58,10 @@ type Policy struct {
 	BodyTypes []string
 	// ReplayHeaders are added to the default replay allow-list.
 	ReplayHeaders []string
+	// ValidateBody, when set, checks the body as sent against the operation's schema before
+	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
+	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
+	ValidateBody func(ctx context.Context, contentType string, body []byte) *Problem
 }
 
 func (p *Policy) persist() idem.StatusSet {
@@ -363,7 +368,16 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (re
 			res, err = nil, fmt.Errorf("%w (operation %s)", ErrHandlerPanicked, p.Operation)
 		}
 	}()
-	return handle(ctx, s, p, op)
+	res, err = handle(ctx, s, p, op)
+	if err == nil && res.Kind == ResultProblem && res.Problem.Status < 500 {
+		// A refusal is the client's to fix, so it is no warning; but a developer asking why a
+		// request was refused finds it at debug, with the code the client got.
+		if log := s.Config().Logger; log.Enabled(ctx, slog.LevelDebug) {
+			log.DebugContext(ctx, "idem: request refused", "operation", p.Operation,
+				"status", res.Problem.Status, "code", res.Problem.Code)
+		}
+	}
+	return res, err
 }
 
 // ErrHandlerPanicked is Handle's error for a handler that panicked.
@@ -376,6 +390,14 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 		return &Result{Kind: ResultProblem, Problem: newProblem(http.StatusBadRequest, CodeBodyInvalid,
 			"the request body is malformed: "+bad.Reason)}, nil
 	}
+	if errors.Is(err, errNoBody) {
+		// A wiring that skips the body capture (oapi-codegen's own HandlerWithOptions around
+		// NewStrictHandler, say) cannot fingerprint what the client sent. It is answered
+		// through the response path like any problem, so that whichever error handler the
+		// wiring has, the client gets problem+json and the log says how to fix the wiring.
+		s.Config().Logger.ErrorContext(ctx, "idem: "+errNoBody.Error()+"; answered 500 and claimed nothing", "operation", p.Operation)
+		return &Result{Kind: ResultProblem, Problem: problemNotCaptured()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -384,6 +406,11 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 	}
 	if prob := op.textProblem(); prob != nil {
 		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
+	if b, ok := BodyFromContext(ctx); ok && p.ValidateBody != nil {
+		if prob := p.ValidateBody(ctx, b.ContentType, b.Bytes); prob != nil {
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 	}
 	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		resp, ref, err := op.run(ctx, tx)
@@ -463,13 +490,14 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 }
 
 // keyValues is a typed key as the key parser reads it: nil when absent (a nil pointer, or an
-// empty header field that is not a pointer).
+// empty field that is not a pointer, which cannot tell absent from empty). A pointer to an empty
+// value is a header sent empty: a malformed key (key-invalid), not a missing one.
 func keyValues(v any) []string {
 	if isNil(v) {
 		return nil
 	}
 	s := text(v)
-	if s == "" {
+	if s == "" && reflect.ValueOf(v).Kind() != reflect.Pointer {
 		return nil
 	}
 	return []string{s}
