@@ -26,13 +26,13 @@ func TestRefusalsAreLoggedAtDebug(t *testing.T) {
 		Operation: "createPayment",
 		Route:     "POST /v1/payments",
 		Key:       idemhttp.KeyRule{Header: "Idempotency-Key", Required: true},
-		Scope:     []string{"operation"},
 		Body:      true,
 		BodyTypes: []string{"application/json"},
 	}
 	op := func(key any) *idemhttp.Op[answer] {
 		return &idemhttp.Op[answer]{
-			Key: key,
+			Key:   key,
+			Scope: []idemhttp.Part{{Name: "operation"}},
 			Run: func(ctx context.Context, tx pgx.Tx) (answer, error) {
 				_, err := tx.Exec(ctx, "INSERT INTO payments (key, amount) VALUES ('p', 1)")
 				return answer{201}, err

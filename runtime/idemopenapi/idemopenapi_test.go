@@ -55,8 +55,8 @@ func TestValidationBeforeTheClaim(t *testing.T) {
 	e := storetest.NewEnv(t, nil, nil)
 	p := &idemhttp.Policy{
 		Operation: "createOrder", Route: "POST /v1/orders",
-		Key:   idemhttp.KeyRule{Header: "Idempotency-Key", Required: true},
-		Scope: []string{"operation"}, Body: true, BodyTypes: []string{"application/json; charset=utf-8"},
+		Key:  idemhttp.KeyRule{Header: "Idempotency-Key", Required: true},
+		Body: true, BodyTypes: []string{"application/json; charset=utf-8"},
 		ValidateBody: validate,
 	}
 	ran := 0
@@ -64,7 +64,8 @@ func TestValidationBeforeTheClaim(t *testing.T) {
 		t.Helper()
 		ctx := idemhttp.WithBody(context.Background(), &idemhttp.Body{ContentType: "application/json; charset=utf-8", Bytes: []byte(body)})
 		r, err := idemhttp.Handle(ctx, e.Store, p, &idemhttp.Op[answer]{
-			Key: &key,
+			Key:   &key,
+			Scope: []idemhttp.Part{{Name: "operation"}},
 			Run: func(ctx context.Context, tx pgx.Tx) (answer, error) {
 				ran++
 				_, err := tx.Exec(ctx, "INSERT INTO payments (key, amount) VALUES ($1, 1)", key)
