@@ -24,69 +24,77 @@ import (
 // claim commits on the server before the cancel arrives.
 func TestCallerLeavingDuringTheClaimBatchLeavesNoClaim(t *testing.T) {
 	t.Parallel()
-	var slowDials atomic.Bool
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if slowDials.Load() {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(time.Second):
+	for _, path := range claimPaths { // the fast path's batch, and the full claim's
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			var slowDials atomic.Bool
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if slowDials.Load() {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(time.Second):
+					}
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
 			}
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
-	e := newEnv(t, nil, &idemtest.SchemaOpts{DialFunc: dial})
-	e.Warm(4)
-	slowDials.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p := &idem.DoParams{Scope: "s", Key: "slow-claim", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
+			e := newEnv(t, nil, &idemtest.SchemaOpts{DialFunc: dial})
+			if path.full {
+				idem.DisableFastPath(e.Store)
+			}
+			e.Warm(4)
+			slowDials.Store(true)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "slow-claim", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
 
-	blocker, err := e.Sch.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback(context.Background())
-	if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
-		owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'slow-claim', 'op', 'fp', 'in_flight', gen_random_uuid(), now(), now())`); err != nil {
-		t.Fatal(err)
-	}
+			blocker, err := e.Sch.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Rollback(context.Background())
+			if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
+				owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'slow-claim', 'op', 'fp', 'in_flight', gen_random_uuid(), now(), now())`); err != nil {
+				t.Fatal(err)
+			}
 
-	cctx, leave := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
-			return nil, errors.New("the handler ran for a caller that had left")
+			cctx, leave := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+					return nil, errors.New("the handler ran for a caller that had left")
+				})
+				done <- err
+			}()
+			waitForLockWait(t, e, ctx)
+			leave()
+			var doErr error
+			returned := false
+			select { // a Do that gives up on the batch returns here, and its release runs before the claim commits
+			case doErr = <-done:
+				returned = true
+			case <-time.After(200 * time.Millisecond):
+			}
+			if err := blocker.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !returned {
+				select {
+				case doErr = <-done:
+				case <-ctx.Done():
+					t.Fatal("Do did not return after its caller left and the claim's lock was let go")
+				}
+			}
+			if !errors.Is(doErr, context.Canceled) {
+				t.Fatalf("Do for a caller that left: %v; want context.Canceled", doErr)
+			}
+
+			r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
+			if err != nil || r.Replayed {
+				t.Fatalf("the retry: %+v, %v; want it to execute at once (the claim of the caller that left was given back)", r, err)
+			}
 		})
-		done <- err
-	}()
-	waitForLockWait(t, e, ctx)
-	leave()
-	var doErr error
-	returned := false
-	select { // a Do that gives up on the batch returns here, and its release runs before the claim commits
-	case doErr = <-done:
-		returned = true
-	case <-time.After(200 * time.Millisecond):
-	}
-	if err := blocker.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !returned {
-		select {
-		case doErr = <-done:
-		case <-ctx.Done():
-			t.Fatal("Do did not return after its caller left and the claim's lock was let go")
-		}
-	}
-	if !errors.Is(doErr, context.Canceled) {
-		t.Fatalf("Do for a caller that left: %v; want context.Canceled", doErr)
-	}
-
-	r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
-	if err != nil || r.Replayed {
-		t.Fatalf("the retry: %+v, %v; want it to execute at once (the claim of the caller that left was given back)", r, err)
 	}
 }
 
