@@ -98,6 +98,66 @@ func TestCallerLeavingDuringTheClaimBatchLeavesNoClaim(t *testing.T) {
 	}
 }
 
+// A caller that leaves while its lease-mode claim batch waits on another holder's row claims
+// nothing: when the holder commits, the batch finds the key held, and Do returns for the caller
+// that left without claiming again (the fast path, finding a row, does not go on to the full
+// claim), leaving the holder's row as it was.
+func TestCallerLeavingWhileTheKeyIsHeldClaimsNothing(t *testing.T) {
+	t.Parallel()
+	for _, path := range claimPaths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil, nil)
+			if path.full {
+				idem.DisableFastPath(e.Store)
+			}
+			e.Warm(4)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "held", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
+			const holder = "00000000-0000-4000-8000-000000000001"
+			blocker, err := e.Sch.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Rollback(context.Background())
+			if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
+				owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'held', 'op', 'fp', 'in_flight', $1, now() + interval '1 hour', now() + interval '1 hour')`, holder); err != nil {
+				t.Fatal(err)
+			}
+			cctx, leave := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+					return nil, errors.New("the handler ran for a caller that had left")
+				})
+				done <- err
+			}()
+			waitForLockWait(t, e, ctx)
+			leave()
+			if err := blocker.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Do for a caller that left: %v; want context.Canceled", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("Do did not return after its caller left and the holder committed")
+			}
+			var token string
+			var attempt, rows int
+			if err := e.Sch.Pool.QueryRow(ctx, "SELECT min(owner_token::text), min(attempt), count(*) FROM "+e.Store.Table()).Scan(&token, &attempt, &rows); err != nil {
+				t.Fatal(err)
+			}
+			if token != holder || attempt != 1 || rows != 1 {
+				t.Fatalf("after the caller left: %d rows, token %s, attempt %d; want the holder's one row untouched (%s, attempt 1)", rows, token, attempt, holder)
+			}
+		})
+	}
+}
+
 // waitForLockWait waits until a session of e's database waits for a lock.
 func waitForLockWait(t *testing.T, e *env, ctx context.Context) {
 	t.Helper()
