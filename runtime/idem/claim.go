@@ -163,7 +163,119 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 
 // claimAndBegin is claim that also begins the business transaction when the claim makes this
 // request the key's owner, in the same round trip (the Store holds the connection: db is a
-// pool). The batch is: BEGIN, the claim (which commits asynchronously, as in claim), COMMIT, a
+// pool). It tries the fast path first (fastClaimAndBegin), which decides a new key and a
+// remembered completed one; any other key (in flight, expired, or completed just now) is
+// decided by the full claim (fullClaimAndBegin), in a second round trip.
+func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
+	if !s.noFastPath {
+		var decided bool
+		if tx, res, decided, err = s.fastClaimAndBegin(ctx, p); decided {
+			return tx, res, err
+		}
+		if ctx.Err() != nil { // the caller left, and the fast path made no claim
+			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
+		}
+	}
+	return s.fullClaimAndBegin(ctx, p)
+}
+
+// fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
+// check and its guard (sql/replay.sql, sql/replay_guard.sql: a remembered completed row is the
+// answer, and nothing begins), then BEGIN, synchronous_commit off for the claim's own
+// transaction (as the full claim's Async variant; see claim for why that loses nothing), the
+// fast claim (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard
+// (sql/owner_guard.sql), and the business BEGIN. decided is false when the key has a row that
+// the replay check did not answer for: the insert then wrote nothing, the guard skipped the
+// business BEGIN, and the full claim must decide.
+//
+// As in fullClaimAndBegin, the batch is waited for even when ctx ends meanwhile (bounded by the
+// store timeout), and a caller that has gone gives back exactly the claim it made, if it made
+// one; when it made none, decided is false and the caller must not claim again.
+func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, decided bool, err error) {
+	c := newClaim(p)
+	sent := time.Now()
+	var done *peeked
+	won, committed := false, false
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+		b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
+			done, err = scanPeek(rows)
+			return err
+		})
+		b.Queue(s.sql.replayGuardLease, c.row.tenant, c.row.scope, c.row.key)
+		b.Queue(beginSQL)
+		b.Queue(syncCommitOff)
+		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+			won = tag.RowsAffected() == 1
+			return nil
+		})
+		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
+			committed = tag.String() == "COMMIT"
+			return nil
+		})
+		b.Queue(s.sql.ownerGuard, c.args()...)
+	}, nil)
+	var pgErr *pgconn.PgError
+	guarded := errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode // or replayGuardCode: the same
+	switch {
+	case err == nil && won && committed:
+		// Claimed and begun.
+		c.Attempt = 1
+		res = &claimResult{status: claimAcquired, claim: c}
+	case guarded && committed && won:
+		// Claimed and committed, but the owner guard disagrees (a lease shorter than a round
+		// trip, taken over already): the caller begins on its own, and its completion's fence
+		// decides.
+		s.rollback(ctx, tx)
+		c.Attempt = 1
+		tx, res = nil, &claimResult{status: claimAcquired, claim: c}
+	case guarded && !committed && done != nil:
+		// A remembered completed row: the replay guard skipped the rest.
+		s.rollback(ctx, tx) // hands the idle connection back
+		tx = nil
+		if res, err = done.result(p.Fingerprint); err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return nil, nil, true, storeError(ctx, "replay check", err)
+		}
+	case guarded:
+		// The key has a row the replay check did not answer for (the insert wrote nothing, and
+		// the owner guard skipped the BEGIN), or it completed between the check and its guard
+		// (nothing ran): nothing was written or begun, and the full claim decides.
+		s.rollback(ctx, tx)
+		return nil, nil, false, nil
+	default:
+		if tx != nil {
+			s.rollback(ctx, tx)
+			// As in fullClaimAndBegin: the answer was lost or a later statement failed, so the
+			// claim may have committed; only a row in flight with this request's token goes.
+			s.releaseLost(ctx, c)
+		}
+		if err == nil { // the batch succeeded without winning: cannot be, but never begin unowned
+			err = errors.New("the fast claim's owner guard passed for a key it did not win")
+		}
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, nil, true, storeError(ctx, "claim and begin", err)
+	}
+	if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
+		if res.status.owns() {
+			if tx != nil {
+				s.rollback(ctx, tx)
+			}
+			s.release(ctx, c, EventReleased, 0)
+		}
+		return nil, nil, true, storeError(ctx, "claim and begin", ctx.Err())
+	}
+	s.remember(p, res, sent)
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+	return tx, res, true, nil
+}
+
+// fullClaimAndBegin is claimAndBegin with the full claim (sql/claim.sql), which decides all
+// five outcomes. The batch is: BEGIN, the claim (which commits asynchronously, as in claim), COMMIT, a
 // guard that fails unless the committed claim is this request's (sql/owner_guard.sql), and the
 // business BEGIN. A failed statement skips the rest of a batch, so a replay, an in-progress
 // answer or a mismatch never begins anything and costs one round trip. tx is open when res owns
@@ -175,7 +287,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 // reads, so a claim abandoned half-way could commit after any release sent behind it, and the
 // key would answer in-progress for its whole lease. Knowing what the batch did, a caller that
 // has gone gives back exactly the claim it made, if it made one.
-func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
+func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
 	c := newClaim(p)
 	sent := time.Now()
 	committed := false
@@ -242,14 +354,31 @@ const ownerGuardCode = "22012"
 // once, when it gives up.
 //
 // Ahead of the begin, the same round trip checks for a remembered completed row (sql/replay.sql):
-// a replay then needs neither the transaction nor its rollback.
+// a replay then needs neither the transaction nor its rollback. Behind it goes the fast claim
+// (sql/claim_fast.sql), a plain insert, under the lock wait the replay check's guard set, and
+// the caller's lock_timeout restored; only when the key already has a row does the full claim
+// (sql/claim.sql) follow, in the same transaction, in a second round trip.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
 	lockTimeout := fmt.Sprintf("%dms", millis(wait))
+	// full queues the full claim; setWait says the batch has not bounded the lock wait yet.
+	full := func(batch *pgx.Batch, setWait bool) {
+		if setWait {
+			batch.Queue(lockWaitSet, lockTimeout)
+		}
+		batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
+			var err error
+			res, err = s.scanClaim(row, c)
+			return err
+		})
+		batch.Queue(lockWaitRestore)
+	}
 	for check := true; ; check = false {
 		sent := time.Now()
 		var done *peeked
 		var ahead func(b *pgx.Batch)
+		claim := func(b *pgx.Batch) { full(b, true) }
+		won := int64(-1)                                   // -1: no fast claim was sent
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
 				b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
@@ -258,18 +387,24 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				})
 				b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key, lockTimeout)
 			}
-		}
-		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {
-			if ahead == nil { // else the replay check's guard set it
-				batch.Queue(lockWaitSet, lockTimeout)
+			claim = func(b *pgx.Batch) { full(b, false) } // the replay check's guard bounded the wait
+			if !s.noFastPath {
+				claim = func(b *pgx.Batch) {
+					b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+						won = tag.RowsAffected()
+						return nil
+					})
+					b.Queue(lockWaitRestore)
+				}
 			}
-			batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
-				var err error
-				res, err = s.scanClaim(row, c)
-				return err
-			})
-			batch.Queue(lockWaitRestore)
-		})
+		}
+		tx, err = s.beginWith(ctx, ahead, claim)
+		if err == nil && won == 0 {
+			// The key has a row: the full claim decides, in the same transaction.
+			b := &pgx.Batch{}
+			full(b, true)
+			err = tx.SendBatch(ctx, b).Close()
+		}
 		var pgErr *pgconn.PgError
 		switch {
 		case check && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode:
@@ -293,6 +428,11 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
 		}
+		if won == 1 {
+			// The fast claim inserted the key: new, in flight, this request's.
+			c.Attempt = 1
+			res = &claimResult{status: claimAcquired, claim: c}
+		}
 		s.remember(p, res, sent)
 		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
@@ -306,6 +446,11 @@ const (
 	set_config('lock_timeout', $1, true)`
 	lockWaitRestore = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
 )
+
+// syncCommitOff turns synchronous_commit off for the fast claim's own transaction (lease mode),
+// as the full claim's Async variant does in its statement; a statement of its own, it touches
+// no table (on Citus a set_config inside the insert would run on the worker).
+const syncCommitOff = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // replayGuardCode is the replay check's guard failing on purpose (sql/replay_guard.sql).
 const replayGuardCode = "22012"

@@ -11,6 +11,9 @@ import (
 // handler (the fencing test).
 func DisableRenewal(s *Store) { s.noRenew = true }
 
+// DisableFastPath sends every claim of s through the full claim statement.
+func DisableFastPath(s *Store) { s.noFastPath = true }
+
 // The claim's building blocks, exposed to the tests of the state machine.
 
 type ClaimParams = DoParams
@@ -89,9 +92,13 @@ func Listening(s *Store) bool {
 // ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
 func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
 
-// ClaimSQL is the claim statement of claim mode m, for tests that count claims.
+// ClaimSQL is the statement every try of a claim in mode m sends (the fast path's, unless it is
+// off), for tests that count claims.
 func ClaimSQL(s *Store, m ClaimMode) string {
-	if m == ClaimTransaction {
+	switch {
+	case !s.noFastPath:
+		return s.sql.claimFast
+	case m == ClaimTransaction:
 		return s.sql.claim
 	}
 	return s.sql.claimAsync

@@ -21,6 +21,11 @@ type statements struct {
 	// claimAsync is the claim that also turns synchronous_commit off for its own transaction
 	// (lease mode's claim, which commits on its own).
 	claimAsync string
+	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
+	// nobody has; either mode sends the full claim only when the key has a row.
+	claimFast string
+	// replayGuardLease is the replay check's guard without the lock wait (lease mode's).
+	replayGuardLease string
 
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
@@ -33,15 +38,20 @@ type statements struct {
 
 func newStatements(table string) (statements, error) {
 	var st statements
+	// variant is what a statement's template may vary on: Async (sql/claim.sql) and Lock
+	// (sql/replay_guard.sql).
+	type variant struct{ Async, Lock bool }
 	for _, s := range []struct {
-		file  string
-		dst   *string
-		async bool
+		file string
+		dst  *string
+		variant
 	}{
-		{"claim", &st.claim, false}, {"claim", &st.claimAsync, true}, {"complete", &st.complete, false}, {"release", &st.release, false},
-		{"renew", &st.renew, false}, {"purge", &st.purge, false}, {"purge_count", &st.purgeCount, false},
-		{"replay", &st.replay, false}, {"replay_guard", &st.replayGuard, false}, {"notify", &st.notify, false},
-		{"owner_guard", &st.ownerGuard, false},
+		{"claim", &st.claim, variant{}}, {"claim", &st.claimAsync, variant{Async: true}}, {"claim_fast", &st.claimFast, variant{}},
+		{"complete", &st.complete, variant{}}, {"release", &st.release, variant{}},
+		{"renew", &st.renew, variant{}}, {"purge", &st.purge, variant{}}, {"purge_count", &st.purgeCount, variant{}},
+		{"replay", &st.replay, variant{}}, {"replay_guard", &st.replayGuard, variant{Lock: true}},
+		{"replay_guard", &st.replayGuardLease, variant{}}, {"notify", &st.notify, variant{}},
+		{"owner_guard", &st.ownerGuard, variant{}},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -54,14 +64,14 @@ func newStatements(table string) (statements, error) {
 		var b strings.Builder
 		if err := t.Execute(&b, struct {
 			Table string
-			Async bool
-		}{table, s.async}); err != nil {
+			variant
+		}{table, s.variant}); err != nil {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.batched = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
-		lockWaitSet, lockWaitRestore, st.complete, st.notify}
+	st.batched = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.claimFast, st.ownerGuard,
+		st.replay, st.replayGuard, st.replayGuardLease, syncCommitOff, lockWaitSet, lockWaitRestore, st.complete, st.notify}
 	return st, nil
 }
 
