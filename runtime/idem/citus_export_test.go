@@ -1,0 +1,36 @@
+//go:build citus
+
+package idem
+
+// CitusStatements are the statements s sends, by name, with example parameters in the order
+// each takes them: the Citus harness EXPLAINs each on a cluster. tenant, scope, key and token
+// name an existing key; the notification channel and payload are s's own.
+func CitusStatements(s *Store, tenant, scope, key, token string) map[string]CitusStatement {
+	t := tenantColumn(tenant)
+	lead := []any{t, scope, key, token}
+	with := func(more ...any) []any { return append(append([]any{}, lead...), more...) }
+	channel := channelOf(s.table)
+	return map[string]CitusStatement{
+		"claim":           {s.sql.claim, with("charge", "fp", int64(60000), int64(86400000)), false},
+		"claimAsync":      {s.sql.claimAsync, with("charge", "fp", int64(60000), int64(86400000)), false},
+		"complete":        {s.sql.complete, with(int32(201), nil, []byte("ok"), nil, int64(86400000)), false},
+		"release":         {s.sql.release, with(channel, "payload"), false},
+		"renew":           {s.sql.renew, with(int64(60000)), false},
+		"replay":          {s.sql.replay, []any{t, scope, key}, false},
+		"replayGuard":     {s.sql.replayGuard, []any{t, scope, key, "100ms"}, false},
+		"ownerGuard":      {s.sql.ownerGuard, with(), false},
+		"notify":          {s.sql.notify, []any{channel, "payload"}, false},
+		"lockWaitSet":     {lockWaitSet, []any{"100ms"}, false},
+		"lockWaitRestore": {lockWaitRestore, nil, false},
+		"purge":           {s.sql.purge, []any{int64(1000)}, true},
+		"purgeCount":      {s.sql.purgeCount, nil, true},
+	}
+}
+
+// CitusStatement is one statement for CitusStatements; Maintenance marks the ones that span
+// tenants on purpose (the purge).
+type CitusStatement struct {
+	SQL         string
+	Args        []any
+	Maintenance bool
+}
