@@ -108,6 +108,10 @@ func newCitusEnv(t *testing.T, url string, distributed bool) *citusEnv {
 func (e *citusEnv) store(t *testing.T) *idem.Store {
 	t.Helper()
 	cfg := *e.cfg
+	// A storm queues thousands of requests for 16 connections, and on Citus every guard that
+	// fails on purpose on a worker costs the coordinator a new connection to that worker (see
+	// docs/citus.md): on a small shared machine the queue outlasts the default 5s.
+	cfg.StoreTimeout = 60 * time.Second
 	url := e.url
 	// The listener has a connection of its own to the coordinator, where notifications are sent.
 	cfg.ListenConn = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }
@@ -167,6 +171,7 @@ func TestCitusCluster(t *testing.T) {
 	t.Run("storms", func(t *testing.T) { citusStorms(t, e) })
 	t.Run("purge", func(t *testing.T) { citusPurge(t, e) })
 	t.Run("waiters wake", func(t *testing.T) { citusWake(t, e) })
+	t.Run("waits bounded", func(t *testing.T) { citusBoundedWait(t, e) })
 	t.Run("explain", func(t *testing.T) { citusExplain(t, e, shards) })
 	t.Run("latency", func(t *testing.T) { citusLatency(t, e) })
 }
@@ -199,7 +204,7 @@ func citusStorms(t *testing.T, e *citusEnv) {
 				defer done.Done()
 				ready.Done()
 				<-start
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 				defer cancel()
 				k := i % keys
 				p := &idem.DoParams{Tenant: fmt.Sprintf("tenant-%02d", k%tenants), Scope: "createPayment",
@@ -225,7 +230,7 @@ func citusStorms(t *testing.T, e *citusEnv) {
 		close(start)
 		finished := make(chan struct{})
 		go func() { done.Wait(); close(finished) }()
-		recv(t, finished, 120*time.Second, c.name+": the storm's requests did not all answer")
+		recv(t, finished, 180*time.Second, c.name+": the storm's requests did not all answer")
 		took := time.Since(began)
 		like := prefix + "%"
 		payments := e.count(t, "SELECT count(*) FROM payments WHERE key LIKE $1", like)
@@ -339,6 +344,52 @@ func citusWake(t *testing.T, e *citusEnv) {
 	}
 }
 
+// citusBoundedWait: in transaction mode a duplicate waits on the holder's row lock on the
+// worker, and that wait is bounded there (the claim's SET LOCAL lock_timeout reaches the worker):
+// a duplicate with a short Wait answers in progress while the holder's transaction is still open.
+// The holder's handler, after its claim, sees the worker's own lock_timeout again, not the
+// claim's bound.
+func citusBoundedWait(t *testing.T, e *citusEnv) {
+	s := e.store(t)
+	ctx := context.Background()
+	const onWorker = "SELECT current_setting('lock_timeout') FROM idempotency_keys WHERE tenant = $1 AND scope = $2 AND key = $3"
+	p := &idem.DoParams{Tenant: "tenant-11", Scope: "bounded", Key: "bounded", Operation: "createPayment", Fingerprint: "fp",
+		Claim: idem.ClaimTransaction, Wait: 300 * time.Millisecond}
+	entered, finish := make(chan string, 1), make(chan struct{})
+	release := letGo(t, finish)
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := s.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			var lt string
+			if err := tx.QueryRow(ctx, onWorker, p.Tenant, p.Scope, p.Key).Scan(&lt); err != nil {
+				return nil, err
+			}
+			entered <- lt
+			<-finish
+			return citusPay(nil, 0)(ctx, tx)
+		})
+		firstDone <- err
+	}()
+	lt := recv(t, entered, 10*time.Second, "the holder's handler never started")
+	dup := make(chan error, 1)
+	go func() {
+		_, err := s.Do(ctx, p, citusPay(nil, 0))
+		dup <- err
+	}()
+	err := recv(t, dup, 10*time.Second, "a transaction-mode duplicate with a 300ms wait did not answer while the holder's transaction was open: its lock wait on the worker is not bounded")
+	release()
+	if err := recv(t, firstDone, 10*time.Second, "the holder did not end"); err != nil {
+		t.Errorf("the holder: %v", err)
+	}
+	t.Logf("transaction mode: the duplicate answered %v while the holder held the key; the holder's handler saw lock_timeout %q on the worker", err, lt)
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Errorf("duplicate: %v; want ErrInProgress", err)
+	}
+	if lt != "0" {
+		t.Errorf("the handler saw lock_timeout %q on the worker after its claim; want the worker's own 0, not the claim's bound", lt)
+	}
+}
+
 var (
 	taskCount = regexp.MustCompile(`Task Count: (\d+)`)
 	citusScan = regexp.MustCompile(`Custom Scan \(Citus [^)]*\)`)
@@ -363,6 +414,12 @@ func citusExplain(t *testing.T, e *citusEnv, shards int) {
 	slices.Sort(names)
 	for _, name := range names {
 		st := stmts[name]
+		if strings.HasPrefix(st.SQL, "SET ") {
+			// A utility statement: it runs on the coordinator, which (with
+			// citus.propagate_set_commands = 'local') sends it on to the workers the transaction uses.
+			t.Logf("%-16s a SET LOCAL on the coordinator, propagated to the transaction's workers: %s", name, st.SQL)
+			continue
+		}
 		rows, err := e.pool.Query(ctx, "EXPLAIN (COSTS OFF) "+st.SQL, st.Args...)
 		var plan []string
 		if err == nil {
@@ -396,7 +453,7 @@ func citusExplain(t *testing.T, e *citusEnv, shards int) {
 			verdict = "NOT one shard"
 			t.Errorf("%s: not router-executed on one shard (scans %v, task counts %v):\n%s", name, scans, tasks, text)
 		}
-		t.Logf("%-12s %s: %s, Task Count %v\n\t%s", name, verdict, strings.Join(scans, ", "), tasks, strings.Join(plan, "\n\t"))
+		t.Logf("%-16s %s: %s, Task Count %v\n\t%s", name, verdict, strings.Join(scans, ", "), tasks, strings.Join(plan, "\n\t"))
 	}
 }
 
