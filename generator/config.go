@@ -14,7 +14,7 @@ import (
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // ConfigSchema is the JSON Schema of idemgen.yaml.
@@ -34,13 +34,15 @@ type Config struct {
 	Output          string // resolved against the config file's directory
 	Router          string
 	AllowRemoteRefs bool
+	// Client asks for the retry-safe client too (client.gen.go, see ClientFile).
+	Client bool
 	// OapiCodegen holds the oapi-codegen options passed through (output-options, compatibility,
 	// additional-imports, import-mapping), nil when the key is absent.
 	OapiCodegen *codegen.Configuration
 }
 
 // configKeys are the top-level keys, in the order messages list them.
-var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "oapi-codegen"}
+var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "oapi-codegen"}
 
 // oapiPassthroughKeys are the oapi-codegen configuration keys idemgen.yaml may set; the others
 // (package, generate, output-options filters) are idemgen's to decide.
@@ -93,6 +95,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 				err = fmt.Errorf("allow-remote-refs: expected true or false, got %s", describeNode(v))
 			} else {
 				err = v.Decode(&c.AllowRemoteRefs)
+			}
+		case "client":
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+				err = fmt.Errorf("client: expected true or false, got %s", describeNode(v))
+			} else {
+				err = v.Decode(&c.Client)
 			}
 		case "oapi-codegen":
 			if _, err = decodePassthrough(v); err == nil {
@@ -299,6 +307,7 @@ type passthroughFile struct {
 	Output          yaml.Node              `yaml:"output"`
 	Router          yaml.Node              `yaml:"router"`
 	AllowRemoteRefs yaml.Node              `yaml:"allow-remote-refs"`
+	Client          yaml.Node              `yaml:"client"`
 	OapiCodegen     *codegen.Configuration `yaml:"oapi-codegen"`
 }
 

@@ -11,39 +11,13 @@ import (
 	"fmt"
 	"go/token"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
 )
-
-// Routers idemgen can generate for: the names of oapi-codegen's *-server options.
-const (
-	RouterStdHTTP = "std-http" // net/http's ServeMux
-	RouterChi     = "chi"      // github.com/go-chi/chi/v5
-	RouterGorilla = "gorilla"  // github.com/gorilla/mux
-	RouterEcho    = "echo"     // github.com/labstack/echo/v4
-	RouterEcho5   = "echo5"    // github.com/labstack/echo/v5
-	RouterGin     = "gin"      // github.com/gin-gonic/gin
-	RouterFiber   = "fiber"    // github.com/gofiber/fiber/v2
-	RouterFiberV3 = "fiber-v3" // github.com/gofiber/fiber/v3
-	RouterIris    = "iris"     // github.com/kataras/iris/v12
-)
-
-// Routers lists every router, the default first; messages list them in this order.
-var Routers = []string{RouterStdHTTP, RouterChi, RouterGorilla, RouterEcho, RouterEcho5, RouterGin, RouterFiber, RouterFiberV3, RouterIris}
-
-// IsRouter reports whether name is one of Routers.
-func IsRouter(name string) bool { return slices.Contains(Routers, name) }
-
-// UnknownRouterError is the error for a router name idemgen does not know; it lists the ones
-// it does.
-func UnknownRouterError(name string) error {
-	return fmt.Errorf("unknown router %q (supported: %s)", name, strings.Join(Routers, ", "))
-}
 
 // Fixed output names. Every file idemgen writes ends in Suffix, so a clean deletes only ours.
 const (
@@ -63,6 +37,9 @@ type Options struct {
 	Router string
 	// AllowRemoteRefs lets the document's $refs reach other hosts.
 	AllowRemoteRefs bool
+	// Client asks for ClientFile too: oapi-codegen's client, and a retry-safe wrapper of it (see
+	// client.go).
+	Client bool
 	// OapiCodegen, when set, is the base oapi-codegen configuration (from idemgen.yaml). idemgen
 	// overrides what its adapter depends on: package, router, strict server, models, no
 	// operation filters or user templates. nil means idemgen's defaults (pruning off).
@@ -73,6 +50,17 @@ type Options struct {
 type Files map[string][]byte
 
 var goIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// CheckPackage says why name cannot be the generated files' package name, or nil.
+func CheckPackage(name string) error {
+	if !goIdent.MatchString(name) {
+		return fmt.Errorf("package name %q is not a Go identifier (use e.g. --package api)", name)
+	}
+	if token.IsKeyword(name) {
+		return fmt.Errorf("package name %q is a Go keyword (use e.g. --package api)", name)
+	}
+	return nil
+}
 
 // Input is a loaded document: what spec.Load returns, minus the diagnostics, which the caller
 // reports (and stops on) before generating.
@@ -94,11 +82,8 @@ func Generate(in Input, opts Options) (Files, error) {
 	if opts.Router == "" {
 		opts.Router = RouterStdHTTP
 	}
-	if !goIdent.MatchString(opts.Package) {
-		return nil, fmt.Errorf("package name %q is not a Go identifier (use e.g. --package api)", opts.Package)
-	}
-	if token.IsKeyword(opts.Package) {
-		return nil, fmt.Errorf("package name %q is a Go keyword (use e.g. --package api)", opts.Package)
+	if err := CheckPackage(opts.Package); err != nil {
+		return nil, err
 	}
 	if s.Model == nil {
 		return nil, errors.New("generator: Input.Model is nil")
@@ -112,6 +97,7 @@ func Generate(in Input, opts Options) (Files, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Generate.Client = opts.Client
 	doc := s.Doc
 	if doc == nil {
 		if doc, err = loadFresh(s.File, s.Raw, opts.AllowRemoteRefs); err != nil {
@@ -126,6 +112,14 @@ func Generate(in Input, opts Options) (Files, error) {
 	if err != nil {
 		return nil, oapiError(s.File, fmt.Errorf("its output does not parse as Go: %w", err))
 	}
+	if opts.Client {
+		// oapi-codegen's client doc comments can take gofmt two passes: the first one leaves a
+		// one-line paragraph that the second reads as a heading. Format once more, so the file
+		// is what gofmt leaves.
+		if oapiSrc, _, _, err = formatSource(OapiFile, oapiSrc, nil); err != nil {
+			return nil, oapiError(s.File, fmt.Errorf("its output does not parse as Go: %w", err))
+		}
+	}
 
 	data, err := buildFileData(s, res, opts)
 	if err != nil {
@@ -136,12 +130,18 @@ func Generate(in Input, opts Options) (Files, error) {
 		return nil, fmt.Errorf("%s: rendering %s: %w", s.File, IdempotencyFile, err)
 	}
 	// The adapter refers to oapi-codegen's types, declared in the other file.
-	idemSrc, _, _, err := formatSource(IdempotencyFile, buf.Bytes(), oapiNames)
+	idemSrc, idemNames, _, err := formatSource(IdempotencyFile, buf.Bytes(), oapiNames)
 	if err != nil {
 		// Our template produced invalid Go: a bug in idemgen, not in the user's document.
 		return nil, fmt.Errorf("%s: idemgen produced invalid Go for %s (please report this): %w", s.File, IdempotencyFile, err)
 	}
-	return Files{OapiFile: oapiSrc, IdempotencyFile: idemSrc}, nil
+	files := Files{OapiFile: oapiSrc, IdempotencyFile: idemSrc}
+	if opts.Client {
+		if files[ClientFile], err = generateClient(s, res, opts, oapiSrc, oapiNames, idemNames); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 // withHeader replaces oapi-codegen's leading comment, which names its own module and version,

@@ -13,8 +13,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 
-	"github.com/idemgen/idemgen/generator/model"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // oapiMu serializes every use of oapi-codegen: codegen.Generate and codegen.OperationDefinitions
@@ -81,28 +81,11 @@ func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
 	c.Generate.StdHTTPServer, c.Generate.ChiServer, c.Generate.GorillaServer = false, false, false
 	c.Generate.EchoServer, c.Generate.Echo5Server, c.Generate.GinServer = false, false, false
 	c.Generate.FiberServer, c.Generate.FiberV3Server, c.Generate.IrisServer = false, false, false
-	switch o.Router {
-	case RouterStdHTTP:
-		c.Generate.StdHTTPServer = true
-	case RouterChi:
-		c.Generate.ChiServer = true
-	case RouterGorilla:
-		c.Generate.GorillaServer = true
-	case RouterEcho:
-		c.Generate.EchoServer = true
-	case RouterEcho5:
-		c.Generate.Echo5Server = true
-	case RouterGin:
-		c.Generate.GinServer = true
-	case RouterFiber:
-		c.Generate.FiberServer = true
-	case RouterFiberV3:
-		c.Generate.FiberV3Server = true
-	case RouterIris:
-		c.Generate.IrisServer = true
-	default:
+	r, ok := lookupRouter(o.Router)
+	if !ok {
 		return c, UnknownRouterError(o.Router)
 	}
+	r.server(&c.Generate)
 	c.Generate.Strict = true
 	c.Generate.Models = true
 	// Our template refers to the operations' types and strict interface, so nothing may be

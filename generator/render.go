@@ -11,7 +11,8 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/idemgen/idemgen/generator/model"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/templates"
 )
 
@@ -25,70 +26,10 @@ type fileData struct {
 	Router     routerData
 }
 
-// routerData is what differs between routers in the shared template; the rest of a router's
-// code is its own templates/<router>/*.tmpl.
+// routerData is what a router's templates need besides their text: the route-registering
+// methods to wrap (see [router]).
 type routerData struct {
-	// VisitParam is the parameter of a Visit<Op>Response method, as oapi-codegen declares it for
-	// this router, and VisitWrite the expression that writes the runtime's result onto it.
-	VisitParam, VisitWrite string
-	// Record is the function turning a Visit method into an idem.Outcome recorder.
-	Record string
-	// Context, when set, is the function that turns the ctx the strict handler passes into the
-	// one the runtime and the handler get (see the router's template).
-	Context string
-	// ServerOptions is the type of oapi-codegen's router options (StdHTTPServerOptions), for
-	// doc comments.
-	ServerOptions string
-
-	// The rest is for the router's own template. Ctx is the framework's context type as a
-	// handler receives it. Methods are the router's route-registering methods, which the
-	// template wraps to put its middleware in front of each route oapi-codegen registers:
-	// their parameters, the arguments that forward them with the middleware first, and the
-	// type they return.
-	Ctx                               string
-	Methods                           []string
-	RouteParams, RouteArgs, RouteType string
-	// UserContext names fiber's per-request context accessor: UserContext (v2), Context (v3).
-	UserContext string
-}
-
-// routers maps each router to its shared-template data. The net/http family (std-http, chi,
-// gorilla, echo, echo5, gin) visits responses onto an http.ResponseWriter; fiber, fiber-v3 and
-// iris onto their own contexts, for which the router's template defines the writer and the
-// recorder.
-var routers = map[string]routerData{
-	RouterStdHTTP: netHTTPRouter("StdHTTPServerOptions"),
-	RouterChi:     netHTTPRouter("ChiServerOptions"),
-	RouterGorilla: netHTTPRouter("GorillaServerOptions"),
-	RouterEcho:    echoRouter("echo.Context", "*echo.Route"),
-	RouterEcho5:   echoRouter("*echo.Context", "echo.RouteInfo"),
-	RouterGin: {VisitParam: "w http.ResponseWriter", VisitWrite: "r.WriteTo(w)", Record: "idemhttp.Record",
-		Context: "idemRequestContext", ServerOptions: "GinServerOptions"},
-	RouterFiber: {VisitParam: "c *fiber.Ctx", VisitWrite: "r.WriteTo(idemResponseWriter(c))", Record: "idemRecord",
-		ServerOptions: "FiberServerOptions", Ctx: "*fiber.Ctx", Methods: titleMethods, UserContext: "UserContext",
-		RouteParams: "path string, handlers ...fiber.Handler", RouteArgs: "path, append([]fiber.Handler{r.mw}, handlers...)..."},
-	RouterFiberV3: {VisitParam: "c fiber.Ctx", VisitWrite: "r.WriteTo(idemResponseWriter(c))", Record: "idemRecord",
-		ServerOptions: "FiberServerOptions", Ctx: "fiber.Ctx", Methods: titleMethods, UserContext: "Context",
-		RouteParams: "path string, handler any, handlers ...any", RouteArgs: "path, r.mw, append([]any{handler}, handlers...)..."},
-	RouterIris: {VisitParam: "ctx iris.Context", VisitWrite: "r.WriteTo(ctx.ResponseWriter())", Record: "idemRecord",
-		ServerOptions: "IrisServerOptions"},
-}
-
-// upperMethods and titleMethods are every method a route can have, as echo and fiber name
-// their registering methods.
-var (
-	upperMethods = []string{"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
-	titleMethods = []string{"Connect", "Delete", "Get", "Head", "Options", "Patch", "Post", "Put", "Trace"}
-)
-
-func echoRouter(ctx, route string) routerData {
-	d := netHTTPRouter("RegisterHandlersOptions")
-	d.Ctx, d.Methods, d.RouteType = ctx, upperMethods, route
-	return d
-}
-
-func netHTTPRouter(options string) routerData {
-	return routerData{VisitParam: "w http.ResponseWriter", VisitWrite: "r.WriteTo(w)", Record: "idemhttp.Record", ServerOptions: options}
+	Methods []string
 }
 
 type opData struct {
@@ -97,9 +38,15 @@ type opData struct {
 	Idempotent bool
 	Storage    string // response, reference, marker
 	Policy     policyData
-	KeyExpr    string // the key's typed request field
-	Scope      string // the values of the policy's header:/path: scope parts, comma-separated
-	Parts      string // the values of the policy's fingerprint parts, comma-separated
+	KeyExpr    string     // the key's typed request field
+	Scope      []partData // the scope's parts besides the tenant, in the policy's order
+	Parts      []partData // the fingerprinted parameters
+}
+
+// partData is one named request value of the scope or the fingerprint.
+type partData struct {
+	Name  string // quoted: "header:X-Account"
+	Value string // the typed request field; "" for the operation scope part
 }
 
 type policyData struct {
@@ -118,19 +65,25 @@ type policyData struct {
 	KeyMaxLength   int
 	KeyPattern     string // quoted, or ""
 	ScopeTenant    bool
-	Scope          string // quoted scope part names besides the tenant: "operation", "header:X-Account"
-	// NoFingerprint (fingerprint: false): Fingerprint and the op's Parts and Bodies are empty,
-	// so the fingerprint is the route alone and every request with the key matches.
+	// NoFingerprint (fingerprint: false): the op's Parts and Bodies are empty, so the
+	// fingerprint is the route alone and every request with the key matches.
 	NoFingerprint bool
-	Fingerprint   string // quoted part names: "path:payment_id", "header:X-Tenant-Id"
 	Exclude       string // quoted JSON pointers
 	Body          bool   // the operation declares a request body, fingerprinted as sent
 	BodyTypes     string // quoted declared media types of the body
 	ReplayHeaders string // "Retry-After", "X-Rate" or ""
 }
 
-func render(w io.Writer, router string, data *fileData) error {
-	t, err := template.New("").ParseFS(templates.FS, "idempotency.go.tmpl", "partials/*.tmpl", router+"/*.tmpl")
+func render(w io.Writer, name string, data *fileData) error {
+	r, ok := lookupRouter(name)
+	if !ok {
+		return UnknownRouterError(name)
+	}
+	patterns := []string{"idempotency.go.tmpl", "partials/*.tmpl"}
+	for _, folder := range r.templateFolders() {
+		patterns = append(patterns, folder+"/*.tmpl")
+	}
+	t, err := template.New("").ParseFS(templates.FS, patterns...)
 	if err != nil {
 		return err
 	}
@@ -143,11 +96,11 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	for _, op := range s.Model.Operations {
 		byRoute[op.Route()] = op
 	}
-	rd, ok := routers[opts.Router]
+	r, ok := lookupRouter(opts.Router)
 	if !ok {
 		return nil, UnknownRouterError(opts.Router)
 	}
-	data := &fileData{Package: opts.Package, Router: rd}
+	data := &fileData{Package: opts.Package, Router: routerData{Methods: r.methods}}
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
@@ -179,7 +132,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	p := mo.Policy
 	od.Idempotent = true
-	od.Storage = p.Storage
+	od.Storage = string(p.Storage)
 	pd, err := policyLiteral(mo)
 	if err != nil {
 		return err
@@ -190,22 +143,18 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		return err
 	}
 	pd.KeyHeader, od.KeyExpr = keyHeader, keyExpr
-	scopeNames, scopeValues, err := scopeParts(p, co)
-	if err != nil {
+	if od.Scope, err = scopeParts(p, co); err != nil {
 		return err
 	}
-	pd.ScopeTenant = slices.ContainsFunc(p.Scope, func(it model.ScopeItem) bool { return it.Kind == "tenant" })
-	pd.Scope, od.Scope = quoteList(scopeNames), strings.Join(scopeValues, ", ")
+	pd.ScopeTenant = p.ScopesTenant()
 	if p.NoFingerprint {
 		pd.NoFingerprint = true
 		od.Policy = pd
 		return nil
 	}
-	names, values, err := fingerprintParts(p, co)
-	if err != nil {
+	if od.Parts, err = fingerprintParts(p, co); err != nil {
 		return err
 	}
-	pd.Fingerprint, od.Parts = quoteList(names), strings.Join(values, ", ")
 	if pd.Body = len(co.Bodies) > 0; pd.Body {
 		pd.Exclude = quoteList(p.Exclude)
 	}
@@ -231,19 +180,19 @@ func policyLiteral(mo *model.Operation) (policyData, error) {
 		ReplayHeaders:  quoteList(p.ReplayHeaders),
 	}
 	switch p.Storage {
-	case model.StorageResponse:
+	case policy.StorageResponse:
 		pd.Storage = "idemhttp.StorageResponse"
-	case model.StorageReference:
+	case policy.StorageReference:
 		pd.Storage = "idemhttp.StorageReference"
-	case model.StorageMarker:
+	case policy.StorageMarker:
 		pd.Storage = "idemhttp.StorageMarker"
 	default:
 		return pd, fmt.Errorf("storage %q is not one idemgen generates (response, reference, marker)", p.Storage)
 	}
 	switch p.Claim {
-	case model.ClaimLease, "":
+	case policy.ClaimLease, "":
 		pd.Claim = "idem.ClaimLease"
-	case model.ClaimTransaction:
+	case policy.ClaimTransaction:
 		pd.Claim = "idem.ClaimTransaction"
 	default:
 		return pd, fmt.Errorf("claim %q is not one idemgen generates (lease, transaction)", p.Claim)
@@ -264,7 +213,7 @@ func operationID(mo *model.Operation) string {
 
 // keySource finds the key's parameter: the key header's declared name (quoted; "" for a path
 // key) and the typed request field that holds the key.
-func keySource(p *model.Policy, co *oapiOp) (header, expr string, err error) {
+func keySource(p *policy.Policy, co *oapiOp) (header, expr string, err error) {
 	switch {
 	case p.Key.Header != "":
 		kp, ok := co.findParam("header", p.Key.Header)
@@ -284,35 +233,35 @@ func keySource(p *model.Policy, co *oapiOp) (header, expr string, err error) {
 
 // scopeParts lists the scope's parts besides the tenant, in the policy's order: their names
 // and, for header: and path: parts, the typed request fields that hold their values.
-func scopeParts(p *model.Policy, co *oapiOp) (names, values []string, err error) {
+func scopeParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
+	var parts []partData
 	for _, it := range p.Scope {
 		switch it.Kind {
-		case "tenant":
-		case "operation":
-			names = append(names, "operation")
-		case "header", "path":
+		case policy.ScopeTenant:
+		case policy.ScopeOperation:
+			parts = append(parts, partData{Name: strconv.Quote(policy.ScopeOperation)})
+		case policy.ScopeHeader, policy.ScopePath:
 			prm, ok := co.findParam(it.Kind, it.Name)
 			if !ok {
-				return nil, nil, fmt.Errorf("scope item %s:%s names no %s parameter of the operation", it.Kind, it.Name, it.Kind)
+				return nil, fmt.Errorf("scope item %s names no %s parameter of the operation", it, it.Kind)
 			}
-			names = append(names, partName(prm))
-			values = append(values, fieldExpr(prm))
+			parts = append(parts, partData{Name: strconv.Quote(partName(prm)), Value: fieldExpr(prm)})
 		default:
-			return nil, nil, fmt.Errorf("scope item kind %q is not one idemgen generates", it.Kind)
+			return nil, fmt.Errorf("scope item kind %q is not one idemgen generates", it.Kind)
 		}
 	}
-	return names, values, nil
+	return parts, nil
 }
 
 // fingerprintParts lists the declared path, query and non-key header parameters that are
 // fingerprinted (minus fingerprint.exclude's), in a fixed order: path, query, header, each by
 // name.
-func fingerprintParts(p *model.Policy, co *oapiOp) (names, values []string, err error) {
+func fingerprintParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
 	excluded := map[string]bool{}
 	for _, x := range p.ExcludeParams {
 		prm, ok := co.findParam(x.In, x.Name)
 		if !ok {
-			return nil, nil, fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
+			return nil, fmt.Errorf("fingerprint.exclude %s:%s names no %s parameter of the operation", x.In, x.Name, x.In)
 		}
 		excluded[partName(prm)] = true
 	}
@@ -334,11 +283,11 @@ func fingerprintParts(p *model.Policy, co *oapiOp) (names, values []string, err 
 	slices.SortStableFunc(parts, func(a, b oapiParam) int {
 		return cmp.Or(cmp.Compare(order[a.In], order[b.In]), cmp.Compare(partName(a), partName(b)))
 	})
-	for _, prm := range parts {
-		names = append(names, partName(prm))
-		values = append(values, fieldExpr(prm))
+	out := make([]partData, len(parts))
+	for i, prm := range parts {
+		out[i] = partData{Name: strconv.Quote(partName(prm)), Value: fieldExpr(prm)}
 	}
-	return names, values, nil
+	return out, nil
 }
 
 func partName(p oapiParam) string {

@@ -52,7 +52,7 @@ start)
 	user=$(if [[ $(id -u) -eq 0 ]]; then echo postgres; else id -un; fi)
 	as_owner "$bindir/initdb" -D "$dir/data" -U "$user" --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 || {
 		echo "pg.sh: initdb failed; see $dir/initdb.log:" >&2; tail -20 "$dir/initdb.log" >&2; exit 1; }
-	opts="-k $dir -c listen_addresses='' -c max_connections=300"
+	opts="-k $dir -c listen_addresses=''"
 	if [[ "${PG_DURABLE:-}" != 1 ]]; then
 		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	fi

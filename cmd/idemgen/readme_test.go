@@ -111,10 +111,11 @@ const (
 	readmeMain           = "main.go, body of main"
 	readmeInstallRelease = "install from a release"
 	readmeInstallLocal   = "install from a checkout"
+	readmeClient         = "client"
 )
 
 var readmeNames = []string{readmeSpec, readmeAnnotateOut, readmeAnnotated, readmeConfig, readmeGenerateGo,
-	readmeDecls, readmeMain, readmeInstallRelease, readmeInstallLocal, readmeRouters}
+	readmeDecls, readmeMain, readmeInstallRelease, readmeInstallLocal, readmeRouters, readmeClient}
 
 // readmeRouters marks the wiring snippets of the routers section. They need the frameworks,
 // which this module does not depend on, so TestReadmeRouterSnippets checks them against the
@@ -229,12 +230,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemclient"
 
 	"example.com/payments/api"
 )
 
 `)
 	src.WriteString(blocks[readmeDecls].text)
+	// The client's function, built against the client.gen.go that client: true writes.
+	src.WriteString("\n" + blocks[readmeClient].text)
 	src.WriteString("\nfunc main() {\n\tctx := context.Background()\n")
 	sc := bufio.NewScanner(strings.NewReader(blocks[readmeMain].text))
 	for sc.Scan() {

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -45,6 +46,9 @@ const (
 	serverTransaction = "transaction"
 	// serverCached is the example with the runtime's replay cache on (64 MiB).
 	serverCached = "cached"
+	// serverPeer is the ceiling with create made idempotent by hand (bench_peer_test.go): the
+	// figure to beat.
+	serverPeer = "peer"
 )
 
 // The child's environment. A test binary started with envServe set serves instead of testing.
@@ -86,28 +90,35 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 	case serverLease:
 		return newHandler(pool, cfg, log)
 	case serverCeiling:
-		return ceilingHandler(pool, cfg, log)
+		return ceilingHandler(pool, schema, log)
+	case serverPeer:
+		return peerHandler(pool, schema, log)
 	case serverTransaction:
 		return transactionHandler(pool, cfg, log)
 	case serverCached:
 		cfg.ReplayCacheBytes = 64 << 20
 		return newHandler(pool, cfg, log)
 	}
-	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s or %s)", mode, serverCeiling, serverLease, serverTransaction, serverCached)
+	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverLease, serverTransaction, serverCached)
 }
 
 // ceilingHandler is newHandler with create served by ceilingServer.
-func ceilingHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
-	c := *cfg
-	c.Tenant = tenantForStore
-	c.Logger = log
-	store, err := idem.NewStore(pool, &c)
+func ceilingHandler(pool *pgxpool.Pool, schema string, log *slog.Logger) (http.Handler, error) {
+	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
+		return ceilingServer{StrictServerInterface: inner, db: pool}
+	})
+}
+
+// stackFor is newHandler's HTTP stack with create served by the strict server wrap returns; the
+// other operations stay the example's idempotent ones (inner), which the benchmark does not use.
+// The ceiling and the hand-written peer share it, so they differ only in create.
+func stackFor(pool *pgxpool.Pool, schema string, log *slog.Logger, wrap func(inner api.StrictServerInterface) api.StrictServerInterface) (http.Handler, error) {
+	store, err := idem.NewStore(pool, &idem.Config{Schema: schema, Tenant: tenantForStore, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
 	}
 	p := &payments{db: pool}
-	strict := api.NewStrictHandlerWithOptions(
-		ceilingServer{StrictServerInterface: api.NewIdempotentServer(p, store), db: pool},
+	strict := api.NewStrictHandlerWithOptions(wrap(api.NewIdempotentServer(p, store)),
 		[]api.StrictMiddlewareFunc{validate},
 		strictOptions(store))
 	// The same stack as NewIdempotentHandler's: the body captured and capped, problems for
@@ -507,20 +518,23 @@ func TestBenchTxSpecIsTheExampleWithTransactionClaims(t *testing.T) {
 
 // TestBenchServers checks that the benchmark's servers are what its table calls them, over
 // HTTP on real PostgreSQL: the ceiling creates payments without claiming or storing a key (a
-// repeated key reaches the business code, which refuses it), and the lease and transaction
-// servers replay a repeated key from the key row they stored.
+// repeated key reaches the business code, which refuses it); the hand-written peer and the
+// lease and transaction servers replay a repeated key from the key row they stored, refuse it
+// for another body, and execute a storm of concurrent duplicates once.
 func TestBenchServers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		mode         string
 		secondStatus int
 		replayed     bool
+		keyTable     string
 		keyRows      int
 	}{
-		{serverCeiling, http.StatusUnprocessableEntity, false, 0},
-		{serverLease, http.StatusCreated, true, 1},
-		{serverTransaction, http.StatusCreated, true, 1},
-		{serverCached, http.StatusCreated, true, 1},
+		{serverCeiling, http.StatusUnprocessableEntity, false, idem.DefaultTable, 0},
+		{serverPeer, http.StatusCreated, true, "peer_keys", 1},
+		{serverLease, http.StatusCreated, true, idem.DefaultTable, 1},
+		{serverTransaction, http.StatusCreated, true, idem.DefaultTable, 1},
+		{serverCached, http.StatusCreated, true, idem.DefaultTable, 1},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
@@ -535,7 +549,7 @@ func TestBenchServers(t *testing.T) {
 			}
 			srv := httptest.NewServer(h)
 			defer srv.Close()
-			l := newLoad(1)
+			l := newLoad(8)
 			defer l.client.CloseIdleConnections()
 			s := &benchServer{mode: tc.mode, url: srv.URL}
 			st, replayed, _, err := l.send(ctx, s, "k1")
@@ -547,15 +561,79 @@ func TestBenchServers(t *testing.T) {
 				t.Fatalf("the same key again: status %d, replayed %v, error %v; want %d, replayed %v", st, replayed, err, tc.secondStatus, tc.replayed)
 			}
 			var keys, events int
-			if err := sch.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM idempotency_keys), (SELECT count(*) FROM payment_events)").Scan(&keys, &events); err != nil {
+			if err := sch.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+tc.keyTable+"), (SELECT count(*) FROM payment_events)").Scan(&keys, &events); err != nil {
 				t.Fatal(err)
 			}
 			if keys != tc.keyRows || events != 1 {
-				t.Errorf("%d key rows and %d ledger events; want %d key rows and 1 event", keys, events, tc.keyRows)
+				t.Errorf("%d rows in %s and %d ledger events; want %d key rows and 1 event", keys, tc.keyTable, events, tc.keyRows)
 			}
 			if err := checkOnce(ctx, sch.Pool, []string{"k1"}); err != nil {
 				t.Error(err)
 			}
+			if tc.mode == serverCeiling {
+				return
+			}
+			if st, _, err := sendBody(ctx, l, s, "k1", `{"amount_minor": 1, "currency": "RUB"}`); err != nil || st != http.StatusUnprocessableEntity {
+				t.Errorf("the same key with another body: status %d, error %v; want 422", st, err)
+			}
+			// A storm: every client at once with one new key, one execution.
+			answers := make([]struct {
+				status   int
+				replayed bool
+				err      error
+			}, l.clients)
+			var wg sync.WaitGroup
+			for i := range answers {
+				wg.Go(func() {
+					a := &answers[i]
+					a.status, a.replayed, _, a.err = l.send(ctx, s, "storm")
+				})
+			}
+			wg.Wait()
+			executed := 0
+			for _, a := range answers {
+				switch {
+				case a.err != nil:
+					t.Fatal(a.err)
+				case a.status == http.StatusCreated && !a.replayed:
+					executed++
+				case a.status == http.StatusCreated, a.status == http.StatusConflict:
+				default:
+					t.Errorf("a duplicate in the storm got status %d; want 201 (a replay) or 409", a.status)
+				}
+			}
+			if executed != 1 {
+				t.Errorf("%d of the storm's %d requests executed; want exactly 1", executed, len(answers))
+			}
+			if err := checkOnce(ctx, sch.Pool, []string{"k1", "storm"}); err != nil {
+				t.Error(err)
+			}
 		})
 	}
+}
+
+func (t txPayments) CreatePayout(ctx context.Context, tx pgx.Tx, req benchtx.CreatePayoutRequestObject) (benchtx.CreatePayoutResponseObject, error) {
+	return t.p.CreatePayout(ctx, tx, api.CreatePayoutRequestObject{Params: api.CreatePayoutParams(req.Params), Body: (*api.CreatePayoutJSONRequestBody)(req.Body)})
+}
+
+func (t txPayments) GetPayout(ctx context.Context, req benchtx.GetPayoutRequestObject) (benchtx.GetPayoutResponseObject, error) {
+	return t.p.GetPayout(ctx, api.GetPayoutRequestObject{PayoutId: req.PayoutId, Params: api.GetPayoutParams(req.Params)})
+}
+
+// sendBody is load.send with another body: the status and whether it was a replay.
+func sendBody(ctx context.Context, l *load, s *benchServer, key, body string) (int, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/payments", strings.NewReader(body))
+	if err != nil {
+		return 0, false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(tenantHeader, benchTenant)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(idemhttp.HeaderReplayed) == "true", err
 }

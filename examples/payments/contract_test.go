@@ -2,14 +2,21 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgen/idemgen/examples/payments/api"
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
 // The HTTP contract for every request a client can send: the whole body fingerprinted as sent,
@@ -203,5 +210,43 @@ func TestUndeclaredMediaTypeIs415(t *testing.T) {
 	}
 	if n := e.keyRows(); n != 1 {
 		t.Fatalf("%d key rows; want 1 (only the JSON request claimed)", n)
+	}
+}
+
+// A configured MaxRequestBody is the cap, not the default: with a cap of 200 bytes, a body of
+// 300 bytes (far under the 1 MiB default) is answered 413 before the claim, and one under the
+// cap is served.
+func TestConfiguredMaxRequestBodyIsTheCap(t *testing.T) {
+	t.Parallel()
+	schema := idemtest.TestSchema(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := migrate(ctx, schema.Pool); err != nil {
+		t.Fatal(err)
+	}
+	cfg := schema.Config()
+	cfg.Tenant = tenantForStore
+	store, err := idem.NewStore(schema.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	const limit = 200
+	h := api.NewIdempotentHandler(&payments{db: schema.Pool}, store, &api.IdempotentHandlerOptions{
+		Middlewares: []api.StrictMiddlewareFunc{validate}, MaxRequestBody: limit,
+	})
+	srv := httptest.NewServer(outerHandler(schema.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)), h, http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Timeout = 10 * time.Second
+	e := &env{t: t, url: srv.URL, client: client, schema: schema}
+
+	over := `{"amount_minor": 100, "currency": "EUR", "pad": "` + strings.Repeat("x", 300-limit) + strings.Repeat("y", limit) + `"}`
+	wantProblem(t, "a body over the configured cap", e.send(create("acme", "k-over", over)), http.StatusRequestEntityTooLarge, "body-too-large")
+	if n := e.keyRows(); n != 0 {
+		t.Fatalf("%d key rows after a body over the cap; want 0 (refused before the claim)", n)
+	}
+	if resp := e.send(create("acme", "k-under", body19900)); resp.status != http.StatusCreated {
+		t.Fatalf("a body under the cap: %d %s; want 201", resp.status, resp.body)
 	}
 }

@@ -118,7 +118,8 @@ var (
 func newFaultEnv(t *testing.T, maxConns int32, tune func(*idem.Config)) (*env, *hookTracer) {
 	t.Helper()
 	tr := &hookTracer{}
-	base := idemtest.TestSchema(t, nil)
+	// The schema's reservation of the server's connections covers the fault pool's.
+	base := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: maxConns})
 	schema := *base
 	schema.Pool = faultPool(t, base.URL, base.Name, maxConns, tr)
 	if err := migrate(context.Background(), schema.Pool); err != nil {
@@ -148,6 +149,7 @@ func faultPool(t *testing.T, url, schema string, maxConns int32, tr pgx.QueryTra
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.Tracer = tr
+	cfg.ConnConfig.DialFunc = dialCuttable
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -321,6 +323,104 @@ func TestFaultBackendTerminatedAroundTheHandler(t *testing.T) {
 			backendTerminated(t, at)
 		})
 	}
+}
+
+// cuttableConn is a connection to PostgreSQL whose answers a test can hold back and then cut
+// off: the server runs what it was sent, and the client never reads what it answered.
+type cuttableConn struct {
+	net.Conn
+	mu   sync.Mutex
+	held chan struct{} // closed when the held answers are cut off; nil while reads pass
+}
+
+func dialCuttable(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &cuttableConn{Conn: c}, nil
+}
+
+// hold makes reads wait from now on; cut ends them with an error and closes the connection.
+func (c *cuttableConn) hold() (cut func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	held := make(chan struct{})
+	c.held = held
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(held)
+			c.Conn.Close()
+		})
+	}
+}
+
+func (c *cuttableConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	if held != nil {
+		<-held
+		return 0, fmt.Errorf("the test cut the connection before its answer was read: %w", net.ErrClosed)
+	}
+	return c.Conn.Read(b)
+}
+
+// TestFaultConnectionCutAfterCommitKeepsTheOutcome cuts the request's connection after its
+// COMMIT ran on the server and before the answer was read: the request cannot tell whether it
+// committed, and gives the key back, which must leave the completed row alone. The work is kept
+// once (one ledger row), and the retry replays it instead of running it again.
+func TestFaultConnectionCutAfterCommitKeepsTheOutcome(t *testing.T) {
+	t.Parallel()
+	e, tr := newFaultEnv(t, 4, nil)
+	const tenant, key = "acme", "cut-after-commit"
+	committed := make(chan error, 1)
+	fired := tr.arm(atCommit, func(_ context.Context, conn *pgx.Conn) {
+		cut := conn.PgConn().Conn().(*cuttableConn).hold()
+		go func() { // once the commit is visible from another connection, cut the answer off
+			defer cut()
+			deadline := time.Now().Add(10 * time.Second)
+			for e.keyState(tenant, key) != "complete" {
+				if time.Now().After(deadline) {
+					committed <- errors.New("the commit never became visible within 10s")
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			committed <- nil
+		}()
+	})
+	resp := e.send(create(tenant, key, body19900))
+	select {
+	case <-fired:
+	default:
+		t.Fatalf("%s never ran: the fault was never injected (has the runtime's SQL changed?)", atCommit.name)
+	}
+	select {
+	case err := <-committed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(faultBound):
+		t.Fatal("the fault never cut the connection")
+	}
+	t.Logf("the request whose commit answer was lost: %d %s", resp.status, resp.body)
+	if n := e.events("authorized", key); n != 1 {
+		t.Fatalf("%d ledger rows after the commit whose answer was lost; want 1 (it committed)", n)
+	}
+	if st := e.keyState(tenant, key); st != "complete" {
+		t.Fatalf("the key is %q after the commit whose answer was lost; want complete: the release deleted the stored outcome", st)
+	}
+	retry := e.send(create(tenant, key, body19900))
+	if retry.status != http.StatusCreated || !retry.replayed() {
+		t.Errorf("retry after the lost commit answer: %d (replayed %v); want the stored 201 replayed; body %s", retry.status, retry.replayed(), retry.body)
+	}
+	if n := e.events("authorized", key); n != 1 {
+		t.Errorf("%d ledger rows after the retry; want 1 (the work ran again)", n)
+	}
+	e.wantLedgerMatchesKeys()
 }
 
 // backendTerminated is one run of the test above, at the statement at.

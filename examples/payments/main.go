@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; port 0 picks a free port (the log says which)")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL)")
 	adminToken := fs.String("admin-token", "", "serve the support page at "+supportPath+" to the user admin with this password (default: $ADMIN_TOKEN; none: no page)")
+	bankURL := fs.String("bank-url", "", "the bank payouts are paid through (default: a fake bank this process serves on a loopback port)")
 	replayCache := fs.Int64("replay-cache-bytes", 0, "keep up to this many bytes of completed outcomes in memory, so replays of them skip the database (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -102,10 +103,39 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := migrate(startCtx, pool); err != nil {
 		return err
 	}
+	if err := migratePayouts(startCtx, pool, *schema, log); err != nil {
+		return err
+	}
 	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))
 
 	recent := idemadmin.NewRecent(0) // the support page's recent mismatches
 	cfg.Observer = recent.Observer()
+	if *bankURL == "" {
+		stopBank, url, err := serveFakeBank(pool, log)
+		if err != nil {
+			return err
+		}
+		defer stopBank()
+		*bankURL = url
+	}
+	worker, err := newPayoutWorker(pool, *schema, log, workerOptions{BankURL: *bankURL})
+	if err != nil {
+		return err
+	}
+	// Start's context is the worker's lifetime; it stops below, after the HTTP server.
+	if err := worker.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start the payout worker: %w", err)
+	}
+	defer func() {
+		// Jobs running finish (their writes and completions commit) or, past the timeout, are
+		// cancelled and run again later, with the same bank key.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := worker.Stop(stopCtx); err != nil {
+			log.Warn("payout worker stopped with jobs still running; River runs them again", "err", err)
+		}
+	}()
+
 	handler, store, err := newService(pool, cfg, log)
 	if err != nil {
 		return err

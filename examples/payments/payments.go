@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -28,7 +29,8 @@ var keyRule = idemhttp.KeyRule{Header: "Idempotency-Key", Required: true, MaxLen
 // payments implements api.IdempotentServerInterface. Idempotent operations run inside the
 // transaction idemgen's adapter opened: the business rows and the stored outcome commit together.
 type payments struct {
-	db *pgxpool.Pool
+	db   *pgxpool.Pool
+	jobs *river.Client[pgx.Tx] // inserts payout jobs (payouts.go)
 }
 
 var _ api.IdempotentServerInterface = (*payments)(nil)

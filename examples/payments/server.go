@@ -36,7 +36,7 @@ func requireTenant(next http.Handler) http.Handler {
 		tenant := r.Header.Get(tenantHeader)
 		if tenant == "" || len(tenant) > 64 {
 			writeProblem(w, problem(http.StatusUnauthorized, "unauthenticated", "Missing tenant",
-				"send the "+tenantHeader+" header (1 to 64 characters); it stands in for authentication in this example"))
+				"send the "+tenantHeader+" header (1 to 64 bytes); it stands in for authentication in this example"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
@@ -69,6 +69,17 @@ func validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerF
 				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
 			case !currencyRE.MatchString(req.Body.Currency):
 				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
+			}
+		case api.CreatePayoutRequestObject:
+			switch {
+			case req.Body == nil:
+				detail = "the body is required"
+			case req.Body.AmountMinor < 1:
+				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
+			case !currencyRE.MatchString(req.Body.Currency):
+				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
+			case req.Body.Account == "" || len(req.Body.Account) > 64:
+				detail = "account must be 1 to 64 characters"
 			}
 		case api.RefundPaymentRequestObject:
 			switch {
@@ -113,7 +124,7 @@ func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	}
 	// A registry of the handler's own, not the global one: tests build several handlers in one
 	// process, and each must count only its own requests.
-	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment"}})
+	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout"}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
@@ -127,7 +138,11 @@ func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	// The generated default wiring: bodies kept as sent for the fingerprint (and capped), and
 	// every binding error, unknown route and handler error answered as a problem. validate runs
 	// after binding and before the adapter claims a key.
-	apiHandler := api.NewIdempotentHandler(&payments{db: pool}, store, &api.IdempotentHandlerOptions{
+	jobs, err := newJobInserter(pool, c.Schema, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	apiHandler := api.NewIdempotentHandler(&payments{db: pool, jobs: jobs}, store, &api.IdempotentHandlerOptions{
 		Middlewares: []api.StrictMiddlewareFunc{validate},
 	})
 	return outerHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil

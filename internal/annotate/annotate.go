@@ -10,14 +10,15 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
-	"github.com/idemgen/idemgen/generator/model"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
@@ -36,7 +37,7 @@ type Options struct {
 	Storage        string   // response, reference or marker
 	TTL            string   // Go duration, or days: 3d
 	Lease          string   // Go duration
-	Wait           string   // Go duration, lease claims only
+	Wait           string   // Go duration, zero or more
 	Claim          string   // lease or transaction
 	Scope          []string // tenant, operation, header:<Name>, path:<param>; nil: see Result.Scopes
 	MismatchStatus int      // 400, 409 or 422; 0 means the default
@@ -150,15 +151,15 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 	if v := root.str("openapi"); !strings.HasPrefix(v, "3.") {
 		return nil, &InputError{file, errors.New(`not an OpenAPI 3 document (no "openapi: 3.x" field)`)}
 	}
-	if err := kinLoad(file, data); err != nil {
-		line, col, msg := spec.LoadFailure(err)
-		where := ""
-		if line > 0 {
-			where = fmt.Sprintf(" (line %d, column %d)", line, col)
-		}
-		return nil, &InputError{file, fmt.Errorf("kin-openapi cannot load it%s, fix the document first: %s", where, msg)}
+	loaded, err := spec.LoadData(file, data, nil)
+	if err != nil {
+		return nil, &InputError{file, loadError(file, data, err)}
 	}
-	p := &planner{file: file, root: root, opts: opts}
+	flags, err := opts.raw()
+	if err != nil {
+		return nil, &OptionError{err}
+	}
+	p := &planner{file: file, root: root, opts: opts, loaded: loaded, flags: flags}
 	if err := p.plan(); err != nil {
 		var oe *OptionError
 		if errors.As(err, &oe) {
@@ -179,10 +180,51 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 	if _, _, err := parse(res.Output); err != nil {
 		return nil, fmt.Errorf("%s: annotate produced text that does not parse (a bug, please report it): %w", file, err)
 	}
-	if err := kinLoad(file, res.Output); err != nil {
-		return nil, fmt.Errorf("%s: annotate produced a document kin-openapi cannot load (a bug, please report it): %w", file, err)
+	if err := p.checkOutput(res.Output); err != nil {
+		return nil, fmt.Errorf("%s: %w (a bug, please report it)", file, err)
 	}
 	return res, nil
+}
+
+// loadError says why the document cannot be loaded: kin-openapi's reason when it is the one
+// refusing, placed at its line and column.
+func loadError(file string, data []byte, err error) error {
+	kerr := kinLoad(file, data)
+	if kerr == nil {
+		return err
+	}
+	line, col, msg := spec.LoadFailure(kerr)
+	where := ""
+	if line > 0 {
+		where = fmt.Sprintf(" (line %d, column %d)", line, col)
+	}
+	return fmt.Errorf("kin-openapi cannot load it%s, fix the document first: %s", where, msg)
+}
+
+// checkOutput loads the annotated document through the loader lint and generate use: it must
+// load, and every operation annotate marked must resolve without an error. Only the key header
+// may be missing, when --no-key-param leaves declaring it to the user.
+func (p *planner) checkOutput(out []byte) error {
+	s, err := spec.LoadData(p.file, out, nil)
+	if err != nil {
+		return fmt.Errorf("annotate produced a document that does not load: %w", err)
+	}
+	annotated := map[string]bool{}
+	for _, r := range p.annotated {
+		annotated[r] = true
+	}
+	for _, d := range s.Diagnostics {
+		if d.Severity == policy.SeverityError && annotated[d.Operation] && !p.expected(d) {
+			return fmt.Errorf("annotate produced a policy that does not resolve: %s", d)
+		}
+	}
+	return nil
+}
+
+// expected reports the one error annotate leaves on purpose: an undeclared key header under
+// --no-key-param.
+func (p *planner) expected(d policy.Diagnostic) bool {
+	return p.opts.NoKeyParam && d.Rule == policy.RuleKeyHeaderUndeclared
 }
 
 func parse(data []byte) (*node, doc, error) {
@@ -239,116 +281,89 @@ func splice(data []byte, ins []insertion) []byte {
 	return b.Bytes()
 }
 
-var scopeItem = regexp.MustCompile(`^(tenant|operation|header:[!#$%&'*+\-.^_` + "`" + `|~0-9A-Za-z]+|path:[A-Za-z0-9_.\-]+)$`)
-
 func (o *Options) validate() error {
 	for _, m := range o.Methods {
 		if !slices.Contains(httpMethods, strings.ToLower(m)) {
 			return fmt.Errorf("--methods: %q is not an HTTP method (use e.g. post,patch,put,delete)", m)
 		}
 	}
-	switch o.Storage {
-	case "", "response", "reference", "marker":
-	default:
-		return fmt.Errorf("--storage: %q is not a storage mode (use response, reference or marker)", o.Storage)
-	}
-	switch o.Claim {
-	case "", "lease", "transaction":
-	default:
-		return fmt.Errorf("--claim: %q is not a claim mode (use lease or transaction)", o.Claim)
-	}
-	for _, f := range []struct{ name, v string }{{"--ttl", o.TTL}, {"--lease", o.Lease}, {"--wait", o.Wait}} {
-		if f.v == "" {
-			continue
-		}
-		d, err := model.ParseDuration(f.v)
-		if err != nil || d < 0 || (d == 0 && f.name != "--wait") {
-			return fmt.Errorf("%s: %q is not a positive duration (use e.g. 24h, 90s or 3d)", f.name, f.v)
-		}
-	}
-	if o.Wait != "" && o.Claim == "transaction" {
-		return errors.New("--wait applies to --claim lease only (a transaction claim waits for the first request by itself)")
-	}
-	switch o.MismatchStatus {
-	case 0, 400, 409, 422:
-	default:
-		return fmt.Errorf("--mismatch-status: %d is not allowed (use 422, 409 or 400)", o.MismatchStatus)
-	}
-	seen := map[string]bool{}
-	for _, s := range o.Scope {
-		if !scopeItem.MatchString(s) {
-			return fmt.Errorf("--scope: %q is not a scope item (use tenant, operation, header:<Name> or path:<param>)", s)
-		}
-		if seen[strings.ToLower(s)] {
-			return fmt.Errorf("--scope: %q is listed twice", s)
-		}
-		seen[strings.ToLower(s)] = true
-	}
 	return nil
 }
 
-// defaults are the values a field takes when an operation does not write it: the document's
-// root x-idempotency mapping, else the built-in defaults (model.Default…).
-type defaults struct {
-	storage, ttl, lease, wait, claim string
-	scope                            []string
-	scopeSet                         bool // the document's defaults name a scope
-	mismatch                         int
-	keyHeader                        string // "" when the key comes from a path parameter
-	keyRequired                      bool
-}
-
-func readDefaults(root *node) defaults {
-	d := defaults{storage: model.DefaultStorage, ttl: model.FormatDuration(model.DefaultTTL),
-		lease: model.FormatDuration(model.DefaultLease), wait: model.FormatDuration(model.DefaultWait),
-		claim: model.DefaultClaim, scope: model.DefaultScope(), mismatch: model.DefaultMismatchStatus,
-		keyHeader: model.DefaultKeyHeader, keyRequired: true}
-	x := root.get("x-idempotency")
-	if !x.isMap() {
-		return d
+// raw reads the policy options as the x-idempotency fields they stand for, each checked by
+// package policy, the same parsers a spec's values go through.
+func (o *Options) raw() (*policy.Raw, error) {
+	r := &policy.Raw{}
+	bad := func(flag string, p *policy.Problem) error { return fmt.Errorf("%s: %s", flag, p.Msg) }
+	if o.Storage != "" {
+		v, p := policy.ParseStorage(o.Storage)
+		if p != nil {
+			return nil, bad("--storage", p)
+		}
+		r.Storage = policy.Value(v, policy.Position{})
+	}
+	if o.Claim != "" {
+		v, p := policy.ParseClaim(o.Claim)
+		if p != nil {
+			return nil, bad("--claim", p)
+		}
+		r.Claim = policy.Value(v, policy.Position{})
 	}
 	for _, f := range []struct {
-		key string
-		dst *string
-	}{{"storage", &d.storage}, {"ttl", &d.ttl}, {"lease", &d.lease}, {"wait", &d.wait}, {"claim", &d.claim}} {
-		if v := x.str(f.key); v != "" {
-			*f.dst = v
+		flag, field, v string
+		dst            *policy.Field[time.Duration]
+	}{{"--ttl", "ttl", o.TTL, &r.TTL}, {"--lease", "lease", o.Lease, &r.Lease}, {"--wait", "wait", o.Wait, &r.Wait}} {
+		if f.v == "" {
+			continue
 		}
+		d, p := policy.ParseDurationField(f.field, f.v)
+		if p != nil {
+			return nil, bad(f.flag, p)
+		}
+		*f.dst = policy.Value(d, policy.Position{})
 	}
-	if s := x.get("scope"); s != nil && s.kind == kindSeq {
-		d.scope, d.scopeSet = nil, true
-		for _, it := range s.items {
-			d.scope = append(d.scope, it.value)
+	if o.MismatchStatus != 0 {
+		v, p := policy.ParseMismatchStatus(o.MismatchStatus)
+		if p != nil {
+			return nil, bad("--mismatch-status", p)
 		}
+		r.MismatchStatus = policy.Value(v, policy.Position{})
 	}
-	if v, err := strconv.Atoi(x.str("mismatchStatus")); err == nil {
-		d.mismatch = v
+	if o.Scope != nil {
+		scope, probs := policy.ParseScope(o.Scope)
+		if len(probs) > 0 {
+			return nil, bad("--scope", probs[0].Problem)
+		}
+		var items []policy.Placed[policy.ScopeItem]
+		for _, it := range scope {
+			items = append(items, policy.Placed[policy.ScopeItem]{V: it})
+		}
+		r.Scope = policy.Value(items, policy.Position{})
 	}
-	if k := x.get("key"); k.isMap() {
-		if h := k.str("header"); h != "" {
-			d.keyHeader = h
-		}
-		if k.str("from") != "" && k.str("header") == "" {
-			d.keyHeader = ""
-		}
-		if k.str("required") == "false" {
-			d.keyRequired = false
-		}
-	}
-	return d
+	return r, nil
 }
 
-func sameDuration(a, b string) bool {
-	da, errA := model.ParseDuration(a)
-	db, errB := model.ParseDuration(b)
-	return errA == nil && errB == nil && da == db
+// flagOf names the option behind an x-idempotency field, for messages about the options.
+func flagOf(field string) string {
+	switch field {
+	case "mismatchStatus":
+		return "--mismatch-status"
+	case "storage", "ttl", "lease", "wait", "claim", "scope":
+		return "--" + field
+	}
+	return "x-idempotency." + field
 }
 
 type planner struct {
-	file string
-	root *node
-	opts Options
-	def  defaults
+	file   string
+	root   *node
+	opts   Options
+	loaded *spec.Spec  // the input, as lint and generate load it
+	flags  *policy.Raw // the policy options as x-idempotency fields
+	// def is what an operation gets when it writes nothing: the document's defaults over the
+	// built-in ones. scopeSet says the document's defaults name a scope.
+	def      *policy.Policy
+	scopeSet bool
 
 	annotated []string
 	skipped   []Skip
@@ -446,12 +461,11 @@ func (p *planner) skip(o op, reason string) {
 }
 
 func (p *planner) plan() error {
-	p.def = readDefaults(p.root)
-	lease, wait := or(p.opts.Lease, p.def.lease), or(p.opts.Wait, p.def.wait)
-	if dl, err := model.ParseDuration(lease); err == nil {
-		if dw, err := model.ParseDuration(wait); err == nil && dw > dl {
-			return &OptionError{fmt.Errorf("--wait: %s is longer than the lease (%s); a duplicate would still be waiting when the claim can be taken over (use a shorter --wait)", wait, lease)}
-		}
+	defs := p.loaded.Defaults
+	p.def, _ = policy.Resolve(policy.Input{Defaults: defs})
+	p.scopeSet = defs != nil && defs.Scope.Set
+	if err := p.checkFlags(); err != nil {
+		return &OptionError{err}
 	}
 	all, err := p.operations()
 	if err != nil {
@@ -477,6 +491,19 @@ func (p *planner) plan() error {
 	return nil
 }
 
+// checkFlags reports the first rule the options break together with the document's defaults
+// that the defaults alone do not break (wait longer than the lease, say).
+func (p *planner) checkFlags() error {
+	_, before := policy.Resolve(policy.Input{Defaults: p.loaded.Defaults})
+	_, after := policy.Resolve(policy.Input{Raw: p.flags, Defaults: p.loaded.Defaults})
+	for _, d := range after {
+		if d.Severity == policy.SeverityError && !slices.Contains(before, d) {
+			return fmt.Errorf("%s: %s", flagOf(d.Field), d.Detail())
+		}
+	}
+	return nil
+}
+
 // cannot says why o cannot be made idempotent, or "".
 func (p *planner) cannot(o op) string {
 	if o.pathItem.get("$ref") != nil {
@@ -488,29 +515,10 @@ func (p *planner) cannot(o op) string {
 	if !o.node.editable() {
 		return "the operation is not a mapping that can be edited"
 	}
-	switch or(p.opts.Storage, p.def.storage) {
-	case "reference":
-		if _, withBody := p.successResponses(o); !withBody {
-			return "storage reference replays by reloading the resource into a 2xx response with a body, and the operation declares none (declare one, or use --storage response)"
-		}
-	case "marker":
-		if any, _ := p.successResponses(o); !any {
-			return "storage marker replays by recomputing a 2xx response, and the operation declares none (declare one, or use --storage response)"
-		}
+	if d := p.resolveErr(o); d != nil {
+		return d.Message
 	}
-	for _, s := range p.scope() {
-		kind, name, ok := strings.Cut(s, ":")
-		if !ok {
-			continue
-		}
-		in := kind
-		if p.findParam(o, func(pin, pname string) bool {
-			return pin == in && (pname == name || in == "header" && strings.EqualFold(pname, name))
-		}) == nil {
-			return fmt.Sprintf("scope item %s names no %s parameter of the operation or its path item", s, in)
-		}
-	}
-	if p.keyHeader(o) == "" && p.def.keyHeader != "" && !p.opts.NoKeyParam {
+	if p.keyHeader(o) == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam {
 		if params := o.node.get("parameters"); params != nil && !params.editable() && !params.fill {
 			return "its parameters are shared through a YAML anchor or alias, so the key header cannot be added; add it by hand"
 		}
@@ -518,38 +526,32 @@ func (p *planner) cannot(o op) string {
 	return ""
 }
 
-// successResponses reports whether o declares a 2xx response, and whether one of them has a body.
-func (p *planner) successResponses(o op) (anySuccess, withBody bool) {
-	responses := o.node.get("responses")
-	if !responses.isMap() {
-		return false, false
-	}
-	for _, e := range responses.entries {
-		if !isStatusKey(e.key) || e.key[0] != '2' {
-			continue
-		}
-		anySuccess = true
-		if r := p.resolve(e.value); r.isMap() {
-			if c := r.get("content"); c.isMap() && len(c.entries) > 0 {
-				withBody = true
-			}
+// resolveErr resolves the policy annotate would write for o, with the key header it would
+// declare, and returns the first error, or nil.
+func (p *planner) resolveErr(o op) *policy.Diagnostic {
+	var mo *model.Operation
+	for _, m := range p.loaded.Model.Operations {
+		if m.Route() == o.route() {
+			mo = m
 		}
 	}
-	return anySuccess, withBody
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
+	if mo == nil {
+		return nil // an operation kin-openapi does not list has nothing to resolve against
 	}
-	return b
-}
-
-func (p *planner) scope() []string {
-	if p.opts.Scope != nil {
-		return p.opts.Scope
+	in, raw := mo.Input(), *p.flags
+	switch header := p.keyHeader(o); {
+	case header != "" && p.def.Key.Header != "" && header != p.def.Key.Header:
+		raw.Key.Header = policy.Value(header, policy.Position{}) // policy writes key: {header: …}
+	case header == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam:
+		in.Params = append(slices.Clip(in.Params), policy.Param{Name: p.def.Key.Header, In: "header"})
 	}
-	return p.def.scope
+	_, diags := policy.Resolve(policy.Input{Raw: &raw, Defaults: p.loaded.Defaults, Op: in})
+	for _, d := range diags {
+		if d.Severity == policy.SeverityError && !p.expected(d) {
+			return &d
+		}
+	}
+	return nil
 }
 
 // resolve follows local $refs ("#/components/…"); it returns nil for a $ref it cannot follow
@@ -598,21 +600,6 @@ func (p *planner) findParam(o op, match func(in, name string) bool) *node {
 	return nil
 }
 
-// keyRank orders the spellings of an idempotency key header: 2 for Idempotency-Key and its
-// variants (idempotency-key, X-Idempotency-Key, Acme-Idempotency-Token), 1 for a vendor's
-// request id (PayPal-Request-Id), 0 for anything else. X-Request-Id is a tracing header. The
-// same headers are "key-like" for generator/spec's lint.
-func keyRank(name string) int {
-	l := strings.ToLower(name)
-	switch {
-	case strings.Contains(l, "idempoten"):
-		return 2
-	case strings.HasSuffix(l, "-request-id") && l != "x-request-id":
-		return 1
-	}
-	return 0
-}
-
 // keyHeader is the exact name of the key header the operation already declares, or "".
 func (p *planner) keyHeader(o op) string {
 	best, rank := "", 0
@@ -627,10 +614,10 @@ func (p *planner) keyHeader(o op) string {
 				continue
 			}
 			name := pn.str("name")
-			if p.def.keyHeader != "" && strings.EqualFold(name, p.def.keyHeader) {
+			if p.def.Key.Header != "" && strings.EqualFold(name, p.def.Key.Header) {
 				return name
 			}
-			if r := keyRank(name); r > rank {
+			if r := policy.KeyLikeRank(name); r > rank {
 				best, rank = name, r
 			}
 		}
@@ -644,7 +631,7 @@ func (p *planner) findDominantHeader(all []op) string {
 	count := map[string]int{}
 	var order []string
 	for _, o := range all {
-		if h := p.keyHeader(o); h != "" && keyRank(h) == 2 {
+		if h := p.keyHeader(o); h != "" && policy.KeyLikeRank(h) == 2 {
 			if count[h] == 0 {
 				order = append(order, h)
 			}
@@ -663,7 +650,7 @@ func (p *planner) findDominantHeader(all []op) string {
 func (p *planner) annotate(o op) error {
 	opT := target{n: o.node}
 	header := p.keyHeader(o)
-	if header == "" && p.def.keyHeader != "" && !p.opts.NoKeyParam {
+	if header == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam {
 		refName, name, err := p.keyParam()
 		if err != nil {
 			return err
@@ -696,8 +683,8 @@ func (p *planner) chooseScope(o op) []string {
 	if p.opts.Scope != nil {
 		return p.opts.Scope
 	}
-	if p.def.scopeSet {
-		return p.def.scope
+	if p.scopeSet {
+		return scopeStrings(p.def.Scope)
 	}
 	schemes, headers := p.tenantSigns(o)
 	scope := []string{"operation"}
@@ -798,20 +785,29 @@ func tenantHeader(name string) bool {
 	return false
 }
 
-// policy is the x-idempotency value: true when every field is the document's default.
+func scopeStrings(items []policy.ScopeItem) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.String()
+	}
+	return out
+}
+
+// policy is the x-idempotency value: true when every field is the document's default. The
+// options are written as given, and only where their value differs from the default.
 func (p *planner) policy(header string, scope []string) *val {
-	o, d := p.opts, p.def
+	o, f, d := p.opts, p.flags, p.def
 	var kvs []kv
-	if o.Storage != "" && o.Storage != d.storage {
+	if f.Storage.Set && f.Storage.V != d.Storage {
 		kvs = append(kvs, kv{key: "storage", v: str(o.Storage)})
 	}
-	if o.TTL != "" && !sameDuration(o.TTL, d.ttl) {
+	if f.TTL.Set && f.TTL.V != d.TTL {
 		kvs = append(kvs, kv{key: "ttl", v: str(o.TTL)})
 	}
-	if o.Lease != "" && !sameDuration(o.Lease, d.lease) {
+	if f.Lease.Set && f.Lease.V != d.Lease {
 		kvs = append(kvs, kv{key: "lease", v: str(o.Lease)})
 	}
-	if scope != nil && !slices.Equal(scope, d.scope) {
+	if scope != nil && !slices.Equal(scope, scopeStrings(d.Scope)) {
 		s := seq()
 		s.flow = true
 		for _, it := range scope {
@@ -819,16 +815,16 @@ func (p *planner) policy(header string, scope []string) *val {
 		}
 		kvs = append(kvs, kv{key: "scope", v: s})
 	}
-	if header != "" && d.keyHeader != "" && header != d.keyHeader {
+	if header != "" && d.Key.Header != "" && header != d.Key.Header {
 		kvs = append(kvs, kv{key: "key", v: mapping(kv{key: "header", v: str(header)})})
 	}
-	if o.Claim != "" && o.Claim != d.claim {
+	if f.Claim.Set && f.Claim.V != d.Claim {
 		kvs = append(kvs, kv{key: "claim", v: str(o.Claim)})
 	}
-	if o.Wait != "" && !sameDuration(o.Wait, d.wait) {
+	if f.Wait.Set && f.Wait.V != d.Wait {
 		kvs = append(kvs, kv{key: "wait", v: str(o.Wait)})
 	}
-	if o.MismatchStatus != 0 && o.MismatchStatus != d.mismatch {
+	if f.MismatchStatus.Set && f.MismatchStatus.V != d.MismatchStatus {
 		kvs = append(kvs, kv{key: "mismatchStatus", v: lit(strconv.Itoa(o.MismatchStatus))})
 	}
 	if len(kvs) == 0 {
@@ -864,8 +860,8 @@ func (p *planner) keyParam() (string, string, error) {
 				continue
 			}
 			name := pn.str("name")
-			r := keyRank(name)
-			if strings.EqualFold(name, p.def.keyHeader) {
+			r := policy.KeyLikeRank(name)
+			if strings.EqualFold(name, p.def.Key.Header) {
 				r = 3
 			}
 			if r > rank {
@@ -882,12 +878,12 @@ func (p *planner) keyParam() (string, string, error) {
 		return "", "", err
 	}
 	name := p.freeName(t, KeyParamName)
-	header := p.dominantOr(p.def.keyHeader)
+	header := p.dominantOr(p.def.Key.Header)
 	t.add(kv{key: name, v: mapping(
 		kv{key: "name", v: str(header)},
 		kv{key: "in", v: str("header")},
 		kv{key: "description", v: str("A unique value (a UUID, say) that identifies this request. A retry with the same key gets the first outcome back instead of repeating it.")},
-		kv{key: "required", v: lit(strconv.FormatBool(p.def.keyRequired))},
+		kv{key: "required", v: lit(strconv.FormatBool(p.def.Key.Required))},
 		kv{key: "schema", v: mapping(
 			kv{key: "type", v: str("string")},
 			kv{key: "minLength", v: lit("1")},
@@ -918,6 +914,13 @@ func pointerEscape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
+// problemSchemaDescription documents every code the runtime answers with, from the runtime's
+// own table, so that a new code shows in the next annotated spec.
+func problemSchemaDescription() string {
+	return "A problem answer (RFC 9457) from the idempotency layer. The code is one of " +
+		strings.Join(idemhttp.ProblemCodes(), ", ") + "."
+}
+
 func (p *planner) problemResponse() (string, error) {
 	if p.problemRef != "" {
 		return p.problemRef, nil
@@ -931,7 +934,7 @@ func (p *planner) problemResponse() (string, error) {
 		str2 := func() *val { return mapping(kv{key: "type", v: str("string")}) }
 		schemas.add(kv{key: schemaName, v: mapping(
 			kv{key: "type", v: str("object")},
-			kv{key: "description", v: str("A problem answer (RFC 9457) from the idempotency layer. The code is key-missing, key-invalid, key-reused, in-progress or store-unavailable.")},
+			kv{key: "description", v: str(problemSchemaDescription())},
 			kv{key: "properties", v: mapping(
 				kv{key: "type", v: mapping(kv{key: "type", v: str("string")}, kv{key: "format", v: str("uri-reference")})},
 				kv{key: "title", v: str2()},
@@ -962,9 +965,9 @@ func (p *planner) problemResponse() (string, error) {
 }
 
 func (p *planner) addProblems(o op, opT target) error {
-	mismatch := p.opts.MismatchStatus
-	if mismatch == 0 {
-		mismatch = p.def.mismatch
+	mismatch := p.def.MismatchStatus
+	if p.flags.MismatchStatus.Set {
+		mismatch = p.flags.MismatchStatus.V
 	}
 	codes := []int{400, 409, mismatch, 503}
 	slices.Sort(codes)

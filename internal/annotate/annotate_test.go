@@ -208,13 +208,14 @@ func TestBadOptions(t *testing.T) {
 		{Options{Methods: []string{"fetch"}}, `--methods: "fetch" is not an HTTP method (use e.g. post,patch,put,delete)`},
 		{Options{Storage: "disk"}, `--storage: "disk" is not a storage mode (use response, reference or marker)`},
 		{Options{Claim: "lock"}, `--claim: "lock" is not a claim mode (use lease or transaction)`},
-		{Options{TTL: "5x"}, `--ttl: "5x" is not a positive duration (use e.g. 24h, 90s or 3d)`},
-		{Options{Lease: "0s"}, `--lease: "0s" is not a positive duration (use e.g. 24h, 90s or 3d)`},
-		{Options{Wait: "1s", Claim: "transaction"}, "--wait applies to --claim lease only (a transaction claim waits for the first request by itself)"},
-		{Options{Wait: "2m"}, "--wait: 2m is longer than the lease (1m); a duplicate would still be waiting when the claim can be taken over (use a shorter --wait)"},
+		{Options{TTL: "5x"}, `--ttl: "5x" is not a duration (use e.g. 24h or 3d)`},
+		{Options{Lease: "0s"}, `--lease: "0s" must be positive (use e.g. 24h or 3d)`},
+		{Options{Wait: "-1s"}, `--wait: "-1s" must be zero or positive (use e.g. 24h or 3d)`},
+		{Options{Wait: "2m"}, "--wait: 2m is longer than the lease (1m): a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)"},
+		{Options{Wait: "40s", Lease: "30s"}, "--wait: 40s is longer than the lease (30s): a duplicate would still be waiting when the first request's claim can be taken over (use a wait shorter than the lease)"},
 		{Options{MismatchStatus: 418}, "--mismatch-status: 418 is not allowed (use 422, 409 or 400)"},
 		{Options{Scope: []string{"user"}}, `--scope: "user" is not a scope item (use tenant, operation, header:<Name> or path:<param>)`},
-		{Options{Scope: []string{"tenant", "tenant"}}, `--scope: "tenant" is listed twice`},
+		{Options{Scope: []string{"tenant", "tenant"}}, `--scope: "tenant" is listed twice (remove one)`},
 	} {
 		_, err := Annotate("headers.yaml", spec, tc.opts)
 		var oe *OptionError
@@ -230,18 +231,6 @@ func TestBadOptions(t *testing.T) {
 	_, err = Annotate("headers.yaml", spec, Options{Exclude: []string{"GET /files"}})
 	if want := `headers.yaml: --exclude: no operation "GET /files" in the document (use an operationId or "POST /path")`; err == nil || err.Error() != want {
 		t.Errorf("err = %v, want %s", err, want)
-	}
-}
-
-func TestKeyRank(t *testing.T) {
-	t.Parallel()
-	for name, want := range map[string]int{
-		"Idempotency-Key": 2, "idempotency-key": 2, "X-Idempotency-Key": 2, "Acme-Idempotency-Key": 2,
-		"PayPal-Request-Id": 1, "X-Request-Id": 0, "Request-Id": 0, "Authorization": 0,
-	} {
-		if got := keyRank(name); got != want {
-			t.Errorf("keyRank(%q) = %d, want %d", name, got, want)
-		}
 	}
 }
 

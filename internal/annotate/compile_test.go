@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/generator"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
-// checkLint loads the annotated document with generator/spec, the parser behind idemgen lint and
+// checkLint loads the annotated document with internal/spec, the parser behind idemgen lint and
 // idemgen generate: it must report no errors (warnings, such as a POST left alone, are fine).
 func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 	t.Helper()
@@ -21,7 +22,7 @@ func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 		t.Fatalf("spec.LoadData on the result: %v", err)
 	}
 	for _, d := range s.Diagnostics {
-		if d.Severity == spec.SeverityError {
+		if d.Severity == policy.SeverityError {
 			t.Errorf("lint error in the result: %s", d)
 		}
 	}

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // optionSets are combinations the golden cases do not all cover; the invariants must hold for
@@ -134,7 +135,7 @@ func checkOnlyInsertions(t *testing.T, in, out []byte) {
 	}
 }
 
-// checkNoNewLintErrors loads both documents with generator/spec: the output must load, and each
+// checkNoNewLintErrors loads both documents with internal/spec: the output must load, and each
 // of its errors must be one the input already had (same rule, same operation). Fuzzed input can
 // carry a broken x-idempotency of its own, which annotate leaves alone and cannot be blamed for.
 func checkNoNewLintErrors(t *testing.T, in, out []byte) {
@@ -154,5 +155,69 @@ func checkNoNewLintErrors(t *testing.T, in, out []byte) {
 		if !had[d.Rule+" "+d.Operation] {
 			t.Errorf("lint error the annotation introduced: %s", d)
 		}
+	}
+}
+
+// TestCorpusResolves annotates every document of the corpus, the real public specs, taking every
+// state-changing method, and loads each result through internal/spec, whose x-idempotency rules
+// are package policy's: no operation annotate marked may have an error. lob is the one document
+// kin-openapi cannot load (a non-standard $ref under content); annotate must refuse it as input
+// rather than write anything.
+func TestCorpusResolves(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/corpus/*/*.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, f := range files {
+		if ext := filepath.Ext(f); ext == ".yaml" || ext == ".yml" || ext == ".json" {
+			docs = append(docs, f)
+		}
+	}
+	if len(docs) < 13 {
+		t.Fatalf("found %d corpus documents, want the 13 of testdata/corpus/PROVENANCE.md", len(docs))
+	}
+	opts := Options{Methods: []string{"put", "post", "delete", "patch"}}
+	for _, file := range docs {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
+			in, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Annotate(file, in, opts)
+			if strings.Contains(file, "/lob/") {
+				if ie := (*InputError)(nil); !errors.As(err, &ie) {
+					t.Errorf("err = %v, want an InputError (kin-openapi cannot load it)", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := spec.LoadData(file, res.Output, nil)
+			if err != nil {
+				t.Fatalf("the result does not load: %v", err)
+			}
+			annotated := map[string]bool{}
+			for _, r := range res.Annotated {
+				annotated[r] = true
+			}
+			resolved := 0
+			for _, op := range s.Model.Operations {
+				if annotated[op.Route()] && op.Policy != nil {
+					resolved++
+				}
+			}
+			if resolved != len(res.Annotated) {
+				t.Errorf("%d operations annotated, %d carry a policy after loading", len(res.Annotated), resolved)
+			}
+			for _, d := range s.Diagnostics {
+				if d.Severity == policy.SeverityError && annotated[d.Operation] {
+					t.Errorf("an annotated operation does not resolve: %s [%s]", d, d.Rule)
+				}
+			}
+		})
 	}
 }

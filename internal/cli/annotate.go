@@ -109,7 +109,7 @@ SPEC "-" reads standard input.`,
 	f.StringVar(&opts.Storage, "storage", "", "storage for new entries: response, reference or marker (default: the document's, else response)")
 	f.StringVar(&opts.TTL, "ttl", "", "how long a completed key is remembered, e.g. 24h or 3d (default: the document's, else 24h)")
 	f.StringVar(&opts.Lease, "lease", "", "how long an in-flight claim is held, e.g. 60s (default: the document's, else 60s)")
-	f.StringVar(&opts.Wait, "wait", "", "how long a duplicate waits for the first request before 409 (lease claims only)")
+	f.StringVar(&opts.Wait, "wait", "", "how long a duplicate waits for the first request before 409")
 	f.StringVar(&opts.Claim, "claim", "", "claim mode: lease or transaction (default: the document's, else lease)")
 	f.StringSliceVar(&opts.Scope, "scope", nil, "what the key is unique within: tenant, operation, header:<Name>, path:<param> (default: the document's, else chosen per operation: tenant,operation with security or a tenant header, operation without)")
 	f.IntVar(&mismatch, "mismatch-status", 0, "status for a key reused with a different request: 422, 409 or 400 (default: the document's, else 422)")

@@ -61,8 +61,8 @@ func writeSpec(t *testing.T, mode os.FileMode) string {
 }
 
 // skipLines are annotate's notes on the operations it cannot annotate with --scope path:id.
-const skipLines = "openapi.yaml:7:5: POST /orders: not annotated: scope item path:id names no path parameter of the operation or its path item\n" +
-	"openapi.yaml:22:5: POST /files: not annotated: scope item path:id names no path parameter of the operation or its path item\n"
+const skipLines = "openapi.yaml:7:5: POST /orders: not annotated: x-idempotency.scope: path:id is not a path parameter of /orders (the path has no parameters)\n" +
+	"openapi.yaml:22:5: POST /files: not annotated: x-idempotency.scope: path:id is not a path parameter of /files (the path has no parameters)\n"
 
 // singleTenant is the line annotate prints when it chooses scope [operation] for ops.
 func singleTenant(ops string) string {
@@ -268,7 +268,7 @@ func TestAnnotateFailures(t *testing.T) {
 		{"bad storage", []string{"annotate", "--storage", "disk", path},
 			`idemgen: annotate: --storage: "disk" is not a storage mode (use response, reference or marker)` + "\n"},
 		{"bad ttl", []string{"annotate", "--ttl", "5x", path},
-			`idemgen: annotate: --ttl: "5x" is not a positive duration (use e.g. 24h, 90s or 3d)` + "\n"},
+			`idemgen: annotate: --ttl: "5x" is not a duration (use e.g. 24h or 3d)` + "\n"},
 		{"bad mismatch", []string{"annotate", "--mismatch-status", "abc", path},
 			`idemgen: --mismatch-status: "abc" is not a whole number` + "\nRun 'idemgen annotate --help' for usage.\n"},
 		{"unknown operation", []string{"annotate", "--operations", "createOrdr", path},

@@ -9,9 +9,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/idemgen/idemgen/generator"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // defaultConfig is read when generate is given neither a spec nor --config.
@@ -20,6 +22,7 @@ const defaultConfig = "idemgen.yaml"
 type generateFlags struct {
 	pkg, output, router, config string
 	check, allowRemoteRefs      bool
+	client                      bool
 }
 
 func newGenerateCmd(s *streams) *cobra.Command {
@@ -29,7 +32,9 @@ func newGenerateCmd(s *streams) *cobra.Command {
 		Short: "Generate the Go server and its idempotent adapter from an OpenAPI document",
 		Long: `Generate writes two files into the output directory: api.gen.go (oapi-codegen's models,
 strict server and router) and idempotency.gen.go (the IdempotentServerInterface to implement and
-the adapter that claims, completes and replays keys through the idem runtime).
+the adapter that claims, completes and replays keys through the idem runtime). With --client
+(client: true) also client.gen.go: oapi-codegen's client, with the idempotent operations made
+retry-safe (one key per call, retries only of what a retry can fix).
 
 With no SPEC and no --config, the settings are read from ./idemgen.yaml. Flags given on the
 command line override the config file. Its keys, with paths relative to the file:
@@ -40,6 +45,7 @@ command line override the config file. Its keys, with paths relative to the file
   output: api               # default: the config file's directory
   router: std-http          # or chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris
   allow-remote-refs: false  # follow $refs to other hosts
+  client: false             # also client.gen.go: a retry-safe client (docs/client.md)
   oapi-codegen:             # passed through: output-options, compatibility,
     output-options: {}      #   import-mapping, additional-imports
 
@@ -62,13 +68,14 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 	fl.StringVarP(&f.config, "config", "c", "", "config file (default ./idemgen.yaml when no SPEC is given)")
 	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
 	fl.BoolVar(&f.allowRemoteRefs, "allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
+	fl.BoolVar(&f.client, "client", false, "also write client.gen.go, a retry-safe client of the API (also client: true in idemgen.yaml)")
 	return cmd
 }
 
 // generateJob is what to generate, after config file and flags are merged.
 type generateJob struct {
 	spec, pkg, output, router string
-	allowRemoteRefs           bool
+	allowRemoteRefs, client   bool
 	cfg                       *generator.Config
 }
 
@@ -87,7 +94,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if loaded.HasErrors() {
 		n := 0
 		for _, d := range loaded.Diagnostics {
-			if d.Severity == spec.SeverityError {
+			if d.Severity == policy.SeverityError {
 				n++
 			}
 		}
@@ -98,7 +105,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 		return fail(ExitUsage, fmt.Errorf("%s: %d %s in x-idempotency; nothing was generated", job.spec, n, noun))
 	}
 
-	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs}
+	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs, Client: job.client}
 	if job.cfg != nil {
 		opts.OapiCodegen = job.cfg.OapiCodegen
 	}
@@ -114,7 +121,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 			return fail(ExitUsage, fmt.Errorf("check %s: %w", job.output, err))
 		}
 		if stale {
-			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run idemgen generate to update them", job.output))
+			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run go generate ./... (where a //go:generate line runs idemgen), or %s, to update them", job.output, regenerateCommand(cmd, args)))
 		}
 		return nil
 	}
@@ -145,7 +152,7 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 			return nil, err
 		}
 		job.cfg = c
-		job.spec, job.pkg, job.output, job.allowRemoteRefs = c.Spec, c.Package, c.Output, c.AllowRemoteRefs
+		job.spec, job.pkg, job.output, job.allowRemoteRefs, job.client = c.Spec, c.Package, c.Output, c.AllowRemoteRefs, c.Client
 		if c.Router != "" {
 			job.router = c.Router
 		}
@@ -173,6 +180,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 	if changed("allow-remote-refs") {
 		job.allowRemoteRefs = f.allowRemoteRefs
 	}
+	if changed("client") {
+		job.client = f.client
+	}
 	if job.spec == "" {
 		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)
 	}
@@ -185,19 +195,27 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 			return nil, err
 		}
 		job.pkg = strings.ReplaceAll(filepath.Base(abs), "-", "_")
-		if !genIsGoIdent(job.pkg) {
+		if generator.CheckPackage(job.pkg) != nil {
 			return nil, fmt.Errorf("cannot derive a package name from output directory %q: pass --package", job.output)
 		}
 	}
 	return job, nil
 }
 
-func genIsGoIdent(s string) bool {
-	for i, r := range s {
-		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
-		if !ok {
-			return false
+// regenerateCommand is the command line that writes what --check found stale: this one, as
+// run, without --check, spelled as go tool runs idemgen from the module's tool line.
+func regenerateCommand(cmd *cobra.Command, args []string) string {
+	parts := []string{"go tool idemgen generate"}
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		switch {
+		case fl.Name == "check":
+		case fl.Value.Type() == "bool":
+			parts = append(parts, "--"+fl.Name)
+		case fl.Shorthand != "":
+			parts = append(parts, "-"+fl.Shorthand, fl.Value.String())
+		default:
+			parts = append(parts, "--"+fl.Name, fl.Value.String())
 		}
-	}
-	return s != ""
+	})
+	return strings.Join(append(parts, args...), " ")
 }

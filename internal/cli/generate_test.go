@@ -334,6 +334,12 @@ func TestGenerateCheck(t *testing.T) {
 	if !strings.Contains(stderr, "generated files in api are stale") {
 		t.Errorf("stderr does not say the files are stale:\n%s", stderr)
 	}
+	// It names the commands that update them: go generate, and this command without --check.
+	for _, want := range []string{"go generate ./...", "go tool idemgen generate -o api -p api openapi.yaml,"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not name %q:\n%s", want, stderr)
+		}
+	}
 	if d := cmp.Diff(before, goldenGenFiles(t, "api")); d != "" {
 		t.Errorf("--check changed files on disk:\n%s", d)
 	}

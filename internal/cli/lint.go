@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgen/idemgen/generator/spec"
 	"github.com/idemgen/idemgen/internal/lint"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 func newLintCmd(s *streams) *cobra.Command {
@@ -37,12 +38,12 @@ cannot be read or loaded.`,
 			if !slices.Contains(lint.Formats, format) {
 				return fail(ExitUsage, fmt.Errorf("lint: --format %q is not a format (use %s)", format, strings.Join(lint.Formats, ", ")))
 			}
-			var threshold spec.Severity
+			var threshold policy.Severity
 			switch failOn {
 			case "error":
-				threshold = spec.SeverityError
+				threshold = policy.SeverityError
 			case "warning":
-				threshold = spec.SeverityWarning
+				threshold = policy.SeverityWarning
 			default:
 				return fail(ExitUsage, fmt.Errorf("lint: --fail-on %q is not a severity (use error or warning)", failOn))
 			}
@@ -58,7 +59,7 @@ cannot be read or loaded.`,
 				fmt.Fprintln(s.err, lint.Summary(file, sp.Diagnostics))
 			}
 			for _, d := range sp.Diagnostics {
-				if d.Severity == spec.SeverityError || threshold == spec.SeverityWarning {
+				if d.Severity == policy.SeverityError || threshold == policy.SeverityWarning {
 					return fail(ExitFindings, nil)
 				}
 			}

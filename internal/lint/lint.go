@@ -1,6 +1,7 @@
 // Package lint renders spec diagnostics for `idemgen lint`: a line per finding for people, a
 // stable JSON array for scripts, and SARIF 2.1.0 for code-scanning tools that show findings
-// inline. The checks themselves live in generator/spec, the one place that reads x-idempotency.
+// inline. The findings come from internal/spec, which reads the document, and their rules from
+// package policy ([policy.Rules]), which owns x-idempotency.
 package lint
 
 import (
@@ -11,7 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 // Formats are the accepted --format values.
@@ -48,7 +50,7 @@ func Text(w io.Writer, diags []spec.Diagnostic) error {
 func Summary(file string, diags []spec.Diagnostic) string {
 	var errs, warns int
 	for _, d := range diags {
-		if d.Severity == spec.SeverityError {
+		if d.Severity == policy.SeverityError {
 			errs++
 		} else {
 			warns++
@@ -163,7 +165,7 @@ type sarifRegion struct {
 // so a code-scanning tool knows the rule set even when the run is clean. The operation is part of
 // the message text, since SARIF has no field for it that viewers show.
 func SARIF(w io.Writer, diags []spec.Diagnostic) error {
-	rules := spec.Rules()
+	rules := policy.Rules()
 	index := map[string]int{}
 	run := sarifRun{
 		Tool:       sarifTool{Driver: sarifDriver{Name: "idemgen", Rules: []sarifRule{}}},

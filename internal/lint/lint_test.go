@@ -12,14 +12,15 @@ import (
 
 	"github.com/idemgen/idemgen/internal/lint/sariftest"
 
-	"github.com/idemgen/idemgen/generator/model"
-	"github.com/idemgen/idemgen/generator/spec"
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 var sample = []spec.Diagnostic{
-	{Pos: model.Position{File: "api/openapi.yaml", Line: 3, Col: 16}, Severity: spec.SeverityError, Rule: spec.RuleRootInvalid,
+	{Pos: model.Position{File: "api/openapi.yaml", Line: 3, Col: 16}, Severity: policy.SeverityError, Rule: policy.RuleRootInvalid,
 		Message: "x-idempotency: at the document root it must be a mapping"},
-	{Pos: model.Position{File: "api/openapi.yaml", Line: 42, Col: 7}, Severity: spec.SeverityWarning, Rule: spec.RuleSafeMethod,
+	{Pos: model.Position{File: "api/openapi.yaml", Line: 42, Col: 7}, Severity: policy.SeverityWarning, Rule: policy.RuleSafeMethod,
 		Operation: "GET /v1/payments", Message: `x-idempotency on GET: "quoted" <html> & more`},
 }
 
@@ -86,8 +87,8 @@ func TestSARIFValidates(t *testing.T) {
 	sch := sariftest.Schema(t)
 	// Real diagnostics from every rule case, so every rule id and message shape goes through.
 	var diags []spec.Diagnostic
-	cases, err := filepath.Glob(filepath.Join("..", "..", "generator", "spec", "testdata", "*", "openapi.yaml"))
-	if err != nil || len(cases) < len(spec.Rules()) {
+	cases, err := filepath.Glob(filepath.Join("..", "spec", "testdata", "*", "openapi.yaml"))
+	if err != nil || len(cases) < len(policy.Rules()) {
 		t.Fatalf("found %d rule cases (%v)", len(cases), err)
 	}
 	for _, c := range cases {
@@ -97,7 +98,7 @@ func TestSARIFValidates(t *testing.T) {
 		}
 		diags = append(diags, s.Diagnostics...)
 	}
-	diags = append(diags, spec.Diagnostic{Pos: model.Position{File: "/abs/dir with space/x.yaml"}, Severity: spec.SeverityError, Rule: spec.RuleKeyInvalid, Message: "no position"})
+	diags = append(diags, spec.Diagnostic{Pos: model.Position{File: "/abs/dir with space/x.yaml"}, Severity: policy.SeverityError, Rule: policy.RuleKeyInvalid, Message: "no position"})
 	for name, ds := range map[string][]spec.Diagnostic{"findings": diags, "clean": nil} {
 		var b bytes.Buffer
 		if err := SARIF(&b, ds); err != nil {
@@ -110,8 +111,8 @@ func TestSARIFValidates(t *testing.T) {
 		if err := json.Unmarshal(b.Bytes(), &log); err != nil {
 			t.Fatal(err)
 		}
-		if len(log.Runs) != 1 || len(log.Runs[0].Results) != len(ds) || len(log.Runs[0].Tool.Driver.Rules) != len(spec.Rules()) {
-			t.Errorf("%s: %d runs; want 1 run with %d results and %d rules", name, len(log.Runs), len(ds), len(spec.Rules()))
+		if len(log.Runs) != 1 || len(log.Runs[0].Results) != len(ds) || len(log.Runs[0].Tool.Driver.Rules) != len(policy.Rules()) {
+			t.Errorf("%s: %d runs; want 1 run with %d results and %d rules", name, len(log.Runs), len(ds), len(policy.Rules()))
 			continue
 		}
 		for i, r := range log.Runs[0].Results {

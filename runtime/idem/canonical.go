@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"mime"
 	"mime/multipart"
 	"net/url"
@@ -140,21 +141,86 @@ func decodeStrict(dec *json.Decoder, depth int) (any, error) {
 
 func offset(dec *json.Decoder) string { return fmt.Sprintf(" (at byte %d)", dec.InputOffset()) }
 
-// canonicalNumber spells equal numbers alike: 1, 1.0 and 1e0 are one number. Integers keep
-// every digit; other numbers are written as the shortest float64 that reads back the same.
+// maxPlainDigits is the longest integer written in plain digits; longer ones are written in
+// scientific notation, so that a short body such as 1e999999 cannot expand into a huge one.
+const maxPlainDigits = 100
+
+// canonicalNumber spells a JSON number by its exact decimal value, so that two numbers get the
+// same text exactly when they are equal: 1, 1.0, 1e0 and 10e-1 are one number, and so are 0 and
+// -0, while 12345678.123456789 and 12345678.1234567891 are two (nothing is rounded to float64).
+// The spelling, for value ±D×10^E with D's digits free of leading and trailing zeros:
+//
+//   - zero is 0;
+//   - an integer of at most maxPlainDigits digits is plain digits: 100, -42;
+//   - any other number whose leading digit is worth 10^-4 up to 10^5 is plain decimals: 12.5,
+//     -0.0001, 123456.7;
+//   - everything else is scientific, the mantissa D with its point after the first digit and a
+//     signed exponent of at least two digits: 1.2345675e+06, 1e-05, 1e+101.
+//
+// This is the text strconv's shortest 'g' format gives for a float64 that holds the number
+// exactly in at most 15 significant digits, and integers of up to maxPlainDigits digits keep
+// their spelling.
 func canonicalNumber(n json.Number) json.Number {
 	s := n.String()
-	if !strings.ContainsAny(s, ".eE") {
-		return n
+	if !strings.ContainsAny(s, ".eE") && len(strings.TrimPrefix(s, "-")) <= maxPlainDigits && s != "-0" {
+		return n // an integer in JSON's one spelling of it (no leading zeros)
 	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil { // out of float64's range: keep the spelling
-		return n
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	mant, expText, _ := strings.Cut(strings.ToLower(s), "e")
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(whole+frac, "0")
+	if digits == "" {
+		return "0"
 	}
-	if f == float64(int64(f)) && f > -1e15 && f < 1e15 {
-		return json.Number(strconv.FormatInt(int64(f), 10))
+	trimmed := strings.TrimRight(digits, "0")
+	// The value is trimmed × 10^exp.
+	exp := new(big.Int)
+	if expText != "" {
+		exp.SetString(strings.TrimPrefix(expText, "+"), 10) // the decoder checked the grammar
 	}
-	return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+	exp.Add(exp, big.NewInt(int64(len(digits)-len(trimmed)-len(frac))))
+	// lead is the power of ten of the leading digit.
+	lead := new(big.Int).Add(exp, big.NewInt(int64(len(trimmed)-1)))
+
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	switch {
+	case exp.Sign() >= 0 && lead.Cmp(big.NewInt(maxPlainDigits)) < 0:
+		b.WriteString(trimmed)
+		b.WriteString(strings.Repeat("0", int(exp.Int64())))
+	case exp.Sign() < 0 && lead.Cmp(big.NewInt(-4)) >= 0 && lead.Cmp(big.NewInt(6)) < 0:
+		point := int(lead.Int64()) + 1 // digits before the point; below one, zeros follow it
+		if point <= 0 {
+			b.WriteString("0.")
+			b.WriteString(strings.Repeat("0", -point))
+			b.WriteString(trimmed)
+		} else {
+			b.WriteString(trimmed[:point])
+			b.WriteByte('.')
+			b.WriteString(trimmed[point:])
+		}
+	default:
+		b.WriteString(trimmed[:1])
+		if len(trimmed) > 1 {
+			b.WriteByte('.')
+			b.WriteString(trimmed[1:])
+		}
+		b.WriteByte('e')
+		if lead.Sign() < 0 {
+			b.WriteByte('-')
+		} else {
+			b.WriteByte('+')
+		}
+		e := new(big.Int).Abs(lead).String()
+		if len(e) < 2 {
+			b.WriteByte('0')
+		}
+		b.WriteString(e)
+	}
+	return json.Number(b.String())
 }
 
 // canonicalForm sorts form fields by name, keeping the order of a name's values.

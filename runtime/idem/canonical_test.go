@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/big"
+	"math/rand/v2"
 	"mime/multipart"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -188,4 +191,127 @@ func TestCanonicalJSONBodyMustBeUTF8(t *testing.T) {
 	if _, err := canon(t, "application/json", "{\"x\":\"\xff\"}"); !errors.As(err, &be) {
 		t.Fatalf("a JSON body with invalid UTF-8 = %v; want a *BodyError", err)
 	}
+}
+
+// Numbers are canonicalised by their exact decimal value: equal values share one spelling,
+// different values never do, however close (float64 would merge the last pair below).
+func TestCanonicalNumbersAreExact(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"1", "1"}, {"1.0", "1"}, {"1e0", "1"}, {"10e-1", "1"}, {"0.1e1", "1"}, {"-0", "0"}, {"-0.0e5", "0"},
+		{"100", "100"}, {"1e2", "100"}, {"1E+2", "100"}, {"-42.00", "-42"},
+		{"12.50", "12.5"}, {"0.0001", "0.0001"}, {"1e-4", "0.0001"}, {"0.00001", "1e-05"}, {"123456.7", "123456.7"},
+		{"1234567.5", "1.2345675e+06"}, {"1e99", "1" + strings.Repeat("0", 99)}, {"1e100", "1e+100"},
+		{strings.Repeat("9", 101), "9." + strings.Repeat("9", 100) + "e+100"},
+		{"12345678.123456789", "1.2345678123456789e+07"}, {"12345678.1234567891234", "1.23456781234567891234e+07"},
+		{"1234.5678123456789", "1234.5678123456789"}, {"1234.56781234567891234", "1234.56781234567891234"},
+		{"1e99999999999999999999", "1e+99999999999999999999"}, {"1.5e-99999999999999999999", "1.5e-99999999999999999999"},
+	} {
+		got, err := canon(t, "application/json", c.in)
+		if err != nil || got != c.want {
+			t.Errorf("CanonicalBody(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	// Random decimals near each other, against math/big (FuzzCanonicalNumber searches further).
+	r := rand.New(rand.NewPCG(4, 16))
+	number := func() string {
+		d := []byte(strconv.Itoa(1 + r.IntN(9)))
+		for range r.IntN(25) {
+			d = append(d, "0123456789"[r.IntN(10)])
+		}
+		s := string(d)
+		if p := r.IntN(len(s) + 1); p < len(s) && p > 0 {
+			s = s[:p] + "." + s[p:]
+		}
+		if r.IntN(2) == 0 {
+			s += "e" + strconv.Itoa(r.IntN(60)-30)
+		}
+		return s
+	}
+	for range 2000 {
+		a := number()
+		b := respell(a, r.IntN(4))
+		if r.IntN(2) == 0 {
+			b = number()
+		}
+		ra, _ := decimal(a)
+		rb, _ := decimal(b)
+		ca, cb := canonicalNumber(t, a), canonicalNumber(t, b)
+		if (ca == cb) != (ra.Cmp(rb) == 0) {
+			t.Fatalf("%s and %s (equal: %v) canonicalise to %s and %s", a, b, ra.Cmp(rb) == 0, ca, cb)
+		}
+	}
+}
+
+// FuzzCanonicalNumber checks the canonical spelling of numbers against math/big, which compares
+// decimals exactly: the canonical text has the number's value; two numbers share a text exactly
+// when their values are equal; and other spellings of the same value (trailing zeros, the point
+// moved into the exponent) give the same text.
+func FuzzCanonicalNumber(f *testing.F) {
+	for _, p := range [][2]string{
+		{"12345678.123456789", "12345678.1234567891234"}, {"1", "1.0"}, {"1e2", "100"}, {"-0", "0"},
+		{"0.00001", "1e-5"}, {"1234567.5", "12345675e-1"}, {"1e21", "1000000000000000000000"},
+	} {
+		f.Add(p[0], p[1], uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, a, b string, shift uint8) {
+		ra, ok := decimal(a)
+		if !ok {
+			return
+		}
+		ca := canonicalNumber(t, a)
+		if rc, ok := decimal(ca); !ok || rc.Cmp(ra) != 0 {
+			t.Fatalf("%s canonicalises to %s, which is another value", a, ca)
+		}
+		if alt := respell(a, int(shift%8)); canonicalNumber(t, alt) != ca {
+			t.Fatalf("%s and %s are one value but canonicalise to %s and %s", a, alt, ca, canonicalNumber(t, alt))
+		}
+		if rb, ok := decimal(b); ok {
+			if cb := canonicalNumber(t, b); (cb == ca) != (rb.Cmp(ra) == 0) {
+				t.Fatalf("%s and %s (equal: %v) canonicalise to %s and %s", a, b, rb.Cmp(ra) == 0, ca, cb)
+			}
+		}
+	})
+}
+
+// decimal is s's exact value when s is a JSON number with a modest exponent (big.Rat spells out
+// 10^exponent).
+func decimal(s string) (*big.Rat, bool) {
+	var n json.Number
+	if json.Unmarshal([]byte(s), &n) != nil || strings.TrimSpace(s) != s || n.String() != s {
+		return nil, false
+	}
+	if _, e, ok := strings.Cut(strings.ToLower(s), "e"); ok {
+		if x, err := strconv.Atoi(e); err != nil || x > 400 || x < -400 {
+			return nil, false
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	return r, ok
+}
+
+// respell writes s as its digits without a point, k zeros added, and the exponent lowered to
+// match: the same value in another spelling.
+func respell(s string, k int) string {
+	mant, e, _ := strings.Cut(strings.ToLower(s), "e")
+	x, _ := strconv.Atoi(e)
+	sign, mant := "", strings.TrimPrefix(mant, "-")
+	if len(mant) < len(s) && s[0] == '-' {
+		sign = "-"
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(whole+frac, "0")
+	if digits == "" {
+		digits, k = "0", 0
+	}
+	return sign + digits + strings.Repeat("0", k) + "e" + strconv.Itoa(x-len(frac)-k)
+}
+
+func canonicalNumber(t *testing.T, s string) string {
+	t.Helper()
+	c, err := canon(t, "application/json", s)
+	if err != nil {
+		t.Fatalf("CanonicalBody(%s): %v", s, err)
+	}
+	return c
 }

@@ -41,6 +41,14 @@ func (c claimStatus) event() EventKind {
 	return EventKind(fmt.Sprintf("claim status %d", int(c)))
 }
 
+// attemptOf is the attempt of the claim res holds, or 0.
+func attemptOf(res *claimResult) int {
+	if res.claim == nil {
+		return 0
+	}
+	return res.claim.Attempt
+}
+
 func (c claimStatus) owns() bool { return c == claimAcquired || c == claimTakenOver }
 
 // Claim is a held key, as the handler's context carries it (ClaimFromContext). Its token
@@ -55,14 +63,15 @@ type Claim struct {
 	Lease   time.Duration
 
 	token  string
-	notify bool // its complete and release notify the duplicates that may wait for it
+	row    rowID // the key's row: tenant, scope and key as the table stores them
+	notify bool  // its complete and release notify the duplicates that may wait for it
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
 
 // args are the leading parameters of every statement about c: tenant, scope, key, token.
 func (c *Claim) args(more ...any) []any {
-	return append([]any{tenantColumn(c.Tenant), c.Scope, c.Key, c.token}, more...)
+	return append([]any{c.row.tenant, c.row.scope, c.row.key, c.token}, more...)
 }
 
 type claimKey struct{}
@@ -115,7 +124,8 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // newClaim is the claim p would hold; its token is fresh.
 func newClaim(p *DoParams) *Claim {
-	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(), notify: waits(p)}
+	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(),
+		row: rowOf(p), notify: waits(p)}
 }
 
 // claimArgs are the claim statement's parameters. The row's expiry is set at the claim to the
@@ -147,7 +157,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 		return nil, storeError(ctx, "claim", err)
 	}
 	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 	return res, nil
 }
 
@@ -156,14 +166,22 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 // pool). The batch is: BEGIN, the claim (which commits asynchronously, as in claim), COMMIT, a
 // guard that fails unless the committed claim is this request's (sql/owner_guard.sql), and the
 // business BEGIN. A failed statement skips the rest of a batch, so a replay, an in-progress
-// answer or a mismatch never begins anything, and costs one round trip as before. tx is open
-// when res owns the key, and nil otherwise; when the guard disagrees with the claim (a lease
-// shorter than a round trip), tx is nil with an owning res, and the caller begins on its own.
+// answer or a mismatch never begins anything and costs one round trip. tx is open when res owns
+// the key, and nil otherwise; when the guard disagrees with the claim (a lease shorter than a
+// round trip), tx is nil with an owning res, and the caller begins on its own.
+//
+// Once sent, the batch is waited for even when ctx ends meanwhile (bounded by the store
+// timeout): the server runs the statements it has received whether or not the client still
+// reads, so a claim abandoned half-way could commit after any release sent behind it, and the
+// key would answer in-progress for its whole lease. Knowing what the batch did, a caller that
+// has gone gives back exactly the claim it made, if it made one.
 func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
 	c := newClaim(p)
 	sent := time.Now()
 	committed := false
-	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
 		b.Queue(beginSQL)
 		b.Queue(s.sql.claimAsync, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) (err error) {
 			res, err = s.scanClaim(row, c, new(string))
@@ -186,16 +204,29 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 	default:
 		if tx != nil {
 			s.rollback(ctx, tx)
-			// The batch was sent, so its claim may have committed even though the answer was
-			// lost or a later statement failed: give the key back (only a row still in flight
-			// with this request's token is deleted), or a retry would wait out the lease.
+			// The batch's answer was lost (the store timeout ran out, the connection broke) or a
+			// later statement failed, so its claim may have committed: give the key back (only a
+			// row still in flight with this request's token is deleted), or a retry would wait
+			// out the lease.
 			s.releaseLost(ctx, c)
 		}
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		return nil, nil, storeError(ctx, "claim and begin", err)
 	}
+	if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
+		if res.status.owns() {
+			if tx != nil {
+				s.rollback(ctx, tx)
+			}
+			s.release(ctx, c, EventReleased, 0)
+		}
+		return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
+	}
 	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 	return tx, res, nil
 }
 
@@ -221,11 +252,11 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		var ahead func(b *pgx.Batch)
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
-				b.Queue(s.sql.replay, tenantColumn(p.Tenant), p.Scope, p.Key).Query(func(rows pgx.Rows) (err error) {
+				b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
 				})
-				b.Queue(s.sql.replayGuard, tenantColumn(p.Tenant), p.Scope, p.Key, lockTimeout)
+				b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key, lockTimeout)
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, func(batch *pgx.Batch) {
@@ -254,7 +285,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
 			s.remember(p, res, sent)
-			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
@@ -263,7 +294,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash()})
+		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
 	}
 }
@@ -379,9 +410,10 @@ func (s *Store) scanClaim(row pgx.Row, c *Claim, extra ...any) (*claimResult, er
 	}
 }
 
-// retryAfter rounds the time left on a lease up to whole seconds, at least one.
-func retryAfter(left time.Duration) time.Duration {
-	return max((left+time.Second-1)/time.Second, 1) * time.Second
+// RoundRetryAfter rounds d up to whole seconds, at least one: what a Retry-After header can
+// say. [InProgressError.RetryAfter] is always rounded so.
+func RoundRetryAfter(d time.Duration) time.Duration {
+	return max((d+time.Second-1)/time.Second, 1) * time.Second
 }
 
 // completeArgs are the complete statement's parameters for c's outcome o.

@@ -14,7 +14,8 @@ import (
 
 func TestClaimOutcomes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	e := newEnv(t, nil, nil)
 	s, sch := e.Store, e.Sch
 	p := &idem.ClaimParams{Scope: "s", Key: "k1", Operation: "op", Fingerprint: "fp1", Lease: time.Second, TTL: time.Hour}
@@ -40,6 +41,7 @@ func TestClaimOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(context.Background()) // after a failed completion too: the pool closes only when tx ends
 	o := &idem.Outcome{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
 	if err := s.CompleteTx(ctx, tx, first, o, time.Hour); err != nil {
 		t.Fatalf("complete: %v", err)
@@ -72,16 +74,15 @@ func TestRequestPathStatementsNameTheTenant(t *testing.T) {
 	if err != nil || res.Status != idem.ClaimAcquired {
 		t.Fatalf("claim = %+v, %v", res, err)
 	}
-	wrong := *res.Claim
-	wrong.Tenant = "globex"
+	wrong := idem.ClaimUnderTenant(res.Claim, "globex")
 
 	err = pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
-		return e.Store.CompleteTx(ctx, tx, &wrong, &idem.Outcome{Status: 201}, 0)
+		return e.Store.CompleteTx(ctx, tx, wrong, &idem.Outcome{Status: 201}, 0)
 	})
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Errorf("complete under another tenant: %v; want ErrLeaseLost", err)
 	}
-	if err := e.Store.Release(ctx, &wrong); err != nil {
+	if err := e.Store.Release(ctx, wrong); err != nil {
 		t.Fatalf("release under another tenant: %v", err)
 	}
 	var state, tenant string

@@ -185,11 +185,13 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 
 // logGoneCaller notes, at Info, a request whose own context ended (an HTTP client that
 // disconnected, a consumer shutting down): nothing went wrong in the store or the handler, so it
-// is neither a warning nor an error, but an operator may want to see why a key was given back.
+// is neither a warning nor an error. It says only that: whether a key was claimed and given back
+// is told by its own event (EventReleased), since a caller can leave before its claim, during it
+// or while its handler runs.
 func (s *Store) logGoneCaller(ctx context.Context, p *DoParams, err error) {
 	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
 		return
 	}
-	s.log.InfoContext(ctx, "idem: client went away; nothing was kept, and a claimed key was released",
+	s.log.InfoContext(ctx, "idem: client went away before its request completed; nothing of its work was kept",
 		"operation", p.Operation, "key_hash", KeyHash(p.Scope, p.Key), "cause", context.Cause(ctx))
 }

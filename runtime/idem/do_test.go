@@ -17,6 +17,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
+	"github.com/idemgen/idemgen/runtime/internal/storetest"
 )
 
 // pay is a Do function that inserts one payment with amount and answers body.
@@ -42,20 +43,24 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 			// The timeout lets the handler outlive its lease (by default the timeout is the lease).
 			p := &idem.DoParams{Scope: "s", Key: "fenced", Operation: "capture", Fingerprint: "fp", Lease: time.Second, Timeout: time.Minute}
 
-			inserted, releaseFirst := make(chan struct{}), make(chan struct{})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// Opened by the test, or at its end at the latest: a failure never leaves the first
+			// holder blocked with a pool connection.
+			inserted, releaseFirst := make(chan struct{}), storetest.NewGate(t)
 			firstErr := make(chan error, 1)
 			go func() {
-				_, err := e.Store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				_, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 					out, err := pay(1, "first")(ctx, tx)
 					close(inserted)
-					<-releaseFirst // outlive the lease
+					<-releaseFirst.C // outlive the lease
 					return out, err
 				})
 				firstErr <- err
 			}()
-			<-inserted
+			storetest.Recv(t, inserted, 10*time.Second, "the first holder's handler never inserted")
 
-			if r, err := e.Store.Do(context.Background(), p, pay(2, "second")); !errors.Is(err, idem.ErrInProgress) {
+			if r, err := e.Store.Do(ctx, p, pay(2, "second")); !errors.Is(err, idem.ErrInProgress) {
 				t.Fatalf("duplicate within the lease = %+v, %v; want ErrInProgress", r, err)
 			}
 			time.Sleep(1100 * time.Millisecond)
@@ -64,20 +69,25 @@ func TestFencingSlowHolderCannotCommitAfterTakeover(t *testing.T) {
 				c, _ := idem.ClaimFromContext(ctx)
 				attempt = c.Attempt
 				if firstFinishes == "while the takeover runs" {
-					close(releaseFirst)
-					if err := <-firstErr; !errors.Is(err, idem.ErrLeaseLost) {
-						t.Errorf("first holder's completion = %v; want ErrLeaseLost", err)
+					releaseFirst.Open()
+					select {
+					case err := <-firstErr:
+						if !errors.Is(err, idem.ErrLeaseLost) {
+							t.Errorf("first holder's completion = %v; want ErrLeaseLost", err)
+						}
+					case <-time.After(20 * time.Second):
+						t.Errorf("the first holder never returned once let go")
 					}
 				}
 				return pay(2, "second")(ctx, tx)
 			}
-			r, err := e.Store.Do(context.Background(), p, second)
+			r, err := e.Store.Do(ctx, p, second)
 			if err != nil || r.Replayed || string(r.Outcome.Body) != "second" || attempt != 2 {
 				t.Fatalf("request after the lease ran out = %+v, %v (attempt %d); want a takeover that executes", r, err, attempt)
 			}
 			if firstFinishes == "after the takeover commits" {
-				close(releaseFirst)
-				if err := <-firstErr; !errors.Is(err, idem.ErrLeaseLost) {
+				releaseFirst.Open()
+				if err := storetest.Recv(t, firstErr, 20*time.Second, "the first holder never returned once let go"); !errors.Is(err, idem.ErrLeaseLost) {
 					t.Fatalf("first holder's completion = %v; want ErrLeaseLost", err)
 				}
 			}
@@ -100,22 +110,24 @@ func TestRenewalKeepsALongHandlerOwner(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	// A handler allowed to run longer than its lease (the default timeout is the lease).
 	p := &idem.DoParams{Scope: "s", Key: "long", Operation: "export", Fingerprint: "fp", Lease: time.Second, Timeout: time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	started := make(chan struct{})
 	firstErr := make(chan error, 1)
 	go func() {
-		_, err := e.Store.Do(context.Background(), p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
 			time.Sleep(2500 * time.Millisecond) // 2.5 leases
 			return pay(1, "done")(ctx, tx)
 		})
 		firstErr <- err
 	}()
-	<-started
+	storetest.Recv(t, started, 10*time.Second, "the long handler never started")
 	time.Sleep(1600 * time.Millisecond) // past the first lease: only renewal keeps the key
-	if _, err := e.Store.Do(context.Background(), p, pay(2, "dup")); !errors.Is(err, idem.ErrInProgress) {
+	if _, err := e.Store.Do(ctx, p, pay(2, "dup")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("duplicate after one lease = %v; want ErrInProgress (the holder renews)", err)
 	}
-	if err := <-firstErr; err != nil {
+	if err := storetest.Recv(t, firstErr, 20*time.Second, "the long handler never returned"); err != nil {
 		t.Fatalf("long handler: %v", err)
 	}
 	if n := e.Payments(); n != 1 {
@@ -593,16 +605,20 @@ func TestCompletionKeepsTheClaimsExpiry(t *testing.T) {
 	}
 }
 
-// A tenant PostgreSQL text cannot hold is stored encoded (tenantColumn), by every statement of
-// both claim modes: it executes once and replays.
-func TestTenantThatIsNotTextInBothModes(t *testing.T) {
+// A tenant, scope and key PostgreSQL text cannot hold are stored encoded (storedText), by every
+// statement of both claim modes: the work executes once and replays, and a failed run releases
+// its key (no statement sees the raw bytes, which PostgreSQL refuses with SQLSTATE 22021).
+func TestTenantScopeAndKeyThatAreNotTextInBothModes(t *testing.T) {
 	t.Parallel()
 	sch := idemtest.TestSchema(t, nil)
 	s, _ := idem.NewStore(sch.Pool, sch.Config())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-		p := &idem.DoParams{Tenant: "t\xff\x00", Scope: "s", Key: "k-" + mode.String(), Fingerprint: "fp", Claim: mode}
+		p := &idem.DoParams{Tenant: "t\xff\x00", Scope: "s\xfe", Key: "k\x00-" + mode.String(), Fingerprint: "fp", Claim: mode}
+		if _, err := s.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return nil, errors.New("boom") }); err == nil || err.Error() != "boom" {
+			t.Fatalf("%s, a failing run: %v; want its own error", mode, err)
+		}
 		for i, wantReplay := range []bool{false, true} {
 			r, err := s.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
 			if err != nil || r.Replayed != wantReplay {

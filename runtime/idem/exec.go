@@ -38,7 +38,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 		if !res.status.owns() {
 			return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 		}
-		return s.runClaimed(ctx, tx, res.claim, p, fn, false)
+		return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimTransaction)
 	}
 
 	tx, res, err := s.claimWaiting(ctx, p)
@@ -54,7 +54,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 			return nil, err
 		}
 	}
-	return s.runClaimed(ctx, tx, res.claim, p, fn, true)
+	return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimLease)
 }
 
 // txLockWait bounds each transaction-mode claim's wait on a concurrent holder's row lock. It is
@@ -69,7 +69,7 @@ const txLockWaitListening = 10 * time.Millisecond
 // claimInTransaction begins the business transaction and claims in it (claim: transaction).
 // While a concurrent transaction holds the key, it rolls back, waits outside any connection for
 // the holder's notification (or with a bounded backoff), and tries again, until wait runs out:
-// the result is then ClaimInProgress. On ClaimAcquired and ClaimTakenOver tx is open and the
+// the result is then claimInProgress. On claimAcquired and claimTakenOver tx is open and the
 // caller owns it; on any other result it has been rolled back.
 func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(wait, 250*time.Millisecond, nil)
@@ -229,86 +229,133 @@ func (p *pacer) next(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// runClaimed runs fn inside tx for the held claim c and completes or gives the key back.
-// lease is true in lease mode: the claim was committed on its own, so it is renewed while fn
-// runs and released (token-guarded) when the work is rolled back. In transaction mode the
-// rollback itself undoes the claim.
-func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, lease bool) (res *execResult, err error) {
-	start := time.Now()
-	// The handler's context ends at its timeout; renewal runs under it, so it stops there too.
+// handlerEnd is how a handler's run ended, as [Store.runHandler] saw it.
+type handlerEnd int
+
+const (
+	handlerPanicked  handlerEnd = iota // fn panicked or called runtime.Goexit: it never returned
+	handlerReturned                    // fn returned in time, its lease held: out and err are its answer
+	handlerTimedOut                    // fn returned after its timeout: whatever it answered is void
+	handlerLeaseLost                   // another request took the key over while fn ran
+)
+
+// handlerRun is one run of a handler: how it ended and, when it returned, what it answered.
+type handlerRun struct {
+	end   handlerEnd
+	out   *Outcome
+	err   error
+	start time.Time
+}
+
+// runClaimed runs fn inside tx for the held claim c, made in claim mode mode, and then settles
+// the run in one place ([Store.settle]): the outcome is completed and committed, or the work is
+// rolled back and the key given back. A panicking fn is settled too (the key given back), and
+// the panic goes on.
+func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (*execResult, error) {
+	run := handlerRun{end: handlerPanicked, start: time.Now()}
+	defer func() {
+		if run.end == handlerPanicked { // runHandler never returned
+			s.settle(ctx, tx, c, p, mode, run)
+		}
+	}()
+	run = s.runHandler(ctx, tx, c, p, fn, mode, run.start)
+	return s.settle(ctx, tx, c, p, mode, run)
+}
+
+// runHandler runs fn and says how it ended. In lease mode the claim was committed on its own,
+// so its lease is renewed while fn runs; renewal stops when fn returns (or panics), and stops at
+// the handler's timeout as well, since it runs under the handler's context.
+func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode, start time.Time) handlerRun {
 	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
 	defer timedOut()
 	hctx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	stopRenew := func() {}
-	if lease && !s.noRenew {
+	if mode == ClaimLease && !s.noRenew {
 		stopRenew = s.renewWhileRunning(hctx, c, cancel)
 	}
+	defer stopRenew()
 
-	// giveBack undoes everything: the business work and (lease mode) the claim, so a retry runs.
-	// kind is the event that reports it.
-	giveBack := func(kind EventKind) {
-		stopRenew()
-		s.rollback(ctx, tx)
-		ran := time.Since(start)
-		s.est.observe(c.Operation, ran)
-		if lease {
-			s.release(ctx, c, kind, ran)
-		} else {
-			// The rollback gave the key back, but a rolled-back transaction notifies nobody.
-			s.notifyWaiters(ctx, c)
-			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
-		}
-	}
-	returned := false
-	defer func() {
-		if !returned { // fn panicked (or called runtime.Goexit): clean up and let it continue
-			giveBack(EventReleased)
-		}
-	}()
 	out, err := fn(hctx, tx.Tx)
-	returned = true
 	late := timedOut() // decided when fn returned, not after the renewal has stopped
 	stopRenew()
-
-	if late {
-		// Whatever fn answered, it answered too late: nothing of it commits.
-		ran := time.Since(start)
-		giveBack(EventHandlerTimeout)
-		return nil, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+	run := handlerRun{end: handlerReturned, out: out, err: err, start: start}
+	switch {
+	case late:
+		run.end = handlerTimedOut
+	case errors.Is(context.Cause(hctx), ErrLeaseLost):
+		run.end = handlerLeaseLost
 	}
-	if cause := context.Cause(hctx); errors.Is(cause, ErrLeaseLost) {
-		s.rollback(ctx, tx)
+	return run
+}
+
+// settle finishes a handler's run: every exit of a claimed request goes through it. Work that
+// must not commit is rolled back and its key given back ([Store.giveBack]); an outcome to keep
+// is completed and committed with the work.
+func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (*execResult, error) {
+	switch run.end {
+	case handlerPanicked:
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
+		return nil, nil // the panic goes on: nobody receives this
+	case handlerTimedOut:
+		ran := time.Since(run.start)
+		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start)
+		return nil, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+	case handlerLeaseLost:
+		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
 		return nil, s.leaseLost(c)
 	}
+	err := run.err
 	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	if err == nil && out == nil {
-		out = &Outcome{}
+		err = ctx.Err() // the caller left: its answer would reach nobody, so nothing is kept
 	}
 	if err != nil {
 		// Asked before the rollback hands the connection back to the pool, and to another request.
 		lost := s.handlerLostStore(ctx, tx.Tx, c.Operation, c.hash(), err)
-		giveBack(EventReleased)
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
 		if lost != nil {
 			return nil, lost
 		}
 		return nil, err
 	}
-	res = &execResult{status: claimAcquired, outcome: out}
+	out := run.out
+	if out == nil {
+		out = &Outcome{}
+	}
+	res := &execResult{status: claimAcquired, outcome: out}
 	if c.Attempt > 1 {
 		res.status = claimTakenOver
 	}
 	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
-		giveBack(EventReleased)
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
 		return res, nil
 	}
+	return s.commitOutcome(ctx, tx, c, p, mode, res, run.start)
+}
+
+// giveBack undoes a run: the business work and, in lease mode, the claim (token-guarded), so a
+// retry runs anew. In transaction mode the rollback itself undoes the claim, but a rolled-back
+// transaction notifies nobody, so the waiting duplicates are told apart. kind is the event that
+// reports it.
+func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMode, kind EventKind, start time.Time) {
+	s.rollback(ctx, tx)
+	ran := time.Since(start)
+	s.est.observe(c.Operation, ran)
+	if mode == ClaimLease {
+		s.release(ctx, c, kind, ran)
+		return
+	}
+	s.notifyWaiters(ctx, c)
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
+}
+
+// commitOutcome completes c with res's outcome inside tx and commits both.
+func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res *execResult, start time.Time) (*execResult, error) {
 	sent := time.Now() // before the database computes the key's expiry
-	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, out, ttl(p))
+	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p))
 	switch {
 	case errors.Is(completeErr, ErrLeaseLost):
-		if lease {
+		if mode == ClaimLease {
 			// Another request holds the key now, and this release deletes nothing. But a
 			// division by zero at the completion can also come from the application (a
 			// deferred trigger at the COMMIT): the key would then stay held for its lease.
@@ -316,23 +363,24 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 		}
 		return nil, s.leaseLost(c)
 	case completeErr != nil:
-		giveBack(EventReleased)
+		s.giveBack(ctx, tx, c, mode, EventReleased, start)
 		return nil, completeErr
 	case commitErr != nil:
-		// Release only deletes an in-flight row: if the commit did happen, the row is complete
-		// and stays.
-		if lease {
+		// Whether the commit happened is unknown. A release deletes only an in-flight row: if
+		// the commit did happen, the row is complete and stays (in transaction mode, the claim
+		// was part of what did or did not commit).
+		if mode == ClaimLease {
 			s.release(ctx, c, EventReleased, time.Since(start))
 		}
 		return nil, commitErr
 	}
 	res.persisted = true
 	if s.cache != nil {
-		s.cache.put(cacheKey{p.Tenant, p.Scope, p.Key}, p.Fingerprint, out, sent.Add(time.Duration(millis(ttl(p)))*time.Millisecond))
+		s.cache.put(cacheKey{p.Tenant, p.Scope, p.Key}, p.Fingerprint, res.outcome, sent.Add(time.Duration(millis(ttl(p)))*time.Millisecond))
 	}
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
 	return res, nil
 }
 
@@ -351,7 +399,7 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 		s.releaseLater(ctx, c, kind, ran, err)
 		return
 	}
-	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 }
 
 // releaseLost gives back a claim that may or may not have been made (its batch failed): like

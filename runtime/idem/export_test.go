@@ -113,3 +113,27 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // SetOwnerGuard replaces s's lease-mode owner guard (sql/owner_guard.sql), so a test can make it
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
+
+// ClaimUnderTenant is c presented under another tenant, for tests that check every statement
+// names the tenant.
+func ClaimUnderTenant(c *Claim, tenant string) *Claim {
+	cc := *c
+	cc.Tenant = tenant
+	cc.row.tenant = storedText(tenant)
+	return &cc
+}
+
+// StoredText exposes how the key table stores a tenant, scope or key.
+var StoredText = storedText
+
+// UnmadeClaim is a claim of p's key that was never made: what a duplicate whose claim batch
+// failed before reaching the server holds.
+func UnmadeClaim(p *DoParams) *Claim { return newClaim(p) }
+
+// Abandon remembers c as a claim s gave up but could not give back (a failed release).
+func Abandon(s *Store, c *Claim) { s.abandon(c) }
+
+// Channel is the channel s's completions and releases notify waiting duplicates on, and
+// NotifyPayload the payload that names p's key there.
+func Channel(s *Store) string          { return s.channel }
+func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }

@@ -136,8 +136,14 @@ type OperationKeyStats struct {
 
 // keyHashSQL is [KeyHash] computed by PostgreSQL from a row's scope and key (sha256 is built in
 // since PostgreSQL 11), so a hash from a log line finds its row without storing the hash.
-// convert_to yields the UTF-8 bytes the runtime hashed, whatever the server's encoding.
-const keyHashSQL = `left(encode(sha256(convert_to(scope, 'UTF8') || '\x00'::bytea || convert_to(key, 'UTF8')), 'hex'), 16)`
+// storedBytesSQL turns a stored column back into the bytes the runtime hashed: an escaped value
+// ([storedText]) is hex after U+0001, anything else is text, whose UTF-8 bytes convert_to yields
+// whatever the server's encoding.
+func storedBytesSQL(col string) string {
+	return `(CASE WHEN left(` + col + `, 1) = chr(1) THEN decode(substr(` + col + `, 2), 'hex') ELSE convert_to(` + col + `, 'UTF8') END)`
+}
+
+var keyHashSQL = `left(encode(sha256(` + storedBytesSQL("scope") + ` || '\x00'::bytea || ` + storedBytesSQL("key") + `), 'hex'), 16)`
 
 // keyColumns are the columns scanKey reads; the first parameter says whether to read the body.
 const keyColumns = `tenant, scope, key, operation, fingerprint, state, attempt, status, reference, headers,
@@ -159,7 +165,7 @@ func (s *Store) LookupKey(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, e
 	case p.Key != "" && p.KeyHash != "":
 		return nil, errors.New("idem: LookupKey: give Key or KeyHash, not both")
 	case p.Key != "":
-		q.where("key = ", p.Key)
+		q.where("key = ", storedText(p.Key))
 	case p.KeyHash != "":
 		h, err := ParseKeyHash(p.KeyHash)
 		if err != nil {
@@ -294,11 +300,11 @@ func (q *keyQuery) where(lhs string, v any) {
 
 func (q *keyQuery) cond(c string) { q.conds = append(q.conds, c) }
 
-// tenant matches the tenant column as the request path writes it (tenantColumn), so that the
+// tenant matches the tenant column as the request path writes it ([storedText]), so that the
 // lookup finds what a request with this tenant would claim.
 func (q *keyQuery) tenant(t *string) {
 	if t != nil {
-		q.where("tenant = ", tenantColumn(*t))
+		q.where("tenant = ", storedText(*t))
 	}
 }
 
@@ -325,8 +331,7 @@ func (s *Store) queryKeys(ctx context.Context, what string, q *keyQuery, order s
 			&k.CreatedAt, &completed, &k.ExpiresAt, &k.LeaseExpiresAt, &k.Now); err != nil {
 			return nil, storeError(ctx, what, err)
 		}
-		// Read as bytes, the tenant column scans whether it holds text or bytea.
-		k.Tenant = string(tenant)
+		k.Tenant, k.Scope, k.Key = fromStoredText(string(tenant)), fromStoredText(k.Scope), fromStoredText(k.Key)
 		k.KeyHash = KeyHash(k.Scope, k.Key)
 		if status != nil {
 			k.Status = int(*status)

@@ -259,3 +259,24 @@ func TestKeyStatsOfAnEmptyTableAndAMissingOne(t *testing.T) {
 		t.Errorf("missing table: %v; want an error, not ErrNoSuchKey", err)
 	}
 }
+
+// TestLookupKeyOfBytesThatAreNotText: tenants, scopes and keys that PostgreSQL text cannot hold
+// are stored escaped; a lookup by the raw values or by the hash a log printed finds the row, and
+// shows the raw values, never the escape.
+func TestLookupKeyOfBytesThatAreNotText(t *testing.T) {
+	t.Parallel()
+	e := newInspectEnv(t)
+	ctx := context.Background()
+	tenant, scope, key := "\xff\x00t", "s\xfe", "\x01k\xc3"
+	e.complete(tenant, scope, key, "op", &idem.Outcome{Status: 204})
+	e.complete("xff00t", scope, key, "op", &idem.Outcome{Status: 204}) // a tenant whose text is the other's hex
+
+	keys, err := e.Store.LookupKey(ctx, &idem.LookupKeyParams{Tenant: ptr(tenant), Key: key})
+	if err != nil || len(keys) != 1 || keys[0].Tenant != tenant || keys[0].Scope != scope || keys[0].Key != key {
+		t.Fatalf("LookupKey(raw) = %+v, %v; want the one row with the raw tenant, scope and key", keys, err)
+	}
+	keys, err = e.Store.LookupKey(ctx, &idem.LookupKeyParams{KeyHash: idem.KeyHash(scope, key)})
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("LookupKey(hash) = %+v, %v; want both tenants' rows", keys, err)
+	}
+}

@@ -60,14 +60,15 @@ func channelOf(table string) string {
 }
 
 // notifyID identifies a key in a notification without revealing it (anyone who may LISTEN on
-// the database reads the payloads): a hash of the key table's tenant, scope and key.
-func notifyID(tenant, scope, key string) string {
+// the database reads the payloads): a hash of the key's row. Stored text holds no NUL, so the
+// NUL separators keep the three apart.
+func notifyID(row rowID) string {
 	h := sha256.New()
-	io.WriteString(h, tenantColumn(tenant))
+	io.WriteString(h, row.tenant)
 	h.Write([]byte{0})
-	io.WriteString(h, scope)
+	io.WriteString(h, row.scope)
 	h.Write([]byte{0})
-	io.WriteString(h, key)
+	io.WriteString(h, row.key)
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -77,7 +78,7 @@ func (s *Store) note(c *Claim) (channel, payload string) {
 	if !c.notify {
 		return "", ""
 	}
-	return s.channel, notifyID(c.Tenant, c.Scope, c.Key)
+	return s.channel, notifyID(c.row)
 }
 
 // notifyWaiters tells the waiters of c's key that something happened to it, on its own: after
@@ -167,7 +168,7 @@ func (s *Store) subscribe(p *DoParams) *subscription {
 	if l == nil {
 		return nil
 	}
-	sub := &subscription{l: l, id: notifyID(p.Tenant, p.Scope, p.Key), c: make(chan struct{}, 1)}
+	sub := &subscription{l: l, id: notifyID(rowOf(p)), c: make(chan struct{}, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

@@ -2,11 +2,14 @@ package idem_test
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -70,8 +73,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		}
 		total += len(applied[i])
 	}
-	if total != 1 {
-		t.Fatalf("concurrent Migrate applied %v; want version 1 applied exactly once", applied)
+	if total != 2 {
+		t.Fatalf("concurrent Migrate applied %v; want versions 1 and 2 applied exactly once", applied)
 	}
 	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || len(r.Versions) != 0 {
 		t.Fatalf("second Migrate = %+v, %v; want a no-op", r, err)
@@ -95,10 +98,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		t.Fatalf("created_at is %s before the database's now()", skew)
 	}
 
-	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[1]" {
-		t.Fatalf("dry run down = %+v, %v; want version 1 listed", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[2 1]" {
+		t.Fatalf("dry run down = %+v, %v; want versions 2 and 1 listed", r, err)
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[2 1]" {
 		t.Fatalf("MigrateDown = %+v, %v", r, err)
 	}
 	var exists bool
@@ -106,8 +109,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if exists {
 		t.Fatal("MigrateDown left the table")
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1]" {
-		t.Fatalf("Migrate after MigrateDown = %+v, %v; want version 1 again", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2]" {
+		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 and 2 again", r, err)
 	}
 }
 
@@ -127,4 +130,137 @@ func versions(r *idem.MigrateResult) []int {
 		vs = append(vs, m.Version)
 	}
 	return vs
+}
+
+// Version 2 rewrites the rows version 1 stored ambiguously: a tenant that was not text ("x" and
+// hex) moves to the escape no text is stored as, and a tenant that was text stays itself, also
+// when it looks like hex; text beginning with the escape is escaped. Afterwards each tenant finds
+// its own row, and reverting restores what version 1 had.
+func TestMigrationEscapesStoredText(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := idem.NewMigrator(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows as version 1 stored them, each under the tenant a request of its own carried.
+	old := map[string]string{ // the tenant a request carried: how version 1 stored it
+		"\xff":    "xff",
+		"a\x00":   "x6100",
+		"x616263": "x616263", // text that looks like an escape of text: a plain tenant
+		"\x01abc": "\x01abc",
+		"acme":    "acme",
+	}
+	for tenant, stored := range old {
+		if _, err := sch.Pool.Exec(ctx, "INSERT INTO "+s.Table()+` (tenant, scope, key, operation, fingerprint, state,
+			owner_token, lease_expires_at, status, body, expires_at)
+			VALUES ($1, 's', 'k', 'op', 'fp', 'complete', gen_random_uuid(), now(), 201, $2, now() + interval '1 hour')`,
+			stored, []byte(fmt.Sprintf("%q", tenant))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
+		t.Fatalf("migrate to version 2: %v", err)
+	}
+	replayed := func(when string) {
+		t.Helper()
+		for tenant := range old {
+			r, err := s.Do(ctx, &idem.DoParams{Tenant: tenant, Scope: "s", Key: "k", Fingerprint: "fp"}, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+				return nil, fmt.Errorf("tenant %q executed: its row was not found", tenant)
+			})
+			if err != nil || !r.Replayed || string(r.Outcome.Body) != fmt.Sprintf("%q", tenant) {
+				t.Fatalf("%s: tenant %q: %+v, %v; want its own stored outcome replayed", when, tenant, r, err)
+			}
+		}
+	}
+	replayed("after version 2")
+	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 1}); err != nil {
+		t.Fatalf("revert version 2: %v", err)
+	}
+	for tenant, stored := range old {
+		if n := countRows(t, sch.Pool, "SELECT count(*) FROM "+s.Table()+" WHERE tenant = $1 AND body = $2", stored, []byte(fmt.Sprintf("%q", tenant))); n != 1 {
+			t.Errorf("after reverting version 2, tenant %q is not stored as %q again", tenant, stored)
+		}
+	}
+	if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
+		t.Fatalf("migrate to version 2 again: %v", err)
+	}
+	replayed("after version 2 again")
+}
+
+// The migration tells the old escape ("x" and the hex of bytes that are not text) from a plain
+// tenant that looks like one by matching the hex against UTF-8 in SQL: it agrees with Go's
+// utf8.ValidString on every byte string, sequences around the edges of UTF-8 included.
+func TestMigrationTellsTextAsGoDoes(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, _ := idem.NewMigrator(sch.Pool, sch.Config())
+	if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 1}); err != nil {
+		t.Fatal(err)
+	}
+	edges := []byte{0x00, 0x01, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed, 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff, 'a'}
+	r := rand.New(rand.NewPCG(2, 16))
+	tenants := map[string]bool{}
+	for len(tenants) < 2000 {
+		b := make([]byte, 1+r.IntN(5))
+		for i := range b {
+			b[i] = edges[r.IntN(len(edges))]
+		}
+		tenants[string(b)] = true
+	}
+	table := pgx.Identifier{sch.Name, sch.Table}.Sanitize()
+	var escaped []string
+	for tn := range tenants {
+		escaped = append(escaped, "x"+hex.EncodeToString([]byte(tn)))
+	}
+	if _, err := sch.Pool.Exec(ctx, "INSERT INTO "+table+` (tenant, scope, key, operation, fingerprint, state,
+		owner_token, lease_expires_at, expires_at)
+		SELECT t, 's', 'k', 'op', 'fp', 'complete', gen_random_uuid(), now(), now() FROM unnest($1::text[]) AS t`, escaped); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
+		t.Fatal(err)
+	}
+	var stored []string
+	if err := pgx.BeginFunc(ctx, sch.Pool, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, "SELECT tenant FROM "+table)
+		var err error
+		stored, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, s := range stored {
+		have[s] = true
+	}
+	for tn := range tenants {
+		want := "\x01" + hex.EncodeToString([]byte(tn)) // the old escape of bytes that are not text
+		if utf8.ValidString(tn) && !strings.ContainsRune(tn, 0) {
+			want = "x" + hex.EncodeToString([]byte(tn)) // a plain tenant that looks like one
+		}
+		if !have[want] {
+			t.Fatalf("bytes %x: the migration did not store their row's tenant as %q", tn, want)
+		}
+	}
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -23,6 +24,11 @@ const (
 	maxReleaseRetries = 64
 	// maxAbandoned bounds the claims remembered as abandoned.
 	maxAbandoned = 1024
+	// maxAbandonedPerRow bounds those of one row. Only one of them can be the row's holder, but
+	// which one is not known here (a claim whose batch failed may or may not have been made), so
+	// each is kept until a release settles it: a later duplicate's failed claim must never hide
+	// the real holder's.
+	maxAbandonedPerRow = 8
 )
 
 // background is what a Store runs beside requests.
@@ -33,14 +39,18 @@ type background struct {
 	slots     chan struct{} // one per outstanding release retry
 	noRetry   bool          // tests: leave failed releases to later claims
 
-	mu        sync.Mutex
-	abandoned map[rowID]abandonedClaim
+	mu         sync.Mutex
+	abandoned  map[rowID][]abandonedClaim // per row, oldest first
+	nAbandoned int
 }
 
-// rowID names one row of the key table.
+// rowID names one row of the key table: its tenant, scope and key as the table stores them
+// ([storedText]), so two different requests' keys never share a rowID.
 type rowID struct{ tenant, scope, key string }
 
-func rowOf(tenant, scope, key string) rowID { return rowID{tenant, scope, key} }
+func rowOf(p *DoParams) rowID {
+	return rowID{storedText(p.Tenant), storedText(p.Scope), storedText(p.Key)}
+}
 
 type abandonedClaim struct {
 	claim *Claim
@@ -51,7 +61,7 @@ func newBackground() *background {
 	return &background{
 		closing:   make(chan struct{}),
 		slots:     make(chan struct{}, maxReleaseRetries),
-		abandoned: map[rowID]abandonedClaim{},
+		abandoned: map[rowID][]abandonedClaim{},
 	}
 }
 
@@ -110,7 +120,7 @@ func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran 
 		if err == nil {
 			s.forget(c)
 			s.log.InfoContext(ctx, "idem: released the key on a retry", "operation", c.Operation, "key_hash", c.hash(), "tries", try+1)
-			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran})
+			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 			return
 		}
 	}
@@ -118,64 +128,80 @@ func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran 
 		"operation", c.Operation, "key_hash", c.hash(), "tries", releaseTries+1, "error", err)
 }
 
-// abandon remembers c as a claim this process gave up but could not give back.
+// abandon remembers c as a claim this process gave up but could not give back, beside the
+// others remembered for its row.
 func (s *Store) abandon(c *Claim) {
 	bg := s.bg
 	now := time.Now()
 	bg.mu.Lock()
 	defer bg.mu.Unlock()
-	if len(bg.abandoned) >= maxAbandoned {
-		for id, a := range bg.abandoned {
-			if now.After(a.until) {
+	if bg.nAbandoned >= maxAbandoned {
+		for id, list := range bg.abandoned {
+			bg.abandoned[id] = slices.DeleteFunc(list, func(a abandonedClaim) bool { return now.After(a.until) })
+			bg.nAbandoned -= len(list) - len(bg.abandoned[id])
+			if len(bg.abandoned[id]) == 0 {
 				delete(bg.abandoned, id)
 			}
 		}
-		if len(bg.abandoned) >= maxAbandoned {
-			return // the lease ends it, as before
+		if bg.nAbandoned >= maxAbandoned {
+			return // the lease ends it
 		}
 	}
-	bg.abandoned[rowOf(c.Tenant, c.Scope, c.Key)] = abandonedClaim{claim: c, until: now.Add(c.Lease)}
+	list := bg.abandoned[c.row]
+	if len(list) >= maxAbandonedPerRow {
+		list = list[1:] // the oldest: its lease ends first
+		bg.nAbandoned--
+	}
+	bg.abandoned[c.row] = append(list, abandonedClaim{claim: c, until: now.Add(c.Lease)})
+	bg.nAbandoned++
 }
 
-// forget drops c from the abandoned claims, if it is the one remembered for its key.
+// forget drops c from the abandoned claims.
 func (s *Store) forget(c *Claim) {
 	bg := s.bg
 	bg.mu.Lock()
 	defer bg.mu.Unlock()
-	id := rowOf(c.Tenant, c.Scope, c.Key)
-	if a, ok := bg.abandoned[id]; ok && a.claim == c {
-		delete(bg.abandoned, id)
+	list := bg.abandoned[c.row]
+	kept := slices.DeleteFunc(slices.Clone(list), func(a abandonedClaim) bool { return a.claim == c })
+	bg.nAbandoned -= len(list) - len(kept)
+	if len(kept) == 0 {
+		delete(bg.abandoned, c.row)
+	} else {
+		bg.abandoned[c.row] = kept
 	}
 }
 
-// takeBack releases the abandoned claim this process holds on p's key, if any; true means the
-// key was ours and is free now, so the caller claims again. It runs only after a claim found
-// the key in flight, so it costs nothing on any other path.
+// takeBack releases the abandoned claims this process holds on p's key, if any; true means one
+// of them was the key's holder and the key is free now, so the caller claims again. Each
+// release is guarded by its claim's token, so only the real holder's deletes the row; the others
+// are settled by it too (they own nothing) and forgotten. It runs only after a claim found the
+// key in flight, so it costs nothing on any other path.
 func (s *Store) takeBack(ctx context.Context, p *DoParams) bool {
 	bg := s.bg
-	id := rowOf(p.Tenant, p.Scope, p.Key)
 	bg.mu.Lock()
-	a, ok := bg.abandoned[id]
+	list := slices.Clone(bg.abandoned[rowOf(p)])
 	bg.mu.Unlock()
-	if !ok {
-		return false
+	freed := false
+	for i := len(list) - 1; i >= 0 && !freed; i-- { // newest first: the likeliest holder
+		a := list[i]
+		if time.Now().After(a.until) {
+			s.forget(a.claim) // the lease has ended: a claim takes the key over anyway
+			continue
+		}
+		var gone bool
+		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+			gone, err = s.releaseRow(ctx, a.claim)
+			return err
+		})
+		if err != nil {
+			return false // still unreachable: the answer stays in-progress, and a later claim tries again
+		}
+		s.forget(a.claim)
+		if gone {
+			s.log.InfoContext(ctx, "idem: a claim found this process's own abandoned claim on the key in flight and released it",
+				"operation", p.Operation, "key_hash", a.claim.hash())
+			freed = true
+		}
 	}
-	if time.Now().After(a.until) {
-		s.forget(a.claim) // the lease has ended: a claim takes the key over anyway
-		return false
-	}
-	var gone bool
-	err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-		gone, err = s.releaseRow(ctx, a.claim)
-		return err
-	})
-	if err != nil {
-		return false // still unreachable: the answer stays in-progress, and a later claim tries again
-	}
-	s.forget(a.claim)
-	if gone {
-		s.log.InfoContext(ctx, "idem: a claim found this process's own abandoned claim on the key in flight and released it",
-			"operation", p.Operation, "key_hash", a.claim.hash())
-	}
-	return gone
+	return freed
 }

@@ -50,5 +50,3 @@ func (s StatusSet) Contains(status int) bool {
 
 // IsEmpty reports whether the set has no member.
 func (s StatusSet) IsEmpty() bool { return s == StatusSet{} }
-
-var defaultPersist = Statuses("2xx", "3xx", "4xx")

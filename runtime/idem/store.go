@@ -99,8 +99,9 @@ type Config struct {
 	ListenConn func(ctx context.Context) (*pgx.Conn, error)
 }
 
-// EventKind names what happened to a key: one word per outcome, shared with ClaimStatus-like
-// decisions, sentinel errors and problem codes (docs/runtime.md has the table).
+// EventKind names what happened to a key: one word per outcome, shared with what a claim
+// decided, the sentinel errors ([ErrInProgress], [ErrKeyReused], …) and the problem codes of
+// runtime/idemhttp (docs/runtime.md has the table).
 type EventKind string
 
 const (
@@ -139,6 +140,16 @@ type Event struct {
 	// Cached says an EventReplayed or EventKeyReused was answered from the replay cache
 	// (Config.ReplayCacheBytes), without the database.
 	Cached bool
+	// Start is when the claim whose outcome this event reports was sent (EventAcquired,
+	// EventTakenOver, EventReplayed, EventInProgress, EventKeyReused); zero for other events
+	// and for answers of the replay cache. With it a tracer can draw the claim as a span.
+	Start time.Time
+	// Attempt is the held claim's Claim.Attempt (EventAcquired, EventTakenOver, EventCompleted,
+	// EventReleased, EventHandlerTimeout); zero where no claim is held.
+	Attempt int
+	// Completion is the part of an EventCompleted's Duration spent storing the outcome and
+	// committing, after the handler returned.
+	Completion time.Duration
 }
 
 // Store is the runtime: it owns the key table and runs claims, completions and replays.

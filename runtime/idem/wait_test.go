@@ -278,7 +278,8 @@ func TestDuplicateStormWithWait(t *testing.T) {
 
 // TestRetryAfterIsHonest: the Retry-After of an in-progress answer is the operation's expected
 // handler time minus how long the holder has run, at least 1s and never past the lease; before
-// the operation has run at all, the lease left.
+// the operation has run at all, as long again as the holder has run (at least 1s), never the
+// whole lease for a request that has only just begun.
 func TestRetryAfterIsHonest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
@@ -289,7 +290,8 @@ func TestRetryAfterIsHonest(t *testing.T) {
 		if err != nil || r.Status != idem.ClaimAcquired {
 			t.Fatalf("claim %s = %+v, %v", key, r, err)
 		}
-		if _, err := e.Sch.Pool.Exec(ctx, "UPDATE "+e.Store.Table()+" SET created_at = created_at - $2::bigint * interval '1 millisecond' WHERE key = $1", key, ranFor.Milliseconds()); err != nil {
+		// A holder that has run for ranFor under a one-minute lease has that much less of it left.
+		if _, err := e.Sch.Pool.Exec(ctx, "UPDATE "+e.Store.Table()+" SET created_at = created_at - $2::bigint * interval '1 millisecond', lease_expires_at = lease_expires_at - $2::bigint * interval '1 millisecond' WHERE key = $1", key, ranFor.Milliseconds()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,7 +318,9 @@ func TestRetryAfterIsHonest(t *testing.T) {
 		want     time.Duration
 	}{
 		{"a quick operation", "quick", 0, time.Second},
-		{"never run in this process: the lease left", "unknown", 0, time.Minute},
+		{"never run in this process, just begun: 1s, not the lease", "unknown", 0, time.Second},
+		{"never run in this process, running for 20s: as long again", "unknown", 20 * time.Second, 20 * time.Second},
+		{"never run in this process, running for 50s: the lease left", "unknown", 50 * time.Second, 10 * time.Second},
 		{"expected 30s, running for 20s", "ten-seconds", 20 * time.Second, 10 * time.Second},
 		{"expected 30s, running for 40s: at least 1s", "ten-seconds", 40 * time.Second, time.Second},
 		{"expected 30m: never past the lease", "slow", 0, time.Minute},

@@ -72,6 +72,14 @@ func Capture(max int64) func(http.Handler) http.Handler {
 // errNoBody is Handle's error for an operation with a body whose request was not captured.
 var errNoBody = errors.New("idem: the request body was not captured for the fingerprint: serve the API through the generated NewIdempotentHandler, or wrap it in idemhttp.Capture")
 
+// problemNotCaptured answers a request whose body was not captured: the server's wiring is at
+// fault, not the client, and nothing was claimed, so a retry after the fix runs normally.
+func problemNotCaptured() *Problem {
+	return newProblem(http.StatusInternalServerError, CodeInternal,
+		"this server is wired without the request body capture its idempotent operations need, so it changed nothing: "+
+			"its operator must serve the API through the generated NewIdempotentHandler or RegisterIdempotentHandlers (or wrap it in idemhttp.Capture)")
+}
+
 func problemBodyTooLarge(max int64) *Problem {
 	return newProblem(http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
 		fmt.Sprintf("the request body is larger than this API accepts (%d bytes): send a smaller one", max))

@@ -3,16 +3,16 @@ package idemhttp
 import (
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 )
 
-// Check reports the misconfigurations that would otherwise surface only when a request
-// arrives: a policy that scopes keys by tenant on a Store without Config.Tenant, and policy
-// values Serve cannot honour (an unknown Storage or ClaimMode, negative durations, a
-// MismatchStatus other than 400, 409 or 422, a negative key length). Every problem is reported,
-// joined with errors.Join; nil means Serve can run every policy given.
+// Check reports the misconfigurations only the running server can see, which would otherwise
+// surface when a request arrives: a policy that scopes keys by tenant on a Store without
+// Config.Tenant, a nil policy, a policy without an Operation. What a policy's values may be is
+// x-idempotency's rules, checked when the policy is generated (idemgen lint reports them).
+// Every problem is reported, joined with errors.Join; nil means Serve can run every policy
+// given.
 //
 // Call it once at startup with every policy the Store will serve. Generated code does so in
 // NewIdempotentServer and panics on an error, as regexp.MustCompile does: a wrong policy or a
@@ -39,33 +39,6 @@ func Check(s *idem.Store, ps ...*Policy) error {
 				"\tidem.NewStore(pool, &idem.Config{Tenant: func(ctx context.Context) (string, error) { /* what your auth middleware stored */ }})\n" +
 				"or, for an API without tenants, drop tenant from the scope in the spec and regenerate:\n" +
 				"\tx-idempotency: {scope: [operation]}")
-		}
-		switch p.Storage {
-		case 0, StorageResponse, StorageReference, StorageMarker:
-		default:
-			bad("Storage %d is not StorageResponse, StorageReference or StorageMarker", int(p.Storage))
-		}
-		switch p.Claim {
-		case 0, idem.ClaimLease, idem.ClaimTransaction:
-		default:
-			bad("Claim %d is not idem.ClaimLease or idem.ClaimTransaction", int(p.Claim))
-		}
-		for _, d := range []struct {
-			name string
-			v    any
-			neg  bool
-		}{{"TTL", p.TTL, p.TTL < 0}, {"Lease", p.Lease, p.Lease < 0}, {"Wait", p.Wait, p.Wait < 0}, {"Timeout", p.Timeout, p.Timeout < 0}} {
-			if d.neg {
-				bad("%s is negative (%v): use 0 for the default or a positive duration", d.name, d.v)
-			}
-		}
-		switch p.MismatchStatus {
-		case 0, http.StatusBadRequest, http.StatusConflict, http.StatusUnprocessableEntity:
-		default:
-			bad("MismatchStatus %d is not allowed (use 422, 409 or 400; 0 means 422)", p.MismatchStatus)
-		}
-		if p.Key.MaxLength < 0 {
-			bad("Key.MaxLength is negative (%d): use 0 for the default of %d", p.Key.MaxLength, DefaultMaxKeyLength)
 		}
 	}
 	return errors.Join(errs...)

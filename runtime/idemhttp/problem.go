@@ -53,23 +53,42 @@ const (
 // ProblemTypePrefix begins every problem type URI.
 const ProblemTypePrefix = "urn:idemgen:problem:"
 
-// problemTitles is the one table of titles, keyed by code. A problem type has one title whoever
-// writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
-// type would read as two different problems.
-var problemTitles = map[string]string{
-	CodeKeyMissing:           "Idempotency key missing",
-	CodeKeyInvalid:           "Idempotency key invalid",
-	CodeKeyReused:            "Idempotency key reused with a different request",
-	CodeInProgress:           "Request with this idempotency key in progress",
-	CodeStoreUnavailable:     "Idempotency store unavailable",
-	CodeBodyInvalid:          "Request body invalid",
-	CodeBodyTooLarge:         "Request body too large",
-	CodeRequestInvalid:       "Request invalid",
-	CodeNotFound:             "Not found",
-	CodeMethodNotAllowed:     "Method not allowed",
-	CodeInternal:             "Internal error",
-	CodeHandlerTimeout:       "Request processing timed out",
-	CodeMediaTypeUnsupported: "Media type unsupported",
+// problemTable is the one table of the runtime's problem codes and their titles, in the order
+// documentation lists them. A problem type has one title whoever writes it: RFC 9457 clients may
+// show the title as the type's summary, so two titles for one type would read as two different
+// problems. idemgen annotate documents the codes from it (ProblemCodes), so a spec's problem
+// schema cannot fall behind what the runtime answers.
+var problemTable = []struct{ code, title string }{
+	{CodeKeyMissing, "Idempotency key missing"},
+	{CodeKeyInvalid, "Idempotency key invalid"},
+	{CodeKeyReused, "Idempotency key reused with a different request"},
+	{CodeInProgress, "Request with this idempotency key in progress"},
+	{CodeStoreUnavailable, "Idempotency store unavailable"},
+	{CodeBodyInvalid, "Request body invalid"},
+	{CodeBodyTooLarge, "Request body too large"},
+	{CodeRequestInvalid, "Request invalid"},
+	{CodeNotFound, "Not found"},
+	{CodeMethodNotAllowed, "Method not allowed"},
+	{CodeInternal, "Internal error"},
+	{CodeHandlerTimeout, "Request processing timed out"},
+	{CodeMediaTypeUnsupported, "Media type unsupported"},
+}
+
+var problemTitles = func() map[string]string {
+	m := make(map[string]string, len(problemTable))
+	for _, p := range problemTable {
+		m[p.code] = p.title
+	}
+	return m
+}()
+
+// ProblemCodes returns every code the runtime answers problems with, in the table's order.
+func ProblemCodes() []string {
+	codes := make([]string, len(problemTable))
+	for i, p := range problemTable {
+		codes[i] = p.code
+	}
+	return codes
 }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime
@@ -100,14 +119,14 @@ func problemKeyReused(status int) *Problem {
 func problemInProgress(retry time.Duration) *Problem {
 	p := newProblem(http.StatusConflict, CodeInProgress,
 		"a request with this idempotency key is still being processed: retry after the Retry-After delay with the same key to get its outcome")
-	p.RetryAfter = retryAfter(retry)
+	p.RetryAfter = idem.RoundRetryAfter(retry)
 	return p
 }
 
 func problemUnavailable(retry time.Duration) *Problem {
 	p := newProblem(http.StatusServiceUnavailable, CodeStoreUnavailable,
 		"the idempotency store cannot be reached, so the request was not processed: retry after the Retry-After delay with the same key")
-	p.RetryAfter = retryAfter(retry)
+	p.RetryAfter = idem.RoundRetryAfter(retry)
 	return p
 }
 
@@ -129,7 +148,7 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64(retryAfter(p.RetryAfter)/time.Second), 10))
+		h.Set("Retry-After", strconv.FormatInt(int64(idem.RoundRetryAfter(p.RetryAfter)/time.Second), 10))
 	}
 	w.WriteHeader(p.Status)
 	_, err = w.Write(body)
@@ -138,11 +157,6 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 
 // Error makes a Problem usable as an error, e.g. by adapters that return it.
 func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
-
-// retryAfter rounds d up to whole seconds, at least one: what a Retry-After header can say.
-func retryAfter(d time.Duration) time.Duration {
-	return max((d+time.Second-1)/time.Second, 1) * time.Second
-}
 
 // ErrorProblem classifies an error a handler returned, for the error handler of a generated
 // server (oapi-codegen's ResponseErrorHandlerFunc), so that operations that are not idempotent

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,7 +11,22 @@ import (
 // allCodes are the runtime's problem codes: every one must have its title in the one table.
 var allCodes = []string{
 	idemhttp.CodeKeyMissing, idemhttp.CodeKeyInvalid, idemhttp.CodeKeyReused, idemhttp.CodeInProgress,
-	idemhttp.CodeStoreUnavailable, idemhttp.CodeRequestInvalid, idemhttp.CodeHandlerTimeout,
+	idemhttp.CodeStoreUnavailable, idemhttp.CodeBodyInvalid, idemhttp.CodeBodyTooLarge,
+	idemhttp.CodeRequestInvalid, idemhttp.CodeNotFound, idemhttp.CodeMethodNotAllowed,
+	idemhttp.CodeInternal, idemhttp.CodeHandlerTimeout, idemhttp.CodeMediaTypeUnsupported,
+}
+
+// TestProblemCodesListsEveryCode: ProblemCodes, what annotate documents, is every code constant,
+// once each.
+func TestProblemCodesListsEveryCode(t *testing.T) {
+	t.Parallel()
+	got := idemhttp.ProblemCodes()
+	want := slices.Clone(allCodes)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ProblemCodes() = %v; want every Code constant %v", got, want)
+	}
 }
 
 // TestOneTitlePerProblemType: every runtime code has a title, and a problem made for a code

@@ -1,7 +1,6 @@
 package idemhttp
 
 import (
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -18,23 +17,17 @@ type ScopePart struct {
 
 // scopeString renders tenant and parts into the canonical scope stored in the table.
 //
-// Every string is written with its length in front ("4:acme|9:operation=13:createPayment"), so
-// no tenant or value, whatever characters it holds, can make two different scopes render alike.
-// Values PostgreSQL text cannot hold (NUL, invalid UTF-8) are written in hex behind an "x". Serve
-// refuses such values before it claims (request-invalid), so this only keeps the scope storable
-// whatever a caller passes.
+// Every string is written with its length in bytes in front ("4:acme|9:operation=13:createPayment"),
+// so no tenant or value, whatever bytes it holds, can make two different scopes render alike.
+// Whether the result is text PostgreSQL can hold is the store's concern (idem stores any string
+// under an encoding of its own); Serve refuses values that are not text before it claims anyway
+// (request-invalid), since the handler would bind them into its own statements.
 // The tenant is part of the scope so that keys of different tenants never meet, whatever the
 // other parts are. It cannot serve as a distribution key (a hash of the whole scope scatters a
 // tenant's keys): the table's tenant column, set from the tenant alone, is that key.
 func scopeString(tenant string, parts []ScopePart) string {
 	var b strings.Builder
 	lp := func(s string) {
-		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
-			// PostgreSQL text holds neither NUL nor invalid UTF-8: such a value goes in as hex,
-			// marked with "x" so it can never read like a plain one.
-			s = hex.EncodeToString([]byte(s))
-			b.WriteByte('x')
-		}
 		b.WriteString(strconv.Itoa(len(s)))
 		b.WriteByte(':')
 		b.WriteString(s)
@@ -132,24 +125,15 @@ func problemRequestInvalid(what, why string) *Problem {
 // textProblem refuses op's request when a value that goes into its scope or fingerprint (and so,
 // most likely, into the handler's own statements) is not text: checked before anything is
 // claimed.
-func (op *Op[R]) textProblem(p *Policy) *Problem {
-	dynamic := op.Scope
-	for _, name := range p.Scope {
-		if name == "operation" || len(dynamic) == 0 {
-			continue
-		}
-		v := dynamic[0]
-		dynamic = dynamic[1:]
-		if why := valueNotText(reflect.ValueOf(v)); why != "" {
-			return problemRequestInvalid(partName(name), why)
-		}
-	}
-	for i, name := range p.Fingerprint {
-		if i >= len(op.Parts) {
-			break // op.request reports the count mismatch
-		}
-		if why := valueNotText(reflect.ValueOf(op.Parts[i])); why != "" {
-			return problemRequestInvalid(partName(name), why)
+func (op *Op[R]) textProblem() *Problem {
+	for _, parts := range [][]Part{op.Scope, op.Parts} {
+		for _, part := range parts {
+			if part.Name == scopeOperation {
+				continue
+			}
+			if why := valueNotText(reflect.ValueOf(part.Value)); why != "" {
+				return problemRequestInvalid(partName(part.Name), why)
+			}
 		}
 	}
 	return nil

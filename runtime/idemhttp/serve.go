@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"mime"
 	"net/http"
 	"path"
@@ -41,16 +42,11 @@ type Policy struct {
 	MismatchStatus int            // 422 by default; 409 or 400 allowed
 	Persist        idem.StatusSet // which statuses are stored
 	Key            KeyRule
-	// ScopeTenant puts the request's tenant (idem.Config.Tenant) in the key's scope.
+	// ScopeTenant puts the request's tenant (idem.Config.Tenant) in the key's scope; the scope's
+	// other parts are the operation's (Op.Scope).
 	ScopeTenant bool
-	// Scope names the scope's other parts in order: "operation" (the operation id),
-	// "header:<Name>" or "path:<param>", whose values Op.Scope gives in the same order.
-	Scope []string
-	// Fingerprint names the request parts fingerprinted besides the route and the body
-	// ("path:payment_id", "query:limit", "header:X-Account"), whose values Op.Parts gives in the
-	// same order. Exclude lists JSON pointers left out of the body's fingerprint.
-	Fingerprint []string
-	Exclude     []string
+	// Exclude lists JSON pointers left out of the body's fingerprint.
+	Exclude []string
 	// Body says the operation declares a request body. Its bytes as sent are fingerprinted
 	// (see Capture), so Handle refuses to run without them.
 	Body bool
@@ -62,6 +58,10 @@ type Policy struct {
 	BodyTypes []string
 	// ReplayHeaders are added to the default replay allow-list.
 	ReplayHeaders []string
+	// ValidateBody, when set, checks the body as sent against the operation's schema before
+	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
+	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
+	ValidateBody func(ctx context.Context, contentType string, body []byte) *Problem
 }
 
 func (p *Policy) persist() idem.StatusSet {
@@ -271,19 +271,77 @@ func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, keyHash string) 
 type Op[R any] struct {
 	// Key is the key's typed value (a header or path parameter field, pointer or not).
 	Key any
-	// Scope and Parts are the values of Policy.Scope's header:/path: items and of
-	// Policy.Fingerprint, in the same order.
-	Scope, Parts []any
+	// Scope are the scope's parts besides the tenant, in order: "operation" (whose value is
+	// Policy.Operation, so it has none here), "header:<Name>" or "path:<param>".
+	Scope []Part
+	// Parts are the request parts fingerprinted besides the route and the body:
+	// "path:payment_id", "query:limit", "header:X-Account".
+	Parts []Part
 	// Run runs the handler in tx and returns its response (response and marker storage).
 	Run func(ctx context.Context, tx pgx.Tx) (R, error)
 	// RunReference is Run for reference storage: it also returns the reference a replay
-	// reloads the resource from. Exactly one of Run and RunReference is set.
+	// reloads the resource from. Exactly one of Run and RunReference is set ([CheckOp]).
 	RunReference func(ctx context.Context, tx pgx.Tx) (R, string, error)
 	// Replay answers a replay anew (reference and marker storage): from the reference, or from
 	// the status the first request answered with.
 	Replay func(ctx context.Context, reference string, status int) (R, error)
 	// Record renders a response into an outcome (see Record).
 	Record func(R) (*idem.Outcome, error)
+}
+
+// Part is one named request value of an operation's scope or fingerprint.
+type Part struct {
+	Name  string // "operation", "path:payment_id", "query:limit", "header:X-Account"
+	Value any    // the typed request field; none for "operation"
+}
+
+// scopeOperation is the scope part whose value is the operation id.
+const scopeOperation = "operation"
+
+// CheckOp reports what makes op unable to serve p, the shape generated code gives every
+// operation: exactly one of Run and RunReference, RunReference for reference storage only, a
+// Replay for reference and marker storage, a Record, and parts that are named once each in the
+// forms Handle reads. Generated code calls it once per operation in NewIdempotentServer, with a
+// zero request, so a mismatch is a startup panic rather than a 500 on every request.
+func CheckOp[R any](p *Policy, op *Op[R]) error {
+	if p == nil || op == nil {
+		return errors.New("idem: CheckOp: nil policy or operation")
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("idem: operation of %s: %s", p.name(), fmt.Sprintf(format, args...)))
+	}
+	switch {
+	case (op.Run == nil) == (op.RunReference == nil):
+		bad("exactly one of Run and RunReference must be set")
+	case (op.RunReference != nil) != (p.Storage == StorageReference):
+		bad("RunReference is for reference storage, Run for the others")
+	}
+	if wantReplay := p.Storage == StorageReference || p.Storage == StorageMarker; (op.Replay != nil) != wantReplay {
+		bad("Replay must be set for reference and marker storage, and only for them")
+	}
+	if op.Record == nil {
+		bad("Record is nil")
+	}
+	checkParts := func(what string, parts []Part, operation bool) {
+		seen := map[string]bool{}
+		for _, part := range parts {
+			kind, name, _ := strings.Cut(part.Name, ":")
+			switch {
+			case operation && part.Name == scopeOperation:
+			case name != "" && (kind == "path" || kind == "header" || (!operation && kind == "query")):
+			default:
+				bad("%s part %q is not a part Handle reads", what, part.Name)
+			}
+			if seen[part.Name] {
+				bad("%s part %q is listed twice", what, part.Name)
+			}
+			seen[part.Name] = true
+		}
+	}
+	checkParts("scope", op.Scope, true)
+	checkParts("fingerprint", op.Parts, false)
+	return errors.Join(errs...)
 }
 
 // Handle is Serve for generated code: it fingerprints op's typed request by p, runs op.Run at
@@ -310,7 +368,16 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (re
 			res, err = nil, fmt.Errorf("%w (operation %s)", ErrHandlerPanicked, p.Operation)
 		}
 	}()
-	return handle(ctx, s, p, op)
+	res, err = handle(ctx, s, p, op)
+	if err == nil && res.Kind == ResultProblem && res.Problem.Status < 500 {
+		// A refusal is the client's to fix, so it is no warning; but a developer asking why a
+		// request was refused finds it at debug, with the code the client got.
+		if log := s.Config().Logger; log.Enabled(ctx, slog.LevelDebug) {
+			log.DebugContext(ctx, "idem: request refused", "operation", p.Operation,
+				"status", res.Problem.Status, "code", res.Problem.Code)
+		}
+	}
+	return res, err
 }
 
 // ErrHandlerPanicked is Handle's error for a handler that panicked.
@@ -323,14 +390,27 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 		return &Result{Kind: ResultProblem, Problem: newProblem(http.StatusBadRequest, CodeBodyInvalid,
 			"the request body is malformed: "+bad.Reason)}, nil
 	}
+	if errors.Is(err, errNoBody) {
+		// A wiring that skips the body capture (oapi-codegen's own HandlerWithOptions around
+		// NewStrictHandler, say) cannot fingerprint what the client sent. It is answered
+		// through the response path like any problem, so that whichever error handler the
+		// wiring has, the client gets problem+json and the log says how to fix the wiring.
+		s.Config().Logger.ErrorContext(ctx, "idem: "+errNoBody.Error()+"; answered 500 and claimed nothing", "operation", p.Operation)
+		return &Result{Kind: ResultProblem, Problem: problemNotCaptured()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	if prob := mediaTypeProblem(ctx, p); prob != nil {
 		return &Result{Kind: ResultProblem, Problem: prob}, nil
 	}
-	if prob := op.textProblem(p); prob != nil {
+	if prob := op.textProblem(); prob != nil {
 		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
+	if b, ok := BodyFromContext(ctx); ok && p.ValidateBody != nil {
+		if prob := p.ValidateBody(ctx, b.ContentType, b.Bytes); prob != nil {
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 	}
 	res, err := Serve(ctx, s, p, req, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		resp, ref, err := op.run(ctx, tx)
@@ -381,23 +461,16 @@ func (op *Op[R]) run(ctx context.Context, tx pgx.Tx) (R, string, error) {
 // request builds the runtime's view of op's request under p.
 func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 	req := &Request{KeyValues: keyValues(op.Key)}
-	dynamic := op.Scope
-	for _, name := range p.Scope {
+	for _, part := range op.Scope {
 		v := p.Operation
-		if name != "operation" {
-			if len(dynamic) == 0 {
-				return nil, fmt.Errorf("idem: operation %s: no value for scope part %s", p.Operation, name)
-			}
-			v, dynamic = text(dynamic[0]), dynamic[1:]
+		if part.Name != scopeOperation {
+			v = text(part.Value)
 		}
-		req.Scope = append(req.Scope, ScopePart{Name: name, Value: v})
-	}
-	if len(op.Parts) != len(p.Fingerprint) {
-		return nil, fmt.Errorf("idem: operation %s: %d fingerprint values for %d parts", p.Operation, len(op.Parts), len(p.Fingerprint))
+		req.Scope = append(req.Scope, ScopePart{Name: part.Name, Value: v})
 	}
 	fp := idem.NewFingerprinter(p.Route)
-	for i, name := range p.Fingerprint {
-		if err := fp.Add(name, op.Parts[i]); err != nil {
+	for _, part := range op.Parts {
+		if err := fp.Add(part.Name, part.Value); err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Operation, err)
 		}
 	}
@@ -417,13 +490,14 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 }
 
 // keyValues is a typed key as the key parser reads it: nil when absent (a nil pointer, or an
-// empty header field that is not a pointer).
+// empty field that is not a pointer, which cannot tell absent from empty). A pointer to an empty
+// value is a header sent empty: a malformed key (key-invalid), not a missing one.
 func keyValues(v any) []string {
 	if isNil(v) {
 		return nil
 	}
 	s := text(v)
-	if s == "" {
+	if s == "" && reflect.ValueOf(v).Kind() != reflect.Pointer {
 		return nil
 	}
 	return []string{s}

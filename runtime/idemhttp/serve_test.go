@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
+	"github.com/idemgen/idemgen/runtime/internal/storetest"
 )
 
 // concurrent fires n identical requests at the same instant (a shared barrier) and returns what
@@ -41,7 +43,9 @@ func concurrent(t *testing.T, n int, do func() (*idemhttp.Result, error)) []*ide
 	}
 	ready.Wait()
 	close(start)
-	done.Wait()
+	finished := make(chan struct{})
+	go func() { done.Wait(); close(finished) }()
+	storetest.Recv(t, finished, time.Minute, fmt.Sprintf("some of %d concurrent requests never returned", n))
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
@@ -55,8 +59,9 @@ func TestConcurrentDuplicatesExecuteOnce(t *testing.T) {
 	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
 		t.Run(map[idem.ClaimMode]string{idem.ClaimLease: "lease", idem.ClaimTransaction: "transaction"}[mode], func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 70})
-			e.Warm(66)
+			// Fewer connections than requests: the rest queue for one, as under load.
+			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 34})
+			e.Warm(32)
 			p := policy()
 			p.Claim = mode
 			if mode == idem.ClaimTransaction {
@@ -630,12 +635,14 @@ func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 	p.Claim = idem.ClaimTransaction
 	p.Wait = 30 * time.Second
 
-	started, finish := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	started, finish := make(chan struct{}), storetest.NewGate(t)
 	first := make(chan *idemhttp.Result, 1)
 	go func() {
-		r, err := idemhttp.Serve(context.Background(), s, p, request("slow", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, err := idemhttp.Serve(ctx, s, p, request("slow", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(started)
-			<-finish
+			<-finish.C
 			return insertPayment(1)(ctx, tx)
 		})
 		if err != nil {
@@ -643,30 +650,30 @@ func TestTransactionModeWaitersDoNotHoldConnections(t *testing.T) {
 		}
 		first <- r
 	}()
-	<-started
+	storetest.Recv(t, started, 10*time.Second, "the first request's handler never started")
 	dups := make(chan *idemhttp.Result, 4)
 	for range 4 {
 		go func() {
-			r, err := idemhttp.Serve(context.Background(), s, p, request("slow", "fp"), insertPayment(2))
+			r, err := idemhttp.Serve(ctx, s, p, request("slow", "fp"), insertPayment(2))
 			if err != nil {
 				t.Errorf("duplicate: %v", err)
 			}
 			dups <- r
 		}()
 	}
-	<-claims.reached // three duplicates have sent their claims; the fourth may be waiting too
+	// Three duplicates have sent their claims; the fourth may be waiting too.
+	storetest.Recv(t, claims.reached, 10*time.Second, "the duplicates never sent their claims")
 
-	r, err := idemhttp.Serve(context.Background(), s, p, request("other", "fp"), insertPayment(3))
+	r, err := idemhttp.Serve(ctx, s, p, request("other", "fp"), insertPayment(3))
 	if err != nil || r.Kind != idemhttp.ResultExecuted {
-		close(finish)
 		t.Fatalf("a request for another key while four duplicates wait = %s, %v; want executed (the waiters hold connections?)", kindName(r), err)
 	}
-	close(finish)
-	if r := <-first; r == nil || r.Kind != idemhttp.ResultExecuted {
+	finish.Open()
+	if r := storetest.Recv(t, first, 20*time.Second, "the first request never returned"); r == nil || r.Kind != idemhttp.ResultExecuted {
 		t.Fatalf("first = %+v", r)
 	}
 	for range 4 {
-		if r := <-dups; r == nil || r.Kind != idemhttp.ResultReplayed {
+		if r := storetest.Recv(t, dups, 40*time.Second, "a duplicate never returned"); r == nil || r.Kind != idemhttp.ResultReplayed {
 			t.Errorf("duplicate = %+v; want a replay of the first", r)
 		}
 	}

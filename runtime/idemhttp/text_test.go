@@ -36,13 +36,13 @@ func TestValuesTextCannotHoldAre400(t *testing.T) {
 		Route:       "POST /v1/payments/{payment_id}/capture",
 		Key:         idemhttp.KeyRule{Header: "Idempotency-Key", Required: true},
 		ScopeTenant: true,
-		Scope:       []string{"operation", "header:X-Account"},
-		Fingerprint: []string{"path:payment_id", "query:tags"},
 	}
 	ran := 0
 	op := func(key, account string, parts ...any) *idemhttp.Op[answer] {
 		return &idemhttp.Op[answer]{
-			Key: key, Scope: []any{account}, Parts: parts,
+			Key:   key,
+			Scope: []idemhttp.Part{{Name: "operation"}, {Name: "header:X-Account", Value: account}},
+			Parts: []idemhttp.Part{{Name: "path:payment_id", Value: parts[0]}, {Name: "query:tags", Value: parts[1]}},
 			Run: func(ctx context.Context, tx pgx.Tx) (answer, error) {
 				ran++
 				_, err := tx.Exec(ctx, "INSERT INTO payments (key, amount) VALUES ($1, 1)", parts[0])
@@ -84,7 +84,6 @@ func TestValuesTextCannotHoldAre400(t *testing.T) {
 	// Values the runtime does not check (fingerprint: false leaves the path parameter out) reach
 	// the handler's SQL, which refuses them: still 400, and the key is given back.
 	unprinted := *p
-	unprinted.Fingerprint = nil
 	for _, c := range []struct {
 		name, sql string
 		arg       any
@@ -94,7 +93,7 @@ func TestValuesTextCannotHoldAre400(t *testing.T) {
 		{"NUL escape into jsonb (22P05)", `SELECT $1::jsonb`, `{"a": "\u0000"}`},
 	} {
 		o := &idemhttp.Op[answer]{
-			Key: "k-" + c.name, Scope: []any{"acct"},
+			Key: "k-" + c.name, Scope: []idemhttp.Part{{Name: "operation"}, {Name: "header:X-Account", Value: "acct"}},
 			Run: func(ctx context.Context, tx pgx.Tx) (answer, error) {
 				_, err := tx.Exec(ctx, c.sql, c.arg)
 				return answer{201}, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/internal/storetest"
 )
 
 // TestHandlerTimeoutEndsAWaitOnALock pins issue 11's bound on handler time: a handler blocked on
@@ -110,12 +111,12 @@ func TestTimeoutStopsRenewal(t *testing.T) {
 	p := policy()
 	p.Lease = 600 * time.Millisecond // renewed every 200ms while the handler may run
 	p.Timeout = 200 * time.Millisecond
-	entered, unblock := make(chan struct{}), make(chan struct{})
+	entered, unblock := make(chan struct{}), storetest.NewGate(t)
 	first := make(chan *idemhttp.Result, 1)
 	go func() {
 		r, err := idemhttp.Serve(context.Background(), e.Store, p, request("wedged", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
-			<-unblock // ignores ctx
+			<-unblock.C // ignores ctx
 			return insertPayment(1)(context.WithoutCancel(ctx), tx)
 		})
 		if err != nil {
@@ -123,14 +124,7 @@ func TestTimeoutStopsRenewal(t *testing.T) {
 		}
 		first <- r
 	}()
-	<-entered
-	defer func() {
-		select {
-		case <-unblock:
-		default:
-			close(unblock)
-		}
-	}()
+	storetest.Recv(t, entered, 10*time.Second, "the wedged request's handler never started")
 	waitFor(t, 15*time.Second, "a retry never took over the key of a handler past its timeout: its lease is still being renewed", func() bool {
 		r, err := idemhttp.Serve(context.Background(), e.Store, p, request("wedged", "fp"), insertPayment(2))
 		if err != nil {
@@ -138,8 +132,8 @@ func TestTimeoutStopsRenewal(t *testing.T) {
 		}
 		return r.Kind == idemhttp.ResultExecuted
 	})
-	close(unblock)
-	if r := <-first; r == nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeHandlerTimeout {
+	unblock.Open()
+	if r := storetest.Recv(t, first, 20*time.Second, "the wedged request never returned once let go"); r == nil || r.Problem == nil || r.Problem.Code != idemhttp.CodeHandlerTimeout {
 		t.Fatalf("the wedged request = %+v; want the handler-timeout problem", r)
 	}
 	if n := e.Count("SELECT count(*) FROM payments WHERE amount = 1"); n != 0 {

@@ -106,6 +106,11 @@ func TestDemo(t *testing.T) {
 		`"status":"succeeded"`,
 		"The retry got the stored 201 replayed, its body byte for byte identical to the first answer.",
 		"Every key ran its handler once: no retry was executed twice.",
+		"→ 202 Accepted, Location: /v1/payouts/po_",
+		"→ 202 Accepted, Idempotent-Replayed: true, Location: /v1/payouts/po_",
+		`"status":"pending"`,
+		"The status turned succeeded; a retry now still gets the first 202 and Location",
+		"The bank holds one charge for it",
 		`idemgen_idempotency_events_total{event="replayed",operation="createPayment"}`,
 	} {
 		if !strings.Contains(transcript, want) {

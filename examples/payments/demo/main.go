@@ -206,6 +206,9 @@ func (d *demo) show(label string, c *call) {
 	if ra := c.header.Get("Retry-After"); ra != "" {
 		verdict += ", Retry-After: " + ra
 	}
+	if c.status == http.StatusAccepted {
+		verdict += ", Location: " + c.header.Get("Location")
+	}
 	fmt.Fprintf(d.out, "     → %s\n       %s\n", verdict, gist(c.resp))
 }
 
@@ -412,7 +415,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		"Only the status was stored; the answer was rebuilt and shows the refund as it is now, succeeded.\n"+
 			"   No second refund was made.",
 		fmt.Sprintf("the refund's replay got %d (replayed: %v) with status %q; want a replayed 201 with status succeeded", refAgain.status, refAgain.replayed(), settled.Status))
-	return nil
+	return d.payout(ctx, 9)
 }
 
 // settle plays the card processor: it marks the refund succeeded, directly in the database,

@@ -55,15 +55,19 @@ func NewEnv(t testing.TB, cfg *idem.Config, opts *idemtest.SchemaOpts) *Env {
 func (e *Env) Warm(n int) {
 	e.T.Helper()
 	conns := make([]interface{ Release() }, 0, n)
+	defer func() { // also when a connection fails: a held one would keep the pool from closing
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	for range n {
-		c, err := e.Sch.Pool.Acquire(context.Background())
+		c, err := e.Sch.Pool.Acquire(ctx)
 		if err != nil {
-			e.T.Fatal(err)
+			e.T.Fatalf("open %d pool connections up front: %v", n, err)
 		}
 		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
 	}
 }
 
@@ -158,3 +162,33 @@ func (b *LockedBuffer) String() string {
 func NewDebugLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// Recv waits for a value from ch for at most limit, failing t with what did not happen.
+func Recv[T any](t testing.TB, ch <-chan T, limit time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("after %s: %s", limit, what)
+		panic("unreachable")
+	}
+}
+
+// Gate is a channel a test's handler blocks on until the test opens it. It is opened at the
+// latest when the test ends, before its pool closes, so that a test that fails while a handler
+// is blocked fails instead of hanging in the pool's Close.
+type Gate struct {
+	C    chan struct{}
+	once sync.Once
+}
+
+// NewGate returns a closed-at-cleanup gate; call it after the test's store and pool exist.
+func NewGate(t testing.TB) *Gate {
+	g := &Gate{C: make(chan struct{})}
+	t.Cleanup(g.Open)
+	return g
+}
+
+// Open lets every blocked handler go; it may be called more than once.
+func (g *Gate) Open() { g.once.Do(func() { close(g.C) }) }

@@ -6,12 +6,15 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/oapi-codegen/runtime"
@@ -76,6 +79,976 @@ type PutPledgeJSONRequestBody = Donation
 
 // UploadMultipartRequestBody defines body for Upload for multipart/form-data ContentType.
 type UploadMultipartRequestBody UploadMultipartBody
+
+// RequestEditorFn is the function signature for the RequestEditor callback function
+type RequestEditorFn func(ctx context.Context, req *http.Request) error
+
+// Doer performs HTTP requests.
+//
+// The standard http.Client implements this interface.
+type HttpRequestDoer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// Client which conforms to the OpenAPI3 specification for this service.
+type Client struct {
+	// The endpoint of the server conforming to this interface, with scheme,
+	// https://api.deepmap.com for example. This can contain a path relative
+	// to the server, such as https://api.deepmap.com/dev-test, and all the
+	// paths in the swagger spec will be appended to the server.
+	Server string
+
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// ClientOption allows setting custom parameters during construction
+type ClientOption func(*Client) error
+
+// Creates a new Client, with reasonable defaults
+func NewClient(server string, opts ...ClientOption) (*Client, error) {
+	// create a client with sane default values
+	client := Client{
+		Server: server,
+	}
+	// mutate client and add all optional params
+	for _, o := range opts {
+		if err := o(&client); err != nil {
+			return nil, err
+		}
+	}
+	// ensure the server URL always has a trailing slash
+	if !strings.HasSuffix(client.Server, "/") {
+		client.Server += "/"
+	}
+	// create httpClient, if not already present
+	if client.Client == nil {
+		client.Client = &http.Client{}
+	}
+	return &client, nil
+}
+
+// WithHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithHTTPClient(doer HttpRequestDoer) ClientOption {
+	return func(c *Client) error {
+		c.Client = doer
+		return nil
+	}
+}
+
+// WithRequestEditorFn allows setting up a callback function, which will be
+// called right before sending the request. This can be used to mutate the request.
+func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
+	return func(c *Client) error {
+		c.RequestEditors = append(c.RequestEditors, fn)
+		return nil
+	}
+}
+
+// The interface specification for the client above.
+type ClientInterface interface {
+
+	// PostBlobWithBody performs a POST /blobs (the `PostBlob` operationId) request,
+	// with any type of body and a specified content type.
+	PostBlobWithBody(ctx context.Context, params *PostBlobParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DonateWithBody performs a POST /donations (the `Donate` operationId) request,
+	// with any type of body and a specified content type.
+	DonateWithBody(ctx context.Context, params *DonateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Donate performs a POST /donations (the `Donate` operationId) request.
+	// Takes a body of the `application/json` content type.
+	Donate(ctx context.Context, params *DonateParams, body DonateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DonateWithFormdataBody performs a POST /donations (the `Donate` operationId) request.
+	// Takes a body of the `application/x-www-form-urlencoded` content type.
+	DonateWithFormdataBody(ctx context.Context, params *DonateParams, body DonateFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostNoteWithBody performs a POST /notes (the `PostNote` operationId) request,
+	// with any type of body and a specified content type.
+	PostNoteWithBody(ctx context.Context, params *PostNoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostNoteWithTextBody performs a POST /notes (the `PostNote` operationId) request.
+	// Takes a body of the `text/plain` content type.
+	PostNoteWithTextBody(ctx context.Context, params *PostNoteParams, body PostNoteTextRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPledgeWithBody performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request,
+	// with any type of body and a specified content type.
+	PutPledgeWithBody(ctx context.Context, pledgeId int64, params *PutPledgeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPledge performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request.
+	// Takes a body of the `application/json` content type.
+	PutPledge(ctx context.Context, pledgeId int64, params *PutPledgeParams, body PutPledgeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UploadWithBody performs a POST /uploads (the `Upload` operationId) request,
+	// with any type of body and a specified content type.
+	UploadWithBody(ctx context.Context, params *UploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// PostBlobWithBody performs a POST /blobs (the `PostBlob` operationId) request,
+// with any type of body and a specified content type.
+func (c *Client) PostBlobWithBody(ctx context.Context, params *PostBlobParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostBlobRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DonateWithBody performs a POST /donations (the `Donate` operationId) request,
+// with any type of body and a specified content type.
+func (c *Client) DonateWithBody(ctx context.Context, params *DonateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDonateRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Donate performs a POST /donations (the `Donate` operationId) request.
+// Takes a body of the `application/json` content type.
+func (c *Client) Donate(ctx context.Context, params *DonateParams, body DonateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDonateRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DonateWithFormdataBody performs a POST /donations (the `Donate` operationId) request.
+// Takes a body of the `application/x-www-form-urlencoded` content type.
+func (c *Client) DonateWithFormdataBody(ctx context.Context, params *DonateParams, body DonateFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDonateRequestWithFormdataBody(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostNoteWithBody performs a POST /notes (the `PostNote` operationId) request,
+// with any type of body and a specified content type.
+func (c *Client) PostNoteWithBody(ctx context.Context, params *PostNoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostNoteRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostNoteWithTextBody performs a POST /notes (the `PostNote` operationId) request.
+// Takes a body of the `text/plain` content type.
+func (c *Client) PostNoteWithTextBody(ctx context.Context, params *PostNoteParams, body PostNoteTextRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostNoteRequestWithTextBody(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPledgeWithBody performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request,
+// with any type of body and a specified content type.
+func (c *Client) PutPledgeWithBody(ctx context.Context, pledgeId int64, params *PutPledgeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPledgeRequestWithBody(c.Server, pledgeId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPledge performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request.
+// Takes a body of the `application/json` content type.
+func (c *Client) PutPledge(ctx context.Context, pledgeId int64, params *PutPledgeParams, body PutPledgeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPledgeRequest(c.Server, pledgeId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UploadWithBody performs a POST /uploads (the `Upload` operationId) request,
+// with any type of body and a specified content type.
+func (c *Client) UploadWithBody(ctx context.Context, params *UploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewPostBlobRequestWithBody constructs an http.Request for the PostBlob method, with any body, and a specified content type
+func NewPostBlobRequestWithBody(server string, params *PostBlobParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/blobs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDonateRequest calls the generic Donate builder with application/json body
+func NewDonateRequest(server string, params *DonateParams, body DonateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDonateRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewDonateRequestWithFormdataBody calls the generic Donate builder with application/x-www-form-urlencoded body
+func NewDonateRequestWithFormdataBody(server string, params *DonateParams, body DonateFormdataRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	bodyStr, err := runtime.MarshalForm(body, nil)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = strings.NewReader(bodyStr.Encode())
+	return NewDonateRequestWithBody(server, params, "application/x-www-form-urlencoded", bodyReader)
+}
+
+// NewDonateRequestWithBody constructs an http.Request for the Donate method, with any body, and a specified content type
+func NewDonateRequestWithBody(server string, params *DonateParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/donations")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "campaign", params.Campaign, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostNoteRequestWithTextBody calls the generic PostNote builder with text/plain body
+func NewPostNoteRequestWithTextBody(server string, params *PostNoteParams, body PostNoteTextRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	if stringer, ok := interface{}(body).(fmt.Stringer); ok {
+		bodyReader = strings.NewReader(stringer.String())
+	} else {
+		bodyReader = strings.NewReader(fmt.Sprint(body))
+	}
+	return NewPostNoteRequestWithBody(server, params, "text/plain", bodyReader)
+}
+
+// NewPostNoteRequestWithBody constructs an http.Request for the PostNote method, with any body, and a specified content type
+func NewPostNoteRequestWithBody(server string, params *PostNoteParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/notes")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPutPledgeRequest calls the generic PutPledge builder with application/json body
+func NewPutPledgeRequest(server string, pledgeId int64, params *PutPledgeParams, body PutPledgeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutPledgeRequestWithBody(server, pledgeId, params, "application/json", bodyReader)
+}
+
+// NewPutPledgeRequestWithBody constructs an http.Request for the PutPledge method, with any body, and a specified content type
+func NewPutPledgeRequestWithBody(server string, pledgeId int64, params *PutPledgeParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pledge_id", pledgeId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/pledges/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Key", params.XRequestKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Request-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewUploadRequestWithBody constructs an http.Request for the Upload method, with any body, and a specified content type
+func NewUploadRequestWithBody(server string, params *UploadParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/uploads")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range c.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClientWithResponses builds on ClientInterface to offer response payloads
+type ClientWithResponses struct {
+	ClientInterface
+}
+
+// NewClientWithResponses creates a new ClientWithResponses, which wraps
+// Client with return type handling
+func NewClientWithResponses(server string, opts ...ClientOption) (*ClientWithResponses, error) {
+	client, err := NewClient(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &ClientWithResponses{client}, nil
+}
+
+// WithBaseURL overrides the baseURL.
+func WithBaseURL(baseURL string) ClientOption {
+	return func(c *Client) error {
+		newBaseURL, err := url.Parse(baseURL)
+		if err != nil {
+			return err
+		}
+		c.Server = newBaseURL.String()
+		return nil
+	}
+}
+
+// ClientWithResponsesInterface is the interface specification for the client with responses above.
+type ClientWithResponsesInterface interface {
+
+	// PostBlobWithBodyWithResponse performs a POST /blobs (the `PostBlob` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	PostBlobWithBodyWithResponse(ctx context.Context, params *PostBlobParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostBlobResponse, error)
+
+	// DonateWithBodyWithResponse performs a POST /donations (the `Donate` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	DonateWithBodyWithResponse(ctx context.Context, params *DonateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DonateResponse, error)
+
+	// DonateWithResponse performs a POST /donations (the `Donate` operationId) request.
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	DonateWithResponse(ctx context.Context, params *DonateParams, body DonateJSONRequestBody, reqEditors ...RequestEditorFn) (*DonateResponse, error)
+
+	// DonateWithFormdataBodyWithResponse performs a POST /donations (the `Donate` operationId) request.
+	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+	DonateWithFormdataBodyWithResponse(ctx context.Context, params *DonateParams, body DonateFormdataRequestBody, reqEditors ...RequestEditorFn) (*DonateResponse, error)
+
+	// PostNoteWithBodyWithResponse performs a POST /notes (the `PostNote` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	PostNoteWithBodyWithResponse(ctx context.Context, params *PostNoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostNoteResponse, error)
+
+	// PostNoteWithTextBodyWithResponse performs a POST /notes (the `PostNote` operationId) request.
+	// Takes a body of the `text/plain` content type, and returns a wrapper object for the known response body format(s).
+	PostNoteWithTextBodyWithResponse(ctx context.Context, params *PostNoteParams, body PostNoteTextRequestBody, reqEditors ...RequestEditorFn) (*PostNoteResponse, error)
+
+	// PutPledgeWithBodyWithResponse performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	PutPledgeWithBodyWithResponse(ctx context.Context, pledgeId int64, params *PutPledgeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPledgeResponse, error)
+
+	// PutPledgeWithResponse performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request.
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	PutPledgeWithResponse(ctx context.Context, pledgeId int64, params *PutPledgeParams, body PutPledgeJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPledgeResponse, error)
+
+	// UploadWithBodyWithResponse performs a POST /uploads (the `Upload` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	UploadWithBodyWithResponse(ctx context.Context, params *UploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadResponse, error)
+}
+
+type PostBlobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r PostBlobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostBlobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostBlobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostBlobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DonateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r DonateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DonateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DonateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DonateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PostNoteResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r PostNoteResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostNoteResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostNoteResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostNoteResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutPledgeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r PutPledgeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutPledgeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutPledgeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutPledgeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r UploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UploadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostBlobWithBodyWithResponse performs a POST /blobs (the `PostBlob` operationId) request,
+// with any type of body and a specified content type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) PostBlobWithBodyWithResponse(ctx context.Context, params *PostBlobParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostBlobResponse, error) {
+	rsp, err := c.PostBlobWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostBlobResponse(rsp)
+}
+
+// DonateWithBodyWithResponse performs a POST /donations (the `Donate` operationId) request,
+// with any type of body and a specified content type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) DonateWithBodyWithResponse(ctx context.Context, params *DonateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DonateResponse, error) {
+	rsp, err := c.DonateWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDonateResponse(rsp)
+}
+
+// DonateWithResponse performs a POST /donations (the `Donate` operationId) request.
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) DonateWithResponse(ctx context.Context, params *DonateParams, body DonateJSONRequestBody, reqEditors ...RequestEditorFn) (*DonateResponse, error) {
+	rsp, err := c.Donate(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDonateResponse(rsp)
+}
+
+// DonateWithFormdataBodyWithResponse performs a POST /donations (the `Donate` operationId) request.
+// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) DonateWithFormdataBodyWithResponse(ctx context.Context, params *DonateParams, body DonateFormdataRequestBody, reqEditors ...RequestEditorFn) (*DonateResponse, error) {
+	rsp, err := c.DonateWithFormdataBody(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDonateResponse(rsp)
+}
+
+// PostNoteWithBodyWithResponse performs a POST /notes (the `PostNote` operationId) request,
+// with any type of body and a specified content type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) PostNoteWithBodyWithResponse(ctx context.Context, params *PostNoteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostNoteResponse, error) {
+	rsp, err := c.PostNoteWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostNoteResponse(rsp)
+}
+
+// PostNoteWithTextBodyWithResponse performs a POST /notes (the `PostNote` operationId) request.
+// Takes a body of the `text/plain` content type, and returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) PostNoteWithTextBodyWithResponse(ctx context.Context, params *PostNoteParams, body PostNoteTextRequestBody, reqEditors ...RequestEditorFn) (*PostNoteResponse, error) {
+	rsp, err := c.PostNoteWithTextBody(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostNoteResponse(rsp)
+}
+
+// PutPledgeWithBodyWithResponse performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request,
+// with any type of body and a specified content type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) PutPledgeWithBodyWithResponse(ctx context.Context, pledgeId int64, params *PutPledgeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPledgeResponse, error) {
+	rsp, err := c.PutPledgeWithBody(ctx, pledgeId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPledgeResponse(rsp)
+}
+
+// PutPledgeWithResponse performs a PUT /pledges/{pledge_id} (the `PutPledge` operationId) request.
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) PutPledgeWithResponse(ctx context.Context, pledgeId int64, params *PutPledgeParams, body PutPledgeJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPledgeResponse, error) {
+	rsp, err := c.PutPledge(ctx, pledgeId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPledgeResponse(rsp)
+}
+
+// UploadWithBodyWithResponse performs a POST /uploads (the `Upload` operationId) request,
+// with any type of body and a specified content type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) UploadWithBodyWithResponse(ctx context.Context, params *UploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadResponse, error) {
+	rsp, err := c.UploadWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUploadResponse(rsp)
+}
+
+// ParsePostBlobResponse parses an HTTP response from a PostBlobWithResponse call
+func ParsePostBlobResponse(rsp *http.Response) (*PostBlobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostBlobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseDonateResponse parses an HTTP response from a DonateWithResponse call
+func ParseDonateResponse(rsp *http.Response) (*DonateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DonateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParsePostNoteResponse parses an HTTP response from a PostNoteWithResponse call
+func ParsePostNoteResponse(rsp *http.Response) (*PostNoteResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostNoteResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParsePutPledgeResponse parses an HTTP response from a PutPledgeWithResponse call
+func ParsePutPledgeResponse(rsp *http.Response) (*PutPledgeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutPledgeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseUploadResponse parses an HTTP response from a UploadWithResponse call
+func ParseUploadResponse(rsp *http.Response) (*UploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {

@@ -50,7 +50,6 @@ var policyPostBlob = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/octet-stream"},
 }
@@ -74,8 +73,6 @@ var policyDonate = &idemhttp.Policy{
 		Pattern:   regexp.MustCompile(`^[0-9a-f-]{36}$`),
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"query:campaign"},
 	Body:        true,
 	BodyTypes:   []string{"application/json", "application/x-www-form-urlencoded"},
 }
@@ -98,7 +95,6 @@ var policyPostNote = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"text/plain"},
 }
@@ -121,8 +117,6 @@ var policyPutPledge = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation", "path:pledge_id"},
-	Fingerprint: []string{"path:pledge_id"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -145,7 +139,6 @@ var policyUpload = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"multipart/form-data"},
 }
@@ -164,12 +157,22 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyPostBlob, s.opPostBlob(PostBlobRequestObject{})),
+		idemhttp.CheckOp(policyDonate, s.opDonate(DonateRequestObject{})),
+		idemhttp.CheckOp(policyPostNote, s.opPostNote(PostNoteRequestObject{})),
+		idemhttp.CheckOp(policyPutPledge, s.opPutPledge(PutPledgeRequestObject{})),
+		idemhttp.CheckOp(policyUpload, s.opUpload(UploadRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -182,60 +185,109 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // PostBlob runs s.impl.PostBlob at most once per key.
 func (s *idemServer) PostBlob(ctx context.Context, request PostBlobRequestObject) (PostBlobResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostBlob, &idemhttp.Op[PostBlobResponseObject]{
+	return idemHandle(ctx, s.store, policyPostBlob, s.opPostBlob(request))
+}
+
+// opPostBlob is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostBlob(request PostBlobRequestObject) *idemhttp.Op[PostBlobResponseObject] {
+	return &idemhttp.Op[PostBlobResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostBlobResponseObject, error) {
 			return s.impl.PostBlob(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostBlobResponseObject.VisitPostBlobResponse),
-	})
+	}
 }
 
 // Donate runs s.impl.Donate at most once per key.
 func (s *idemServer) Donate(ctx context.Context, request DonateRequestObject) (DonateResponseObject, error) {
-	return idemHandle(ctx, s.store, policyDonate, &idemhttp.Op[DonateResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.Params.Campaign},
+	return idemHandle(ctx, s.store, policyDonate, s.opDonate(request))
+}
+
+// opDonate is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opDonate(request DonateRequestObject) *idemhttp.Op[DonateResponseObject] {
+	return &idemhttp.Op[DonateResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "query:campaign", Value: request.Params.Campaign},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (DonateResponseObject, error) {
 			return s.impl.Donate(ctx, tx, request)
 		},
 		Record: idemhttp.Record(DonateResponseObject.VisitDonateResponse),
-	})
+	}
 }
 
 // PostNote runs s.impl.PostNote at most once per key.
 func (s *idemServer) PostNote(ctx context.Context, request PostNoteRequestObject) (PostNoteResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostNote, &idemhttp.Op[PostNoteResponseObject]{
+	return idemHandle(ctx, s.store, policyPostNote, s.opPostNote(request))
+}
+
+// opPostNote is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostNote(request PostNoteRequestObject) *idemhttp.Op[PostNoteResponseObject] {
+	return &idemhttp.Op[PostNoteResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostNoteResponseObject, error) {
 			return s.impl.PostNote(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostNoteResponseObject.VisitPostNoteResponse),
-	})
+	}
 }
 
 // PutPledge runs s.impl.PutPledge at most once per key.
 func (s *idemServer) PutPledge(ctx context.Context, request PutPledgeRequestObject) (PutPledgeResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPutPledge, &idemhttp.Op[PutPledgeResponseObject]{
-		Key:   request.Params.XRequestKey,
-		Scope: []any{request.PledgeId},
-		Parts: []any{request.PledgeId},
+	return idemHandle(ctx, s.store, policyPutPledge, s.opPutPledge(request))
+}
+
+// opPutPledge is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPutPledge(request PutPledgeRequestObject) *idemhttp.Op[PutPledgeResponseObject] {
+	return &idemhttp.Op[PutPledgeResponseObject]{
+		Key: request.Params.XRequestKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+			{Name: "path:pledge_id", Value: request.PledgeId},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:pledge_id", Value: request.PledgeId},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PutPledgeResponseObject, error) {
 			return s.impl.PutPledge(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PutPledgeResponseObject.VisitPutPledgeResponse),
-	})
+	}
 }
 
 // Upload runs s.impl.Upload at most once per key.
 func (s *idemServer) Upload(ctx context.Context, request UploadRequestObject) (UploadResponseObject, error) {
-	return idemHandle(ctx, s.store, policyUpload, &idemhttp.Op[UploadResponseObject]{
+	return idemHandle(ctx, s.store, policyUpload, s.opUpload(request))
+}
+
+// opUpload is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opUpload(request UploadRequestObject) *idemhttp.Op[UploadResponseObject] {
+	return &idemhttp.Op[UploadResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (UploadResponseObject, error) {
 			return s.impl.Upload(ctx, tx, request)
 		},
 		Record: idemhttp.Record(UploadResponseObject.VisitUploadResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

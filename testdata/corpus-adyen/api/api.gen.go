@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/oapi-codegen/runtime"
@@ -17230,6 +17232,8953 @@ func (t PaymentResponse_Action) MarshalJSON() ([]byte, error) {
 func (t *PaymentResponse_Action) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
+}
+
+// RequestEditorFn is the function signature for the RequestEditor callback function
+type RequestEditorFn func(ctx context.Context, req *http.Request) error
+
+// Doer performs HTTP requests.
+//
+// The standard http.Client implements this interface.
+type HttpRequestDoer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// Client which conforms to the OpenAPI3 specification for this service.
+type Client struct {
+	// The endpoint of the server conforming to this interface, with scheme,
+	// https://api.deepmap.com for example. This can contain a path relative
+	// to the server, such as https://api.deepmap.com/dev-test, and all the
+	// paths in the swagger spec will be appended to the server.
+	Server string
+
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// ClientOption allows setting custom parameters during construction
+type ClientOption func(*Client) error
+
+// Creates a new Client, with reasonable defaults
+func NewClient(server string, opts ...ClientOption) (*Client, error) {
+	// create a client with sane default values
+	client := Client{
+		Server: server,
+	}
+	// mutate client and add all optional params
+	for _, o := range opts {
+		if err := o(&client); err != nil {
+			return nil, err
+		}
+	}
+	// ensure the server URL always has a trailing slash
+	if !strings.HasSuffix(client.Server, "/") {
+		client.Server += "/"
+	}
+	// create httpClient, if not already present
+	if client.Client == nil {
+		client.Client = &http.Client{}
+	}
+	return &client, nil
+}
+
+// WithHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithHTTPClient(doer HttpRequestDoer) ClientOption {
+	return func(c *Client) error {
+		c.Client = doer
+		return nil
+	}
+}
+
+// WithRequestEditorFn allows setting up a callback function, which will be
+// called right before sending the request. This can be used to mutate the request.
+func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
+	return func(c *Client) error {
+		c.RequestEditors = append(c.RequestEditors, fn)
+		return nil
+	}
+}
+
+// The interface specification for the client above.
+type ClientInterface interface {
+
+	// PostApplePaySessionsWithBody Get an Apple Pay session
+	//
+	// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+	//
+	// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+	PostApplePaySessionsWithBody(ctx context.Context, params *PostApplePaySessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostApplePaySessions Get an Apple Pay session
+	//
+	// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+	//
+	// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+	PostApplePaySessions(ctx context.Context, params *PostApplePaySessionsParams, body PostApplePaySessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostCancelsWithBody Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /cancels (the `PostCancels` operationId).
+	PostCancelsWithBody(ctx context.Context, params *PostCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostCancels Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /cancels (the `PostCancels` operationId).
+	PostCancels(ctx context.Context, params *PostCancelsParams, body PostCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostCardDetailsWithBody Get the brands and other details of a card
+	//
+	// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+	//
+	// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+	//
+	// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+	//
+	// ## Server-side API libraries
+	// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+	// - PHP
+	// - Java
+	// - Node.js
+	// - .NET
+	// - Go
+	// - Python
+	// - Ruby
+	// - Apex (beta)
+	//
+	// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+	//
+	// ## Developer resources
+	// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+	//
+	// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+	PostCardDetailsWithBody(ctx context.Context, params *PostCardDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostCardDetails Get the brands and other details of a card
+	//
+	// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+	//
+	// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+	//
+	// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+	//
+	// ## Server-side API libraries
+	// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+	// - PHP
+	// - Java
+	// - Node.js
+	// - .NET
+	// - Go
+	// - Python
+	// - Ruby
+	// - Apex (beta)
+	//
+	// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+	//
+	// ## Developer resources
+	// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+	//
+	// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+	PostCardDetails(ctx context.Context, params *PostCardDetailsParams, body PostCardDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostDonationCampaignsWithBody Get a list of donation campaigns.
+	//
+	// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+	PostDonationCampaignsWithBody(ctx context.Context, params *PostDonationCampaignsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostDonationCampaigns Get a list of donation campaigns.
+	//
+	// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+	PostDonationCampaigns(ctx context.Context, params *PostDonationCampaignsParams, body PostDonationCampaignsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostDonationsWithBody Make a donation
+	//
+	// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+	//
+	// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /donations (the `PostDonations` operationId).
+	PostDonationsWithBody(ctx context.Context, params *PostDonationsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostDonations Make a donation
+	//
+	// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+	//
+	// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /donations (the `PostDonations` operationId).
+	PostDonations(ctx context.Context, params *PostDonationsParams, body PostDonationsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostForwardWithBody Forward stored payment details
+	//
+	// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /forward (the `PostForward` operationId).
+	PostForwardWithBody(ctx context.Context, params *PostForwardParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostForward Forward stored payment details
+	//
+	// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /forward (the `PostForward` operationId).
+	PostForward(ctx context.Context, params *PostForwardParams, body PostForwardJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOrdersWithBody Create an order
+	//
+	// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /orders (the `PostOrders` operationId).
+	PostOrdersWithBody(ctx context.Context, params *PostOrdersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOrders Create an order
+	//
+	// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /orders (the `PostOrders` operationId).
+	PostOrders(ctx context.Context, params *PostOrdersParams, body PostOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOrdersCancelWithBody Cancel an order
+	//
+	// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+	PostOrdersCancelWithBody(ctx context.Context, params *PostOrdersCancelParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOrdersCancel Cancel an order
+	//
+	// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+	PostOrdersCancel(ctx context.Context, params *PostOrdersCancelParams, body PostOrdersCancelJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOriginKeysWithBody Create originKey values for domains
+	//
+	// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+	// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+	//
+	// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	PostOriginKeysWithBody(ctx context.Context, params *PostOriginKeysParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOriginKeys Create originKey values for domains
+	//
+	// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+	// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+	//
+	// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	PostOriginKeys(ctx context.Context, params *PostOriginKeysParams, body PostOriginKeysJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentLinksWithBody Create a payment link
+	//
+	// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+	//
+	// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+	PostPaymentLinksWithBody(ctx context.Context, params *PostPaymentLinksParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentLinks Create a payment link
+	//
+	// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+	//
+	// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+	PostPaymentLinks(ctx context.Context, params *PostPaymentLinksParams, body PostPaymentLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPaymentLinksLinkId Get a payment link
+	//
+	// Retrieves the payment link details using the payment link `id`.
+	//
+	// Corresponds with GET /paymentLinks/{linkId} (the `GetPaymentLinksLinkId` operationId).
+	GetPaymentLinksLinkId(ctx context.Context, linkId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchPaymentLinksLinkIdWithBody Update the status of a payment link
+	//
+	// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+	PatchPaymentLinksLinkIdWithBody(ctx context.Context, linkId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchPaymentLinksLinkId Update the status of a payment link
+	//
+	// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+	PatchPaymentLinksLinkId(ctx context.Context, linkId string, body PatchPaymentLinksLinkIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentMethodsWithBody Get a list of available payment methods
+	//
+	// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+	PostPaymentMethodsWithBody(ctx context.Context, params *PostPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentMethods Get a list of available payment methods
+	//
+	// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+	PostPaymentMethods(ctx context.Context, params *PostPaymentMethodsParams, body PostPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentMethodsBalanceWithBody Get the balance of a gift card
+	//
+	// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+	PostPaymentMethodsBalanceWithBody(ctx context.Context, params *PostPaymentMethodsBalanceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentMethodsBalance Get the balance of a gift card
+	//
+	// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+	PostPaymentMethodsBalance(ctx context.Context, params *PostPaymentMethodsBalanceParams, body PostPaymentMethodsBalanceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsWithBody Start a transaction
+	//
+	// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+	// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+	// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+	// * For a redirect or additional action, the response contains an `action` object.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments (the `PostPayments` operationId).
+	PostPaymentsWithBody(ctx context.Context, params *PostPaymentsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPayments Start a transaction
+	//
+	// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+	// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+	// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+	// * For a redirect or additional action, the response contains an `action` object.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments (the `PostPayments` operationId).
+	PostPayments(ctx context.Context, params *PostPaymentsParams, body PostPaymentsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsDetailsWithBody Submit details for a payment
+	//
+	// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+	PostPaymentsDetailsWithBody(ctx context.Context, params *PostPaymentsDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsDetails Submit details for a payment
+	//
+	// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+	PostPaymentsDetails(ctx context.Context, params *PostPaymentsDetailsParams, body PostPaymentsDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceAmountUpdatesWithBody Update an authorised amount
+	//
+	// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+	//
+	// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+	//
+	// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+	//
+	// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+	PostPaymentsPaymentPspReferenceAmountUpdatesWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceAmountUpdates Update an authorised amount
+	//
+	// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+	//
+	// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+	//
+	// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+	//
+	// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+	PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, body PostPaymentsPaymentPspReferenceAmountUpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceCancelsWithBody Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+	PostPaymentsPaymentPspReferenceCancelsWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceCancels Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+	PostPaymentsPaymentPspReferenceCancels(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, body PostPaymentsPaymentPspReferenceCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceCapturesWithBody Capture an authorised payment
+	//
+	//  Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+	//
+	// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+	//
+	// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+	//
+	// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+	PostPaymentsPaymentPspReferenceCapturesWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceCaptures Capture an authorised payment
+	//
+	//  Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+	//
+	// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+	//
+	// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+	//
+	// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+	PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, body PostPaymentsPaymentPspReferenceCapturesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceRefundsWithBody Refund a captured payment
+	//
+	// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+	//
+	// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+	//
+	// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+	//
+	// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+	PostPaymentsPaymentPspReferenceRefundsWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceRefunds Refund a captured payment
+	//
+	// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+	//
+	// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+	//
+	// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+	//
+	// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+	PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, body PostPaymentsPaymentPspReferenceRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceReversalsWithBody Refund or cancel a payment
+	//
+	// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+	//
+	// The reversed amount is always the full payment amount.
+	// > Do not use this request for payments that involve multiple partial captures.
+	//
+	// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+	PostPaymentsPaymentPspReferenceReversalsWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaymentsPaymentPspReferenceReversals Refund or cancel a payment
+	//
+	// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+	//
+	// The reversed amount is always the full payment amount.
+	// > Do not use this request for payments that involve multiple partial captures.
+	//
+	// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+	PostPaymentsPaymentPspReferenceReversals(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, body PostPaymentsPaymentPspReferenceReversalsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaypalUpdateOrderWithBody Updates the order for PayPal Express Checkout
+	//
+	// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+	PostPaypalUpdateOrderWithBody(ctx context.Context, params *PostPaypalUpdateOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostPaypalUpdateOrder Updates the order for PayPal Express Checkout
+	//
+	// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+	PostPaypalUpdateOrder(ctx context.Context, params *PostPaypalUpdateOrderParams, body PostPaypalUpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostSessionsWithBody Create a payment session
+	//
+	// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+	//
+	// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+	//
+	// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /sessions (the `PostSessions` operationId).
+	PostSessionsWithBody(ctx context.Context, params *PostSessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostSessions Create a payment session
+	//
+	// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+	//
+	// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+	//
+	// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /sessions (the `PostSessions` operationId).
+	PostSessions(ctx context.Context, params *PostSessionsParams, body PostSessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSessionsSessionId Get the result of a payment session
+	//
+	// Returns the status of the payment session with the `sessionId` and `sessionResult` specified in the path.
+	//
+	// Corresponds with GET /sessions/{sessionId} (the `GetSessionsSessionId` operationId).
+	GetSessionsSessionId(ctx context.Context, sessionId string, params *GetSessionsSessionIdParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetStoredPaymentMethods Get tokens for stored payment details
+	//
+	// Lists the tokens for stored payment details for the shopper identified in the path, if there are any available. The token ID can be used with payment requests for the shopper's payment. A summary of the stored details is included.
+	//
+	// Corresponds with GET /storedPaymentMethods (the `GetStoredPaymentMethods` operationId).
+	GetStoredPaymentMethods(ctx context.Context, params *GetStoredPaymentMethodsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostStoredPaymentMethodsWithBody Create a token to store payment details
+	//
+	// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+	PostStoredPaymentMethodsWithBody(ctx context.Context, params *PostStoredPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostStoredPaymentMethods Create a token to store payment details
+	//
+	// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+	PostStoredPaymentMethods(ctx context.Context, params *PostStoredPaymentMethodsParams, body PostStoredPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteStoredPaymentMethodsStoredPaymentMethodId Delete a token for stored payment details
+	//
+	// Deletes the token identified in the path. The token can no longer be used with payment requests.
+	//
+	// Corresponds with DELETE /storedPaymentMethods/{storedPaymentMethodId} (the `DeleteStoredPaymentMethodsStoredPaymentMethodId` operationId).
+	DeleteStoredPaymentMethodsStoredPaymentMethodId(ctx context.Context, storedPaymentMethodId string, params *DeleteStoredPaymentMethodsStoredPaymentMethodIdParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostValidateShopperIdWithBody Validates shopper Id
+	//
+	// Validates the shopperId.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+	PostValidateShopperIdWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostValidateShopperId Validates shopper Id
+	//
+	// Validates the shopperId.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+	PostValidateShopperId(ctx context.Context, body PostValidateShopperIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// PostApplePaySessionsWithBody Get an Apple Pay session
+//
+// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+//
+// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+func (c *Client) PostApplePaySessionsWithBody(ctx context.Context, params *PostApplePaySessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostApplePaySessionsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostApplePaySessions Get an Apple Pay session
+//
+// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+//
+// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+func (c *Client) PostApplePaySessions(ctx context.Context, params *PostApplePaySessionsParams, body PostApplePaySessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostApplePaySessionsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostCancelsWithBody Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /cancels (the `PostCancels` operationId).
+func (c *Client) PostCancelsWithBody(ctx context.Context, params *PostCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostCancelsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostCancels Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /cancels (the `PostCancels` operationId).
+func (c *Client) PostCancels(ctx context.Context, params *PostCancelsParams, body PostCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostCancelsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostCardDetailsWithBody Get the brands and other details of a card
+//
+// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+//
+// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+//
+// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+//
+// ## Server-side API libraries
+// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+// - PHP
+// - Java
+// - Node.js
+// - .NET
+// - Go
+// - Python
+// - Ruby
+// - Apex (beta)
+//
+// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+//
+// ## Developer resources
+// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+//
+// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+func (c *Client) PostCardDetailsWithBody(ctx context.Context, params *PostCardDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostCardDetailsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostCardDetails Get the brands and other details of a card
+//
+// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+//
+// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+//
+// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+//
+// ## Server-side API libraries
+// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+// - PHP
+// - Java
+// - Node.js
+// - .NET
+// - Go
+// - Python
+// - Ruby
+// - Apex (beta)
+//
+// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+//
+// ## Developer resources
+// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+//
+// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+func (c *Client) PostCardDetails(ctx context.Context, params *PostCardDetailsParams, body PostCardDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostCardDetailsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostDonationCampaignsWithBody Get a list of donation campaigns.
+//
+// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+func (c *Client) PostDonationCampaignsWithBody(ctx context.Context, params *PostDonationCampaignsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostDonationCampaignsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostDonationCampaigns Get a list of donation campaigns.
+//
+// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+func (c *Client) PostDonationCampaigns(ctx context.Context, params *PostDonationCampaignsParams, body PostDonationCampaignsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostDonationCampaignsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostDonationsWithBody Make a donation
+//
+// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+//
+// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /donations (the `PostDonations` operationId).
+func (c *Client) PostDonationsWithBody(ctx context.Context, params *PostDonationsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostDonationsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostDonations Make a donation
+//
+// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+//
+// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /donations (the `PostDonations` operationId).
+func (c *Client) PostDonations(ctx context.Context, params *PostDonationsParams, body PostDonationsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostDonationsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostForwardWithBody Forward stored payment details
+//
+// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /forward (the `PostForward` operationId).
+func (c *Client) PostForwardWithBody(ctx context.Context, params *PostForwardParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostForwardRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostForward Forward stored payment details
+//
+// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /forward (the `PostForward` operationId).
+func (c *Client) PostForward(ctx context.Context, params *PostForwardParams, body PostForwardJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostForwardRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOrdersWithBody Create an order
+//
+// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /orders (the `PostOrders` operationId).
+func (c *Client) PostOrdersWithBody(ctx context.Context, params *PostOrdersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOrdersRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOrders Create an order
+//
+// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /orders (the `PostOrders` operationId).
+func (c *Client) PostOrders(ctx context.Context, params *PostOrdersParams, body PostOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOrdersRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOrdersCancelWithBody Cancel an order
+//
+// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+func (c *Client) PostOrdersCancelWithBody(ctx context.Context, params *PostOrdersCancelParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOrdersCancelRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOrdersCancel Cancel an order
+//
+// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+func (c *Client) PostOrdersCancel(ctx context.Context, params *PostOrdersCancelParams, body PostOrdersCancelJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOrdersCancelRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOriginKeysWithBody Create originKey values for domains
+//
+// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+func (c *Client) PostOriginKeysWithBody(ctx context.Context, params *PostOriginKeysParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOriginKeysRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOriginKeys Create originKey values for domains
+//
+// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+func (c *Client) PostOriginKeys(ctx context.Context, params *PostOriginKeysParams, body PostOriginKeysJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOriginKeysRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentLinksWithBody Create a payment link
+//
+// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+//
+// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+func (c *Client) PostPaymentLinksWithBody(ctx context.Context, params *PostPaymentLinksParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentLinksRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentLinks Create a payment link
+//
+// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+//
+// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+func (c *Client) PostPaymentLinks(ctx context.Context, params *PostPaymentLinksParams, body PostPaymentLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentLinksRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPaymentLinksLinkId Get a payment link
+//
+// Retrieves the payment link details using the payment link `id`.
+//
+// Corresponds with GET /paymentLinks/{linkId} (the `GetPaymentLinksLinkId` operationId).
+func (c *Client) GetPaymentLinksLinkId(ctx context.Context, linkId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPaymentLinksLinkIdRequest(c.Server, linkId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchPaymentLinksLinkIdWithBody Update the status of a payment link
+//
+// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+func (c *Client) PatchPaymentLinksLinkIdWithBody(ctx context.Context, linkId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchPaymentLinksLinkIdRequestWithBody(c.Server, linkId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchPaymentLinksLinkId Update the status of a payment link
+//
+// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+func (c *Client) PatchPaymentLinksLinkId(ctx context.Context, linkId string, body PatchPaymentLinksLinkIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchPaymentLinksLinkIdRequest(c.Server, linkId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentMethodsWithBody Get a list of available payment methods
+//
+// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+func (c *Client) PostPaymentMethodsWithBody(ctx context.Context, params *PostPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentMethodsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentMethods Get a list of available payment methods
+//
+// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+func (c *Client) PostPaymentMethods(ctx context.Context, params *PostPaymentMethodsParams, body PostPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentMethodsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentMethodsBalanceWithBody Get the balance of a gift card
+//
+// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+func (c *Client) PostPaymentMethodsBalanceWithBody(ctx context.Context, params *PostPaymentMethodsBalanceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentMethodsBalanceRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentMethodsBalance Get the balance of a gift card
+//
+// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+func (c *Client) PostPaymentMethodsBalance(ctx context.Context, params *PostPaymentMethodsBalanceParams, body PostPaymentMethodsBalanceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentMethodsBalanceRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsWithBody Start a transaction
+//
+// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+// * For a redirect or additional action, the response contains an `action` object.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments (the `PostPayments` operationId).
+func (c *Client) PostPaymentsWithBody(ctx context.Context, params *PostPaymentsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPayments Start a transaction
+//
+// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+// * For a redirect or additional action, the response contains an `action` object.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments (the `PostPayments` operationId).
+func (c *Client) PostPayments(ctx context.Context, params *PostPaymentsParams, body PostPaymentsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsDetailsWithBody Submit details for a payment
+//
+// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+func (c *Client) PostPaymentsDetailsWithBody(ctx context.Context, params *PostPaymentsDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsDetailsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsDetails Submit details for a payment
+//
+// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+func (c *Client) PostPaymentsDetails(ctx context.Context, params *PostPaymentsDetailsParams, body PostPaymentsDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsDetailsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdatesWithBody Update an authorised amount
+//
+// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+//
+// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+//
+// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+//
+// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceAmountUpdatesWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceAmountUpdatesRequestWithBody(c.Server, paymentPspReference, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdates Update an authorised amount
+//
+// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+//
+// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+//
+// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+//
+// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, body PostPaymentsPaymentPspReferenceAmountUpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceAmountUpdatesRequest(c.Server, paymentPspReference, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceCancelsWithBody Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceCancelsWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceCancelsRequestWithBody(c.Server, paymentPspReference, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceCancels Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceCancels(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, body PostPaymentsPaymentPspReferenceCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceCancelsRequest(c.Server, paymentPspReference, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceCapturesWithBody Capture an authorised payment
+//
+//	Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+//
+// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+//
+// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+//
+// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceCapturesWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceCapturesRequestWithBody(c.Server, paymentPspReference, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceCaptures Capture an authorised payment
+//
+//	Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+//
+// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+//
+// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+//
+// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, body PostPaymentsPaymentPspReferenceCapturesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceCapturesRequest(c.Server, paymentPspReference, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceRefundsWithBody Refund a captured payment
+//
+// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+//
+// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+//
+// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+//
+// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceRefundsWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceRefundsRequestWithBody(c.Server, paymentPspReference, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceRefunds Refund a captured payment
+//
+// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+//
+// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+//
+// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+//
+// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, body PostPaymentsPaymentPspReferenceRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceRefundsRequest(c.Server, paymentPspReference, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceReversalsWithBody Refund or cancel a payment
+//
+// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+//
+// The reversed amount is always the full payment amount.
+// > Do not use this request for payments that involve multiple partial captures.
+//
+// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceReversalsWithBody(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceReversalsRequestWithBody(c.Server, paymentPspReference, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaymentsPaymentPspReferenceReversals Refund or cancel a payment
+//
+// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+//
+// The reversed amount is always the full payment amount.
+// > Do not use this request for payments that involve multiple partial captures.
+//
+// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+func (c *Client) PostPaymentsPaymentPspReferenceReversals(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, body PostPaymentsPaymentPspReferenceReversalsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaymentsPaymentPspReferenceReversalsRequest(c.Server, paymentPspReference, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaypalUpdateOrderWithBody Updates the order for PayPal Express Checkout
+//
+// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+func (c *Client) PostPaypalUpdateOrderWithBody(ctx context.Context, params *PostPaypalUpdateOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaypalUpdateOrderRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostPaypalUpdateOrder Updates the order for PayPal Express Checkout
+//
+// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+func (c *Client) PostPaypalUpdateOrder(ctx context.Context, params *PostPaypalUpdateOrderParams, body PostPaypalUpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostPaypalUpdateOrderRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostSessionsWithBody Create a payment session
+//
+// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+//
+// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+//
+// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /sessions (the `PostSessions` operationId).
+func (c *Client) PostSessionsWithBody(ctx context.Context, params *PostSessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostSessionsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostSessions Create a payment session
+//
+// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+//
+// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+//
+// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /sessions (the `PostSessions` operationId).
+func (c *Client) PostSessions(ctx context.Context, params *PostSessionsParams, body PostSessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostSessionsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSessionsSessionId Get the result of a payment session
+//
+// Returns the status of the payment session with the `sessionId` and `sessionResult` specified in the path.
+//
+// Corresponds with GET /sessions/{sessionId} (the `GetSessionsSessionId` operationId).
+func (c *Client) GetSessionsSessionId(ctx context.Context, sessionId string, params *GetSessionsSessionIdParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSessionsSessionIdRequest(c.Server, sessionId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetStoredPaymentMethods Get tokens for stored payment details
+//
+// Lists the tokens for stored payment details for the shopper identified in the path, if there are any available. The token ID can be used with payment requests for the shopper's payment. A summary of the stored details is included.
+//
+// Corresponds with GET /storedPaymentMethods (the `GetStoredPaymentMethods` operationId).
+func (c *Client) GetStoredPaymentMethods(ctx context.Context, params *GetStoredPaymentMethodsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStoredPaymentMethodsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostStoredPaymentMethodsWithBody Create a token to store payment details
+//
+// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+func (c *Client) PostStoredPaymentMethodsWithBody(ctx context.Context, params *PostStoredPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostStoredPaymentMethodsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostStoredPaymentMethods Create a token to store payment details
+//
+// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+func (c *Client) PostStoredPaymentMethods(ctx context.Context, params *PostStoredPaymentMethodsParams, body PostStoredPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostStoredPaymentMethodsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteStoredPaymentMethodsStoredPaymentMethodId Delete a token for stored payment details
+//
+// Deletes the token identified in the path. The token can no longer be used with payment requests.
+//
+// Corresponds with DELETE /storedPaymentMethods/{storedPaymentMethodId} (the `DeleteStoredPaymentMethodsStoredPaymentMethodId` operationId).
+func (c *Client) DeleteStoredPaymentMethodsStoredPaymentMethodId(ctx context.Context, storedPaymentMethodId string, params *DeleteStoredPaymentMethodsStoredPaymentMethodIdParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteStoredPaymentMethodsStoredPaymentMethodIdRequest(c.Server, storedPaymentMethodId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostValidateShopperIdWithBody Validates shopper Id
+//
+// Validates the shopperId.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+func (c *Client) PostValidateShopperIdWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostValidateShopperIdRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostValidateShopperId Validates shopper Id
+//
+// Validates the shopperId.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+func (c *Client) PostValidateShopperId(ctx context.Context, body PostValidateShopperIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostValidateShopperIdRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewPostApplePaySessionsRequest calls the generic PostApplePaySessions builder with application/json body
+func NewPostApplePaySessionsRequest(server string, params *PostApplePaySessionsParams, body PostApplePaySessionsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostApplePaySessionsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostApplePaySessionsRequestWithBody constructs an http.Request for the PostApplePaySessions method, with any body, and a specified content type
+func NewPostApplePaySessionsRequestWithBody(server string, params *PostApplePaySessionsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/applePay/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostCancelsRequest calls the generic PostCancels builder with application/json body
+func NewPostCancelsRequest(server string, params *PostCancelsParams, body PostCancelsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostCancelsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostCancelsRequestWithBody constructs an http.Request for the PostCancels method, with any body, and a specified content type
+func NewPostCancelsRequestWithBody(server string, params *PostCancelsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/cancels")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostCardDetailsRequest calls the generic PostCardDetails builder with application/json body
+func NewPostCardDetailsRequest(server string, params *PostCardDetailsParams, body PostCardDetailsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostCardDetailsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostCardDetailsRequestWithBody constructs an http.Request for the PostCardDetails method, with any body, and a specified content type
+func NewPostCardDetailsRequestWithBody(server string, params *PostCardDetailsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/cardDetails")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostDonationCampaignsRequest calls the generic PostDonationCampaigns builder with application/json body
+func NewPostDonationCampaignsRequest(server string, params *PostDonationCampaignsParams, body PostDonationCampaignsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostDonationCampaignsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostDonationCampaignsRequestWithBody constructs an http.Request for the PostDonationCampaigns method, with any body, and a specified content type
+func NewPostDonationCampaignsRequestWithBody(server string, params *PostDonationCampaignsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/donationCampaigns")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostDonationsRequest calls the generic PostDonations builder with application/json body
+func NewPostDonationsRequest(server string, params *PostDonationsParams, body PostDonationsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostDonationsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostDonationsRequestWithBody constructs an http.Request for the PostDonations method, with any body, and a specified content type
+func NewPostDonationsRequestWithBody(server string, params *PostDonationsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/donations")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostForwardRequest calls the generic PostForward builder with application/json body
+func NewPostForwardRequest(server string, params *PostForwardParams, body PostForwardJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostForwardRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostForwardRequestWithBody constructs an http.Request for the PostForward method, with any body, and a specified content type
+func NewPostForwardRequestWithBody(server string, params *PostForwardParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/forward")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostOrdersRequest calls the generic PostOrders builder with application/json body
+func NewPostOrdersRequest(server string, params *PostOrdersParams, body PostOrdersJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostOrdersRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostOrdersRequestWithBody constructs an http.Request for the PostOrders method, with any body, and a specified content type
+func NewPostOrdersRequestWithBody(server string, params *PostOrdersParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/orders")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostOrdersCancelRequest calls the generic PostOrdersCancel builder with application/json body
+func NewPostOrdersCancelRequest(server string, params *PostOrdersCancelParams, body PostOrdersCancelJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostOrdersCancelRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostOrdersCancelRequestWithBody constructs an http.Request for the PostOrdersCancel method, with any body, and a specified content type
+func NewPostOrdersCancelRequestWithBody(server string, params *PostOrdersCancelParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/orders/cancel")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostOriginKeysRequest calls the generic PostOriginKeys builder with application/json body
+func NewPostOriginKeysRequest(server string, params *PostOriginKeysParams, body PostOriginKeysJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostOriginKeysRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostOriginKeysRequestWithBody constructs an http.Request for the PostOriginKeys method, with any body, and a specified content type
+func NewPostOriginKeysRequestWithBody(server string, params *PostOriginKeysParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/originKeys")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentLinksRequest calls the generic PostPaymentLinks builder with application/json body
+func NewPostPaymentLinksRequest(server string, params *PostPaymentLinksParams, body PostPaymentLinksJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentLinksRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentLinksRequestWithBody constructs an http.Request for the PostPaymentLinks method, with any body, and a specified content type
+func NewPostPaymentLinksRequestWithBody(server string, params *PostPaymentLinksParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/paymentLinks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetPaymentLinksLinkIdRequest constructs an http.Request for the GetPaymentLinksLinkId method
+func NewGetPaymentLinksLinkIdRequest(server string, linkId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "linkId", linkId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/paymentLinks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPatchPaymentLinksLinkIdRequest calls the generic PatchPaymentLinksLinkId builder with application/json body
+func NewPatchPaymentLinksLinkIdRequest(server string, linkId string, body PatchPaymentLinksLinkIdJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchPaymentLinksLinkIdRequestWithBody(server, linkId, "application/json", bodyReader)
+}
+
+// NewPatchPaymentLinksLinkIdRequestWithBody constructs an http.Request for the PatchPaymentLinksLinkId method, with any body, and a specified content type
+func NewPatchPaymentLinksLinkIdRequestWithBody(server string, linkId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "linkId", linkId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/paymentLinks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewPostPaymentMethodsRequest calls the generic PostPaymentMethods builder with application/json body
+func NewPostPaymentMethodsRequest(server string, params *PostPaymentMethodsParams, body PostPaymentMethodsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentMethodsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentMethodsRequestWithBody constructs an http.Request for the PostPaymentMethods method, with any body, and a specified content type
+func NewPostPaymentMethodsRequestWithBody(server string, params *PostPaymentMethodsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/paymentMethods")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentMethodsBalanceRequest calls the generic PostPaymentMethodsBalance builder with application/json body
+func NewPostPaymentMethodsBalanceRequest(server string, params *PostPaymentMethodsBalanceParams, body PostPaymentMethodsBalanceJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentMethodsBalanceRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentMethodsBalanceRequestWithBody constructs an http.Request for the PostPaymentMethodsBalance method, with any body, and a specified content type
+func NewPostPaymentMethodsBalanceRequestWithBody(server string, params *PostPaymentMethodsBalanceParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/paymentMethods/balance")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsRequest calls the generic PostPayments builder with application/json body
+func NewPostPaymentsRequest(server string, params *PostPaymentsParams, body PostPaymentsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsRequestWithBody constructs an http.Request for the PostPayments method, with any body, and a specified content type
+func NewPostPaymentsRequestWithBody(server string, params *PostPaymentsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsDetailsRequest calls the generic PostPaymentsDetails builder with application/json body
+func NewPostPaymentsDetailsRequest(server string, params *PostPaymentsDetailsParams, body PostPaymentsDetailsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsDetailsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsDetailsRequestWithBody constructs an http.Request for the PostPaymentsDetails method, with any body, and a specified content type
+func NewPostPaymentsDetailsRequestWithBody(server string, params *PostPaymentsDetailsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/details")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsPaymentPspReferenceAmountUpdatesRequest calls the generic PostPaymentsPaymentPspReferenceAmountUpdates builder with application/json body
+func NewPostPaymentsPaymentPspReferenceAmountUpdatesRequest(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, body PostPaymentsPaymentPspReferenceAmountUpdatesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsPaymentPspReferenceAmountUpdatesRequestWithBody(server, paymentPspReference, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsPaymentPspReferenceAmountUpdatesRequestWithBody constructs an http.Request for the PostPaymentsPaymentPspReferenceAmountUpdates method, with any body, and a specified content type
+func NewPostPaymentsPaymentPspReferenceAmountUpdatesRequestWithBody(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentPspReference", paymentPspReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/amountUpdates", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsPaymentPspReferenceCancelsRequest calls the generic PostPaymentsPaymentPspReferenceCancels builder with application/json body
+func NewPostPaymentsPaymentPspReferenceCancelsRequest(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, body PostPaymentsPaymentPspReferenceCancelsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsPaymentPspReferenceCancelsRequestWithBody(server, paymentPspReference, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsPaymentPspReferenceCancelsRequestWithBody constructs an http.Request for the PostPaymentsPaymentPspReferenceCancels method, with any body, and a specified content type
+func NewPostPaymentsPaymentPspReferenceCancelsRequestWithBody(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentPspReference", paymentPspReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/cancels", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsPaymentPspReferenceCapturesRequest calls the generic PostPaymentsPaymentPspReferenceCaptures builder with application/json body
+func NewPostPaymentsPaymentPspReferenceCapturesRequest(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, body PostPaymentsPaymentPspReferenceCapturesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsPaymentPspReferenceCapturesRequestWithBody(server, paymentPspReference, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsPaymentPspReferenceCapturesRequestWithBody constructs an http.Request for the PostPaymentsPaymentPspReferenceCaptures method, with any body, and a specified content type
+func NewPostPaymentsPaymentPspReferenceCapturesRequestWithBody(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentPspReference", paymentPspReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/captures", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsPaymentPspReferenceRefundsRequest calls the generic PostPaymentsPaymentPspReferenceRefunds builder with application/json body
+func NewPostPaymentsPaymentPspReferenceRefundsRequest(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, body PostPaymentsPaymentPspReferenceRefundsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsPaymentPspReferenceRefundsRequestWithBody(server, paymentPspReference, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsPaymentPspReferenceRefundsRequestWithBody constructs an http.Request for the PostPaymentsPaymentPspReferenceRefunds method, with any body, and a specified content type
+func NewPostPaymentsPaymentPspReferenceRefundsRequestWithBody(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentPspReference", paymentPspReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/refunds", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaymentsPaymentPspReferenceReversalsRequest calls the generic PostPaymentsPaymentPspReferenceReversals builder with application/json body
+func NewPostPaymentsPaymentPspReferenceReversalsRequest(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, body PostPaymentsPaymentPspReferenceReversalsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaymentsPaymentPspReferenceReversalsRequestWithBody(server, paymentPspReference, params, "application/json", bodyReader)
+}
+
+// NewPostPaymentsPaymentPspReferenceReversalsRequestWithBody constructs an http.Request for the PostPaymentsPaymentPspReferenceReversals method, with any body, and a specified content type
+func NewPostPaymentsPaymentPspReferenceReversalsRequestWithBody(server string, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentPspReference", paymentPspReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/reversals", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostPaypalUpdateOrderRequest calls the generic PostPaypalUpdateOrder builder with application/json body
+func NewPostPaypalUpdateOrderRequest(server string, params *PostPaypalUpdateOrderParams, body PostPaypalUpdateOrderJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostPaypalUpdateOrderRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostPaypalUpdateOrderRequestWithBody constructs an http.Request for the PostPaypalUpdateOrder method, with any body, and a specified content type
+func NewPostPaypalUpdateOrderRequestWithBody(server string, params *PostPaypalUpdateOrderParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/paypal/updateOrder")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostSessionsRequest calls the generic PostSessions builder with application/json body
+func NewPostSessionsRequest(server string, params *PostSessionsParams, body PostSessionsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostSessionsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostSessionsRequestWithBody constructs an http.Request for the PostSessions method, with any body, and a specified content type
+func NewPostSessionsRequestWithBody(server string, params *PostSessionsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetSessionsSessionIdRequest constructs an http.Request for the GetSessionsSessionId method
+func NewGetSessionsSessionIdRequest(server string, sessionId string, params *GetSessionsSessionIdParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "sessionId", sessionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "sessionResult", params.SessionResult, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetStoredPaymentMethodsRequest constructs an http.Request for the GetStoredPaymentMethods method
+func NewGetStoredPaymentMethodsRequest(server string, params *GetStoredPaymentMethodsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/storedPaymentMethods")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.ShopperReference != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "shopperReference", *params.ShopperReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.MerchantAccount != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "merchantAccount", *params.MerchantAccount, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostStoredPaymentMethodsRequest calls the generic PostStoredPaymentMethods builder with application/json body
+func NewPostStoredPaymentMethodsRequest(server string, params *PostStoredPaymentMethodsParams, body PostStoredPaymentMethodsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostStoredPaymentMethodsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostStoredPaymentMethodsRequestWithBody constructs an http.Request for the PostStoredPaymentMethods method, with any body, and a specified content type
+func NewPostStoredPaymentMethodsRequestWithBody(server string, params *PostStoredPaymentMethodsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/storedPaymentMethods")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteStoredPaymentMethodsStoredPaymentMethodIdRequest constructs an http.Request for the DeleteStoredPaymentMethodsStoredPaymentMethodId method
+func NewDeleteStoredPaymentMethodsStoredPaymentMethodIdRequest(server string, storedPaymentMethodId string, params *DeleteStoredPaymentMethodsStoredPaymentMethodIdParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "storedPaymentMethodId", storedPaymentMethodId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/storedPaymentMethods/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "shopperReference", params.ShopperReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "merchantAccount", params.MerchantAccount, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostValidateShopperIdRequest calls the generic PostValidateShopperId builder with application/json body
+func NewPostValidateShopperIdRequest(server string, body PostValidateShopperIdJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostValidateShopperIdRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPostValidateShopperIdRequestWithBody constructs an http.Request for the PostValidateShopperId method, with any body, and a specified content type
+func NewPostValidateShopperIdRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/validateShopperId")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range c.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClientWithResponses builds on ClientInterface to offer response payloads
+type ClientWithResponses struct {
+	ClientInterface
+}
+
+// NewClientWithResponses creates a new ClientWithResponses, which wraps
+// Client with return type handling
+func NewClientWithResponses(server string, opts ...ClientOption) (*ClientWithResponses, error) {
+	client, err := NewClient(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &ClientWithResponses{client}, nil
+}
+
+// WithBaseURL overrides the baseURL.
+func WithBaseURL(baseURL string) ClientOption {
+	return func(c *Client) error {
+		newBaseURL, err := url.Parse(baseURL)
+		if err != nil {
+			return err
+		}
+		c.Server = newBaseURL.String()
+		return nil
+	}
+}
+
+// ClientWithResponsesInterface is the interface specification for the client with responses above.
+type ClientWithResponsesInterface interface {
+
+	// PostApplePaySessionsWithBodyWithResponse Get an Apple Pay session
+	//
+	// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+	//
+	// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+	PostApplePaySessionsWithBodyWithResponse(ctx context.Context, params *PostApplePaySessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostApplePaySessionsResponse, error)
+
+	// PostApplePaySessionsWithResponse Get an Apple Pay session
+	//
+	// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+	//
+	// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+	PostApplePaySessionsWithResponse(ctx context.Context, params *PostApplePaySessionsParams, body PostApplePaySessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostApplePaySessionsResponse, error)
+
+	// PostCancelsWithBodyWithResponse Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /cancels (the `PostCancels` operationId).
+	PostCancelsWithBodyWithResponse(ctx context.Context, params *PostCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostCancelsResponse, error)
+
+	// PostCancelsWithResponse Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /cancels (the `PostCancels` operationId).
+	PostCancelsWithResponse(ctx context.Context, params *PostCancelsParams, body PostCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostCancelsResponse, error)
+
+	// PostCardDetailsWithBodyWithResponse Get the brands and other details of a card
+	//
+	// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+	//
+	// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+	//
+	// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+	//
+	// ## Server-side API libraries
+	// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+	// - PHP
+	// - Java
+	// - Node.js
+	// - .NET
+	// - Go
+	// - Python
+	// - Ruby
+	// - Apex (beta)
+	//
+	// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+	//
+	// ## Developer resources
+	// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+	//
+	// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+	PostCardDetailsWithBodyWithResponse(ctx context.Context, params *PostCardDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostCardDetailsResponse, error)
+
+	// PostCardDetailsWithResponse Get the brands and other details of a card
+	//
+	// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+	//
+	// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+	//
+	// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+	//
+	// ## Server-side API libraries
+	// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+	// - PHP
+	// - Java
+	// - Node.js
+	// - .NET
+	// - Go
+	// - Python
+	// - Ruby
+	// - Apex (beta)
+	//
+	// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+	//
+	// ## Developer resources
+	// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+	//
+	// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+	PostCardDetailsWithResponse(ctx context.Context, params *PostCardDetailsParams, body PostCardDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostCardDetailsResponse, error)
+
+	// PostDonationCampaignsWithBodyWithResponse Get a list of donation campaigns.
+	//
+	// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+	PostDonationCampaignsWithBodyWithResponse(ctx context.Context, params *PostDonationCampaignsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostDonationCampaignsResponse, error)
+
+	// PostDonationCampaignsWithResponse Get a list of donation campaigns.
+	//
+	// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+	PostDonationCampaignsWithResponse(ctx context.Context, params *PostDonationCampaignsParams, body PostDonationCampaignsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostDonationCampaignsResponse, error)
+
+	// PostDonationsWithBodyWithResponse Make a donation
+	//
+	// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+	//
+	// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /donations (the `PostDonations` operationId).
+	PostDonationsWithBodyWithResponse(ctx context.Context, params *PostDonationsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostDonationsResponse, error)
+
+	// PostDonationsWithResponse Make a donation
+	//
+	// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+	//
+	// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /donations (the `PostDonations` operationId).
+	PostDonationsWithResponse(ctx context.Context, params *PostDonationsParams, body PostDonationsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostDonationsResponse, error)
+
+	// PostForwardWithBodyWithResponse Forward stored payment details
+	//
+	// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /forward (the `PostForward` operationId).
+	PostForwardWithBodyWithResponse(ctx context.Context, params *PostForwardParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostForwardResponse, error)
+
+	// PostForwardWithResponse Forward stored payment details
+	//
+	// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /forward (the `PostForward` operationId).
+	PostForwardWithResponse(ctx context.Context, params *PostForwardParams, body PostForwardJSONRequestBody, reqEditors ...RequestEditorFn) (*PostForwardResponse, error)
+
+	// PostOrdersWithBodyWithResponse Create an order
+	//
+	// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /orders (the `PostOrders` operationId).
+	PostOrdersWithBodyWithResponse(ctx context.Context, params *PostOrdersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOrdersResponse, error)
+
+	// PostOrdersWithResponse Create an order
+	//
+	// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /orders (the `PostOrders` operationId).
+	PostOrdersWithResponse(ctx context.Context, params *PostOrdersParams, body PostOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOrdersResponse, error)
+
+	// PostOrdersCancelWithBodyWithResponse Cancel an order
+	//
+	// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+	PostOrdersCancelWithBodyWithResponse(ctx context.Context, params *PostOrdersCancelParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOrdersCancelResponse, error)
+
+	// PostOrdersCancelWithResponse Cancel an order
+	//
+	// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+	PostOrdersCancelWithResponse(ctx context.Context, params *PostOrdersCancelParams, body PostOrdersCancelJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOrdersCancelResponse, error)
+
+	// PostOriginKeysWithBodyWithResponse Create originKey values for domains
+	//
+	// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+	// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+	//
+	// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	PostOriginKeysWithBodyWithResponse(ctx context.Context, params *PostOriginKeysParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOriginKeysResponse, error)
+
+	// PostOriginKeysWithResponse Create originKey values for domains
+	//
+	// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+	// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+	//
+	// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+	PostOriginKeysWithResponse(ctx context.Context, params *PostOriginKeysParams, body PostOriginKeysJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOriginKeysResponse, error)
+
+	// PostPaymentLinksWithBodyWithResponse Create a payment link
+	//
+	// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+	//
+	// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+	PostPaymentLinksWithBodyWithResponse(ctx context.Context, params *PostPaymentLinksParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentLinksResponse, error)
+
+	// PostPaymentLinksWithResponse Create a payment link
+	//
+	// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+	//
+	// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+	PostPaymentLinksWithResponse(ctx context.Context, params *PostPaymentLinksParams, body PostPaymentLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentLinksResponse, error)
+
+	// GetPaymentLinksLinkIdWithResponse Get a payment link
+	//
+	// Retrieves the payment link details using the payment link `id`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /paymentLinks/{linkId} (the `GetPaymentLinksLinkId` operationId).
+	GetPaymentLinksLinkIdWithResponse(ctx context.Context, linkId string, reqEditors ...RequestEditorFn) (*GetPaymentLinksLinkIdResponse, error)
+
+	// PatchPaymentLinksLinkIdWithBodyWithResponse Update the status of a payment link
+	//
+	// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+	PatchPaymentLinksLinkIdWithBodyWithResponse(ctx context.Context, linkId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchPaymentLinksLinkIdResponse, error)
+
+	// PatchPaymentLinksLinkIdWithResponse Update the status of a payment link
+	//
+	// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+	PatchPaymentLinksLinkIdWithResponse(ctx context.Context, linkId string, body PatchPaymentLinksLinkIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchPaymentLinksLinkIdResponse, error)
+
+	// PostPaymentMethodsWithBodyWithResponse Get a list of available payment methods
+	//
+	// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+	PostPaymentMethodsWithBodyWithResponse(ctx context.Context, params *PostPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentMethodsResponse, error)
+
+	// PostPaymentMethodsWithResponse Get a list of available payment methods
+	//
+	// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+	PostPaymentMethodsWithResponse(ctx context.Context, params *PostPaymentMethodsParams, body PostPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentMethodsResponse, error)
+
+	// PostPaymentMethodsBalanceWithBodyWithResponse Get the balance of a gift card
+	//
+	// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+	PostPaymentMethodsBalanceWithBodyWithResponse(ctx context.Context, params *PostPaymentMethodsBalanceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentMethodsBalanceResponse, error)
+
+	// PostPaymentMethodsBalanceWithResponse Get the balance of a gift card
+	//
+	// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+	PostPaymentMethodsBalanceWithResponse(ctx context.Context, params *PostPaymentMethodsBalanceParams, body PostPaymentMethodsBalanceJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentMethodsBalanceResponse, error)
+
+	// PostPaymentsWithBodyWithResponse Start a transaction
+	//
+	// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+	// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+	// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+	// * For a redirect or additional action, the response contains an `action` object.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments (the `PostPayments` operationId).
+	PostPaymentsWithBodyWithResponse(ctx context.Context, params *PostPaymentsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsResponse, error)
+
+	// PostPaymentsWithResponse Start a transaction
+	//
+	// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+	// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+	// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+	// * For a redirect or additional action, the response contains an `action` object.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments (the `PostPayments` operationId).
+	PostPaymentsWithResponse(ctx context.Context, params *PostPaymentsParams, body PostPaymentsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsResponse, error)
+
+	// PostPaymentsDetailsWithBodyWithResponse Submit details for a payment
+	//
+	// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+	PostPaymentsDetailsWithBodyWithResponse(ctx context.Context, params *PostPaymentsDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsDetailsResponse, error)
+
+	// PostPaymentsDetailsWithResponse Submit details for a payment
+	//
+	// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+	PostPaymentsDetailsWithResponse(ctx context.Context, params *PostPaymentsDetailsParams, body PostPaymentsDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsDetailsResponse, error)
+
+	// PostPaymentsPaymentPspReferenceAmountUpdatesWithBodyWithResponse Update an authorised amount
+	//
+	// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+	//
+	// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+	//
+	// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+	//
+	// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+	PostPaymentsPaymentPspReferenceAmountUpdatesWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceAmountUpdatesResponse, error)
+
+	// PostPaymentsPaymentPspReferenceAmountUpdatesWithResponse Update an authorised amount
+	//
+	// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+	//
+	// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+	//
+	// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+	//
+	// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+	PostPaymentsPaymentPspReferenceAmountUpdatesWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, body PostPaymentsPaymentPspReferenceAmountUpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceAmountUpdatesResponse, error)
+
+	// PostPaymentsPaymentPspReferenceCancelsWithBodyWithResponse Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+	PostPaymentsPaymentPspReferenceCancelsWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCancelsResponse, error)
+
+	// PostPaymentsPaymentPspReferenceCancelsWithResponse Cancel an authorised payment
+	//
+	// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+	//
+	// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+	//
+	// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+	PostPaymentsPaymentPspReferenceCancelsWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, body PostPaymentsPaymentPspReferenceCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCancelsResponse, error)
+
+	// PostPaymentsPaymentPspReferenceCapturesWithBodyWithResponse Capture an authorised payment
+	//
+	//  Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+	//
+	// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+	//
+	// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+	//
+	// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+	PostPaymentsPaymentPspReferenceCapturesWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCapturesResponse, error)
+
+	// PostPaymentsPaymentPspReferenceCapturesWithResponse Capture an authorised payment
+	//
+	//  Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+	//
+	// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+	//
+	// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+	//
+	// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+	PostPaymentsPaymentPspReferenceCapturesWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, body PostPaymentsPaymentPspReferenceCapturesJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCapturesResponse, error)
+
+	// PostPaymentsPaymentPspReferenceRefundsWithBodyWithResponse Refund a captured payment
+	//
+	// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+	//
+	// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+	//
+	// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+	//
+	// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+	PostPaymentsPaymentPspReferenceRefundsWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceRefundsResponse, error)
+
+	// PostPaymentsPaymentPspReferenceRefundsWithResponse Refund a captured payment
+	//
+	// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+	//
+	// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+	//
+	// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+	//
+	// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+	//
+	// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+	PostPaymentsPaymentPspReferenceRefundsWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, body PostPaymentsPaymentPspReferenceRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceRefundsResponse, error)
+
+	// PostPaymentsPaymentPspReferenceReversalsWithBodyWithResponse Refund or cancel a payment
+	//
+	// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+	//
+	// The reversed amount is always the full payment amount.
+	// > Do not use this request for payments that involve multiple partial captures.
+	//
+	// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+	PostPaymentsPaymentPspReferenceReversalsWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceReversalsResponse, error)
+
+	// PostPaymentsPaymentPspReferenceReversalsWithResponse Refund or cancel a payment
+	//
+	// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+	//
+	// The reversed amount is always the full payment amount.
+	// > Do not use this request for payments that involve multiple partial captures.
+	//
+	// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+	PostPaymentsPaymentPspReferenceReversalsWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, body PostPaymentsPaymentPspReferenceReversalsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceReversalsResponse, error)
+
+	// PostPaypalUpdateOrderWithBodyWithResponse Updates the order for PayPal Express Checkout
+	//
+	// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+	PostPaypalUpdateOrderWithBodyWithResponse(ctx context.Context, params *PostPaypalUpdateOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaypalUpdateOrderResponse, error)
+
+	// PostPaypalUpdateOrderWithResponse Updates the order for PayPal Express Checkout
+	//
+	// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+	PostPaypalUpdateOrderWithResponse(ctx context.Context, params *PostPaypalUpdateOrderParams, body PostPaypalUpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaypalUpdateOrderResponse, error)
+
+	// PostSessionsWithBodyWithResponse Create a payment session
+	//
+	// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+	//
+	// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+	//
+	// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /sessions (the `PostSessions` operationId).
+	PostSessionsWithBodyWithResponse(ctx context.Context, params *PostSessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostSessionsResponse, error)
+
+	// PostSessionsWithResponse Create a payment session
+	//
+	// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+	//
+	// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+	//
+	// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /sessions (the `PostSessions` operationId).
+	PostSessionsWithResponse(ctx context.Context, params *PostSessionsParams, body PostSessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostSessionsResponse, error)
+
+	// GetSessionsSessionIdWithResponse Get the result of a payment session
+	//
+	// Returns the status of the payment session with the `sessionId` and `sessionResult` specified in the path.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /sessions/{sessionId} (the `GetSessionsSessionId` operationId).
+	GetSessionsSessionIdWithResponse(ctx context.Context, sessionId string, params *GetSessionsSessionIdParams, reqEditors ...RequestEditorFn) (*GetSessionsSessionIdResponse, error)
+
+	// GetStoredPaymentMethodsWithResponse Get tokens for stored payment details
+	//
+	// Lists the tokens for stored payment details for the shopper identified in the path, if there are any available. The token ID can be used with payment requests for the shopper's payment. A summary of the stored details is included.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /storedPaymentMethods (the `GetStoredPaymentMethods` operationId).
+	GetStoredPaymentMethodsWithResponse(ctx context.Context, params *GetStoredPaymentMethodsParams, reqEditors ...RequestEditorFn) (*GetStoredPaymentMethodsResponse, error)
+
+	// PostStoredPaymentMethodsWithBodyWithResponse Create a token to store payment details
+	//
+	// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+	PostStoredPaymentMethodsWithBodyWithResponse(ctx context.Context, params *PostStoredPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostStoredPaymentMethodsResponse, error)
+
+	// PostStoredPaymentMethodsWithResponse Create a token to store payment details
+	//
+	// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+	PostStoredPaymentMethodsWithResponse(ctx context.Context, params *PostStoredPaymentMethodsParams, body PostStoredPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostStoredPaymentMethodsResponse, error)
+
+	// DeleteStoredPaymentMethodsStoredPaymentMethodIdWithResponse Delete a token for stored payment details
+	//
+	// Deletes the token identified in the path. The token can no longer be used with payment requests.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /storedPaymentMethods/{storedPaymentMethodId} (the `DeleteStoredPaymentMethodsStoredPaymentMethodId` operationId).
+	DeleteStoredPaymentMethodsStoredPaymentMethodIdWithResponse(ctx context.Context, storedPaymentMethodId string, params *DeleteStoredPaymentMethodsStoredPaymentMethodIdParams, reqEditors ...RequestEditorFn) (*DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse, error)
+
+	// PostValidateShopperIdWithBodyWithResponse Validates shopper Id
+	//
+	// Validates the shopperId.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+	PostValidateShopperIdWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostValidateShopperIdResponse, error)
+
+	// PostValidateShopperIdWithResponse Validates shopper Id
+	//
+	// Validates the shopperId.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+	PostValidateShopperIdWithResponse(ctx context.Context, body PostValidateShopperIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PostValidateShopperIdResponse, error)
+}
+
+// PostApplePaySessionsResponse200Headers the declared response headers of an HTTP 200 response for PostApplePaySessions
+type PostApplePaySessionsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+type PostApplePaySessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplePaySessionResponse
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostApplePaySessionsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostApplePaySessionsResponse) GetJSON200() *ApplePaySessionResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r PostApplePaySessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostApplePaySessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostApplePaySessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostApplePaySessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostCancelsResponse201Headers the declared response headers of an HTTP 201 response for PostCancels
+type PostCancelsResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostCancelsResponse422Headers the declared response headers of an HTTP 422 response for PostCancels
+type PostCancelsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostCancelsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *StandalonePaymentCancelResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostCancelsResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostCancelsResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostCancelsResponse) GetJSON201() *StandalonePaymentCancelResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostCancelsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostCancelsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostCancelsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostCancelsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostCancelsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostCancelsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostCancelsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostCancelsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostCancelsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostCardDetailsResponse200Headers the declared response headers of an HTTP 200 response for PostCardDetails
+type PostCardDetailsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+type PostCardDetailsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CardDetailsResponse
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostCardDetailsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostCardDetailsResponse) GetJSON200() *CardDetailsResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r PostCardDetailsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostCardDetailsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostCardDetailsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostCardDetailsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostDonationCampaignsResponse200Headers the declared response headers of an HTTP 200 response for PostDonationCampaigns
+type PostDonationCampaignsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostDonationCampaignsResponse422Headers the declared response headers of an HTTP 422 response for PostDonationCampaigns
+type PostDonationCampaignsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostDonationCampaignsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DonationCampaignsResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostDonationCampaignsResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostDonationCampaignsResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostDonationCampaignsResponse) GetJSON200() *DonationCampaignsResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostDonationCampaignsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostDonationCampaignsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostDonationCampaignsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostDonationCampaignsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostDonationCampaignsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostDonationCampaignsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostDonationCampaignsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostDonationCampaignsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostDonationCampaignsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostDonationsResponse200Headers the declared response headers of an HTTP 200 response for PostDonations
+type PostDonationsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostDonationsResponse422Headers the declared response headers of an HTTP 422 response for PostDonations
+type PostDonationsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostDonationsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DonationPaymentResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostDonationsResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostDonationsResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostDonationsResponse) GetJSON200() *DonationPaymentResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostDonationsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostDonationsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostDonationsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostDonationsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostDonationsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostDonationsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostDonationsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostDonationsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostDonationsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostForwardResponse200Headers the declared response headers of an HTTP 200 response for PostForward
+type PostForwardResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+type PostForwardResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CheckoutForwardResponse
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostForwardResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostForwardResponse) GetJSON200() *CheckoutForwardResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r PostForwardResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostForwardResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostForwardResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostForwardResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostOrdersResponse200Headers the declared response headers of an HTTP 200 response for PostOrders
+type PostOrdersResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostOrdersResponse422Headers the declared response headers of an HTTP 422 response for PostOrders
+type PostOrdersResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostOrdersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CreateOrderResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostOrdersResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostOrdersResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostOrdersResponse) GetJSON200() *CreateOrderResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostOrdersResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostOrdersResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostOrdersResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostOrdersResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostOrdersResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostOrdersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostOrdersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostOrdersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostOrdersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostOrdersCancelResponse200Headers the declared response headers of an HTTP 200 response for PostOrdersCancel
+type PostOrdersCancelResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostOrdersCancelResponse422Headers the declared response headers of an HTTP 422 response for PostOrdersCancel
+type PostOrdersCancelResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostOrdersCancelResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CancelOrderResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostOrdersCancelResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostOrdersCancelResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostOrdersCancelResponse) GetJSON200() *CancelOrderResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostOrdersCancelResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostOrdersCancelResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostOrdersCancelResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostOrdersCancelResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostOrdersCancelResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostOrdersCancelResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostOrdersCancelResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostOrdersCancelResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostOrdersCancelResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostOriginKeysResponse200Headers the declared response headers of an HTTP 200 response for PostOriginKeys
+type PostOriginKeysResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostOriginKeysResponse422Headers the declared response headers of an HTTP 422 response for PostOriginKeys
+type PostOriginKeysResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostOriginKeysResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *UtilityResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostOriginKeysResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostOriginKeysResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostOriginKeysResponse) GetJSON200() *UtilityResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostOriginKeysResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostOriginKeysResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostOriginKeysResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostOriginKeysResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostOriginKeysResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostOriginKeysResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostOriginKeysResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostOriginKeysResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostOriginKeysResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentLinksResponse201Headers the declared response headers of an HTTP 201 response for PostPaymentLinks
+type PostPaymentLinksResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentLinksResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentLinks
+type PostPaymentLinksResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentLinksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PaymentLinkResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostPaymentLinksResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentLinksResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostPaymentLinksResponse) GetJSON201() *PaymentLinkResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentLinksResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentLinksResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentLinksResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentLinksResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentLinksResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentLinksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentLinksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentLinksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentLinksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPaymentLinksLinkIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PaymentLinkResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPaymentLinksLinkIdResponse) GetJSON200() *PaymentLinkResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetPaymentLinksLinkIdResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetPaymentLinksLinkIdResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetPaymentLinksLinkIdResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r GetPaymentLinksLinkIdResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetPaymentLinksLinkIdResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPaymentLinksLinkIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPaymentLinksLinkIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPaymentLinksLinkIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPaymentLinksLinkIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PatchPaymentLinksLinkIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PaymentLinkResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PatchPaymentLinksLinkIdResponse) GetJSON200() *PaymentLinkResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PatchPaymentLinksLinkIdResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PatchPaymentLinksLinkIdResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PatchPaymentLinksLinkIdResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PatchPaymentLinksLinkIdResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PatchPaymentLinksLinkIdResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PatchPaymentLinksLinkIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchPaymentLinksLinkIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchPaymentLinksLinkIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchPaymentLinksLinkIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentMethodsResponse200Headers the declared response headers of an HTTP 200 response for PostPaymentMethods
+type PostPaymentMethodsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentMethodsResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentMethods
+type PostPaymentMethodsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentMethodsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PaymentMethodsResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostPaymentMethodsResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentMethodsResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostPaymentMethodsResponse) GetJSON200() *PaymentMethodsResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentMethodsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentMethodsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentMethodsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentMethodsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentMethodsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentMethodsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentMethodsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentMethodsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentMethodsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentMethodsBalanceResponse200Headers the declared response headers of an HTTP 200 response for PostPaymentMethodsBalance
+type PostPaymentMethodsBalanceResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentMethodsBalanceResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentMethodsBalance
+type PostPaymentMethodsBalanceResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentMethodsBalanceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BalanceCheckResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostPaymentMethodsBalanceResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentMethodsBalanceResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostPaymentMethodsBalanceResponse) GetJSON200() *BalanceCheckResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentMethodsBalanceResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentMethodsBalanceResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentMethodsBalanceResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentMethodsBalanceResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentMethodsBalanceResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentMethodsBalanceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentMethodsBalanceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentMethodsBalanceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentMethodsBalanceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsResponse200Headers the declared response headers of an HTTP 200 response for PostPayments
+type PostPaymentsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsResponse422Headers the declared response headers of an HTTP 422 response for PostPayments
+type PostPaymentsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PaymentResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostPaymentsResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostPaymentsResponse) GetJSON200() *PaymentResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsDetailsResponse200Headers the declared response headers of an HTTP 200 response for PostPaymentsDetails
+type PostPaymentsDetailsResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsDetailsResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentsDetails
+type PostPaymentsDetailsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsDetailsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PaymentDetailsResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostPaymentsDetailsResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsDetailsResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostPaymentsDetailsResponse) GetJSON200() *PaymentDetailsResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsDetailsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsDetailsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsDetailsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsDetailsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsDetailsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsDetailsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsDetailsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsDetailsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsDetailsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdatesResponse201Headers the declared response headers of an HTTP 201 response for PostPaymentsPaymentPspReferenceAmountUpdates
+type PostPaymentsPaymentPspReferenceAmountUpdatesResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdatesResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentsPaymentPspReferenceAmountUpdates
+type PostPaymentsPaymentPspReferenceAmountUpdatesResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsPaymentPspReferenceAmountUpdatesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PaymentAmountUpdateResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostPaymentsPaymentPspReferenceAmountUpdatesResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsPaymentPspReferenceAmountUpdatesResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetJSON201() *PaymentAmountUpdateResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsPaymentPspReferenceAmountUpdatesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsPaymentPspReferenceCancelsResponse201Headers the declared response headers of an HTTP 201 response for PostPaymentsPaymentPspReferenceCancels
+type PostPaymentsPaymentPspReferenceCancelsResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsPaymentPspReferenceCancelsResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentsPaymentPspReferenceCancels
+type PostPaymentsPaymentPspReferenceCancelsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsPaymentPspReferenceCancelsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PaymentCancelResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostPaymentsPaymentPspReferenceCancelsResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsPaymentPspReferenceCancelsResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetJSON201() *PaymentCancelResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsPaymentPspReferenceCancelsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsPaymentPspReferenceCapturesResponse201Headers the declared response headers of an HTTP 201 response for PostPaymentsPaymentPspReferenceCaptures
+type PostPaymentsPaymentPspReferenceCapturesResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsPaymentPspReferenceCapturesResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentsPaymentPspReferenceCaptures
+type PostPaymentsPaymentPspReferenceCapturesResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsPaymentPspReferenceCapturesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PaymentCaptureResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostPaymentsPaymentPspReferenceCapturesResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsPaymentPspReferenceCapturesResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetJSON201() *PaymentCaptureResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsPaymentPspReferenceCapturesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsPaymentPspReferenceRefundsResponse201Headers the declared response headers of an HTTP 201 response for PostPaymentsPaymentPspReferenceRefunds
+type PostPaymentsPaymentPspReferenceRefundsResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsPaymentPspReferenceRefundsResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentsPaymentPspReferenceRefunds
+type PostPaymentsPaymentPspReferenceRefundsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsPaymentPspReferenceRefundsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PaymentRefundResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostPaymentsPaymentPspReferenceRefundsResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsPaymentPspReferenceRefundsResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetJSON201() *PaymentRefundResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsPaymentPspReferenceRefundsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaymentsPaymentPspReferenceReversalsResponse201Headers the declared response headers of an HTTP 201 response for PostPaymentsPaymentPspReferenceReversals
+type PostPaymentsPaymentPspReferenceReversalsResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaymentsPaymentPspReferenceReversalsResponse422Headers the declared response headers of an HTTP 422 response for PostPaymentsPaymentPspReferenceReversals
+type PostPaymentsPaymentPspReferenceReversalsResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaymentsPaymentPspReferenceReversalsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PaymentReversalResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostPaymentsPaymentPspReferenceReversalsResponse201Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaymentsPaymentPspReferenceReversalsResponse422Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetJSON201() *PaymentReversalResponse {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaymentsPaymentPspReferenceReversalsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostPaypalUpdateOrderResponse200Headers the declared response headers of an HTTP 200 response for PostPaypalUpdateOrder
+type PostPaypalUpdateOrderResponse200Headers struct {
+	IdempotencyKey *string
+}
+
+// PostPaypalUpdateOrderResponse422Headers the declared response headers of an HTTP 422 response for PostPaypalUpdateOrder
+type PostPaypalUpdateOrderResponse422Headers struct {
+	IdempotencyKey *string
+}
+
+type PostPaypalUpdateOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PaypalUpdateOrderResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ServiceError
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ServiceError
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ServiceError
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ServiceError
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *ServiceError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostPaypalUpdateOrderResponse200Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostPaypalUpdateOrderResponse422Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostPaypalUpdateOrderResponse) GetJSON200() *PaypalUpdateOrderResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostPaypalUpdateOrderResponse) GetJSON400() *ServiceError {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostPaypalUpdateOrderResponse) GetJSON401() *ServiceError {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostPaypalUpdateOrderResponse) GetJSON403() *ServiceError {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostPaypalUpdateOrderResponse) GetJSON422() *ServiceError {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostPaypalUpdateOrderResponse) GetJSON500() *ServiceError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostPaypalUpdateOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostPaypalUpdateOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostPaypalUpdateOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostPaypalUpdateOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostSessionsResponse201Headers the declared response headers of an HTTP 201 response for PostSessions
+type PostSessionsResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+type PostSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *CreateCheckoutSessionResponse
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostSessionsResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostSessionsResponse) GetJSON201() *CreateCheckoutSessionResponse {
+	return r.JSON201
+}
+
+// GetBody returns the raw response body bytes
+func (r PostSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSessionsSessionIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SessionResultResponse
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSessionsSessionIdResponse) GetJSON200() *SessionResultResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSessionsSessionIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSessionsSessionIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSessionsSessionIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSessionsSessionIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetStoredPaymentMethodsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListStoredPaymentMethodsResponse
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetStoredPaymentMethodsResponse) GetJSON200() *ListStoredPaymentMethodsResponse {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStoredPaymentMethodsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStoredPaymentMethodsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStoredPaymentMethodsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStoredPaymentMethodsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostStoredPaymentMethodsResponse201Headers the declared response headers of an HTTP 201 response for PostStoredPaymentMethods
+type PostStoredPaymentMethodsResponse201Headers struct {
+	IdempotencyKey *string
+}
+
+type PostStoredPaymentMethodsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *StoredPaymentMethodResource
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *PostStoredPaymentMethodsResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostStoredPaymentMethodsResponse) GetJSON201() *StoredPaymentMethodResource {
+	return r.JSON201
+}
+
+// GetBody returns the raw response body bytes
+func (r PostStoredPaymentMethodsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostStoredPaymentMethodsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostStoredPaymentMethodsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostStoredPaymentMethodsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PostValidateShopperIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ValidateShopperIdResponse
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *DefaultErrorResponseEntity
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *DefaultErrorResponseEntity
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *DefaultErrorResponseEntity
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *DefaultErrorResponseEntity
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *DefaultErrorResponseEntity
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostValidateShopperIdResponse) GetJSON200() *ValidateShopperIdResponse {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostValidateShopperIdResponse) GetJSON400() *DefaultErrorResponseEntity {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostValidateShopperIdResponse) GetJSON401() *DefaultErrorResponseEntity {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostValidateShopperIdResponse) GetJSON403() *DefaultErrorResponseEntity {
+	return r.JSON403
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostValidateShopperIdResponse) GetJSON422() *DefaultErrorResponseEntity {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PostValidateShopperIdResponse) GetJSON500() *DefaultErrorResponseEntity {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PostValidateShopperIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostValidateShopperIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostValidateShopperIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostValidateShopperIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostApplePaySessionsWithBodyWithResponse Get an Apple Pay session
+//
+// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+//
+// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+func (c *ClientWithResponses) PostApplePaySessionsWithBodyWithResponse(ctx context.Context, params *PostApplePaySessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostApplePaySessionsResponse, error) {
+	rsp, err := c.PostApplePaySessionsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostApplePaySessionsResponse(rsp)
+}
+
+// PostApplePaySessionsWithResponse Get an Apple Pay session
+//
+// You need to use this endpoint if you have an API-only integration with Apple Pay which uses Adyen's Apple Pay certificate.
+//
+// The endpoint returns the Apple Pay session data which you need to complete the [Apple Pay session validation](https://docs.adyen.com/payment-methods/apple-pay/api-only?tab=adyen-certificate-validation_1#complete-apple-pay-session-validation).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /applePay/sessions (the `PostApplePaySessions` operationId).
+func (c *ClientWithResponses) PostApplePaySessionsWithResponse(ctx context.Context, params *PostApplePaySessionsParams, body PostApplePaySessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostApplePaySessionsResponse, error) {
+	rsp, err := c.PostApplePaySessions(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostApplePaySessionsResponse(rsp)
+}
+
+// PostCancelsWithBodyWithResponse Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /cancels (the `PostCancels` operationId).
+func (c *ClientWithResponses) PostCancelsWithBodyWithResponse(ctx context.Context, params *PostCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostCancelsResponse, error) {
+	rsp, err := c.PostCancelsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostCancelsResponse(rsp)
+}
+
+// PostCancelsWithResponse Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**TECHNICAL_CANCEL** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment using the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/payments/{paymentPspReference}/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /cancels (the `PostCancels` operationId).
+func (c *ClientWithResponses) PostCancelsWithResponse(ctx context.Context, params *PostCancelsParams, body PostCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostCancelsResponse, error) {
+	rsp, err := c.PostCancels(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostCancelsResponse(rsp)
+}
+
+// PostCardDetailsWithBodyWithResponse Get the brands and other details of a card
+//
+// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+//
+// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+//
+// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+//
+// ## Server-side API libraries
+// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+// - PHP
+// - Java
+// - Node.js
+// - .NET
+// - Go
+// - Python
+// - Ruby
+// - Apex (beta)
+//
+// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+//
+// ## Developer resources
+// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+//
+// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+func (c *ClientWithResponses) PostCardDetailsWithBodyWithResponse(ctx context.Context, params *PostCardDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostCardDetailsResponse, error) {
+	rsp, err := c.PostCardDetailsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostCardDetailsResponse(rsp)
+}
+
+// PostCardDetailsWithResponse Get the brands and other details of a card
+//
+// Use this endpoint to get information about the card or network token that enables you to decide on the routing of the transaction and the eligibility of the card for the type of transaction.
+//
+// If you include [your supported brands](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cardDetails__reqParam_supportedBrands) in the request, the response also tells you if you support each [brand that was identified on the card](https://docs.adyen.com/api-explorer/Checkout/latest/post/cardDetails#responses-200-brands).
+//
+// If you have an API-only integration and collect card data, use this endpoint to find out if the shopper's card is co-bad. For co-badged cards, you must let the shopper choose the brand to pay with  if you support both brands.
+//
+// ## Server-side API libraries
+// We provide open-source [server-side API libraries](https://docs.adyen.com/development-resources/libraries/) in several languages:
+// - PHP
+// - Java
+// - Node.js
+// - .NET
+// - Go
+// - Python
+// - Ruby
+// - Apex (beta)
+//
+// See our [integration examples](https://github.com/adyen-examples#%EF%B8%8F-official-integration-examples) for example uses of the libraries.
+//
+// ## Developer resources
+// BIN Lookup API is available through a Postman collection. Click the button below to create a fork, then set the environment variables at **Environments**&nbsp;>&nbsp;**Adyen&nbsp;APIs**.
+//
+// [![Run in Postman](https://run.pstmn.io/button.svg)](https://god.gw.postman.com/run-collection/25716737-677c7679-a695-4ebb-91da-68b4e7c9228a?action=collection%2Ffork&source=rip_markdown&collection-url=entityId%3D25716737-677c7679-a695-4ebb-91da-68b4e7c9228a%26entityType%3Dcollection%26workspaceId%3Da8d63f9f-cfc7-4810-90c5-9e0c60030d3e#?env%5BAdyen%20APIs%5D=W3sia2V5IjoiWC1BUEktS2V5IiwidmFsdWUiOiIiLCJlbmFibGVkIjp0cnVlLCJ0eXBlIjoic2VjcmV0In0seyJrZXkiOiJZT1VSX01FUkNIQU5UX0FDQ09VTlQiLCJ2YWx1ZSI6IiIsImVuYWJsZWQiOnRydWUsInR5cGUiOiJkZWZhdWx0In0seyJrZXkiOiJZT1VSX0NPTVBBTllfQUNDT1VOVCIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifSx7ImtleSI6IllPVVJfQkFMQU5DRV9QTEFURk9STSIsInZhbHVlIjoiIiwiZW5hYmxlZCI6dHJ1ZSwidHlwZSI6ImRlZmF1bHQifV0=)
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /cardDetails (the `PostCardDetails` operationId).
+func (c *ClientWithResponses) PostCardDetailsWithResponse(ctx context.Context, params *PostCardDetailsParams, body PostCardDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostCardDetailsResponse, error) {
+	rsp, err := c.PostCardDetails(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostCardDetailsResponse(rsp)
+}
+
+// PostDonationCampaignsWithBodyWithResponse Get a list of donation campaigns.
+//
+// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+func (c *ClientWithResponses) PostDonationCampaignsWithBodyWithResponse(ctx context.Context, params *PostDonationCampaignsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostDonationCampaignsResponse, error) {
+	rsp, err := c.PostDonationCampaignsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostDonationCampaignsResponse(rsp)
+}
+
+// PostDonationCampaignsWithResponse Get a list of donation campaigns.
+//
+// Queries the available donation campaigns for a donation based on the donation context (like merchant account, currency, and locale). The response contains active donation campaigns.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /donationCampaigns (the `PostDonationCampaigns` operationId).
+func (c *ClientWithResponses) PostDonationCampaignsWithResponse(ctx context.Context, params *PostDonationCampaignsParams, body PostDonationCampaignsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostDonationCampaignsResponse, error) {
+	rsp, err := c.PostDonationCampaigns(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostDonationCampaignsResponse(rsp)
+}
+
+// PostDonationsWithBodyWithResponse Make a donation
+//
+// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+//
+// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /donations (the `PostDonations` operationId).
+func (c *ClientWithResponses) PostDonationsWithBodyWithResponse(ctx context.Context, params *PostDonationsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostDonationsResponse, error) {
+	rsp, err := c.PostDonationsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostDonationsResponse(rsp)
+}
+
+// PostDonationsWithResponse Make a donation
+//
+// Takes in the donation token generated by the `/payments` request and uses it to make the donation.
+//
+// For more information, see [Donations](https://docs.adyen.com/online-payments/donations).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /donations (the `PostDonations` operationId).
+func (c *ClientWithResponses) PostDonationsWithResponse(ctx context.Context, params *PostDonationsParams, body PostDonationsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostDonationsResponse, error) {
+	rsp, err := c.PostDonations(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostDonationsResponse(rsp)
+}
+
+// PostForwardWithBodyWithResponse Forward stored payment details
+//
+// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /forward (the `PostForward` operationId).
+func (c *ClientWithResponses) PostForwardWithBodyWithResponse(ctx context.Context, params *PostForwardParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostForwardResponse, error) {
+	rsp, err := c.PostForwardWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostForwardResponse(rsp)
+}
+
+// PostForwardWithResponse Forward stored payment details
+//
+// Forwards the payment details you stored with Adyen to a third-party that you specify and returns the response from the third-party. Supports forwarding stored card details or [network tokens](https://docs.adyen.com/online-payments/network-tokenization). For more information, see [Forward stored payment details](https://docs.adyen.com/online-payments/tokenization/forward-payment-details).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /forward (the `PostForward` operationId).
+func (c *ClientWithResponses) PostForwardWithResponse(ctx context.Context, params *PostForwardParams, body PostForwardJSONRequestBody, reqEditors ...RequestEditorFn) (*PostForwardResponse, error) {
+	rsp, err := c.PostForward(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostForwardResponse(rsp)
+}
+
+// PostOrdersWithBodyWithResponse Create an order
+//
+// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /orders (the `PostOrders` operationId).
+func (c *ClientWithResponses) PostOrdersWithBodyWithResponse(ctx context.Context, params *PostOrdersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOrdersResponse, error) {
+	rsp, err := c.PostOrdersWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOrdersResponse(rsp)
+}
+
+// PostOrdersWithResponse Create an order
+//
+// Creates an order to be used for partial payments. Make a POST `/orders` call before making a `/payments` call when processing payments with different payment methods.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /orders (the `PostOrders` operationId).
+func (c *ClientWithResponses) PostOrdersWithResponse(ctx context.Context, params *PostOrdersParams, body PostOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOrdersResponse, error) {
+	rsp, err := c.PostOrders(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOrdersResponse(rsp)
+}
+
+// PostOrdersCancelWithBodyWithResponse Cancel an order
+//
+// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+func (c *ClientWithResponses) PostOrdersCancelWithBodyWithResponse(ctx context.Context, params *PostOrdersCancelParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOrdersCancelResponse, error) {
+	rsp, err := c.PostOrdersCancelWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOrdersCancelResponse(rsp)
+}
+
+// PostOrdersCancelWithResponse Cancel an order
+//
+// Cancels an order. Cancellation of an order results in an automatic rollback of all payments made in the order, either by canceling or refunding the payment, depending on the type of payment method.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /orders/cancel (the `PostOrdersCancel` operationId).
+func (c *ClientWithResponses) PostOrdersCancelWithResponse(ctx context.Context, params *PostOrdersCancelParams, body PostOrdersCancelJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOrdersCancelResponse, error) {
+	rsp, err := c.PostOrdersCancel(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOrdersCancelResponse(rsp)
+}
+
+// PostOriginKeysWithBodyWithResponse Create originKey values for domains
+//
+// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+//
+// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+func (c *ClientWithResponses) PostOriginKeysWithBodyWithResponse(ctx context.Context, params *PostOriginKeysParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOriginKeysResponse, error) {
+	rsp, err := c.PostOriginKeysWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOriginKeysResponse(rsp)
+}
+
+// PostOriginKeysWithResponse Create originKey values for domains
+//
+// This operation takes the origin domains and returns a JSON object containing the corresponding origin keys for the domains.
+// > If you're still using origin key for your Web Drop-in or Components integration, we recommend [switching to client key](https://docs.adyen.com/development-resources/client-side-authentication/migrate-from-origin-key-to-client-key). This allows you to use a single key for all origins, add or remove origins without generating a new key, and detect the card type from the number entered in your payment form.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /originKeys (the `PostOriginKeys` operationId).
+// Deprecated: this operation has been marked as deprecated upstream, but no `x-deprecated-reason` was set
+func (c *ClientWithResponses) PostOriginKeysWithResponse(ctx context.Context, params *PostOriginKeysParams, body PostOriginKeysJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOriginKeysResponse, error) {
+	rsp, err := c.PostOriginKeys(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOriginKeysResponse(rsp)
+}
+
+// PostPaymentLinksWithBodyWithResponse Create a payment link
+//
+// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+//
+// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+func (c *ClientWithResponses) PostPaymentLinksWithBodyWithResponse(ctx context.Context, params *PostPaymentLinksParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentLinksResponse, error) {
+	rsp, err := c.PostPaymentLinksWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentLinksResponse(rsp)
+}
+
+// PostPaymentLinksWithResponse Create a payment link
+//
+// Creates a payment link to a [Pay by Link](https://docs.adyen.com/unified-commerce/pay-by-link/) page where the shopper can pay. The list of payment methods presented to the shopper depends on the `currency` and `country` parameters sent in the request.
+//
+// For more information, refer to [Pay by Link documentation](https://docs.adyen.com/online-payments/pay-by-link#create-payment-links-through-api).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paymentLinks (the `PostPaymentLinks` operationId).
+func (c *ClientWithResponses) PostPaymentLinksWithResponse(ctx context.Context, params *PostPaymentLinksParams, body PostPaymentLinksJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentLinksResponse, error) {
+	rsp, err := c.PostPaymentLinks(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentLinksResponse(rsp)
+}
+
+// GetPaymentLinksLinkIdWithResponse Get a payment link
+//
+// Retrieves the payment link details using the payment link `id`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /paymentLinks/{linkId} (the `GetPaymentLinksLinkId` operationId).
+func (c *ClientWithResponses) GetPaymentLinksLinkIdWithResponse(ctx context.Context, linkId string, reqEditors ...RequestEditorFn) (*GetPaymentLinksLinkIdResponse, error) {
+	rsp, err := c.GetPaymentLinksLinkId(ctx, linkId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPaymentLinksLinkIdResponse(rsp)
+}
+
+// PatchPaymentLinksLinkIdWithBodyWithResponse Update the status of a payment link
+//
+// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+func (c *ClientWithResponses) PatchPaymentLinksLinkIdWithBodyWithResponse(ctx context.Context, linkId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchPaymentLinksLinkIdResponse, error) {
+	rsp, err := c.PatchPaymentLinksLinkIdWithBody(ctx, linkId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchPaymentLinksLinkIdResponse(rsp)
+}
+
+// PatchPaymentLinksLinkIdWithResponse Update the status of a payment link
+//
+// Updates the status of a payment link. Use this endpoint to [force the expiry of a payment link](https://docs.adyen.com/online-payments/pay-by-link#update-payment-link-status).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /paymentLinks/{linkId} (the `PatchPaymentLinksLinkId` operationId).
+func (c *ClientWithResponses) PatchPaymentLinksLinkIdWithResponse(ctx context.Context, linkId string, body PatchPaymentLinksLinkIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchPaymentLinksLinkIdResponse, error) {
+	rsp, err := c.PatchPaymentLinksLinkId(ctx, linkId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchPaymentLinksLinkIdResponse(rsp)
+}
+
+// PostPaymentMethodsWithBodyWithResponse Get a list of available payment methods
+//
+// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+func (c *ClientWithResponses) PostPaymentMethodsWithBodyWithResponse(ctx context.Context, params *PostPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentMethodsResponse, error) {
+	rsp, err := c.PostPaymentMethodsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentMethodsResponse(rsp)
+}
+
+// PostPaymentMethodsWithResponse Get a list of available payment methods
+//
+// Retrieves the list of available payment methods for the transaction, based on the transaction information like amount, country, and currency.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paymentMethods (the `PostPaymentMethods` operationId).
+func (c *ClientWithResponses) PostPaymentMethodsWithResponse(ctx context.Context, params *PostPaymentMethodsParams, body PostPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentMethodsResponse, error) {
+	rsp, err := c.PostPaymentMethods(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentMethodsResponse(rsp)
+}
+
+// PostPaymentMethodsBalanceWithBodyWithResponse Get the balance of a gift card
+//
+// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+func (c *ClientWithResponses) PostPaymentMethodsBalanceWithBodyWithResponse(ctx context.Context, params *PostPaymentMethodsBalanceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentMethodsBalanceResponse, error) {
+	rsp, err := c.PostPaymentMethodsBalanceWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentMethodsBalanceResponse(rsp)
+}
+
+// PostPaymentMethodsBalanceWithResponse Get the balance of a gift card
+//
+// Retrieves the balance remaining on a shopper's gift card. To check a gift card's balance, make a POST `/paymentMethods/balance` call and include the gift card's details inside a `paymentMethod` object.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paymentMethods/balance (the `PostPaymentMethodsBalance` operationId).
+func (c *ClientWithResponses) PostPaymentMethodsBalanceWithResponse(ctx context.Context, params *PostPaymentMethodsBalanceParams, body PostPaymentMethodsBalanceJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentMethodsBalanceResponse, error) {
+	rsp, err := c.PostPaymentMethodsBalance(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentMethodsBalanceResponse(rsp)
+}
+
+// PostPaymentsWithBodyWithResponse Start a transaction
+//
+// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+// * For a redirect or additional action, the response contains an `action` object.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments (the `PostPayments` operationId).
+func (c *ClientWithResponses) PostPaymentsWithBodyWithResponse(ctx context.Context, params *PostPaymentsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsResponse, error) {
+	rsp, err := c.PostPaymentsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsResponse(rsp)
+}
+
+// PostPaymentsWithResponse Start a transaction
+//
+// Sends payment parameters (like amount, country, and currency) together with other required input details collected from the shopper. To know more about required parameters for specific payment methods, refer to our [payment method guides](https://docs.adyen.com/payment-methods).
+// The response depends on the [payment flow](https://docs.adyen.com/payment-methods#payment-flow):
+// * For a direct flow, the response includes a `pspReference` and a `resultCode` with the payment result, for example **Authorised** or **Refused**.
+// * For a redirect or additional action, the response contains an `action` object.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments (the `PostPayments` operationId).
+func (c *ClientWithResponses) PostPaymentsWithResponse(ctx context.Context, params *PostPaymentsParams, body PostPaymentsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsResponse, error) {
+	rsp, err := c.PostPayments(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsResponse(rsp)
+}
+
+// PostPaymentsDetailsWithBodyWithResponse Submit details for a payment
+//
+// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+func (c *ClientWithResponses) PostPaymentsDetailsWithBodyWithResponse(ctx context.Context, params *PostPaymentsDetailsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsDetailsResponse, error) {
+	rsp, err := c.PostPaymentsDetailsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsDetailsResponse(rsp)
+}
+
+// PostPaymentsDetailsWithResponse Submit details for a payment
+//
+// Submits details for a payment created using `/payments`. This step is only needed when no final state has been reached on the `/payments` request, for example when the shopper was redirected to another page to complete the payment.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/details (the `PostPaymentsDetails` operationId).
+func (c *ClientWithResponses) PostPaymentsDetailsWithResponse(ctx context.Context, params *PostPaymentsDetailsParams, body PostPaymentsDetailsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsDetailsResponse, error) {
+	rsp, err := c.PostPaymentsDetails(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsDetailsResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdatesWithBodyWithResponse Update an authorised amount
+//
+// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+//
+// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+//
+// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+//
+// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceAmountUpdatesWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceAmountUpdatesResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceAmountUpdatesWithBody(ctx, paymentPspReference, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceAmountUpdatesResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdatesWithResponse Update an authorised amount
+//
+// Increases or decreases the authorised payment amount and returns a unique reference for this request. You get the outcome of the request asynchronously, in an [**AUTHORISATION_ADJUSTMENT** webhook](https://docs.adyen.com/development-resources/webhooks/webhook-types/#event-codes).
+//
+// You can only update authorised amounts that have not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures).
+//
+// The amount you specify in the request is the updated amount, which is larger or smaller than the initial authorised amount.
+//
+// For more information, refer to [Authorisation adjustment](https://docs.adyen.com/online-payments/adjust-authorisation#use-cases).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/amountUpdates (the `PostPaymentsPaymentPspReferenceAmountUpdates` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceAmountUpdatesWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceAmountUpdatesParams, body PostPaymentsPaymentPspReferenceAmountUpdatesJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceAmountUpdatesResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, paymentPspReference, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceAmountUpdatesResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceCancelsWithBodyWithResponse Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceCancelsWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCancelsResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceCancelsWithBody(ctx, paymentPspReference, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceCancelsResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceCancelsWithResponse Cancel an authorised payment
+//
+// Cancels the authorisation on a payment that has not yet been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCELLATION** webhook](https://docs.adyen.com/online-payments/cancel#cancellation-webhook).
+//
+// If you want to cancel a payment but don't have the [`pspReference`](https://docs.adyen.com/api-explorer/Checkout/latest/post/payments#responses-200-pspReference), use the [`/cancels`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/cancels) endpoint instead.
+//
+// If you want to cancel a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Cancel](https://docs.adyen.com/online-payments/cancel).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/cancels (the `PostPaymentsPaymentPspReferenceCancels` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceCancelsWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCancelsParams, body PostPaymentsPaymentPspReferenceCancelsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCancelsResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceCancels(ctx, paymentPspReference, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceCancelsResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceCapturesWithBodyWithResponse Capture an authorised payment
+//
+//	Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+//
+// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+//
+// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+//
+// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceCapturesWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCapturesResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceCapturesWithBody(ctx, paymentPspReference, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceCapturesResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceCapturesWithResponse Capture an authorised payment
+//
+//	Captures an authorised payment and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CAPTURE** webhook](https://docs.adyen.com/online-payments/capture#capture-notification).
+//
+// You can capture either the full authorised amount or a part of the authorised amount. By default, any unclaimed amount after a partial capture gets cancelled. This does not apply if you enabled multiple partial captures on your account and the payment method supports multiple partial captures.
+//
+// [Automatic capture](https://docs.adyen.com/online-payments/capture#automatic-capture) is the default setting for most payment methods. In these cases, you don't need to make capture requests. However, making capture requests for payments that are captured automatically does not result in double charges.
+//
+// For more information, refer to [Capture](https://docs.adyen.com/online-payments/capture).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/captures (the `PostPaymentsPaymentPspReferenceCaptures` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceCapturesWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceCapturesParams, body PostPaymentsPaymentPspReferenceCapturesJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceCapturesResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceCaptures(ctx, paymentPspReference, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceCapturesResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceRefundsWithBodyWithResponse Refund a captured payment
+//
+// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+//
+// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+//
+// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+//
+// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceRefundsWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceRefundsResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceRefundsWithBody(ctx, paymentPspReference, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceRefundsResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceRefundsWithResponse Refund a captured payment
+//
+// Refunds a payment that has been [captured](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/captures), and returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**REFUND** webhook](https://docs.adyen.com/online-payments/refund#refund-webhook).
+//
+// You can refund either the full captured amount or a part of the captured amount. You can also perform multiple partial refunds, as long as their sum doesn't exceed the captured amount.
+//
+// > Some payment methods do not support partial refunds. To learn if a payment method supports partial refunds, refer to the payment method page such as [cards](https://docs.adyen.com/payment-methods/cards#supported-cards), [iDEAL](https://docs.adyen.com/payment-methods/ideal), or [Klarna](https://docs.adyen.com/payment-methods/klarna).
+//
+// If you want to refund a payment but are not sure whether it has been captured, use the [`/payments/{paymentPspReference}/reversals`](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/reversals) endpoint instead.
+//
+// For more information, refer to [Refund](https://docs.adyen.com/online-payments/refund).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/refunds (the `PostPaymentsPaymentPspReferenceRefunds` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceRefundsWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceRefundsParams, body PostPaymentsPaymentPspReferenceRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceRefundsResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceRefunds(ctx, paymentPspReference, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceRefundsResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceReversalsWithBodyWithResponse Refund or cancel a payment
+//
+// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+//
+// The reversed amount is always the full payment amount.
+// > Do not use this request for payments that involve multiple partial captures.
+//
+// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceReversalsWithBodyWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceReversalsResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceReversalsWithBody(ctx, paymentPspReference, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceReversalsResponse(rsp)
+}
+
+// PostPaymentsPaymentPspReferenceReversalsWithResponse Refund or cancel a payment
+//
+// [Refunds](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/refunds) a payment if it has already been captured, and [cancels](https://docs.adyen.com/api-explorer/#/CheckoutService/latest/post/payments/{paymentPspReference}/cancels) a payment if it has not yet been captured. Returns a unique reference for this request. You get the outcome of the request asynchronously, in a [**CANCEL_OR_REFUND** webhook](https://docs.adyen.com/online-payments/reversal/#cancel-or-refund-webhook).
+//
+// The reversed amount is always the full payment amount.
+// > Do not use this request for payments that involve multiple partial captures.
+//
+// For more information, refer to [Reversal](https://docs.adyen.com/online-payments/reversal).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentPspReference}/reversals (the `PostPaymentsPaymentPspReferenceReversals` operationId).
+func (c *ClientWithResponses) PostPaymentsPaymentPspReferenceReversalsWithResponse(ctx context.Context, paymentPspReference string, params *PostPaymentsPaymentPspReferenceReversalsParams, body PostPaymentsPaymentPspReferenceReversalsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaymentsPaymentPspReferenceReversalsResponse, error) {
+	rsp, err := c.PostPaymentsPaymentPspReferenceReversals(ctx, paymentPspReference, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaymentsPaymentPspReferenceReversalsResponse(rsp)
+}
+
+// PostPaypalUpdateOrderWithBodyWithResponse Updates the order for PayPal Express Checkout
+//
+// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+func (c *ClientWithResponses) PostPaypalUpdateOrderWithBodyWithResponse(ctx context.Context, params *PostPaypalUpdateOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostPaypalUpdateOrderResponse, error) {
+	rsp, err := c.PostPaypalUpdateOrderWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaypalUpdateOrderResponse(rsp)
+}
+
+// PostPaypalUpdateOrderWithResponse Updates the order for PayPal Express Checkout
+//
+// Updates the order for PayPal Express Checkout. This can be used to update the PayPal lightbox with an updated amount and delivery methods based on the delivery address.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /paypal/updateOrder (the `PostPaypalUpdateOrder` operationId).
+func (c *ClientWithResponses) PostPaypalUpdateOrderWithResponse(ctx context.Context, params *PostPaypalUpdateOrderParams, body PostPaypalUpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*PostPaypalUpdateOrderResponse, error) {
+	rsp, err := c.PostPaypalUpdateOrder(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostPaypalUpdateOrderResponse(rsp)
+}
+
+// PostSessionsWithBodyWithResponse Create a payment session
+//
+// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+//
+// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+//
+// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /sessions (the `PostSessions` operationId).
+func (c *ClientWithResponses) PostSessionsWithBodyWithResponse(ctx context.Context, params *PostSessionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostSessionsResponse, error) {
+	rsp, err := c.PostSessionsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostSessionsResponse(rsp)
+}
+
+// PostSessionsWithResponse Create a payment session
+//
+// Creates a payment session for [Drop-in](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Drop-in), [Components](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Components), and [Hosted Checkout](https://docs.adyen.com/online-payments/build-your-integration/sessions-flow/?platform=Web&integration=Hosted+Checkout) integrations.
+//
+// The response contains encrypted payment session data. The front end then uses the session data to make any required server-side calls for the payment flow.
+//
+// You get the payment outcome asynchronously, in an [AUTHORISATION](https://docs.adyen.com/api-explorer/#/Webhooks/latest/post/AUTHORISATION) webhook.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /sessions (the `PostSessions` operationId).
+func (c *ClientWithResponses) PostSessionsWithResponse(ctx context.Context, params *PostSessionsParams, body PostSessionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostSessionsResponse, error) {
+	rsp, err := c.PostSessions(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostSessionsResponse(rsp)
+}
+
+// GetSessionsSessionIdWithResponse Get the result of a payment session
+//
+// Returns the status of the payment session with the `sessionId` and `sessionResult` specified in the path.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /sessions/{sessionId} (the `GetSessionsSessionId` operationId).
+func (c *ClientWithResponses) GetSessionsSessionIdWithResponse(ctx context.Context, sessionId string, params *GetSessionsSessionIdParams, reqEditors ...RequestEditorFn) (*GetSessionsSessionIdResponse, error) {
+	rsp, err := c.GetSessionsSessionId(ctx, sessionId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSessionsSessionIdResponse(rsp)
+}
+
+// GetStoredPaymentMethodsWithResponse Get tokens for stored payment details
+//
+// Lists the tokens for stored payment details for the shopper identified in the path, if there are any available. The token ID can be used with payment requests for the shopper's payment. A summary of the stored details is included.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /storedPaymentMethods (the `GetStoredPaymentMethods` operationId).
+func (c *ClientWithResponses) GetStoredPaymentMethodsWithResponse(ctx context.Context, params *GetStoredPaymentMethodsParams, reqEditors ...RequestEditorFn) (*GetStoredPaymentMethodsResponse, error) {
+	rsp, err := c.GetStoredPaymentMethods(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStoredPaymentMethodsResponse(rsp)
+}
+
+// PostStoredPaymentMethodsWithBodyWithResponse Create a token to store payment details
+//
+// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+func (c *ClientWithResponses) PostStoredPaymentMethodsWithBodyWithResponse(ctx context.Context, params *PostStoredPaymentMethodsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostStoredPaymentMethodsResponse, error) {
+	rsp, err := c.PostStoredPaymentMethodsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostStoredPaymentMethodsResponse(rsp)
+}
+
+// PostStoredPaymentMethodsWithResponse Create a token to store payment details
+//
+// Creates a token to store the shopper's payment details. This token can be used for the shopper's future payments.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /storedPaymentMethods (the `PostStoredPaymentMethods` operationId).
+func (c *ClientWithResponses) PostStoredPaymentMethodsWithResponse(ctx context.Context, params *PostStoredPaymentMethodsParams, body PostStoredPaymentMethodsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostStoredPaymentMethodsResponse, error) {
+	rsp, err := c.PostStoredPaymentMethods(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostStoredPaymentMethodsResponse(rsp)
+}
+
+// DeleteStoredPaymentMethodsStoredPaymentMethodIdWithResponse Delete a token for stored payment details
+//
+// Deletes the token identified in the path. The token can no longer be used with payment requests.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /storedPaymentMethods/{storedPaymentMethodId} (the `DeleteStoredPaymentMethodsStoredPaymentMethodId` operationId).
+func (c *ClientWithResponses) DeleteStoredPaymentMethodsStoredPaymentMethodIdWithResponse(ctx context.Context, storedPaymentMethodId string, params *DeleteStoredPaymentMethodsStoredPaymentMethodIdParams, reqEditors ...RequestEditorFn) (*DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse, error) {
+	rsp, err := c.DeleteStoredPaymentMethodsStoredPaymentMethodId(ctx, storedPaymentMethodId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteStoredPaymentMethodsStoredPaymentMethodIdResponse(rsp)
+}
+
+// PostValidateShopperIdWithBodyWithResponse Validates shopper Id
+//
+// Validates the shopperId.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+func (c *ClientWithResponses) PostValidateShopperIdWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostValidateShopperIdResponse, error) {
+	rsp, err := c.PostValidateShopperIdWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostValidateShopperIdResponse(rsp)
+}
+
+// PostValidateShopperIdWithResponse Validates shopper Id
+//
+// Validates the shopperId.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /validateShopperId (the `PostValidateShopperId` operationId).
+func (c *ClientWithResponses) PostValidateShopperIdWithResponse(ctx context.Context, body PostValidateShopperIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PostValidateShopperIdResponse, error) {
+	rsp, err := c.PostValidateShopperId(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostValidateShopperIdResponse(rsp)
+}
+
+// ParsePostApplePaySessionsResponse parses an HTTP response from a PostApplePaySessionsWithResponse call
+func ParsePostApplePaySessionsResponse(rsp *http.Response) (*PostApplePaySessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostApplePaySessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplePaySessionResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostApplePaySessionsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostCancelsResponse parses an HTTP response from a PostCancelsWithResponse call
+func ParsePostCancelsResponse(rsp *http.Response) (*PostCancelsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostCancelsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest StandalonePaymentCancelResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostCancelsResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostCancelsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostCardDetailsResponse parses an HTTP response from a PostCardDetailsWithResponse call
+func ParsePostCardDetailsResponse(rsp *http.Response) (*PostCardDetailsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostCardDetailsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CardDetailsResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostCardDetailsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostDonationCampaignsResponse parses an HTTP response from a PostDonationCampaignsWithResponse call
+func ParsePostDonationCampaignsResponse(rsp *http.Response) (*PostDonationCampaignsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostDonationCampaignsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DonationCampaignsResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostDonationCampaignsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostDonationCampaignsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostDonationsResponse parses an HTTP response from a PostDonationsWithResponse call
+func ParsePostDonationsResponse(rsp *http.Response) (*PostDonationsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostDonationsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DonationPaymentResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostDonationsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostDonationsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostForwardResponse parses an HTTP response from a PostForwardWithResponse call
+func ParsePostForwardResponse(rsp *http.Response) (*PostForwardResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostForwardResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CheckoutForwardResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostForwardResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostOrdersResponse parses an HTTP response from a PostOrdersWithResponse call
+func ParsePostOrdersResponse(rsp *http.Response) (*PostOrdersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostOrdersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CreateOrderResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostOrdersResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostOrdersResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostOrdersCancelResponse parses an HTTP response from a PostOrdersCancelWithResponse call
+func ParsePostOrdersCancelResponse(rsp *http.Response) (*PostOrdersCancelResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostOrdersCancelResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CancelOrderResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostOrdersCancelResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostOrdersCancelResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostOriginKeysResponse parses an HTTP response from a PostOriginKeysWithResponse call
+func ParsePostOriginKeysResponse(rsp *http.Response) (*PostOriginKeysResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostOriginKeysResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest UtilityResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostOriginKeysResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostOriginKeysResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentLinksResponse parses an HTTP response from a PostPaymentLinksWithResponse call
+func ParsePostPaymentLinksResponse(rsp *http.Response) (*PostPaymentLinksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentLinksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PaymentLinkResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostPaymentLinksResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentLinksResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPaymentLinksLinkIdResponse parses an HTTP response from a GetPaymentLinksLinkIdWithResponse call
+func ParseGetPaymentLinksLinkIdResponse(rsp *http.Response) (*GetPaymentLinksLinkIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPaymentLinksLinkIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PaymentLinkResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePatchPaymentLinksLinkIdResponse parses an HTTP response from a PatchPaymentLinksLinkIdWithResponse call
+func ParsePatchPaymentLinksLinkIdResponse(rsp *http.Response) (*PatchPaymentLinksLinkIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchPaymentLinksLinkIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PaymentLinkResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentMethodsResponse parses an HTTP response from a PostPaymentMethodsWithResponse call
+func ParsePostPaymentMethodsResponse(rsp *http.Response) (*PostPaymentMethodsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentMethodsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PaymentMethodsResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostPaymentMethodsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentMethodsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentMethodsBalanceResponse parses an HTTP response from a PostPaymentMethodsBalanceWithResponse call
+func ParsePostPaymentMethodsBalanceResponse(rsp *http.Response) (*PostPaymentMethodsBalanceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentMethodsBalanceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BalanceCheckResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostPaymentMethodsBalanceResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentMethodsBalanceResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsResponse parses an HTTP response from a PostPaymentsWithResponse call
+func ParsePostPaymentsResponse(rsp *http.Response) (*PostPaymentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PaymentResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostPaymentsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsDetailsResponse parses an HTTP response from a PostPaymentsDetailsWithResponse call
+func ParsePostPaymentsDetailsResponse(rsp *http.Response) (*PostPaymentsDetailsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsDetailsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PaymentDetailsResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostPaymentsDetailsResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsDetailsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsPaymentPspReferenceAmountUpdatesResponse parses an HTTP response from a PostPaymentsPaymentPspReferenceAmountUpdatesWithResponse call
+func ParsePostPaymentsPaymentPspReferenceAmountUpdatesResponse(rsp *http.Response) (*PostPaymentsPaymentPspReferenceAmountUpdatesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsPaymentPspReferenceAmountUpdatesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PaymentAmountUpdateResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostPaymentsPaymentPspReferenceAmountUpdatesResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsPaymentPspReferenceAmountUpdatesResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsPaymentPspReferenceCancelsResponse parses an HTTP response from a PostPaymentsPaymentPspReferenceCancelsWithResponse call
+func ParsePostPaymentsPaymentPspReferenceCancelsResponse(rsp *http.Response) (*PostPaymentsPaymentPspReferenceCancelsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsPaymentPspReferenceCancelsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PaymentCancelResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostPaymentsPaymentPspReferenceCancelsResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsPaymentPspReferenceCancelsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsPaymentPspReferenceCapturesResponse parses an HTTP response from a PostPaymentsPaymentPspReferenceCapturesWithResponse call
+func ParsePostPaymentsPaymentPspReferenceCapturesResponse(rsp *http.Response) (*PostPaymentsPaymentPspReferenceCapturesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsPaymentPspReferenceCapturesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PaymentCaptureResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostPaymentsPaymentPspReferenceCapturesResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsPaymentPspReferenceCapturesResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsPaymentPspReferenceRefundsResponse parses an HTTP response from a PostPaymentsPaymentPspReferenceRefundsWithResponse call
+func ParsePostPaymentsPaymentPspReferenceRefundsResponse(rsp *http.Response) (*PostPaymentsPaymentPspReferenceRefundsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsPaymentPspReferenceRefundsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PaymentRefundResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostPaymentsPaymentPspReferenceRefundsResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsPaymentPspReferenceRefundsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaymentsPaymentPspReferenceReversalsResponse parses an HTTP response from a PostPaymentsPaymentPspReferenceReversalsWithResponse call
+func ParsePostPaymentsPaymentPspReferenceReversalsResponse(rsp *http.Response) (*PostPaymentsPaymentPspReferenceReversalsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaymentsPaymentPspReferenceReversalsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PaymentReversalResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostPaymentsPaymentPspReferenceReversalsResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaymentsPaymentPspReferenceReversalsResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostPaypalUpdateOrderResponse parses an HTTP response from a PostPaypalUpdateOrderWithResponse call
+func ParsePostPaypalUpdateOrderResponse(rsp *http.Response) (*PostPaypalUpdateOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostPaypalUpdateOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PaypalUpdateOrderResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ServiceError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostPaypalUpdateOrderResponse200Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostPaypalUpdateOrderResponse422Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers422 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostSessionsResponse parses an HTTP response from a PostSessionsWithResponse call
+func ParsePostSessionsResponse(rsp *http.Response) (*PostSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest CreateCheckoutSessionResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostSessionsResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSessionsSessionIdResponse parses an HTTP response from a GetSessionsSessionIdWithResponse call
+func ParseGetSessionsSessionIdResponse(rsp *http.Response) (*GetSessionsSessionIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSessionsSessionIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SessionResultResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetStoredPaymentMethodsResponse parses an HTTP response from a GetStoredPaymentMethodsWithResponse call
+func ParseGetStoredPaymentMethodsResponse(rsp *http.Response) (*GetStoredPaymentMethodsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStoredPaymentMethodsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListStoredPaymentMethodsResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePostStoredPaymentMethodsResponse parses an HTTP response from a PostStoredPaymentMethodsWithResponse call
+func ParsePostStoredPaymentMethodsResponse(rsp *http.Response) (*PostStoredPaymentMethodsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostStoredPaymentMethodsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest StoredPaymentMethodResource
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers PostStoredPaymentMethodsResponse201Headers
+		if values := rsp.Header.Values("Idempotency-Key"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotencyKey = &value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteStoredPaymentMethodsStoredPaymentMethodIdResponse parses an HTTP response from a DeleteStoredPaymentMethodsStoredPaymentMethodIdWithResponse call
+func ParseDeleteStoredPaymentMethodsStoredPaymentMethodIdResponse(rsp *http.Response) (*DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteStoredPaymentMethodsStoredPaymentMethodIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParsePostValidateShopperIdResponse parses an HTTP response from a PostValidateShopperIdWithResponse call
+func ParsePostValidateShopperIdResponse(rsp *http.Response) (*PostValidateShopperIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostValidateShopperIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ValidateShopperIdResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest DefaultErrorResponseEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest DefaultErrorResponseEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest DefaultErrorResponseEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest DefaultErrorResponseEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest DefaultErrorResponseEntity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ServerInterface represents all server handlers.

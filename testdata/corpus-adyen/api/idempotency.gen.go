@@ -95,7 +95,6 @@ var policyPostApplePaySessions = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -118,7 +117,6 @@ var policyPostCancels = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -141,7 +139,6 @@ var policyPostCardDetails = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -164,7 +161,6 @@ var policyPostDonationCampaigns = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -187,7 +183,6 @@ var policyPostDonations = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -210,7 +205,6 @@ var policyPostForward = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -233,7 +227,6 @@ var policyPostOrders = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -256,7 +249,6 @@ var policyPostOrdersCancel = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -279,7 +271,6 @@ var policyPostOriginKeys = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -302,7 +293,6 @@ var policyPostPaymentLinks = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -325,7 +315,6 @@ var policyPostPaymentMethods = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -348,7 +337,6 @@ var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -371,7 +359,6 @@ var policyPostPayments = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -394,7 +381,6 @@ var policyPostPaymentsDetails = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -417,8 +403,6 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -441,8 +425,6 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -465,8 +447,6 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -489,8 +469,6 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -513,8 +491,6 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:paymentPspReference"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -537,7 +513,6 @@ var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -560,7 +535,6 @@ var policyPostSessions = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -583,7 +557,6 @@ var policyPostStoredPaymentMethods = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -619,12 +592,39 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyPostApplePaySessions, s.opPostApplePaySessions(PostApplePaySessionsRequestObject{})),
+		idemhttp.CheckOp(policyPostCancels, s.opPostCancels(PostCancelsRequestObject{})),
+		idemhttp.CheckOp(policyPostCardDetails, s.opPostCardDetails(PostCardDetailsRequestObject{})),
+		idemhttp.CheckOp(policyPostDonationCampaigns, s.opPostDonationCampaigns(PostDonationCampaignsRequestObject{})),
+		idemhttp.CheckOp(policyPostDonations, s.opPostDonations(PostDonationsRequestObject{})),
+		idemhttp.CheckOp(policyPostForward, s.opPostForward(PostForwardRequestObject{})),
+		idemhttp.CheckOp(policyPostOrders, s.opPostOrders(PostOrdersRequestObject{})),
+		idemhttp.CheckOp(policyPostOrdersCancel, s.opPostOrdersCancel(PostOrdersCancelRequestObject{})),
+		idemhttp.CheckOp(policyPostOriginKeys, s.opPostOriginKeys(PostOriginKeysRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentLinks, s.opPostPaymentLinks(PostPaymentLinksRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentMethods, s.opPostPaymentMethods(PostPaymentMethodsRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentMethodsBalance, s.opPostPaymentMethodsBalance(PostPaymentMethodsBalanceRequestObject{})),
+		idemhttp.CheckOp(policyPostPayments, s.opPostPayments(PostPaymentsRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentsDetails, s.opPostPaymentsDetails(PostPaymentsDetailsRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentsPaymentPspReferenceAmountUpdates, s.opPostPaymentsPaymentPspReferenceAmountUpdates(PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentsPaymentPspReferenceCancels, s.opPostPaymentsPaymentPspReferenceCancels(PostPaymentsPaymentPspReferenceCancelsRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentsPaymentPspReferenceCaptures, s.opPostPaymentsPaymentPspReferenceCaptures(PostPaymentsPaymentPspReferenceCapturesRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentsPaymentPspReferenceRefunds, s.opPostPaymentsPaymentPspReferenceRefunds(PostPaymentsPaymentPspReferenceRefundsRequestObject{})),
+		idemhttp.CheckOp(policyPostPaymentsPaymentPspReferenceReversals, s.opPostPaymentsPaymentPspReferenceReversals(PostPaymentsPaymentPspReferenceReversalsRequestObject{})),
+		idemhttp.CheckOp(policyPostPaypalUpdateOrder, s.opPostPaypalUpdateOrder(PostPaypalUpdateOrderRequestObject{})),
+		idemhttp.CheckOp(policyPostSessions, s.opPostSessions(PostSessionsRequestObject{})),
+		idemhttp.CheckOp(policyPostStoredPaymentMethods, s.opPostStoredPaymentMethods(PostStoredPaymentMethodsRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -637,112 +637,202 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // PostApplePaySessions runs s.impl.PostApplePaySessions at most once per key.
 func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApplePaySessionsRequestObject) (PostApplePaySessionsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostApplePaySessions, &idemhttp.Op[PostApplePaySessionsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostApplePaySessions, s.opPostApplePaySessions(request))
+}
+
+// opPostApplePaySessions is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostApplePaySessions(request PostApplePaySessionsRequestObject) *idemhttp.Op[PostApplePaySessionsResponseObject] {
+	return &idemhttp.Op[PostApplePaySessionsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostApplePaySessionsResponseObject, error) {
 			return s.impl.PostApplePaySessions(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostApplePaySessionsResponseObject.VisitPostApplePaySessionsResponse),
-	})
+	}
 }
 
 // PostCancels runs s.impl.PostCancels at most once per key.
 func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequestObject) (PostCancelsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostCancels, &idemhttp.Op[PostCancelsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostCancels, s.opPostCancels(request))
+}
+
+// opPostCancels is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostCancels(request PostCancelsRequestObject) *idemhttp.Op[PostCancelsResponseObject] {
+	return &idemhttp.Op[PostCancelsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostCancelsResponseObject, error) {
 			return s.impl.PostCancels(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostCancelsResponseObject.VisitPostCancelsResponse),
-	})
+	}
 }
 
 // PostCardDetails runs s.impl.PostCardDetails at most once per key.
 func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetailsRequestObject) (PostCardDetailsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostCardDetails, &idemhttp.Op[PostCardDetailsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostCardDetails, s.opPostCardDetails(request))
+}
+
+// opPostCardDetails is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostCardDetails(request PostCardDetailsRequestObject) *idemhttp.Op[PostCardDetailsResponseObject] {
+	return &idemhttp.Op[PostCardDetailsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostCardDetailsResponseObject, error) {
 			return s.impl.PostCardDetails(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostCardDetailsResponseObject.VisitPostCardDetailsResponse),
-	})
+	}
 }
 
 // PostDonationCampaigns runs s.impl.PostDonationCampaigns at most once per key.
 func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDonationCampaignsRequestObject) (PostDonationCampaignsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostDonationCampaigns, &idemhttp.Op[PostDonationCampaignsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostDonationCampaigns, s.opPostDonationCampaigns(request))
+}
+
+// opPostDonationCampaigns is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostDonationCampaigns(request PostDonationCampaignsRequestObject) *idemhttp.Op[PostDonationCampaignsResponseObject] {
+	return &idemhttp.Op[PostDonationCampaignsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationCampaignsResponseObject, error) {
 			return s.impl.PostDonationCampaigns(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostDonationCampaignsResponseObject.VisitPostDonationCampaignsResponse),
-	})
+	}
 }
 
 // PostDonations runs s.impl.PostDonations at most once per key.
 func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsRequestObject) (PostDonationsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostDonations, &idemhttp.Op[PostDonationsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostDonations, s.opPostDonations(request))
+}
+
+// opPostDonations is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostDonations(request PostDonationsRequestObject) *idemhttp.Op[PostDonationsResponseObject] {
+	return &idemhttp.Op[PostDonationsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationsResponseObject, error) {
 			return s.impl.PostDonations(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostDonationsResponseObject.VisitPostDonationsResponse),
-	})
+	}
 }
 
 // PostForward runs s.impl.PostForward at most once per key.
 func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequestObject) (PostForwardResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostForward, &idemhttp.Op[PostForwardResponseObject]{
+	return idemHandle(ctx, s.store, policyPostForward, s.opPostForward(request))
+}
+
+// opPostForward is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostForward(request PostForwardRequestObject) *idemhttp.Op[PostForwardResponseObject] {
+	return &idemhttp.Op[PostForwardResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostForwardResponseObject, error) {
 			return s.impl.PostForward(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostForwardResponseObject.VisitPostForwardResponse),
-	})
+	}
 }
 
 // PostOrders runs s.impl.PostOrders at most once per key.
 func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestObject) (PostOrdersResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostOrders, &idemhttp.Op[PostOrdersResponseObject]{
+	return idemHandle(ctx, s.store, policyPostOrders, s.opPostOrders(request))
+}
+
+// opPostOrders is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostOrders(request PostOrdersRequestObject) *idemhttp.Op[PostOrdersResponseObject] {
+	return &idemhttp.Op[PostOrdersResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersResponseObject, error) {
 			return s.impl.PostOrders(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostOrdersResponseObject.VisitPostOrdersResponse),
-	})
+	}
 }
 
 // PostOrdersCancel runs s.impl.PostOrdersCancel at most once per key.
 func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCancelRequestObject) (PostOrdersCancelResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostOrdersCancel, &idemhttp.Op[PostOrdersCancelResponseObject]{
+	return idemHandle(ctx, s.store, policyPostOrdersCancel, s.opPostOrdersCancel(request))
+}
+
+// opPostOrdersCancel is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostOrdersCancel(request PostOrdersCancelRequestObject) *idemhttp.Op[PostOrdersCancelResponseObject] {
+	return &idemhttp.Op[PostOrdersCancelResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersCancelResponseObject, error) {
 			return s.impl.PostOrdersCancel(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostOrdersCancelResponseObject.VisitPostOrdersCancelResponse),
-	})
+	}
 }
 
 // PostOriginKeys runs s.impl.PostOriginKeys at most once per key.
 func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysRequestObject) (PostOriginKeysResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostOriginKeys, &idemhttp.Op[PostOriginKeysResponseObject]{
+	return idemHandle(ctx, s.store, policyPostOriginKeys, s.opPostOriginKeys(request))
+}
+
+// opPostOriginKeys is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostOriginKeys(request PostOriginKeysRequestObject) *idemhttp.Op[PostOriginKeysResponseObject] {
+	return &idemhttp.Op[PostOriginKeysResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOriginKeysResponseObject, error) {
 			return s.impl.PostOriginKeys(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostOriginKeysResponseObject.VisitPostOriginKeysResponse),
-	})
+	}
 }
 
 // PostPaymentLinks runs s.impl.PostPaymentLinks at most once per key.
 func (s *idemServer) PostPaymentLinks(ctx context.Context, request PostPaymentLinksRequestObject) (PostPaymentLinksResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentLinks, &idemhttp.Op[PostPaymentLinksResponseObject]{
+	return idemHandle(ctx, s.store, policyPostPaymentLinks, s.opPostPaymentLinks(request))
+}
+
+// opPostPaymentLinks is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentLinks(request PostPaymentLinksRequestObject) *idemhttp.Op[PostPaymentLinksResponseObject] {
+	return &idemhttp.Op[PostPaymentLinksResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentLinksResponseObject, error) {
 			return s.impl.PostPaymentLinks(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentLinksResponseObject.VisitPostPaymentLinksResponse),
-	})
+	}
 }
 
 func (s *idemServer) GetPaymentLinksLinkId(ctx context.Context, request GetPaymentLinksLinkIdRequestObject) (GetPaymentLinksLinkIdResponseObject, error) {
@@ -755,128 +845,237 @@ func (s *idemServer) PatchPaymentLinksLinkId(ctx context.Context, request PatchP
 
 // PostPaymentMethods runs s.impl.PostPaymentMethods at most once per key.
 func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPaymentMethodsRequestObject) (PostPaymentMethodsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentMethods, &idemhttp.Op[PostPaymentMethodsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostPaymentMethods, s.opPostPaymentMethods(request))
+}
+
+// opPostPaymentMethods is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentMethods(request PostPaymentMethodsRequestObject) *idemhttp.Op[PostPaymentMethodsResponseObject] {
+	return &idemhttp.Op[PostPaymentMethodsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsResponseObject, error) {
 			return s.impl.PostPaymentMethods(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentMethodsResponseObject.VisitPostPaymentMethodsResponse),
-	})
+	}
 }
 
 // PostPaymentMethodsBalance runs s.impl.PostPaymentMethodsBalance at most once per key.
 func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request PostPaymentMethodsBalanceRequestObject) (PostPaymentMethodsBalanceResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentMethodsBalance, &idemhttp.Op[PostPaymentMethodsBalanceResponseObject]{
+	return idemHandle(ctx, s.store, policyPostPaymentMethodsBalance, s.opPostPaymentMethodsBalance(request))
+}
+
+// opPostPaymentMethodsBalance is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentMethodsBalance(request PostPaymentMethodsBalanceRequestObject) *idemhttp.Op[PostPaymentMethodsBalanceResponseObject] {
+	return &idemhttp.Op[PostPaymentMethodsBalanceResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsBalanceResponseObject, error) {
 			return s.impl.PostPaymentMethodsBalance(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentMethodsBalanceResponseObject.VisitPostPaymentMethodsBalanceResponse),
-	})
+	}
 }
 
 // PostPayments runs s.impl.PostPayments at most once per key.
 func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsRequestObject) (PostPaymentsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPayments, &idemhttp.Op[PostPaymentsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostPayments, s.opPostPayments(request))
+}
+
+// opPostPayments is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPayments(request PostPaymentsRequestObject) *idemhttp.Op[PostPaymentsResponseObject] {
+	return &idemhttp.Op[PostPaymentsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsResponseObject, error) {
 			return s.impl.PostPayments(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsResponseObject.VisitPostPaymentsResponse),
-	})
+	}
 }
 
 // PostPaymentsDetails runs s.impl.PostPaymentsDetails at most once per key.
 func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymentsDetailsRequestObject) (PostPaymentsDetailsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentsDetails, &idemhttp.Op[PostPaymentsDetailsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostPaymentsDetails, s.opPostPaymentsDetails(request))
+}
+
+// opPostPaymentsDetails is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentsDetails(request PostPaymentsDetailsRequestObject) *idemhttp.Op[PostPaymentsDetailsResponseObject] {
+	return &idemhttp.Op[PostPaymentsDetailsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsDetailsResponseObject, error) {
 			return s.impl.PostPaymentsDetails(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsDetailsResponseObject.VisitPostPaymentsDetailsResponse),
-	})
+	}
 }
 
 // PostPaymentsPaymentPspReferenceAmountUpdates runs s.impl.PostPaymentsPaymentPspReferenceAmountUpdates at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceAmountUpdates, &idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentPspReference},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceAmountUpdates, s.opPostPaymentsPaymentPspReferenceAmountUpdates(request))
+}
+
+// opPostPaymentsPaymentPspReferenceAmountUpdates is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentsPaymentPspReferenceAmountUpdates(request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject] {
+	return &idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject.VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse),
-	})
+	}
 }
 
 // PostPaymentsPaymentPspReferenceCancels runs s.impl.PostPaymentsPaymentPspReferenceCancels at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context, request PostPaymentsPaymentPspReferenceCancelsRequestObject) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCancels, &idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentPspReference},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCancels, s.opPostPaymentsPaymentPspReferenceCancels(request))
+}
+
+// opPostPaymentsPaymentPspReferenceCancels is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentsPaymentPspReferenceCancels(request PostPaymentsPaymentPspReferenceCancelsRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject] {
+	return &idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCancelsResponseObject.VisitPostPaymentsPaymentPspReferenceCancelsResponse),
-	})
+	}
 }
 
 // PostPaymentsPaymentPspReferenceCaptures runs s.impl.PostPaymentsPaymentPspReferenceCaptures at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, request PostPaymentsPaymentPspReferenceCapturesRequestObject) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCaptures, &idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentPspReference},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCaptures, s.opPostPaymentsPaymentPspReferenceCaptures(request))
+}
+
+// opPostPaymentsPaymentPspReferenceCaptures is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentsPaymentPspReferenceCaptures(request PostPaymentsPaymentPspReferenceCapturesRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject] {
+	return &idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCapturesResponseObject.VisitPostPaymentsPaymentPspReferenceCapturesResponse),
-	})
+	}
 }
 
 // PostPaymentsPaymentPspReferenceRefunds runs s.impl.PostPaymentsPaymentPspReferenceRefunds at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, request PostPaymentsPaymentPspReferenceRefundsRequestObject) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceRefunds, &idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentPspReference},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceRefunds, s.opPostPaymentsPaymentPspReferenceRefunds(request))
+}
+
+// opPostPaymentsPaymentPspReferenceRefunds is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentsPaymentPspReferenceRefunds(request PostPaymentsPaymentPspReferenceRefundsRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject] {
+	return &idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceRefundsResponseObject.VisitPostPaymentsPaymentPspReferenceRefundsResponse),
-	})
+	}
 }
 
 // PostPaymentsPaymentPspReferenceReversals runs s.impl.PostPaymentsPaymentPspReferenceReversals at most once per key.
 func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Context, request PostPaymentsPaymentPspReferenceReversalsRequestObject) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceReversals, &idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentPspReference},
+	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceReversals, s.opPostPaymentsPaymentPspReferenceReversals(request))
+}
+
+// opPostPaymentsPaymentPspReferenceReversals is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaymentsPaymentPspReferenceReversals(request PostPaymentsPaymentPspReferenceReversalsRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject] {
+	return &idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceReversalsResponseObject.VisitPostPaymentsPaymentPspReferenceReversalsResponse),
-	})
+	}
 }
 
 // PostPaypalUpdateOrder runs s.impl.PostPaypalUpdateOrder at most once per key.
 func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPaypalUpdateOrderRequestObject) (PostPaypalUpdateOrderResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostPaypalUpdateOrder, &idemhttp.Op[PostPaypalUpdateOrderResponseObject]{
+	return idemHandle(ctx, s.store, policyPostPaypalUpdateOrder, s.opPostPaypalUpdateOrder(request))
+}
+
+// opPostPaypalUpdateOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostPaypalUpdateOrder(request PostPaypalUpdateOrderRequestObject) *idemhttp.Op[PostPaypalUpdateOrderResponseObject] {
+	return &idemhttp.Op[PostPaypalUpdateOrderResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaypalUpdateOrderResponseObject, error) {
 			return s.impl.PostPaypalUpdateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostPaypalUpdateOrderResponseObject.VisitPostPaypalUpdateOrderResponse),
-	})
+	}
 }
 
 // PostSessions runs s.impl.PostSessions at most once per key.
 func (s *idemServer) PostSessions(ctx context.Context, request PostSessionsRequestObject) (PostSessionsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostSessions, &idemhttp.Op[PostSessionsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostSessions, s.opPostSessions(request))
+}
+
+// opPostSessions is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostSessions(request PostSessionsRequestObject) *idemhttp.Op[PostSessionsResponseObject] {
+	return &idemhttp.Op[PostSessionsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostSessionsResponseObject, error) {
 			return s.impl.PostSessions(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostSessionsResponseObject.VisitPostSessionsResponse),
-	})
+	}
 }
 
 func (s *idemServer) GetSessionsSessionId(ctx context.Context, request GetSessionsSessionIdRequestObject) (GetSessionsSessionIdResponseObject, error) {
@@ -889,13 +1088,22 @@ func (s *idemServer) GetStoredPaymentMethods(ctx context.Context, request GetSto
 
 // PostStoredPaymentMethods runs s.impl.PostStoredPaymentMethods at most once per key.
 func (s *idemServer) PostStoredPaymentMethods(ctx context.Context, request PostStoredPaymentMethodsRequestObject) (PostStoredPaymentMethodsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPostStoredPaymentMethods, &idemhttp.Op[PostStoredPaymentMethodsResponseObject]{
+	return idemHandle(ctx, s.store, policyPostStoredPaymentMethods, s.opPostStoredPaymentMethods(request))
+}
+
+// opPostStoredPaymentMethods is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPostStoredPaymentMethods(request PostStoredPaymentMethodsRequestObject) *idemhttp.Op[PostStoredPaymentMethodsResponseObject] {
+	return &idemhttp.Op[PostStoredPaymentMethodsResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostStoredPaymentMethodsResponseObject, error) {
 			return s.impl.PostStoredPaymentMethods(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PostStoredPaymentMethodsResponseObject.VisitPostStoredPaymentMethodsResponse),
-	})
+	}
 }
 
 func (s *idemServer) DeleteStoredPaymentMethodsStoredPaymentMethodId(ctx context.Context, request DeleteStoredPaymentMethodsStoredPaymentMethodIdRequestObject) (DeleteStoredPaymentMethodsStoredPaymentMethodIdResponseObject, error) {

@@ -11,7 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/oapi-codegen/runtime"
 )
@@ -64,6 +67,976 @@ type GetPullRequestsByRepositoryParams struct {
 
 // GetPullRequestsByRepositoryParamsState defines parameters for GetPullRequestsByRepository.
 type GetPullRequestsByRepositoryParamsState string
+
+// RequestEditorFn is the function signature for the RequestEditor callback function
+type RequestEditorFn func(ctx context.Context, req *http.Request) error
+
+// Doer performs HTTP requests.
+//
+// The standard http.Client implements this interface.
+type HttpRequestDoer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// Client which conforms to the OpenAPI3 specification for this service.
+type Client struct {
+	// The endpoint of the server conforming to this interface, with scheme,
+	// https://api.deepmap.com for example. This can contain a path relative
+	// to the server, such as https://api.deepmap.com/dev-test, and all the
+	// paths in the swagger spec will be appended to the server.
+	Server string
+
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// ClientOption allows setting custom parameters during construction
+type ClientOption func(*Client) error
+
+// Creates a new Client, with reasonable defaults
+func NewClient(server string, opts ...ClientOption) (*Client, error) {
+	// create a client with sane default values
+	client := Client{
+		Server: server,
+	}
+	// mutate client and add all optional params
+	for _, o := range opts {
+		if err := o(&client); err != nil {
+			return nil, err
+		}
+	}
+	// ensure the server URL always has a trailing slash
+	if !strings.HasSuffix(client.Server, "/") {
+		client.Server += "/"
+	}
+	// create httpClient, if not already present
+	if client.Client == nil {
+		client.Client = &http.Client{}
+	}
+	return &client, nil
+}
+
+// WithHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithHTTPClient(doer HttpRequestDoer) ClientOption {
+	return func(c *Client) error {
+		c.Client = doer
+		return nil
+	}
+}
+
+// WithRequestEditorFn allows setting up a callback function, which will be
+// called right before sending the request. This can be used to mutate the request.
+func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
+	return func(c *Client) error {
+		c.RequestEditors = append(c.RequestEditors, fn)
+		return nil
+	}
+}
+
+// The interface specification for the client above.
+type ClientInterface interface {
+
+	// GetRepositoriesByOwner performs a GET /2.0/repositories/{username} (the `GetRepositoriesByOwner` operationId) request.
+	GetRepositoriesByOwner(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRepository performs a GET /2.0/repositories/{username}/{slug} (the `GetRepository` operationId) request.
+	GetRepository(ctx context.Context, username string, slug string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPullRequestsByRepository performs a GET /2.0/repositories/{username}/{slug}/pullrequests (the `GetPullRequestsByRepository` operationId) request.
+	GetPullRequestsByRepository(ctx context.Context, username string, slug string, params *GetPullRequestsByRepositoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPullRequestsById performs a GET /2.0/repositories/{username}/{slug}/pullrequests/{pid} (the `GetPullRequestsById` operationId) request.
+	GetPullRequestsById(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MergePullRequest performs a POST /2.0/repositories/{username}/{slug}/pullrequests/{pid}/merge (the `MergePullRequest` operationId) request.
+	MergePullRequest(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetUserByName performs a GET /2.0/users/{username} (the `GetUserByName` operationId) request.
+	GetUserByName(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetRepositoriesByOwner performs a GET /2.0/repositories/{username} (the `GetRepositoriesByOwner` operationId) request.
+func (c *Client) GetRepositoriesByOwner(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRepositoriesByOwnerRequest(c.Server, username)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRepository performs a GET /2.0/repositories/{username}/{slug} (the `GetRepository` operationId) request.
+func (c *Client) GetRepository(ctx context.Context, username string, slug string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRepositoryRequest(c.Server, username, slug)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPullRequestsByRepository performs a GET /2.0/repositories/{username}/{slug}/pullrequests (the `GetPullRequestsByRepository` operationId) request.
+func (c *Client) GetPullRequestsByRepository(ctx context.Context, username string, slug string, params *GetPullRequestsByRepositoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPullRequestsByRepositoryRequest(c.Server, username, slug, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPullRequestsById performs a GET /2.0/repositories/{username}/{slug}/pullrequests/{pid} (the `GetPullRequestsById` operationId) request.
+func (c *Client) GetPullRequestsById(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPullRequestsByIdRequest(c.Server, username, slug, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MergePullRequest performs a POST /2.0/repositories/{username}/{slug}/pullrequests/{pid}/merge (the `MergePullRequest` operationId) request.
+func (c *Client) MergePullRequest(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMergePullRequestRequest(c.Server, username, slug, pid)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUserByName performs a GET /2.0/users/{username} (the `GetUserByName` operationId) request.
+func (c *Client) GetUserByName(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUserByNameRequest(c.Server, username)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewGetRepositoriesByOwnerRequest constructs an http.Request for the GetRepositoriesByOwner method
+func NewGetRepositoriesByOwnerRequest(server string, username string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "username", username, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/2.0/repositories/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRepositoryRequest constructs an http.Request for the GetRepository method
+func NewGetRepositoryRequest(server string, username string, slug string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "username", username, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "slug", slug, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/2.0/repositories/%s/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPullRequestsByRepositoryRequest constructs an http.Request for the GetPullRequestsByRepository method
+func NewGetPullRequestsByRepositoryRequest(server string, username string, slug string, params *GetPullRequestsByRepositoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "username", username, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "slug", slug, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/2.0/repositories/%s/%s/pullrequests", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPullRequestsByIdRequest constructs an http.Request for the GetPullRequestsById method
+func NewGetPullRequestsByIdRequest(server string, username string, slug string, pid string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "username", username, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "slug", slug, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/2.0/repositories/%s/%s/pullrequests/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMergePullRequestRequest constructs an http.Request for the MergePullRequest method
+func NewMergePullRequestRequest(server string, username string, slug string, pid string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "username", username, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "slug", slug, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "pid", pid, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/2.0/repositories/%s/%s/pullrequests/%s/merge", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetUserByNameRequest constructs an http.Request for the GetUserByName method
+func NewGetUserByNameRequest(server string, username string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "username", username, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/2.0/users/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range c.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClientWithResponses builds on ClientInterface to offer response payloads
+type ClientWithResponses struct {
+	ClientInterface
+}
+
+// NewClientWithResponses creates a new ClientWithResponses, which wraps
+// Client with return type handling
+func NewClientWithResponses(server string, opts ...ClientOption) (*ClientWithResponses, error) {
+	client, err := NewClient(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &ClientWithResponses{client}, nil
+}
+
+// WithBaseURL overrides the baseURL.
+func WithBaseURL(baseURL string) ClientOption {
+	return func(c *Client) error {
+		newBaseURL, err := url.Parse(baseURL)
+		if err != nil {
+			return err
+		}
+		c.Server = newBaseURL.String()
+		return nil
+	}
+}
+
+// ClientWithResponsesInterface is the interface specification for the client with responses above.
+type ClientWithResponsesInterface interface {
+
+	// GetRepositoriesByOwnerWithResponse performs a GET /2.0/repositories/{username} (the `GetRepositoriesByOwner` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetRepositoriesByOwnerWithResponse(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*GetRepositoriesByOwnerResponse, error)
+
+	// GetRepositoryWithResponse performs a GET /2.0/repositories/{username}/{slug} (the `GetRepository` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetRepositoryWithResponse(ctx context.Context, username string, slug string, reqEditors ...RequestEditorFn) (*GetRepositoryResponse, error)
+
+	// GetPullRequestsByRepositoryWithResponse performs a GET /2.0/repositories/{username}/{slug}/pullrequests (the `GetPullRequestsByRepository` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetPullRequestsByRepositoryWithResponse(ctx context.Context, username string, slug string, params *GetPullRequestsByRepositoryParams, reqEditors ...RequestEditorFn) (*GetPullRequestsByRepositoryResponse, error)
+
+	// GetPullRequestsByIdWithResponse performs a GET /2.0/repositories/{username}/{slug}/pullrequests/{pid} (the `GetPullRequestsById` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetPullRequestsByIdWithResponse(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*GetPullRequestsByIdResponse, error)
+
+	// MergePullRequestWithResponse performs a POST /2.0/repositories/{username}/{slug}/pullrequests/{pid}/merge (the `MergePullRequest` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	MergePullRequestWithResponse(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*MergePullRequestResponse, error)
+
+	// GetUserByNameWithResponse performs a GET /2.0/users/{username} (the `GetUserByName` operationId) request.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	GetUserByNameWithResponse(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*GetUserByNameResponse, error)
+}
+
+type GetRepositoriesByOwnerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Repository
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRepositoriesByOwnerResponse) GetJSON200() *[]Repository {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRepositoriesByOwnerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRepositoriesByOwnerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRepositoriesByOwnerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRepositoriesByOwnerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetRepositoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Repository
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetRepositoryResponse) GetJSON200() *Repository {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRepositoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRepositoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRepositoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRepositoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPullRequestsByRepositoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Pullrequest
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPullRequestsByRepositoryResponse) GetJSON200() *[]Pullrequest {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPullRequestsByRepositoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPullRequestsByRepositoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPullRequestsByRepositoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPullRequestsByRepositoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPullRequestsByIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pullrequest
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPullRequestsByIdResponse) GetJSON200() *Pullrequest {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPullRequestsByIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPullRequestsByIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPullRequestsByIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPullRequestsByIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type MergePullRequestResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r MergePullRequestResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MergePullRequestResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MergePullRequestResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MergePullRequestResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetUserByNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *User
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetUserByNameResponse) GetJSON200() *User {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUserByNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUserByNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUserByNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUserByNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetRepositoriesByOwnerWithResponse performs a GET /2.0/repositories/{username} (the `GetRepositoriesByOwner` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetRepositoriesByOwnerWithResponse(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*GetRepositoriesByOwnerResponse, error) {
+	rsp, err := c.GetRepositoriesByOwner(ctx, username, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRepositoriesByOwnerResponse(rsp)
+}
+
+// GetRepositoryWithResponse performs a GET /2.0/repositories/{username}/{slug} (the `GetRepository` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetRepositoryWithResponse(ctx context.Context, username string, slug string, reqEditors ...RequestEditorFn) (*GetRepositoryResponse, error) {
+	rsp, err := c.GetRepository(ctx, username, slug, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRepositoryResponse(rsp)
+}
+
+// GetPullRequestsByRepositoryWithResponse performs a GET /2.0/repositories/{username}/{slug}/pullrequests (the `GetPullRequestsByRepository` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetPullRequestsByRepositoryWithResponse(ctx context.Context, username string, slug string, params *GetPullRequestsByRepositoryParams, reqEditors ...RequestEditorFn) (*GetPullRequestsByRepositoryResponse, error) {
+	rsp, err := c.GetPullRequestsByRepository(ctx, username, slug, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPullRequestsByRepositoryResponse(rsp)
+}
+
+// GetPullRequestsByIdWithResponse performs a GET /2.0/repositories/{username}/{slug}/pullrequests/{pid} (the `GetPullRequestsById` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetPullRequestsByIdWithResponse(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*GetPullRequestsByIdResponse, error) {
+	rsp, err := c.GetPullRequestsById(ctx, username, slug, pid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPullRequestsByIdResponse(rsp)
+}
+
+// MergePullRequestWithResponse performs a POST /2.0/repositories/{username}/{slug}/pullrequests/{pid}/merge (the `MergePullRequest` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) MergePullRequestWithResponse(ctx context.Context, username string, slug string, pid string, reqEditors ...RequestEditorFn) (*MergePullRequestResponse, error) {
+	rsp, err := c.MergePullRequest(ctx, username, slug, pid, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMergePullRequestResponse(rsp)
+}
+
+// GetUserByNameWithResponse performs a GET /2.0/users/{username} (the `GetUserByName` operationId) request.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) GetUserByNameWithResponse(ctx context.Context, username string, reqEditors ...RequestEditorFn) (*GetUserByNameResponse, error) {
+	rsp, err := c.GetUserByName(ctx, username, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUserByNameResponse(rsp)
+}
+
+// ParseGetRepositoriesByOwnerResponse parses an HTTP response from a GetRepositoriesByOwnerWithResponse call
+func ParseGetRepositoriesByOwnerResponse(rsp *http.Response) (*GetRepositoriesByOwnerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRepositoriesByOwnerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Repository
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetRepositoryResponse parses an HTTP response from a GetRepositoryWithResponse call
+func ParseGetRepositoryResponse(rsp *http.Response) (*GetRepositoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRepositoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Repository
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetPullRequestsByRepositoryResponse parses an HTTP response from a GetPullRequestsByRepositoryWithResponse call
+func ParseGetPullRequestsByRepositoryResponse(rsp *http.Response) (*GetPullRequestsByRepositoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPullRequestsByRepositoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Pullrequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetPullRequestsByIdResponse parses an HTTP response from a GetPullRequestsByIdWithResponse call
+func ParseGetPullRequestsByIdResponse(rsp *http.Response) (*GetPullRequestsByIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPullRequestsByIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pullrequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseMergePullRequestResponse parses an HTTP response from a MergePullRequestWithResponse call
+func ParseMergePullRequestResponse(rsp *http.Response) (*MergePullRequestResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MergePullRequestResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetUserByNameResponse parses an HTTP response from a GetUserByNameWithResponse call
+func ParseGetUserByNameResponse(rsp *http.Response) (*GetUserByNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUserByNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest User
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {

@@ -47,7 +47,6 @@ var policyAddPet = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -62,12 +61,18 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyAddPet, s.opAddPet(AddPetRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -84,13 +89,22 @@ func (s *idemServer) FindPets(ctx context.Context, request FindPetsRequestObject
 
 // AddPet runs s.impl.AddPet at most once per key.
 func (s *idemServer) AddPet(ctx context.Context, request AddPetRequestObject) (AddPetResponseObject, error) {
-	return idemHandle(ctx, s.store, policyAddPet, &idemhttp.Op[AddPetResponseObject]{
+	return idemHandle(ctx, s.store, policyAddPet, s.opAddPet(request))
+}
+
+// opAddPet is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opAddPet(request AddPetRequestObject) *idemhttp.Op[AddPetResponseObject] {
+	return &idemhttp.Op[AddPetResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (AddPetResponseObject, error) {
 			return s.impl.AddPet(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AddPetResponseObject.VisitAddPetResponse),
-	})
+	}
 }
 
 func (s *idemServer) DeletePet(ctx context.Context, request DeletePetRequestObject) (DeletePetResponseObject, error) {

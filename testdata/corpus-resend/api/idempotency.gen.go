@@ -247,7 +247,6 @@ var policyEmailssend = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -270,7 +269,6 @@ var policyEmailssendBatch = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -286,12 +284,19 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyEmailssend, s.opEmailssend(EmailssendRequestObject{})),
+		idemhttp.CheckOp(policyEmailssendBatch, s.opEmailssendBatch(EmailssendBatchRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -520,24 +525,42 @@ func (s *idemServer) Emailslist(ctx context.Context, request EmailslistRequestOb
 
 // Emailssend runs s.impl.Emailssend at most once per key.
 func (s *idemServer) Emailssend(ctx context.Context, request EmailssendRequestObject) (EmailssendResponseObject, error) {
-	return idemHandle(ctx, s.store, policyEmailssend, &idemhttp.Op[EmailssendResponseObject]{
+	return idemHandle(ctx, s.store, policyEmailssend, s.opEmailssend(request))
+}
+
+// opEmailssend is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opEmailssend(request EmailssendRequestObject) *idemhttp.Op[EmailssendResponseObject] {
+	return &idemhttp.Op[EmailssendResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendResponseObject, error) {
 			return s.impl.Emailssend(ctx, tx, request)
 		},
 		Record: idemhttp.Record(EmailssendResponseObject.VisitEmailssendResponse),
-	})
+	}
 }
 
 // EmailssendBatch runs s.impl.EmailssendBatch at most once per key.
 func (s *idemServer) EmailssendBatch(ctx context.Context, request EmailssendBatchRequestObject) (EmailssendBatchResponseObject, error) {
-	return idemHandle(ctx, s.store, policyEmailssendBatch, &idemhttp.Op[EmailssendBatchResponseObject]{
+	return idemHandle(ctx, s.store, policyEmailssendBatch, s.opEmailssendBatch(request))
+}
+
+// opEmailssendBatch is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opEmailssendBatch(request EmailssendBatchRequestObject) *idemhttp.Op[EmailssendBatchResponseObject] {
+	return &idemhttp.Op[EmailssendBatchResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendBatchResponseObject, error) {
 			return s.impl.EmailssendBatch(ctx, tx, request)
 		},
 		Record: idemhttp.Record(EmailssendBatchResponseObject.VisitEmailssendBatchResponse),
-	})
+	}
 }
 
 func (s *idemServer) Emailsmetrics(ctx context.Context, request EmailsmetricsRequestObject) (EmailsmetricsResponseObject, error) {

@@ -68,7 +68,6 @@ var policyUpdateOrder = &idemhttp.Policy{
 		MaxLength: 64,
 	},
 	ScopeTenant:   true,
-	Fingerprint:   []string{"path:order_id"},
 	Exclude:       []string{"/client_time"},
 	Body:          true,
 	BodyTypes:     []string{"application/json"},
@@ -86,12 +85,19 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
+		idemhttp.CheckOp(policyUpdateOrder, s.opUpdateOrder(UpdateOrderRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -104,13 +110,19 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CreateOrder runs s.impl.CreateOrder at most once per key.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
+	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
+}
+
+// opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
+	return &idemhttp.Op[CreateOrderResponseObject]{
 		Key: request.Params.XIdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
-	})
+	}
 }
 
 func (s *idemServer) DeleteOrder(ctx context.Context, request DeleteOrderRequestObject) (DeleteOrderResponseObject, error) {
@@ -119,14 +131,22 @@ func (s *idemServer) DeleteOrder(ctx context.Context, request DeleteOrderRequest
 
 // UpdateOrder runs s.impl.UpdateOrder at most once per key.
 func (s *idemServer) UpdateOrder(ctx context.Context, request UpdateOrderRequestObject) (UpdateOrderResponseObject, error) {
-	return idemHandle(ctx, s.store, policyUpdateOrder, &idemhttp.Op[UpdateOrderResponseObject]{
-		Key:   request.Params.XIdempotencyKey,
-		Parts: []any{request.OrderId},
+	return idemHandle(ctx, s.store, policyUpdateOrder, s.opUpdateOrder(request))
+}
+
+// opUpdateOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opUpdateOrder(request UpdateOrderRequestObject) *idemhttp.Op[UpdateOrderResponseObject] {
+	return &idemhttp.Op[UpdateOrderResponseObject]{
+		Key: request.Params.XIdempotencyKey,
+		Parts: []idemhttp.Part{
+			{Name: "path:order_id", Value: request.OrderId},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (UpdateOrderResponseObject, error) {
 			return s.impl.UpdateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(UpdateOrderResponseObject.VisitUpdateOrderResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

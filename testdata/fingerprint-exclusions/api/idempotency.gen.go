@@ -45,7 +45,6 @@ var policyCreateOrder = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Fingerprint: []string{"query:dry_run", "header:X-Channel"},
 	Exclude:     []string{"/client_time"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
@@ -69,7 +68,6 @@ var policyAttachFile = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation", "path:order_id"},
 	// fingerprint: false, so the fingerprint is the route alone: any request with this key
 	// replays the first outcome, while the key reused on another operation is still refused.
 	NoFingerprint: true,
@@ -112,12 +110,20 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
+		idemhttp.CheckOp(policyAttachFile, s.opAttachFile(AttachFileRequestObject{})),
+		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -130,37 +136,61 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CreateOrder runs s.impl.CreateOrder at most once per key.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.Params.DryRun, request.Params.XChannel},
+	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
+}
+
+// opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
+	return &idemhttp.Op[CreateOrderResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Parts: []idemhttp.Part{
+			{Name: "query:dry_run", Value: request.Params.DryRun},
+			{Name: "header:X-Channel", Value: request.Params.XChannel},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
-	})
+	}
 }
 
 // AttachFile runs s.impl.AttachFile at most once per key.
 func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestObject) (AttachFileResponseObject, error) {
-	return idemHandle(ctx, s.store, policyAttachFile, &idemhttp.Op[AttachFileResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Scope: []any{request.OrderId},
+	return idemHandle(ctx, s.store, policyAttachFile, s.opAttachFile(request))
+}
+
+// opAttachFile is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opAttachFile(request AttachFileRequestObject) *idemhttp.Op[AttachFileResponseObject] {
+	return &idemhttp.Op[AttachFileResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+			{Name: "path:order_id", Value: request.OrderId},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (AttachFileResponseObject, error) {
 			return s.impl.AttachFile(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AttachFileResponseObject.VisitAttachFileResponse),
-	})
+	}
 }
 
 // AddNote runs s.impl.AddNote at most once per key.
 func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error) {
-	return idemHandle(ctx, s.store, policyAddNote, &idemhttp.Op[AddNoteResponseObject]{
+	return idemHandle(ctx, s.store, policyAddNote, s.opAddNote(request))
+}
+
+// opAddNote is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opAddNote(request AddNoteRequestObject) *idemhttp.Op[AddNoteResponseObject] {
+	return &idemhttp.Op[AddNoteResponseObject]{
 		Key: request.Params.IdempotencyKey,
 		Run: func(ctx context.Context, tx pgx.Tx) (AddNoteResponseObject, error) {
 			return s.impl.AddNote(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AddNoteResponseObject.VisitAddNoteResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

@@ -301,6 +301,14 @@ var cases = []testCase{
 	{"missing-key-400", func(t *testing.T, e *env, c *client) {
 		c.problem(t, "no key", c.send(t, http.MethodPost, "/v1/orders", orderBody), 400, "key-missing")
 	}},
+	{"empty-key-400", func(t *testing.T, e *env, c *client) {
+		// An empty value is a key sent malformed, not a key left out.
+		c.problem(t, "an empty key", c.create(t, "", orderBody), 400, "key-invalid")
+		c.problem(t, "a key of blanks", c.create(t, "  ", orderBody), 400, "key-invalid")
+		if n := e.orders(t, c.tenant); n != 0 {
+			t.Errorf("%s: %d orders after empty keys, want 0", e.router, n)
+		}
+	}},
 	{"malformed-key-400", func(t *testing.T, e *env, c *client) {
 		c.problem(t, "a key over maxLength", c.create(t, strings.Repeat("k", 65), orderBody), 400, "key-invalid")
 		c.problem(t, "two key headers", c.send(t, http.MethodPost, "/v1/orders", orderBody, "k1", "k2"), 400, "key-invalid")

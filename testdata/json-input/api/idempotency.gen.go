@@ -47,7 +47,6 @@ var policyCreateSubscription = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -62,12 +61,18 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCreateSubscription, s.opCreateSubscription(CreateSubscriptionRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -80,8 +85,17 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CreateSubscription runs s.impl.CreateSubscription at most once per key.
 func (s *idemServer) CreateSubscription(ctx context.Context, request CreateSubscriptionRequestObject) (CreateSubscriptionResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreateSubscription, &idemhttp.Op[CreateSubscriptionResponseObject]{
+	return idemHandle(ctx, s.store, policyCreateSubscription, s.opCreateSubscription(request))
+}
+
+// opCreateSubscription is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateSubscription(request CreateSubscriptionRequestObject) *idemhttp.Op[CreateSubscriptionResponseObject] {
+	return &idemhttp.Op[CreateSubscriptionResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		RunReference: func(ctx context.Context, tx pgx.Tx) (CreateSubscriptionResponseObject, string, error) {
 			return s.impl.CreateSubscription(ctx, tx, request)
 		},
@@ -89,7 +103,7 @@ func (s *idemServer) CreateSubscription(ctx context.Context, request CreateSubsc
 			return s.impl.ReplayCreateSubscription(ctx, request, reference)
 		},
 		Record: idemhttp.Record(CreateSubscriptionResponseObject.VisitCreateSubscriptionResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

@@ -6,9 +6,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/oapi-codegen/runtime"
 )
@@ -25,6 +30,299 @@ type V1ApplicationCreateParams struct {
 
 // V1ApplicationCreateJSONRequestBody defines body for V1ApplicationCreate for application/json ContentType.
 type V1ApplicationCreateJSONRequestBody V1ApplicationCreateJSONBody
+
+// RequestEditorFn is the function signature for the RequestEditor callback function
+type RequestEditorFn func(ctx context.Context, req *http.Request) error
+
+// Doer performs HTTP requests.
+//
+// The standard http.Client implements this interface.
+type HttpRequestDoer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// Client which conforms to the OpenAPI3 specification for this service.
+type Client struct {
+	// The endpoint of the server conforming to this interface, with scheme,
+	// https://api.deepmap.com for example. This can contain a path relative
+	// to the server, such as https://api.deepmap.com/dev-test, and all the
+	// paths in the swagger spec will be appended to the server.
+	Server string
+
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// ClientOption allows setting custom parameters during construction
+type ClientOption func(*Client) error
+
+// Creates a new Client, with reasonable defaults
+func NewClient(server string, opts ...ClientOption) (*Client, error) {
+	// create a client with sane default values
+	client := Client{
+		Server: server,
+	}
+	// mutate client and add all optional params
+	for _, o := range opts {
+		if err := o(&client); err != nil {
+			return nil, err
+		}
+	}
+	// ensure the server URL always has a trailing slash
+	if !strings.HasSuffix(client.Server, "/") {
+		client.Server += "/"
+	}
+	// create httpClient, if not already present
+	if client.Client == nil {
+		client.Client = &http.Client{}
+	}
+	return &client, nil
+}
+
+// WithHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithHTTPClient(doer HttpRequestDoer) ClientOption {
+	return func(c *Client) error {
+		c.Client = doer
+		return nil
+	}
+}
+
+// WithRequestEditorFn allows setting up a callback function, which will be
+// called right before sending the request. This can be used to mutate the request.
+func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
+	return func(c *Client) error {
+		c.RequestEditors = append(c.RequestEditors, fn)
+		return nil
+	}
+}
+
+// The interface specification for the client above.
+type ClientInterface interface {
+
+	// V1ApplicationCreateWithBody performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request,
+	// with any type of body and a specified content type.
+	V1ApplicationCreateWithBody(ctx context.Context, params *V1ApplicationCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// V1ApplicationCreate performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request.
+	// Takes a body of the `application/json` content type.
+	V1ApplicationCreate(ctx context.Context, params *V1ApplicationCreateParams, body V1ApplicationCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// V1ApplicationCreateWithBody performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request,
+// with any type of body and a specified content type.
+func (c *Client) V1ApplicationCreateWithBody(ctx context.Context, params *V1ApplicationCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewV1ApplicationCreateRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// V1ApplicationCreate performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request.
+// Takes a body of the `application/json` content type.
+func (c *Client) V1ApplicationCreate(ctx context.Context, params *V1ApplicationCreateParams, body V1ApplicationCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewV1ApplicationCreateRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewV1ApplicationCreateRequest calls the generic V1ApplicationCreate builder with application/json body
+func NewV1ApplicationCreateRequest(server string, params *V1ApplicationCreateParams, body V1ApplicationCreateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewV1ApplicationCreateRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewV1ApplicationCreateRequestWithBody constructs an http.Request for the V1ApplicationCreate method, with any body, and a specified content type
+func NewV1ApplicationCreateRequestWithBody(server string, params *V1ApplicationCreateParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/app")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "idempotency-key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("idempotency-key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range c.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClientWithResponses builds on ClientInterface to offer response payloads
+type ClientWithResponses struct {
+	ClientInterface
+}
+
+// NewClientWithResponses creates a new ClientWithResponses, which wraps
+// Client with return type handling
+func NewClientWithResponses(server string, opts ...ClientOption) (*ClientWithResponses, error) {
+	client, err := NewClient(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &ClientWithResponses{client}, nil
+}
+
+// WithBaseURL overrides the baseURL.
+func WithBaseURL(baseURL string) ClientOption {
+	return func(c *Client) error {
+		newBaseURL, err := url.Parse(baseURL)
+		if err != nil {
+			return err
+		}
+		c.Server = newBaseURL.String()
+		return nil
+	}
+}
+
+// ClientWithResponsesInterface is the interface specification for the client with responses above.
+type ClientWithResponsesInterface interface {
+
+	// V1ApplicationCreateWithBodyWithResponse performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	V1ApplicationCreateWithBodyWithResponse(ctx context.Context, params *V1ApplicationCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*V1ApplicationCreateResponse, error)
+
+	// V1ApplicationCreateWithResponse performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request.
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	V1ApplicationCreateWithResponse(ctx context.Context, params *V1ApplicationCreateParams, body V1ApplicationCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*V1ApplicationCreateResponse, error)
+}
+
+type V1ApplicationCreateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r V1ApplicationCreateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r V1ApplicationCreateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r V1ApplicationCreateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r V1ApplicationCreateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// V1ApplicationCreateWithBodyWithResponse performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request,
+// with any type of body and a specified content type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) V1ApplicationCreateWithBodyWithResponse(ctx context.Context, params *V1ApplicationCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*V1ApplicationCreateResponse, error) {
+	rsp, err := c.V1ApplicationCreateWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseV1ApplicationCreateResponse(rsp)
+}
+
+// V1ApplicationCreateWithResponse performs a POST /api/v1/app (the `V1ApplicationCreate` operationId) request.
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) V1ApplicationCreateWithResponse(ctx context.Context, params *V1ApplicationCreateParams, body V1ApplicationCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*V1ApplicationCreateResponse, error) {
+	rsp, err := c.V1ApplicationCreate(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseV1ApplicationCreateResponse(rsp)
+}
+
+// ParseV1ApplicationCreateResponse parses an HTTP response from a V1ApplicationCreateWithResponse call
+func ParseV1ApplicationCreateResponse(rsp *http.Response) (*V1ApplicationCreateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &V1ApplicationCreateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {

@@ -41,7 +41,6 @@ var policyV1ApplicationCreate = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -56,12 +55,18 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyV1ApplicationCreate, s.opV1ApplicationCreate(V1ApplicationCreateRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -74,13 +79,22 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // V1ApplicationCreate runs s.impl.V1ApplicationCreate at most once per key.
 func (s *idemServer) V1ApplicationCreate(ctx context.Context, request V1ApplicationCreateRequestObject) (V1ApplicationCreateResponseObject, error) {
-	return idemHandle(ctx, s.store, policyV1ApplicationCreate, &idemhttp.Op[V1ApplicationCreateResponseObject]{
+	return idemHandle(ctx, s.store, policyV1ApplicationCreate, s.opV1ApplicationCreate(request))
+}
+
+// opV1ApplicationCreate is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opV1ApplicationCreate(request V1ApplicationCreateRequestObject) *idemhttp.Op[V1ApplicationCreateResponseObject] {
+	return &idemhttp.Op[V1ApplicationCreateResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (V1ApplicationCreateResponseObject, error) {
 			return s.impl.V1ApplicationCreate(ctx, tx, request)
 		},
 		Record: idemhttp.Record(V1ApplicationCreateResponseObject.VisitV1ApplicationCreateResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

@@ -41,7 +41,6 @@ var policySendMessage = &idemhttp.Policy{
 		MaxLength: 128,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -56,12 +55,18 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policySendMessage, s.opSendMessage(SendMessageRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -74,13 +79,22 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // SendMessage runs s.impl.SendMessage at most once per key.
 func (s *idemServer) SendMessage(ctx context.Context, request SendMessageRequestObject) (SendMessageResponseObject, error) {
-	return idemHandle(ctx, s.store, policySendMessage, &idemhttp.Op[SendMessageResponseObject]{
+	return idemHandle(ctx, s.store, policySendMessage, s.opSendMessage(request))
+}
+
+// opSendMessage is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opSendMessage(request SendMessageRequestObject) *idemhttp.Op[SendMessageResponseObject] {
+	return &idemhttp.Op[SendMessageResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (SendMessageResponseObject, error) {
 			return s.impl.SendMessage(ctx, tx, request)
 		},
 		Record: idemhttp.Record(SendMessageResponseObject.VisitSendMessageResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

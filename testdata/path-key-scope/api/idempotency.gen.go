@@ -43,8 +43,6 @@ var policyCheckoutCart = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation", "header:X-Account-Id"},
-	Fingerprint: []string{"path:cart_id", "query:coupon", "query:dry_run", "header:X-Account-Id"},
 	Body:        true,
 	BodyTypes:   []string{"application/x-www-form-urlencoded"},
 }
@@ -67,8 +65,6 @@ var policyAddLine = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"path:cart_id", "path:line_no"},
-	Fingerprint: []string{"path:cart_id", "path:line_no"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -84,12 +80,19 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCheckoutCart, s.opCheckoutCart(CheckoutCartRequestObject{})),
+		idemhttp.CheckOp(policyAddLine, s.opAddLine(AddLineRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -102,28 +105,54 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CheckoutCart runs s.impl.CheckoutCart at most once per key.
 func (s *idemServer) CheckoutCart(ctx context.Context, request CheckoutCartRequestObject) (CheckoutCartResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCheckoutCart, &idemhttp.Op[CheckoutCartResponseObject]{
-		Key:   request.CartId,
-		Scope: []any{request.Params.XAccountID},
-		Parts: []any{request.CartId, request.Params.Coupon, request.Params.DryRun, request.Params.XAccountID},
+	return idemHandle(ctx, s.store, policyCheckoutCart, s.opCheckoutCart(request))
+}
+
+// opCheckoutCart is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCheckoutCart(request CheckoutCartRequestObject) *idemhttp.Op[CheckoutCartResponseObject] {
+	return &idemhttp.Op[CheckoutCartResponseObject]{
+		Key: request.CartId,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+			{Name: "header:X-Account-Id", Value: request.Params.XAccountID},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:cart_id", Value: request.CartId},
+			{Name: "query:coupon", Value: request.Params.Coupon},
+			{Name: "query:dry_run", Value: request.Params.DryRun},
+			{Name: "header:X-Account-Id", Value: request.Params.XAccountID},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CheckoutCartResponseObject, error) {
 			return s.impl.CheckoutCart(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CheckoutCartResponseObject.VisitCheckoutCartResponse),
-	})
+	}
 }
 
 // AddLine runs s.impl.AddLine at most once per key.
 func (s *idemServer) AddLine(ctx context.Context, request AddLineRequestObject) (AddLineResponseObject, error) {
-	return idemHandle(ctx, s.store, policyAddLine, &idemhttp.Op[AddLineResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Scope: []any{request.CartId, request.LineNo},
-		Parts: []any{request.CartId, request.LineNo},
+	return idemHandle(ctx, s.store, policyAddLine, s.opAddLine(request))
+}
+
+// opAddLine is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opAddLine(request AddLineRequestObject) *idemhttp.Op[AddLineResponseObject] {
+	return &idemhttp.Op[AddLineResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "path:cart_id", Value: request.CartId},
+			{Name: "path:line_no", Value: request.LineNo},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:cart_id", Value: request.CartId},
+			{Name: "path:line_no", Value: request.LineNo},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (AddLineResponseObject, error) {
 			return s.impl.AddLine(ctx, tx, request)
 		},
 		Record: idemhttp.Record(AddLineResponseObject.VisitAddLineResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

@@ -57,8 +57,6 @@ var policyCreatePayment = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant:   true,
-	Scope:         []string{"operation"},
-	Fingerprint:   []string{"header:X-Tenant-Id"},
 	Body:          true,
 	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Payment-Region"},
@@ -82,8 +80,6 @@ var policyCapturePayment = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -106,8 +102,6 @@ var policyRefundPayment = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 	Exclude:     []string{"/note"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
@@ -125,12 +119,20 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyCapturePayment, s.opCapturePayment(CapturePaymentRequestObject{})),
+		idemhttp.CheckOp(policyRefundPayment, s.opRefundPayment(RefundPaymentRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -143,14 +145,25 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CreatePayment runs s.impl.CreatePayment at most once per key.
 func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreatePayment, &idemhttp.Op[CreatePaymentResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.Params.XTenantID},
+	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
+}
+
+// opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
+	return &idemhttp.Op[CreatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
 			return s.impl.CreatePayment(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
-	})
+	}
 }
 
 func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestObject) (GetPaymentResponseObject, error) {
@@ -159,9 +172,21 @@ func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestOb
 
 // CapturePayment runs s.impl.CapturePayment at most once per key.
 func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentRequestObject) (CapturePaymentResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCapturePayment, &idemhttp.Op[CapturePaymentResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentId, request.Params.XTenantID},
+	return idemHandle(ctx, s.store, policyCapturePayment, s.opCapturePayment(request))
+}
+
+// opCapturePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCapturePayment(request CapturePaymentRequestObject) *idemhttp.Op[CapturePaymentResponseObject] {
+	return &idemhttp.Op[CapturePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
 		RunReference: func(ctx context.Context, tx pgx.Tx) (CapturePaymentResponseObject, string, error) {
 			return s.impl.CapturePayment(ctx, tx, request)
 		},
@@ -169,14 +194,26 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 			return s.impl.ReplayCapturePayment(ctx, request, reference)
 		},
 		Record: idemhttp.Record(CapturePaymentResponseObject.VisitCapturePaymentResponse),
-	})
+	}
 }
 
 // RefundPayment runs s.impl.RefundPayment at most once per key.
 func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error) {
-	return idemHandle(ctx, s.store, policyRefundPayment, &idemhttp.Op[RefundPaymentResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentId, request.Params.XTenantID},
+	return idemHandle(ctx, s.store, policyRefundPayment, s.opRefundPayment(request))
+}
+
+// opRefundPayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opRefundPayment(request RefundPaymentRequestObject) *idemhttp.Op[RefundPaymentResponseObject] {
+	return &idemhttp.Op[RefundPaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (RefundPaymentResponseObject, error) {
 			return s.impl.RefundPayment(ctx, tx, request)
 		},
@@ -184,7 +221,7 @@ func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentReq
 			return s.impl.ReplayRefundPayment(ctx, request, status)
 		},
 		Record: idemhttp.Record(RefundPaymentResponseObject.VisitRefundPaymentResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

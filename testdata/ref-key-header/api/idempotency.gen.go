@@ -52,8 +52,6 @@ var policyReleaseHolds = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:account_id"},
 }
 
 // policyPlaceHold is the x-idempotency of POST /accounts/{account_id}/holds, with every default applied.
@@ -74,8 +72,6 @@ var policyPlaceHold = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:account_id"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -99,7 +95,6 @@ var policyCreateTransfer = &idemhttp.Policy{
 		Pattern:   regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`),
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -116,12 +111,20 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyReleaseHolds, s.opReleaseHolds(ReleaseHoldsRequestObject{})),
+		idemhttp.CheckOp(policyPlaceHold, s.opPlaceHold(PlaceHoldRequestObject{})),
+		idemhttp.CheckOp(policyCreateTransfer, s.opCreateTransfer(CreateTransferRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -134,9 +137,20 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // ReleaseHolds runs s.impl.ReleaseHolds at most once per key.
 func (s *idemServer) ReleaseHolds(ctx context.Context, request ReleaseHoldsRequestObject) (ReleaseHoldsResponseObject, error) {
-	return idemHandle(ctx, s.store, policyReleaseHolds, &idemhttp.Op[ReleaseHoldsResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.AccountId},
+	return idemHandle(ctx, s.store, policyReleaseHolds, s.opReleaseHolds(request))
+}
+
+// opReleaseHolds is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opReleaseHolds(request ReleaseHoldsRequestObject) *idemhttp.Op[ReleaseHoldsResponseObject] {
+	return &idemhttp.Op[ReleaseHoldsResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:account_id", Value: request.AccountId},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (ReleaseHoldsResponseObject, error) {
 			return s.impl.ReleaseHolds(ctx, tx, request)
 		},
@@ -144,19 +158,30 @@ func (s *idemServer) ReleaseHolds(ctx context.Context, request ReleaseHoldsReque
 			return s.impl.ReplayReleaseHolds(ctx, request, status)
 		},
 		Record: idemhttp.Record(ReleaseHoldsResponseObject.VisitReleaseHoldsResponse),
-	})
+	}
 }
 
 // PlaceHold runs s.impl.PlaceHold at most once per key.
 func (s *idemServer) PlaceHold(ctx context.Context, request PlaceHoldRequestObject) (PlaceHoldResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPlaceHold, &idemhttp.Op[PlaceHoldResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.AccountId},
+	return idemHandle(ctx, s.store, policyPlaceHold, s.opPlaceHold(request))
+}
+
+// opPlaceHold is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPlaceHold(request PlaceHoldRequestObject) *idemhttp.Op[PlaceHoldResponseObject] {
+	return &idemhttp.Op[PlaceHoldResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:account_id", Value: request.AccountId},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PlaceHoldResponseObject, error) {
 			return s.impl.PlaceHold(ctx, tx, request)
 		},
 		Record: idemhttp.Record(PlaceHoldResponseObject.VisitPlaceHoldResponse),
-	})
+	}
 }
 
 func (s *idemServer) ListTransfers(ctx context.Context, request ListTransfersRequestObject) (ListTransfersResponseObject, error) {
@@ -165,13 +190,22 @@ func (s *idemServer) ListTransfers(ctx context.Context, request ListTransfersReq
 
 // CreateTransfer runs s.impl.CreateTransfer at most once per key.
 func (s *idemServer) CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreateTransfer, &idemhttp.Op[CreateTransferResponseObject]{
+	return idemHandle(ctx, s.store, policyCreateTransfer, s.opCreateTransfer(request))
+}
+
+// opCreateTransfer is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateTransfer(request CreateTransferRequestObject) *idemhttp.Op[CreateTransferResponseObject] {
+	return &idemhttp.Op[CreateTransferResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateTransferResponseObject, error) {
 			return s.impl.CreateTransfer(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateTransferResponseObject.VisitCreateTransferResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

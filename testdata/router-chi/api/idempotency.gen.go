@@ -59,7 +59,6 @@ var policyCreateOrder = &idemhttp.Policy{
 		MaxLength: 64,
 	},
 	ScopeTenant:   true,
-	Scope:         []string{"operation"},
 	Body:          true,
 	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Order-Region"},
@@ -83,8 +82,6 @@ var policyAddNote = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:order_id"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -107,8 +104,6 @@ var policyShipOrder = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:order_id"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -123,12 +118,20 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
+		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
+		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -141,13 +144,22 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CreateOrder runs s.impl.CreateOrder at most once per key.
 func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreateOrder, &idemhttp.Op[CreateOrderResponseObject]{
+	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
+}
+
+// opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
+	return &idemhttp.Op[CreateOrderResponseObject]{
 		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
-	})
+	}
 }
 
 func (s *idemServer) GetOrder(ctx context.Context, request GetOrderRequestObject) (GetOrderResponseObject, error) {
@@ -156,9 +168,20 @@ func (s *idemServer) GetOrder(ctx context.Context, request GetOrderRequestObject
 
 // AddNote runs s.impl.AddNote at most once per key.
 func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error) {
-	return idemHandle(ctx, s.store, policyAddNote, &idemhttp.Op[AddNoteResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.OrderId},
+	return idemHandle(ctx, s.store, policyAddNote, s.opAddNote(request))
+}
+
+// opAddNote is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opAddNote(request AddNoteRequestObject) *idemhttp.Op[AddNoteResponseObject] {
+	return &idemhttp.Op[AddNoteResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:order_id", Value: request.OrderId},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (AddNoteResponseObject, error) {
 			return s.impl.AddNote(ctx, tx, request)
 		},
@@ -166,14 +189,25 @@ func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) 
 			return s.impl.ReplayAddNote(ctx, request, status)
 		},
 		Record: idemhttp.Record(AddNoteResponseObject.VisitAddNoteResponse),
-	})
+	}
 }
 
 // ShipOrder runs s.impl.ShipOrder at most once per key.
 func (s *idemServer) ShipOrder(ctx context.Context, request ShipOrderRequestObject) (ShipOrderResponseObject, error) {
-	return idemHandle(ctx, s.store, policyShipOrder, &idemhttp.Op[ShipOrderResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.OrderId},
+	return idemHandle(ctx, s.store, policyShipOrder, s.opShipOrder(request))
+}
+
+// opShipOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[ShipOrderResponseObject] {
+	return &idemhttp.Op[ShipOrderResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:order_id", Value: request.OrderId},
+		},
 		RunReference: func(ctx context.Context, tx pgx.Tx) (ShipOrderResponseObject, string, error) {
 			return s.impl.ShipOrder(ctx, tx, request)
 		},
@@ -181,7 +215,7 @@ func (s *idemServer) ShipOrder(ctx context.Context, request ShipOrderRequestObje
 			return s.impl.ReplayShipOrder(ctx, request, reference)
 		},
 		Record: idemhttp.Record(ShipOrderResponseObject.VisitShipOrderResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

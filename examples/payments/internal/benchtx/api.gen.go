@@ -37,18 +37,39 @@ func (e PaymentStatus) Valid() bool {
 	}
 }
 
+// Defines values for PayoutStatus.
+const (
+	PayoutStatusFailed    PayoutStatus = "failed"
+	PayoutStatusPending   PayoutStatus = "pending"
+	PayoutStatusSucceeded PayoutStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the PayoutStatus enum.
+func (e PayoutStatus) Valid() bool {
+	switch e {
+	case PayoutStatusFailed:
+		return true
+	case PayoutStatusPending:
+		return true
+	case PayoutStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RefundStatus.
 const (
-	Pending   RefundStatus = "pending"
-	Succeeded RefundStatus = "succeeded"
+	RefundStatusPending   RefundStatus = "pending"
+	RefundStatusSucceeded RefundStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the RefundStatus enum.
 func (e RefundStatus) Valid() bool {
 	switch e {
-	case Pending:
+	case RefundStatusPending:
 		return true
-	case Succeeded:
+	case RefundStatusSucceeded:
 		return true
 	default:
 		return false
@@ -73,6 +94,22 @@ type CreatePaymentRequest struct {
 	SimulateFailure *bool `json:"simulate_failure,omitempty"`
 }
 
+// CreatePayoutRequest defines model for CreatePayoutRequest.
+type CreatePayoutRequest struct {
+	// Account The bank account to pay to.
+	//
+	// Example: 40817810099910004312
+	Account string `json:"account"`
+
+	// AmountMinor The amount in the currency's minor unit.
+	//
+	// Example: 500000
+	AmountMinor int64 `json:"amount_minor"`
+
+	// Currency Example: RUB
+	Currency string `json:"currency"`
+}
+
 // CreateRefundRequest defines model for CreateRefundRequest.
 type CreateRefundRequest struct {
 	// AmountMinor How much to refund, in minor units; at most what is left to refund.
@@ -94,6 +131,32 @@ type Payment struct {
 
 // PaymentStatus defines model for Payment.Status.
 type PaymentStatus string
+
+// Payout defines model for Payout.
+type Payout struct {
+	Account     string `json:"account"`
+	AmountMinor int64  `json:"amount_minor"`
+
+	// BankChargeId The bank's id of the charge; set once succeeded.
+	BankChargeId *string   `json:"bank_charge_id,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	Currency     string    `json:"currency"`
+
+	// Failure Why the bank refused the payout; set once failed.
+	Failure    *string    `json:"failure,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+
+	// PayoutId Example: po_3f1c0e9d2b7a4c5e8f6a1b2c
+	PayoutId string `json:"payout_id"`
+
+	// Status pending until the worker has paid it out through the bank; then succeeded (with
+	// bank_charge_id) or failed (with failure, the bank's reason).
+	Status PayoutStatus `json:"status"`
+}
+
+// PayoutStatus pending until the worker has paid it out through the bank; then succeeded (with
+// bank_charge_id) or failed (with failure, the bank's reason).
+type PayoutStatus string
 
 // Problem An RFC 9457 problem; `code` is stable and meant for programs.
 type Problem struct {
@@ -126,6 +189,9 @@ type IdempotencyKey = string
 
 // PaymentID defines model for PaymentID.
 type PaymentID = string
+
+// PayoutID defines model for PayoutID.
+type PayoutID = string
 
 // TenantID defines model for TenantID.
 type TenantID = string
@@ -191,11 +257,32 @@ type RefundPaymentParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// CreatePayoutParams defines parameters for CreatePayout.
+type CreatePayoutParams struct {
+	// XTenantID The calling tenant. It stands in for authentication: a real server takes the tenant from
+	// a verified token. Idempotency keys are unique per tenant.
+	XTenantID TenantID `json:"X-Tenant-ID"`
+
+	// IdempotencyKey A unique value the client generates for each logical request (a UUID is a good choice) and
+	// sends again, unchanged, when it retries. Keys are remembered for 24 hours.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// GetPayoutParams defines parameters for GetPayout.
+type GetPayoutParams struct {
+	// XTenantID The calling tenant. It stands in for authentication: a real server takes the tenant from
+	// a verified token. Idempotency keys are unique per tenant.
+	XTenantID TenantID `json:"X-Tenant-ID"`
+}
+
 // CreatePaymentJSONRequestBody defines body for CreatePayment for application/json ContentType.
 type CreatePaymentJSONRequestBody = CreatePaymentRequest
 
 // RefundPaymentJSONRequestBody defines body for RefundPayment for application/json ContentType.
 type RefundPaymentJSONRequestBody = CreateRefundRequest
+
+// CreatePayoutJSONRequestBody defines body for CreatePayout for application/json ContentType.
+type CreatePayoutJSONRequestBody = CreatePayoutRequest
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -211,6 +298,12 @@ type ServerInterface interface {
 	// RefundPayment Refund part or all of a captured payment
 	// (POST /v1/payments/{payment_id}/refunds)
 	RefundPayment(w http.ResponseWriter, r *http.Request, paymentId PaymentID, params RefundPaymentParams)
+	// CreatePayout Pay money out to a bank account (a long operation)
+	// (POST /v1/payouts)
+	CreatePayout(w http.ResponseWriter, r *http.Request, params CreatePayoutParams)
+	// GetPayout Read a payout's status (pending, succeeded or failed) and its result
+	// (GET /v1/payouts/{payout_id})
+	GetPayout(w http.ResponseWriter, r *http.Request, payoutId PayoutID, params GetPayoutParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -486,6 +579,124 @@ func (siw *ServerInterfaceWrapper) RefundPayment(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// CreatePayout operation middleware
+func (siw *ServerInterfaceWrapper) CreatePayout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreatePayoutParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "X-Tenant-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Tenant-ID")]; found {
+		var XTenantID TenantID
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Tenant-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Tenant-ID", valueList[0], &XTenantID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Tenant-ID", Err: err})
+			return
+		}
+
+		params.XTenantID = XTenantID
+
+	} else {
+		err := fmt.Errorf("Header parameter X-Tenant-ID is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "X-Tenant-ID", Err: err})
+		return
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreatePayout(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetPayout operation middleware
+func (siw *ServerInterfaceWrapper) GetPayout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "payout_id" -------------
+	var payoutId PayoutID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "payout_id", r.PathValue("payout_id"), &payoutId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "payout_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetPayoutParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "X-Tenant-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Tenant-ID")]; found {
+		var XTenantID TenantID
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Tenant-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Tenant-ID", valueList[0], &XTenantID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Tenant-ID", Err: err})
+			return
+		}
+
+		params.XTenantID = XTenantID
+
+	} else {
+		err := fmt.Errorf("Header parameter X-Tenant-ID is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "X-Tenant-ID", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPayout(w, r, payoutId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -610,6 +821,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/payments/{payment_id}", wrapper.GetPayment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payments/{payment_id}/capture", wrapper.CapturePayment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payments/{payment_id}/refunds", wrapper.RefundPayment)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payouts", wrapper.CreatePayout)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/payouts/{payout_id}", wrapper.GetPayout)
 
 	return m
 }
@@ -1061,6 +1274,178 @@ func (response RefundPayment503ApplicationProblemPlusJSONResponse) VisitRefundPa
 	return err
 }
 
+type CreatePayoutRequestObject struct {
+	Params CreatePayoutParams
+	Body   *CreatePayoutJSONRequestBody
+}
+
+type CreatePayoutResponseObject interface {
+	VisitCreatePayoutResponse(w http.ResponseWriter) error
+}
+
+type CreatePayout202ResponseHeaders struct {
+	Location string
+}
+
+type CreatePayout202JSONResponse struct {
+	Body    Payout
+	Headers CreatePayout202ResponseHeaders
+}
+
+func (response CreatePayout202JSONResponse) VisitCreatePayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreatePayout400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CreatePayout400ApplicationProblemPlusJSONResponse) VisitCreatePayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreatePayout401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreatePayout401ApplicationProblemPlusJSONResponse) VisitCreatePayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreatePayout409ApplicationProblemPlusJSONResponse struct {
+	InProgressApplicationProblemPlusJSONResponse
+}
+
+func (response CreatePayout409ApplicationProblemPlusJSONResponse) VisitCreatePayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreatePayout422ApplicationProblemPlusJSONResponse struct {
+	KeyReusedApplicationProblemPlusJSONResponse
+}
+
+func (response CreatePayout422ApplicationProblemPlusJSONResponse) VisitCreatePayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreatePayout503ApplicationProblemPlusJSONResponse struct {
+	StoreUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreatePayout503ApplicationProblemPlusJSONResponse) VisitCreatePayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPayoutRequestObject struct {
+	PayoutId PayoutID `json:"payout_id"`
+	Params   GetPayoutParams
+}
+
+type GetPayoutResponseObject interface {
+	VisitGetPayoutResponse(w http.ResponseWriter) error
+}
+
+type GetPayout200JSONResponse Payout
+
+func (response GetPayout200JSONResponse) VisitGetPayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPayout401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response GetPayout401ApplicationProblemPlusJSONResponse) VisitGetPayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPayout404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetPayout404ApplicationProblemPlusJSONResponse) VisitGetPayoutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -1075,6 +1460,12 @@ type StrictServerInterface interface {
 	// RefundPayment Refund part or all of a captured payment
 	// (POST /v1/payments/{payment_id}/refunds)
 	RefundPayment(ctx context.Context, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error)
+	// CreatePayout Pay money out to a bank account (a long operation)
+	// (POST /v1/payouts)
+	CreatePayout(ctx context.Context, request CreatePayoutRequestObject) (CreatePayoutResponseObject, error)
+	// GetPayout Read a payout's status (pending, succeeded or failed) and its result
+	// (GET /v1/payouts/{payout_id})
+	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -1230,6 +1621,66 @@ func (sh *strictHandler) RefundPayment(w http.ResponseWriter, r *http.Request, p
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RefundPaymentResponseObject); ok {
 		if err := validResponse.VisitRefundPaymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreatePayout operation middleware
+func (sh *strictHandler) CreatePayout(w http.ResponseWriter, r *http.Request, params CreatePayoutParams) {
+	var request CreatePayoutRequestObject
+
+	request.Params = params
+
+	var body CreatePayoutJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreatePayout(ctx, request.(CreatePayoutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreatePayout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreatePayoutResponseObject); ok {
+		if err := validResponse.VisitCreatePayoutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetPayout operation middleware
+func (sh *strictHandler) GetPayout(w http.ResponseWriter, r *http.Request, payoutId PayoutID, params GetPayoutParams) {
+	var request GetPayoutRequestObject
+
+	request.PayoutId = payoutId
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetPayout(ctx, request.(GetPayoutRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetPayout")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetPayoutResponseObject); ok {
+		if err := validResponse.VisitGetPayoutResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -37,6 +37,10 @@ type IdempotentServerInterface interface {
 	// answer from the request and the status the first request answered with (any
 	// persisted status, a 4xx too).
 	ReplayRefundPayment(ctx context.Context, request RefundPaymentRequestObject, status int) (RefundPaymentResponseObject, error)
+	// CreatePayout handles POST /v1/payouts once per key; retries get its stored response.
+	CreatePayout(ctx context.Context, tx pgx.Tx, request CreatePayoutRequestObject) (CreatePayoutResponseObject, error)
+	// GetPayout handles GET /v1/payouts/{payout_id} (not idempotent).
+	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
 }
 
 // policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
@@ -57,8 +61,6 @@ var policyCreatePayment = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"header:X-Tenant-Id"},
 	Exclude:     []string{"/simulate_failure"},
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
@@ -82,8 +84,6 @@ var policyCapturePayment = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
 }
 
 // policyRefundPayment is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
@@ -104,8 +104,28 @@ var policyRefundPayment = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:payment_id", "header:X-Tenant-Id"},
+	Body:        true,
+	BodyTypes:   []string{"application/json"},
+}
+
+// policyCreatePayout is the x-idempotency of POST /v1/payouts, with every default applied.
+var policyCreatePayout = &idemhttp.Policy{
+	Operation:      "createPayout",
+	Route:          "POST /v1/payouts",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimTransaction,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           5 * time.Second,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
 }
@@ -116,18 +136,28 @@ var idemPolicies = []*idemhttp.Policy{
 	policyCreatePayment,
 	policyCapturePayment,
 	policyRefundPayment,
+	policyCreatePayout,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyCapturePayment, s.opCapturePayment(CapturePaymentRequestObject{})),
+		idemhttp.CheckOp(policyRefundPayment, s.opRefundPayment(RefundPaymentRequestObject{})),
+		idemhttp.CheckOp(policyCreatePayout, s.opCreatePayout(CreatePayoutRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -140,14 +170,25 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // CreatePayment runs s.impl.CreatePayment at most once per key.
 func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCreatePayment, &idemhttp.Op[CreatePaymentResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.Params.XTenantID},
+	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
+}
+
+// opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
+	return &idemhttp.Op[CreatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
 			return s.impl.CreatePayment(ctx, tx, request)
 		},
 		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
-	})
+	}
 }
 
 func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestObject) (GetPaymentResponseObject, error) {
@@ -156,9 +197,21 @@ func (s *idemServer) GetPayment(ctx context.Context, request GetPaymentRequestOb
 
 // CapturePayment runs s.impl.CapturePayment at most once per key.
 func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentRequestObject) (CapturePaymentResponseObject, error) {
-	return idemHandle(ctx, s.store, policyCapturePayment, &idemhttp.Op[CapturePaymentResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentId, request.Params.XTenantID},
+	return idemHandle(ctx, s.store, policyCapturePayment, s.opCapturePayment(request))
+}
+
+// opCapturePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCapturePayment(request CapturePaymentRequestObject) *idemhttp.Op[CapturePaymentResponseObject] {
+	return &idemhttp.Op[CapturePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
 		RunReference: func(ctx context.Context, tx pgx.Tx) (CapturePaymentResponseObject, string, error) {
 			return s.impl.CapturePayment(ctx, tx, request)
 		},
@@ -166,14 +219,26 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 			return s.impl.ReplayCapturePayment(ctx, request, reference)
 		},
 		Record: idemhttp.Record(CapturePaymentResponseObject.VisitCapturePaymentResponse),
-	})
+	}
 }
 
 // RefundPayment runs s.impl.RefundPayment at most once per key.
 func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentRequestObject) (RefundPaymentResponseObject, error) {
-	return idemHandle(ctx, s.store, policyRefundPayment, &idemhttp.Op[RefundPaymentResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.PaymentId, request.Params.XTenantID},
+	return idemHandle(ctx, s.store, policyRefundPayment, s.opRefundPayment(request))
+}
+
+// opRefundPayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opRefundPayment(request RefundPaymentRequestObject) *idemhttp.Op[RefundPaymentResponseObject] {
+	return &idemhttp.Op[RefundPaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (RefundPaymentResponseObject, error) {
 			return s.impl.RefundPayment(ctx, tx, request)
 		},
@@ -181,7 +246,34 @@ func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentReq
 			return s.impl.ReplayRefundPayment(ctx, request, status)
 		},
 		Record: idemhttp.Record(RefundPaymentResponseObject.VisitRefundPaymentResponse),
-	})
+	}
+}
+
+// CreatePayout runs s.impl.CreatePayout at most once per key.
+func (s *idemServer) CreatePayout(ctx context.Context, request CreatePayoutRequestObject) (CreatePayoutResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreatePayout, s.opCreatePayout(request))
+}
+
+// opCreatePayout is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayout(request CreatePayoutRequestObject) *idemhttp.Op[CreatePayoutResponseObject] {
+	return &idemhttp.Op[CreatePayoutResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePayoutResponseObject, error) {
+			return s.impl.CreatePayout(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreatePayoutResponseObject.VisitCreatePayoutResponse),
+	}
+}
+
+func (s *idemServer) GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error) {
+	return s.impl.GetPayout(ctx, request)
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it
@@ -203,6 +295,8 @@ func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { re
 func (r idemResult) VisitCapturePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreatePayoutResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {

@@ -45,8 +45,6 @@ var policyPayInvoice = &idemhttp.Policy{
 		MaxLength: 255,
 	},
 	ScopeTenant: true,
-	Scope:       []string{"operation"},
-	Fingerprint: []string{"path:invoice_id"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -59,12 +57,18 @@ var idemPolicies = []*idemhttp.Policy{
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
 // regexp.MustCompile does: a setup mistake no request can fix, reported once at startup with
-// its fix rather than as a 500 on every request.
+// its fix rather than as a 500 on every request. Each operation's shape (its handler, replay
+// and named parts) is checked here too, once, with an empty request.
 func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) StrictServerInterface {
-	if err := idemhttp.Check(store, idemPolicies...); err != nil {
+	s := &idemServer{impl: impl, store: store}
+	err := errors.Join(
+		idemhttp.Check(store, idemPolicies...),
+		idemhttp.CheckOp(policyPayInvoice, s.opPayInvoice(PayInvoiceRequestObject{})),
+	)
+	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
 	}
-	return &idemServer{impl: impl, store: store}
+	return s
 }
 
 // idemServer adapts IdempotentServerInterface to oapi-codegen's StrictServerInterface.
@@ -77,9 +81,20 @@ var _ StrictServerInterface = (*idemServer)(nil)
 
 // PayInvoice runs s.impl.PayInvoice at most once per key.
 func (s *idemServer) PayInvoice(ctx context.Context, request PayInvoiceRequestObject) (PayInvoiceResponseObject, error) {
-	return idemHandle(ctx, s.store, policyPayInvoice, &idemhttp.Op[PayInvoiceResponseObject]{
-		Key:   request.Params.IdempotencyKey,
-		Parts: []any{request.InvoiceID},
+	return idemHandle(ctx, s.store, policyPayInvoice, s.opPayInvoice(request))
+}
+
+// opPayInvoice is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPayInvoice(request PayInvoiceRequestObject) *idemhttp.Op[PayInvoiceResponseObject] {
+	return &idemhttp.Op[PayInvoiceResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:invoice_id", Value: request.InvoiceID},
+		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PayInvoiceResponseObject, error) {
 			return s.impl.PayInvoice(ctx, tx, request)
 		},
@@ -87,7 +102,7 @@ func (s *idemServer) PayInvoice(ctx context.Context, request PayInvoiceRequestOb
 			return s.impl.ReplayPayInvoice(ctx, request, status)
 		},
 		Record: idemhttp.Record(PayInvoiceResponseObject.VisitPayInvoiceResponse),
-	})
+	}
 }
 
 // idemHandle runs one idempotent operation through the runtime and answers with what it

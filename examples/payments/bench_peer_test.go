@@ -1,0 +1,200 @@
+package main
+
+// The hand-written peer BenchmarkHTTP compares the generated servers with: create made
+// idempotent by hand, the way a careful engineer would write it for this one operation, on the
+// ceiling's HTTP stack. It is what a user would write instead of generating, so it is the figure
+// to beat.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/examples/payments/api"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
+)
+
+// peerTableSQL is the peer's key table: one row per key, written once, with the outcome, by the
+// business transaction. No lease, no state, no expiry index: keys are kept until a purge by
+// created_at (a sequential scan, or whole partitions dropped by day), which is off the request
+// path and so not part of the benchmark.
+const peerTableSQL = `CREATE TABLE IF NOT EXISTS peer_keys (
+	tenant      text        NOT NULL,
+	key         text        NOT NULL,
+	fingerprint bytea       NOT NULL,
+	status      integer     NOT NULL,
+	location    text        NOT NULL,
+	body        bytea       NOT NULL,
+	created_at  timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (tenant, key)
+)`
+
+// The peer's statements. Its begin and commit are its own texts, so that they are prepared
+// statements like the rest (pgx prepares every query it sends in a batch under the default exec
+// mode).
+const (
+	peerLockSQL   = `SELECT pg_advisory_xact_lock($1)`
+	peerLookupSQL = `SELECT fingerprint, status, location, body FROM peer_keys WHERE tenant = $1 AND key = $2`
+	peerStoreSQL  = `INSERT INTO peer_keys (tenant, key, fingerprint, status, location, body) VALUES ($1, $2, $3, $4, $5, $6)`
+	peerCommitSQL = `commit /* peer */`
+)
+
+// peerServer is the example's strict server with create made idempotent by hand:
+//
+//  1. one round trip: BEGIN, a transaction-scoped advisory lock on (tenant, key), and a read of
+//     the key's row. The lock makes concurrent duplicates wait for the holder's transaction, so
+//     the read after it sees the holder's committed outcome, or no row when it rolled back;
+//  2. a stored row answers at once (a replay, or key-reused for another body) and the
+//     transaction is rolled back: two round trips in all;
+//  3. otherwise the business work runs in the same transaction (the ceiling's two statements),
+//     and one more round trip inserts the key row with the outcome and commits: four round
+//     trips, the ceiling's, and a key row written once.
+//
+// The outcome commits with the business rows or not at all; a duplicate storm executes once
+// (the storm row checks it). What it leaves out, because this one handler does not need it: a
+// lease (nothing is committed before the work, so there is nothing to take over or fence), an
+// in-progress answer (duplicates wait on the lock, holding a connection each), expiry, waiting
+// without a connection, and observability.
+type peerServer struct {
+	api.StrictServerInterface
+	db *pgxpool.Pool
+}
+
+// peerAnswer is the peer's response: the stored outcome on a replay, and on a first execution
+// the same bytes it stores.
+type peerAnswer struct {
+	status   int
+	location string
+	body     []byte
+	replayed bool
+}
+
+func (a peerAnswer) VisitCreatePaymentResponse(w http.ResponseWriter) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Location", a.location)
+	if a.replayed {
+		h.Set(idemhttp.HeaderReplayed, "true")
+	}
+	w.WriteHeader(a.status)
+	_, err := w.Write(a.body)
+	return err
+}
+
+func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
+	tenant, ok := tenantFrom(ctx)
+	if !ok {
+		return nil, errors.New("payments peer: no tenant in the request context (is requireTenant installed?)")
+	}
+	if req.Params.IdempotencyKey == nil || *req.Params.IdempotencyKey == "" {
+		return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
+			"send an Idempotency-Key header")}, nil
+	}
+	key := *req.Params.IdempotencyKey
+	// The body's fields in their declared order: the same request gives the same bytes.
+	canon, err := json.Marshal(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	fp := sha256.Sum256(canon)
+
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release() // a connection left in a transaction is closed by the pool, not reused
+	var (
+		found  bool
+		stored peerAnswer
+		sumFP  []byte
+	)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{BeginQuery: "begin /* peer */"})
+	// The lock is named by a 64-bit hash of the tenant and the key: two keys that share it only
+	// wait for each other.
+	lock := fnv.New64a()
+	lock.Write([]byte(tenant))
+	lock.Write([]byte{0})
+	lock.Write([]byte(key))
+	b.Queue(peerLockSQL, int64(lock.Sum64()))
+	b.Queue(peerLookupSQL, tenant, key).QueryRow(func(row pgx.Row) error {
+		var st int32
+		err := row.Scan(&sumFP, &st, &stored.location, &stored.body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found, stored.status = err == nil, int(st)
+		return err
+	})
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("payments peer: claim key: %w", err)
+	}
+	if found {
+		if err := tx.Rollback(ctx); err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(sumFP, fp[:]) {
+			return problemResponse{idemhttp.NewProblem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused,
+				"this Idempotency-Key was used for a different request")}, nil
+		}
+		stored.replayed = true
+		return stored, nil
+	}
+
+	resp, err := createPayment(ctx, tx, tenant, key, req.Body)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	created, ok := resp.(api.CreatePayment201JSONResponse)
+	if !ok { // an answer that is not stored (the key made a payment whose record is gone)
+		_ = tx.Rollback(ctx)
+		return resp, nil
+	}
+	out := peerAnswer{status: http.StatusCreated, location: *created.Headers.Location}
+	if out.body, err = json.Marshal(created.Body); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	b = &pgx.Batch{}
+	b.Queue(peerStoreSQL, tenant, key, fp[:], out.status, out.location, out.body)
+	committed := false
+	b.Queue(peerCommitSQL).Exec(func(tag pgconn.CommandTag) error {
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("payments peer: store the outcome and commit: %w", err)
+	}
+	if !committed {
+		return nil, errors.New("payments peer: the commit did not commit")
+	}
+	return out, nil
+}
+
+// peerHandler is ceilingHandler with create served by peerServer, whose key table it creates.
+func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger) (http.Handler, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, peerTableSQL); err != nil {
+		return nil, fmt.Errorf("payments peer: create peer_keys: %w", err)
+	}
+	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
+		return peerServer{StrictServerInterface: inner, db: pool}
+	})
+}

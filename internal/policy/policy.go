@@ -1,0 +1,195 @@
+// Package policy owns the x-idempotency language: its vocabulary (storage, claim mode, scope
+// items, persist sets, mismatch statuses, key sources), its defaults, the parser of every value,
+// the rule table, and [Resolve], which turns a policy as written for one operation into the
+// typed [Policy] every command uses, with a [Diagnostic] for each rule it breaks.
+//
+// Callers only read and write: internal/spec reads x-idempotency from YAML nodes into a [Raw],
+// annotate builds one from its flags and the document's defaults, and the generator renders the
+// resolved [Policy]. None of them decides what a value means.
+package policy
+
+import (
+	"slices"
+	"time"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
+)
+
+// Position is a place in a spec file; Line and Col are 1-based.
+type Position struct {
+	File string
+	Line int
+	Col  int
+}
+
+// Storage is what a policy stores of an answer.
+type Storage string
+
+const (
+	StorageResponse  Storage = "response"  // status, allow-listed headers and body
+	StorageReference Storage = "reference" // status and a reference a replay reloads the resource from
+	StorageMarker    Storage = "marker"    // status only; a replay recomputes the answer
+)
+
+// Storages lists every storage mode, in the order messages name them.
+var Storages = []Storage{StorageResponse, StorageReference, StorageMarker}
+
+// Claim is how a request claims its key.
+type Claim string
+
+const (
+	ClaimLease       Claim = "lease"       // a leased row, renewed while the handler runs
+	ClaimTransaction Claim = "transaction" // a row lock held by the handler's transaction
+)
+
+// Claims lists every claim mode, in the order messages name them.
+var Claims = []Claim{ClaimLease, ClaimTransaction}
+
+// Scope item kinds.
+const (
+	ScopeTenant    = "tenant"    // the request's tenant (idem.Config.Tenant)
+	ScopeOperation = "operation" // the operation id
+	ScopeHeader    = "header"    // a declared header parameter's value
+	ScopePath      = "path"      // a path parameter's value
+)
+
+// ScopeItem is one element of a policy's scope.
+type ScopeItem struct {
+	Kind string // ScopeTenant, ScopeOperation, ScopeHeader or ScopePath
+	Name string // header (spelled as the parameter is declared) or path parameter name; empty for tenant/operation
+}
+
+// String is the item as written: tenant, operation, header:<Name>, path:<param>.
+func (s ScopeItem) String() string {
+	if s.Name == "" {
+		return s.Kind
+	}
+	return s.Kind + ":" + s.Name
+}
+
+// MismatchStatuses are the statuses a reused key may be answered with, the default first.
+var MismatchStatuses = []int{422, 409, 400}
+
+// Built-in defaults, applied under a document's root x-idempotency defaults. They are the
+// runtime's own, so a generated policy and a zero runtime field mean the same.
+const (
+	DefaultStorage        = StorageResponse
+	DefaultClaim          = ClaimLease
+	DefaultTTL            = idem.DefaultTTL
+	DefaultLease          = idem.DefaultLease
+	DefaultWait           = time.Duration(0)
+	DefaultMismatchStatus = idemhttp.DefaultMismatchStatus
+	DefaultKeyHeader      = idemhttp.DefaultKeyHeader
+	// MaxKeyLength is both the default and the ceiling of key.maxLength: a longer "key" is a
+	// payload, not an identifier, and bounding it bounds the key column and its index.
+	MaxKeyLength = idemhttp.DefaultMaxKeyLength
+)
+
+// DefaultScope is the scope when none is written.
+func DefaultScope() []ScopeItem {
+	return []ScopeItem{{Kind: ScopeTenant}, {Kind: ScopeOperation}}
+}
+
+// DefaultPersist is the persist set when none is written.
+func DefaultPersist() []string { return slices.Clone(idemhttp.DefaultPersist) }
+
+// Policy is an operation's x-idempotency with the document defaults and built-in defaults
+// applied and every rule checked: what the generator renders, and what any other consumer (a
+// generated client, say) reads from the model.
+type Policy struct {
+	Pos            Position // where x-idempotency is written
+	Storage        Storage
+	TTL            time.Duration
+	Lease          time.Duration
+	Wait           time.Duration
+	Timeout        time.Duration // bound on the handler's time (then rolled back, key released); the lease unless set
+	Claim          Claim
+	MismatchStatus int      // one of MismatchStatuses
+	Persist        []string // "2xx", "404", … as written (classes lower-cased), validated
+	Scope          []ScopeItem
+	Key            Key
+	Exclude        []string // fingerprint.exclude JSON pointers into the body
+	// ExcludeParams are the fingerprint.exclude entries header:<Name> and query:<name>: declared
+	// parameters left out of the fingerprint (a request id, a timestamp, a signature), so a retry
+	// that only changes them is replayed. Header names carry the declared spelling. Never a path
+	// parameter or the key header; nil when there are none.
+	ExcludeParams []ParamRef
+	// NoFingerprint is set by fingerprint: false: the same key with a different request is then
+	// replayed, not answered with MismatchStatus. Never set for storage marker.
+	NoFingerprint bool
+	ReplayHeaders []string // per-operation additions to the replay header allow-list
+}
+
+// ScopesTenant reports whether the scope includes the tenant.
+func (p *Policy) ScopesTenant() bool {
+	return slices.ContainsFunc(p.Scope, func(it ScopeItem) bool { return it.Kind == ScopeTenant })
+}
+
+// ParamRef names one declared parameter.
+type ParamRef struct {
+	In   string // "header" or "query"
+	Name string // as the spec declares it
+}
+
+// Key says where the idempotency key comes from: exactly one of Header and PathParam is set.
+type Key struct {
+	// Header is the key header's name as the spec declares the parameter (svix writes
+	// idempotency-key), or "" when the key is a path parameter.
+	Header    string
+	PathParam string // set for from: path:<param>
+	Required  bool   // always true for a path key
+	MaxLength int    // 1..MaxKeyLength
+	Pattern   string // optional regular expression (RE2)
+}
+
+// Param is a declared parameter of an operation or its path item.
+type Param struct {
+	Name     string
+	In       string // path, query, header, cookie
+	Required bool
+	Pos      Position // the parameter's name (or its $ref) in the spec
+}
+
+// Operation is what [Resolve] needs to know of the operation a policy is for.
+type Operation struct {
+	Method    string // upper case
+	Path      string
+	Params    []Param // operation and path item parameters, merged
+	Responses Responses
+}
+
+// Responses is what an operation declares of its success responses.
+type Responses struct {
+	// AnySuccess says a 2xx response (a code or the 2XX range) is declared, SuccessBody that one
+	// of them has a body, and Unbounded names the first place in a success body that can grow
+	// without bound ("" when none).
+	AnySuccess, SuccessBody bool
+	Unbounded               string
+}
+
+// Route is "POST /v1/payments", the form used in messages and fingerprints.
+func (o *Operation) Route() string { return o.Method + " " + o.Path }
+
+// FindParam returns the declared parameter in at name: header names compare
+// case-insensitively, the others exactly.
+func FindParam(ps []Param, in, name string) (Param, bool) {
+	for _, p := range ps {
+		if SameParam(p, Param{In: in, Name: name}) {
+			return p, true
+		}
+	}
+	return Param{}, false
+}
+
+// SameParam reports whether a and b are the same parameter (location and name; header names
+// case-insensitively).
+func SameParam(a, b Param) bool {
+	if a.In != b.In {
+		return false
+	}
+	if a.In == "header" {
+		return equalFold(a.Name, b.Name)
+	}
+	return a.Name == b.Name
+}

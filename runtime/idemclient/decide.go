@@ -1,0 +1,152 @@
+package idemclient
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The problem codes of an idemgen server (its problems are RFC 9457 application/problem+json
+// with type ProblemTypePrefix + code). Only a problem whose type matches its code is read as the
+// server's own: an API's other problems are judged by their status.
+const (
+	CodeKeyMissing           = "key-missing"
+	CodeKeyInvalid           = "key-invalid"
+	CodeKeyReused            = "key-reused"
+	CodeInProgress           = "in-progress"
+	CodeStoreUnavailable     = "store-unavailable"
+	CodeHandlerTimeout       = "handler-timeout"
+	CodeBodyInvalid          = "body-invalid"
+	CodeBodyTooLarge         = "body-too-large"
+	CodeRequestInvalid       = "request-invalid"
+	CodeMediaTypeUnsupported = "media-type-unsupported"
+	CodeNotFound             = "not-found"
+	CodeMethodNotAllowed     = "method-not-allowed"
+	CodeInternal             = "internal"
+)
+
+// ProblemTypePrefix begins the type URI of every problem an idemgen server writes.
+const ProblemTypePrefix = "urn:idemgen:problem:"
+
+// HeaderReplayed is set to "true" on an answer the server replayed from its store.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// Decision is what [Classify] makes of one answer.
+type Decision struct {
+	// Retry says whether another attempt, with the same key and body, can change the outcome.
+	Retry bool
+	// Wait is the least time to wait before that attempt: the answer's Retry-After, or 0 when it
+	// has none (the backoff decides then).
+	Wait time.Duration
+	// Reason says why, for [Options.OnRetry] and error messages: "409 in-progress",
+	// "500 not stored (persist: 2xx, 3xx, 4xx)", "422 key-reused".
+	Reason string
+	// Stored says the server stored this answer: a retry would only replay it.
+	Stored bool
+}
+
+// Classify decides whether an answer of op is retried. It is the retry table of the package
+// (docs/client.md prints it), in this order:
+//
+//   - an answer with Idempotent-Replayed: true was stored: final;
+//   - the server's problems by code: in-progress, store-unavailable → retry after Retry-After;
+//     handler-timeout, internal → retry (the work was rolled back and the key released);
+//     key-reused, key-missing, key-invalid, body-invalid, body-too-large, request-invalid,
+//     media-type-unsupported, not-found, method-not-allowed → final (a retry sends the same
+//     request and gets the same answer);
+//   - 1xx, 2xx, 3xx: final;
+//   - 408, 425, 429 (never stored, whatever persist says) → retry after Retry-After, if any;
+//   - another 5xx → retry unless op.Persist stores it;
+//   - another 4xx → final.
+//
+// body is the answer's body, read to decode a problem; header may be nil.
+func Classify(op *Operation, status int, header http.Header, body []byte) Decision {
+	ra, _ := ParseRetryAfter(header.Get("Retry-After"), time.Now())
+	if header.Get(HeaderReplayed) == "true" {
+		return Decision{Reason: strconv.Itoa(status) + " replayed", Stored: true}
+	}
+	if p := DecodeProblem(status, header, body); p != nil && p.Type == ProblemTypePrefix+p.Code {
+		reason := strconv.Itoa(status) + " " + p.Code
+		switch p.Code {
+		case CodeInProgress, CodeStoreUnavailable:
+			return Decision{Retry: true, Wait: ra, Reason: reason}
+		case CodeHandlerTimeout, CodeInternal:
+			return Decision{Retry: true, Reason: reason}
+		case CodeKeyReused, CodeKeyMissing, CodeKeyInvalid, CodeBodyInvalid, CodeBodyTooLarge,
+			CodeRequestInvalid, CodeMediaTypeUnsupported, CodeNotFound, CodeMethodNotAllowed:
+			return Decision{Reason: reason}
+		}
+		// A code this package does not know: judged by its status, below.
+	}
+	reason := strconv.Itoa(status)
+	switch {
+	case status < 400:
+		return Decision{Reason: reason, Stored: op.stores(status)}
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return Decision{Retry: true, Wait: ra, Reason: reason}
+	case status >= 500:
+		if op.stores(status) {
+			return Decision{Reason: reason + " stored (persist: " + strings.Join(op.Persist, ", ") + ")", Stored: true}
+		}
+		return Decision{Retry: true, Wait: ra, Reason: reason + " not stored (persist: " + strings.Join(op.persist(), ", ") + ")"}
+	}
+	return Decision{Reason: reason, Stored: op.stores(status)}
+}
+
+// maxRetryAfter bounds what a Retry-After is read as, so that a huge one cannot overflow a
+// time.Duration; any wait that long ends past every deadline anyway.
+const maxRetryAfter = 365 * 24 * time.Hour
+
+// ParseRetryAfter reads a Retry-After value (RFC 9110): whole seconds, or an HTTP-date, which
+// is measured from now (a date in the past is 0). ok is false when v is empty or malformed (a
+// negative or fractional number, text); the value is then 0 and the backoff decides the wait.
+// Values are capped at a year.
+func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			if ne, isNum := err.(*strconv.NumError); isNum && ne.Err == strconv.ErrRange {
+				return maxRetryAfter, true
+			}
+			return 0, false
+		}
+		if n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
+}
+
+// DecodeProblem reads an application/problem+json body (RFC 9457) into an [*Error], or returns
+// nil when the answer is not one.
+func DecodeProblem(status int, header http.Header, body []byte) *Error {
+	mt, _, err := mime.ParseMediaType(header.Get("Content-Type"))
+	if err != nil || mt != "application/problem+json" {
+		return nil
+	}
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+		Code   string `json:"code"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(body), &p) != nil {
+		return nil
+	}
+	// The answer's status is the one that counts; the body's may disagree only by mistake.
+	return &Error{Status: status, Type: p.Type, Title: p.Title, Detail: p.Detail, Code: p.Code}
+}
