@@ -6,7 +6,8 @@ package idem
 // each takes them: the Citus harness EXPLAINs each on a cluster. tenant, scope, key and token
 // name an existing key; the notification channel and payload are s's own.
 func CitusStatements(s *Store, tenant, scope, key, token string) map[string]CitusStatement {
-	t := tenantColumn(tenant)
+	r := rowOf(&DoParams{Tenant: tenant, Scope: scope, Key: key})
+	t, scope, key := r.tenant, r.scope, r.key
 	lead := []any{t, scope, key, token}
 	with := func(more ...any) []any { return append(append([]any{}, lead...), more...) }
 	channel := channelOf(s.table)
