@@ -335,8 +335,11 @@ func (l *listener) hear(ctx context.Context, gen int, conn *pgx.Conn) {
 		if check == "" && !time.Now().Before(due) {
 			check = l.sendCheck(ctx)
 			due = time.Now().Add(l.checkWithin)
-			if check == "" { // not sent: the store's DB is out of reach; try again later
-				due = time.Now().Add(l.checkEvery)
+			if check == "" {
+				// Not sent (the store's DB refused or timed out): nothing was learnt, so try
+				// again soon rather than a whole checkEvery later, which would leave a deaf
+				// listener counted as hearing all that time.
+				due = time.Now().Add(min(l.checkWithin, l.checkEvery))
 			}
 		}
 		wctx, cancel := context.WithDeadline(ctx, due)
