@@ -89,13 +89,13 @@ func Listening(s *Store) bool {
 // ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
 func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
 
-// ClaimSQL is the claim statement of claim mode m, for tests that count claims.
-func ClaimSQL(s *Store, m ClaimMode) string {
-	if m == ClaimTransaction {
-		return s.sql.claim
-	}
-	return s.sql.claimAsync
-}
+// ClaimSQL is the statement every try of a claim sends first (its read), for tests that count
+// claims.
+func ClaimSQL(s *Store, m ClaimMode) string { return s.sql.claimRead }
+
+// SendNoGuards makes s claim as it does on a database with Citus: without the statements that
+// fail on purpose to skip the rest of a batch.
+func SendNoGuards(s *Store) { s.citus = true }
 
 // Asleep is how many of s's waiters sleep until a notification, having found nothing new since
 // their last claim.

@@ -16,11 +16,12 @@ var sqlFS embed.FS
 
 // statements are the SQL texts for one key table.
 type statements struct {
-	claim, complete, release, renew, purge, purgeCount string
-	replay, replayGuard, notify, ownerGuard            string
-	// claimAsync is the claim that also turns synchronous_commit off for its own transaction
-	// (lease mode's claim, which commits on its own).
-	claimAsync string
+	complete, release, renew, purge, purgeCount string
+	replay, replayGuard, notify, ownerGuard     string
+	// claimRead, claimGuard and claim are the claim (sql/claim_read.sql, sql/claim_guard.sql,
+	// sql/claim.sql): the row's answer, the guard that skips the write when nobody may take the
+	// row, and the write that inserts the key or takes it over.
+	claimRead, claimGuard, claim string
 
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
@@ -34,14 +35,14 @@ type statements struct {
 func newStatements(table string) (statements, error) {
 	var st statements
 	for _, s := range []struct {
-		file  string
-		dst   *string
-		async bool
+		file string
+		dst  *string
 	}{
-		{"claim", &st.claim, false}, {"claim", &st.claimAsync, true}, {"complete", &st.complete, false}, {"release", &st.release, false},
-		{"renew", &st.renew, false}, {"purge", &st.purge, false}, {"purge_count", &st.purgeCount, false},
-		{"replay", &st.replay, false}, {"replay_guard", &st.replayGuard, false}, {"notify", &st.notify, false},
-		{"owner_guard", &st.ownerGuard, false},
+		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard},
+		{"complete", &st.complete}, {"release", &st.release},
+		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
+		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
+		{"owner_guard", &st.ownerGuard},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -52,16 +53,14 @@ func newStatements(table string) (statements, error) {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		var b strings.Builder
-		if err := t.Execute(&b, struct {
-			Table string
-			Async bool
-		}{table, s.async}); err != nil {
+		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.batched = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.ownerGuard, st.replay, st.replayGuard,
-		lockWaitSet, lockWaitRestore, st.complete, st.notify}
+	st.batched = append([]string{beginSQL, commitSQL, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
+		st.replay, st.replayGuard, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+		lockWaitDefault, lockWaitRestore}, lockWaitSQL[:]...)
 	return st, nil
 }
 
