@@ -12,6 +12,7 @@ func CitusStatements(s *Store, tenant, scope, key, token string) map[string]Citu
 	with := func(more ...any) []any { return append(append([]any{}, lead...), more...) }
 	claim := with("charge", "fp", int64(60000), int64(86400000))
 	st := map[string]CitusStatement{
+		"claimFast":       {s.sql.claimFast, claim, false},
 		"claimRead":       {s.sql.claimRead, []any{t, scope, key, "fp"}, false},
 		"claimGuard":      {s.sql.claimGuard, []any{t, scope, key, "fp"}, false},
 		"claim":           {s.sql.claim, claim, false},

@@ -59,7 +59,7 @@ func TestCitusRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	stmts := map[string]string{
-		"claimRead": st.claimRead, "claimGuard": st.claimGuard, "claim": st.claim,
+		"claimFast": st.claimFast, "claimRead": st.claimRead, "claimGuard": st.claimGuard, "claim": st.claim,
 		"complete": st.complete, "release": st.release, "renew": st.renew, "replay": st.replay,
 		"replayGuard": st.replayGuard, "notify": st.notify, "ownerGuard": st.ownerGuard,
 		"purge": st.purge, "purgeCount": st.purgeCount,

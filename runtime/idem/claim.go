@@ -287,7 +287,137 @@ func leaseSettings(b *pgx.Batch) {
 
 // claimAndBegin is claim that also begins the business transaction when the claim makes this
 // request the key's owner, in the same round trip (the Store holds the connection: db is a
-// pool). The batch is: the claim's read and guard (sql/claim_read.sql, sql/claim_guard.sql: a
+// pool). It tries the fast path first (fastClaimAndBegin), which decides a new key and a
+// remembered completed one; any other key (in flight, expired, or completed just now) is
+// decided by the full claim (fullClaimAndBegin), in a second round trip.
+func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
+	if !s.noFastPath {
+		var decided bool
+		if tx, res, decided, err = s.fastClaimAndBegin(ctx, p); decided {
+			return tx, res, err
+		}
+		if ctx.Err() != nil { // the caller left, and the fast path made no claim
+			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
+		}
+	}
+	return s.fullClaimAndBegin(ctx, p)
+}
+
+// fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
+// check and its guard (sql/replay.sql, sql/replay_guard.sql: a remembered completed row is the
+// answer, and nothing begins), then BEGIN and its settings (synchronous_commit off for the
+// claim's own transaction; see claim for why that loses nothing), the fast claim
+// (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard (sql/owner_guard.sql), and the
+// business BEGIN. On Citus neither guard is sent (see citus.go), and a business BEGIN that was
+// not the owner's is rolled back. decided is false when the key has a row that
+// the replay check did not answer for: the insert then wrote nothing, the guard skipped the
+// business BEGIN, and the full claim must decide.
+//
+// As in fullClaimAndBegin, the batch is waited for even when ctx ends meanwhile (bounded by the
+// store timeout), and a caller that has gone gives back exactly the claim it made, if it made
+// one; when it made none, decided is false and the caller must not claim again.
+func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, decided bool, err error) {
+	c := newClaim(p)
+	sent := time.Now()
+	var done *peeked
+	won, committed := false, false
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer cancel()
+	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+		b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
+			done, err = scanPeek(rows)
+			return err
+		})
+		if !s.citus {
+			b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key)
+		}
+		leaseSettings(b)
+		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+			won = tag.RowsAffected() == 1
+			return nil
+		})
+		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
+			committed = tag.String() == "COMMIT"
+			return nil
+		})
+		if !s.citus {
+			b.Queue(s.sql.ownerGuard, c.args()...)
+		}
+	}, nil)
+	var pgErr *pgconn.PgError
+	guarded := errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode // or replayGuardCode: the same
+	switch {
+	case err == nil && won && committed:
+		// Claimed and begun.
+		c.Attempt = 1
+		res = &claimResult{status: claimAcquired, claim: c}
+	case s.citus && err == nil && done != nil:
+		// Without guards (Citus): a remembered completed row (the insert wrote nothing), and a
+		// business BEGIN to take back.
+		s.rollback(ctx, tx)
+		tx = nil
+		if res, err = done.result(p.Fingerprint); err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return nil, nil, true, storeError(ctx, "replay check", err)
+		}
+	case s.citus && err == nil && !won:
+		// Without guards: the key has a row the replay check did not answer for; nothing was
+		// written, the business BEGIN is taken back, and the full claim decides.
+		s.rollback(ctx, tx)
+		return nil, nil, false, nil
+	case guarded && committed && won:
+		// Claimed and committed, but the owner guard disagrees (a lease shorter than a round
+		// trip, taken over already): the caller begins on its own, and its completion's fence
+		// decides.
+		s.rollback(ctx, tx)
+		c.Attempt = 1
+		tx, res = nil, &claimResult{status: claimAcquired, claim: c}
+	case guarded && !committed && done != nil:
+		// A remembered completed row: the replay guard skipped the rest.
+		s.rollback(ctx, tx) // hands the idle connection back
+		tx = nil
+		if res, err = done.result(p.Fingerprint); err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return nil, nil, true, storeError(ctx, "replay check", err)
+		}
+	case guarded:
+		// The key has a row the replay check did not answer for (the insert wrote nothing, and
+		// the owner guard skipped the BEGIN), or it completed between the check and its guard
+		// (nothing ran): nothing was written or begun, and the full claim decides.
+		s.rollback(ctx, tx)
+		return nil, nil, false, nil
+	default:
+		if tx != nil {
+			s.rollback(ctx, tx)
+			// As in fullClaimAndBegin: the answer was lost or a later statement failed, so the
+			// claim may have committed; only a row in flight with this request's token goes.
+			s.releaseLost(ctx, c)
+		}
+		if err == nil { // the batch succeeded without winning: cannot be, but never begin unowned
+			err = errors.New("the fast claim's owner guard passed for a key it did not win")
+		}
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, nil, true, storeError(ctx, "claim and begin", err)
+	}
+	if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
+		if res.status.owns() {
+			if tx != nil {
+				s.rollback(ctx, tx)
+			}
+			s.release(ctx, c, EventReleased, 0)
+		}
+		return nil, nil, true, storeError(ctx, "claim and begin", ctx.Err())
+	}
+	s.remember(p, res, sent)
+	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+	return tx, res, true, nil
+}
+
+// fullClaimAndBegin is claimAndBegin with the full claim, which decides all five outcomes. The
+// batch is: the claim's read and guard (sql/claim_read.sql, sql/claim_guard.sql: a
 // row nobody may take is the answer, and nothing begins), BEGIN and its settings, the claim's
 // write (sql/claim.sql, which commits asynchronously, as in claim), COMMIT, a guard that fails
 // unless the committed claim is this request's (sql/owner_guard.sql), and the business BEGIN. A
@@ -303,7 +433,7 @@ func leaseSettings(b *pgx.Batch) {
 // reads, so a claim abandoned half-way could commit after any release sent behind it, and the
 // key would answer in-progress for its whole lease. Knowing what the batch did, a caller that
 // has gone gives back exactly the claim it made, if it made one.
-func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
+func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
 	for try := 1; ; try++ {
 		c := newClaim(p)
 		sent := time.Now()
@@ -389,18 +519,34 @@ const ownerGuardCode = "22012"
 // once, when it gives up.
 //
 // Ahead of the begin, the same round trip checks for a remembered completed row (sql/replay.sql):
-// a replay then needs neither the transaction nor its rollback (on Citus, without the replay
-// check's guard, the begun transaction is rolled back).
+// a replay then needs neither the transaction nor its rollback. Behind it goes the fast claim
+// (sql/claim_fast.sql), a plain insert; only when the key already has a row does the full claim
+// follow, in the same transaction, in a second round trip.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
 	bound := lockWaitFor(wait)
+	var t claimTry
+	// bounded queues what q queues under the claim's lock wait, with the caller's lock_timeout
+	// saved first (save) and put back behind.
+	bounded := func(b *pgx.Batch, save bool, q func(b *pgx.Batch)) {
+		if save {
+			b.Queue(lockWaitSave)
+		}
+		b.Queue(bound)
+		q(b)
+		b.Queue(lockWaitDefault)
+		b.Queue(lockWaitRestore)
+	}
+	full := func(b *pgx.Batch) { s.queueClaim(b, c, p, &t, nil) }
 	for try := 1; ; try++ {
 		check := try == 1
 		sent := time.Now()
-		var t claimTry
+		t = claimTry{}
 		var done *peeked
 		var ahead func(b *pgx.Batch)
 		replayPassed := false
+		claim := func(b *pgx.Batch) { bounded(b, true, full) }
+		won := -1                                          // -1: no fast claim was sent
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
 				b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
@@ -414,22 +560,41 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 					})
 				}
 			}
+			if !s.noFastPath {
+				claim = func(b *pgx.Batch) {
+					bounded(b, true, func(b *pgx.Batch) {
+						b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+							won = int(tag.RowsAffected())
+							return nil
+						})
+					})
+				}
+			}
 		}
-		tx, err = s.beginWith(ctx, ahead, func(b *pgx.Batch) {
-			// The claim under its lock wait, with the caller's lock_timeout saved before and put
-			// back behind.
-			b.Queue(lockWaitSave)
-			b.Queue(bound)
-			s.queueClaim(b, c, p, &t, nil)
-			b.Queue(lockWaitDefault)
-			b.Queue(lockWaitRestore)
-		})
+		tx, err = s.beginWith(ctx, ahead, claim)
+		if s.citus && err == nil && done != nil {
+			// Without guards (Citus): the replay check found a remembered completed row (and the
+			// fast claim wrote nothing); tx is begun, and the caller rolls it back.
+			res, err = done.result(p.Fingerprint)
+			if err != nil {
+				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+				return tx, nil, false, storeError(ctx, "replay check", err)
+			}
+			s.remember(p, res, sent)
+			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+			return tx, res, false, nil
+		}
+		if err == nil && won == 0 {
+			// The key has a row: the full claim decides, in the same transaction (the caller's
+			// lock_timeout is saved already).
+			b := &pgx.Batch{}
+			bounded(b, false, full)
+			err = tx.SendBatch(ctx, b).Close()
+		}
 		var pgErr *pgconn.PgError
 		switch {
-		case ahead != nil && !s.citus && !replayPassed && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode,
-			ahead != nil && s.citus && done != nil:
-			// The replay check found a remembered completed row: its guard skipped the begin and
-			// the claim (on Citus the claim ran and wrote nothing, and the caller rolls tx back).
+		case !s.citus && ahead != nil && !replayPassed && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode:
+			// The guard found a completed row: the begin and the claim were skipped.
 			if done == nil {
 				// It completed between the check and its guard: check again, the plain way.
 				s.rollback(ctx, tx)
@@ -445,10 +610,10 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-		case t.guardFailed(err), err == nil && !t.wrote && t.read != nil:
+		case t.guardFailed(err), err == nil && won != 1 && !t.wrote && t.read != nil:
 			// A row nobody may take: the read's answer (the caller rolls tx back).
 			res = t.read
-		case t.raced(err) || err == nil && !t.wrote:
+		case t.raced(err) || err == nil && won != 1 && !t.wrote:
 			// The row changed between the read and the write: claim again, in a new transaction.
 			s.rollback(ctx, tx)
 			if try < claimTries {
@@ -458,6 +623,10 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		case err != nil:
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
+		case won == 1:
+			// The fast claim inserted the key: new, in flight, this request's.
+			c.Attempt = 1
+			res = &claimResult{status: claimAcquired, claim: c}
 		default:
 			res = t.owned(c)
 		}

@@ -24,69 +24,137 @@ import (
 // claim commits on the server before the cancel arrives.
 func TestCallerLeavingDuringTheClaimBatchLeavesNoClaim(t *testing.T) {
 	t.Parallel()
-	var slowDials atomic.Bool
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if slowDials.Load() {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(time.Second):
+	for _, path := range claimPaths { // the fast path's batch, and the full claim's
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			var slowDials atomic.Bool
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if slowDials.Load() {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(time.Second):
+					}
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
 			}
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
-	e := newEnv(t, nil, &idemtest.SchemaOpts{DialFunc: dial})
-	e.Warm(4)
-	slowDials.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p := &idem.DoParams{Scope: "s", Key: "slow-claim", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
+			e := newEnv(t, nil, &idemtest.SchemaOpts{DialFunc: dial})
+			if path.full {
+				idem.DisableFastPath(e.Store)
+			}
+			e.Warm(4)
+			slowDials.Store(true)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "slow-claim", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
 
-	blocker, err := e.Sch.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback(context.Background())
-	if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
-		owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'slow-claim', 'op', 'fp', 'in_flight', gen_random_uuid(), now(), now())`); err != nil {
-		t.Fatal(err)
-	}
+			blocker, err := e.Sch.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Rollback(context.Background())
+			if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
+				owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'slow-claim', 'op', 'fp', 'in_flight', gen_random_uuid(), now(), now())`); err != nil {
+				t.Fatal(err)
+			}
 
-	cctx, leave := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
-			return nil, errors.New("the handler ran for a caller that had left")
+			cctx, leave := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+					return nil, errors.New("the handler ran for a caller that had left")
+				})
+				done <- err
+			}()
+			waitForLockWait(t, e, ctx)
+			leave()
+			var doErr error
+			returned := false
+			select { // a Do that gives up on the batch returns here, and its release runs before the claim commits
+			case doErr = <-done:
+				returned = true
+			case <-time.After(200 * time.Millisecond):
+			}
+			if err := blocker.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !returned {
+				select {
+				case doErr = <-done:
+				case <-ctx.Done():
+					t.Fatal("Do did not return after its caller left and the claim's lock was let go")
+				}
+			}
+			if !errors.Is(doErr, context.Canceled) {
+				t.Fatalf("Do for a caller that left: %v; want context.Canceled", doErr)
+			}
+
+			r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
+			if err != nil || r.Replayed {
+				t.Fatalf("the retry: %+v, %v; want it to execute at once (the claim of the caller that left was given back)", r, err)
+			}
 		})
-		done <- err
-	}()
-	waitForLockWait(t, e, ctx)
-	leave()
-	var doErr error
-	returned := false
-	select { // a Do that gives up on the batch returns here, and its release runs before the claim commits
-	case doErr = <-done:
-		returned = true
-	case <-time.After(200 * time.Millisecond):
 	}
-	if err := blocker.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !returned {
-		select {
-		case doErr = <-done:
-		case <-ctx.Done():
-			t.Fatal("Do did not return after its caller left and the claim's lock was let go")
-		}
-	}
-	if !errors.Is(doErr, context.Canceled) {
-		t.Fatalf("Do for a caller that left: %v; want context.Canceled", doErr)
-	}
+}
 
-	r, err := e.Store.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil })
-	if err != nil || r.Replayed {
-		t.Fatalf("the retry: %+v, %v; want it to execute at once (the claim of the caller that left was given back)", r, err)
+// A caller that leaves while its lease-mode claim batch waits on another holder's row claims
+// nothing: when the holder commits, the batch finds the key held, and Do returns for the caller
+// that left without claiming again (the fast path, finding a row, does not go on to the full
+// claim), leaving the holder's row as it was.
+func TestCallerLeavingWhileTheKeyIsHeldClaimsNothing(t *testing.T) {
+	t.Parallel()
+	for _, path := range claimPaths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil, nil)
+			if path.full {
+				idem.DisableFastPath(e.Store)
+			}
+			e.Warm(4)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "held", Operation: "op", Fingerprint: "fp", Lease: time.Minute}
+			const holder = "00000000-0000-4000-8000-000000000001"
+			blocker, err := e.Sch.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Rollback(context.Background())
+			if _, err := blocker.Exec(ctx, "INSERT INTO "+e.Store.Table()+` (tenant, scope, key, operation, fingerprint, state,
+				owner_token, lease_expires_at, expires_at) VALUES ('', 's', 'held', 'op', 'fp', 'in_flight', $1, now() + interval '1 hour', now() + interval '1 hour')`, holder); err != nil {
+				t.Fatal(err)
+			}
+			cctx, leave := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Store.Do(cctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+					return nil, errors.New("the handler ran for a caller that had left")
+				})
+				done <- err
+			}()
+			waitForLockWait(t, e, ctx)
+			leave()
+			if err := blocker.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Do for a caller that left: %v; want context.Canceled", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("Do did not return after its caller left and the holder committed")
+			}
+			var token string
+			var attempt, rows int
+			if err := e.Sch.Pool.QueryRow(ctx, "SELECT min(owner_token::text), min(attempt), count(*) FROM "+e.Store.Table()).Scan(&token, &attempt, &rows); err != nil {
+				t.Fatal(err)
+			}
+			if token != holder || attempt != 1 || rows != 1 {
+				t.Fatalf("after the caller left: %d rows, token %s, attempt %d; want the holder's one row untouched (%s, attempt 1)", rows, token, attempt, holder)
+			}
+		})
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 // handler (the fencing test).
 func DisableRenewal(s *Store) { s.noRenew = true }
 
+// DisableFastPath sends every claim of s through the full claim statement.
+func DisableFastPath(s *Store) { s.noFastPath = true }
+
 // The claim's building blocks, exposed to the tests of the state machine.
 
 type ClaimParams = DoParams
@@ -89,9 +92,14 @@ func Listening(s *Store) bool {
 // ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
 func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
 
-// ClaimSQL is the statement every try of a claim sends first (its read), for tests that count
-// claims.
-func ClaimSQL(s *Store, m ClaimMode) string { return s.sql.claimRead }
+// ClaimSQL is the statement every try of a claim sends first on the path it takes (the fast
+// path's insert, unless it is off; else the full claim's read), for tests that count claims.
+func ClaimSQL(s *Store, m ClaimMode) string {
+	if !s.noFastPath {
+		return s.sql.claimFast
+	}
+	return s.sql.claimRead
+}
 
 // SendNoGuards makes s claim as it does on a database with Citus: without the statements that
 // fail on purpose to skip the rest of a batch.

@@ -18,9 +18,12 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
-	// claimRead, claimGuard and claim are the claim (sql/claim_read.sql, sql/claim_guard.sql,
-	// sql/claim.sql): the row's answer, the guard that skips the write when nobody may take the
-	// row, and the write that inserts the key or takes it over.
+	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
+	// nobody has; either mode sends the full claim only when the key has a row.
+	claimFast string
+	// claimRead, claimGuard and claim are the full claim (sql/claim_read.sql,
+	// sql/claim_guard.sql, sql/claim.sql): the row's answer, the guard that skips the write when
+	// nobody may take the row, and the write that inserts the key or takes it over.
 	claimRead, claimGuard, claim string
 
 	// batched are the statements the request path sends in batches on a connection the Store
@@ -38,7 +41,7 @@ func newStatements(table string) (statements, error) {
 		file string
 		dst  *string
 	}{
-		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard},
+		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard}, {"claim_fast", &st.claimFast},
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
@@ -58,7 +61,7 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.batched = append([]string{beginSQL, commitSQL, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
+	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore}, lockWaitSQL[:]...)
 	return st, nil

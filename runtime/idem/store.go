@@ -163,6 +163,9 @@ type Store struct {
 
 	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
 	noRenew bool
+	// noFastPath sends every claim through the full claim statement; tests use it to check
+	// that both paths decide alike.
+	noFastPath bool
 
 	bg  *background // what runs beside requests: release retries (release.go)
 	est estimates   // handler times per operation, for Retry-After (estimate.go)
