@@ -163,3 +163,26 @@ func citusViolations(name, sql, table string) []string {
 	}
 	return v
 }
+
+// TestCitusRulesCatch: each rule finds the shape it is about (so an empty list of violations
+// means something).
+func TestCitusRulesCatch(t *testing.T) {
+	const table = `"public"."idempotency_keys"`
+	for _, c := range []struct{ rule, sql string }{
+		{"tenant", `SELECT 1 FROM "public"."idempotency_keys" WHERE scope = $2`},
+		{"volatile-do-update", `INSERT INTO "public"."idempotency_keys" (tenant, key) VALUES ($1, $2) ON CONFLICT (tenant, key) DO UPDATE SET lease_expires_at = statement_timestamp() WHERE true`},
+		{"volatile-returning", `INSERT INTO "public"."idempotency_keys" (tenant, key) VALUES ($1, $2) RETURNING statement_timestamp() - created_at`},
+		{"insert-select", `INSERT INTO "public"."idempotency_keys" (tenant, key) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1)`},
+		{"insert-in-cte", `WITH ins AS (INSERT INTO "public"."idempotency_keys" (tenant, key) VALUES ($1, $2) RETURNING 1) SELECT count(*) FROM ins`},
+		{"row-lock", `SELECT 1 FROM "public"."idempotency_keys" WHERE expires_at < now() FOR UPDATE`},
+		{"set-config", `SELECT set_config('synchronous_commit', 'off', true) FROM "public"."idempotency_keys" WHERE tenant = $1`},
+		{"set-config", `SELECT set_config('lock_timeout', $1, true)`},
+		{"notify", `WITH gone AS (DELETE FROM "public"."idempotency_keys" WHERE tenant = $1 RETURNING 1) SELECT pg_notify($2, $3) FROM gone`},
+		{"guard", `SELECT 1 / (SELECT count(*) FROM "public"."idempotency_keys" WHERE tenant = $1)::int`},
+	} {
+		got := citusViolations("example", strings.ToLower(strings.Join(strings.Fields(c.sql), " ")), table)
+		if !slices.Contains(got, c.rule) {
+			t.Errorf("%s: found %v; want %s", c.sql, got, c.rule)
+		}
+	}
+}
