@@ -136,29 +136,153 @@ func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
 	return c.args(p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)+timeout(p)))
 }
 
-// claim claims p's key in one statement (claim: lease; it commits at once). It inserts the key
-// in flight with a lease, or returns the existing row, or takes over a row whose holder's lease
-// expired (same fingerprint only). The fingerprint is compared before anything else about an
-// existing row: a different request gets claimKeyReused even while the first is in flight.
+// claim claims p's key (claim: lease; it commits at once) in a transaction of its own: the path
+// for a DB that is not a pool (the Store cannot hold a connection for a batch that also begins
+// the business transaction). It inserts the key in flight with a lease, or returns the existing
+// row, or takes over a row whose holder's lease expired (same fingerprint only). The fingerprint
+// is compared before anything else about an existing row: a different request gets
+// claimKeyReused even while the first is in flight.
 //
-// The claim commits asynchronously: the statement turns synchronous_commit off for its own
-// transaction (sql/claim.sql, Async), so the request does not wait for the claim's WAL flush.
-// That loses nothing: the business transaction commits synchronously, after the claim, and
-// flushing its commit flushes all WAL before it, the claim's included, so no outcome or business
-// row can be durable without its claim. A crash that loses a claim loses only the claim (its
-// work had not committed): a duplicate that saw it was told "in progress", and the retry runs
-// anew (as attempt 1: see docs/runtime.md).
+// The claim commits asynchronously (asyncCommitSQL), so the request does not wait for the
+// claim's WAL flush. That loses nothing: the business transaction commits synchronously, after
+// the claim, and flushing its commit flushes all WAL before it, the claim's included, so no
+// outcome or business row can be durable without its claim (on Citus the business rows are on
+// the claim's shard, so in the same worker's WAL). A crash that loses a claim loses only the
+// claim (its work had not committed): a duplicate that saw it was told "in progress", and the
+// retry runs anew (as attempt 1: see docs/runtime.md).
 func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
-	c := newClaim(p)
-	sent := time.Now()
-	res, err := s.scanClaim(s.db.QueryRow(ctx, s.sql.claimAsync, s.claimArgs(c, p)...), c, new(string))
-	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-		return nil, storeError(ctx, "claim", err)
+	for try := 1; ; try++ {
+		c := newClaim(p)
+		sent := time.Now()
+		res, err := s.claimOnce(ctx, c, p)
+		if err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return nil, storeError(ctx, "claim", err)
+		}
+		if res == nil { // the row changed under the claim: claim again
+			if try < claimTries {
+				continue
+			}
+			res = &claimResult{status: claimInProgress, retryAfter: time.Second}
+		}
+		s.remember(p, res, sent)
+		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		return res, nil
 	}
-	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
-	return res, nil
+}
+
+// claimOnce is one try of claim; a nil result means the row changed between the claim's read and
+// its write, and the claim must be tried again.
+func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *claimResult, err error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if res == nil || !res.status.owns() {
+			cctx, cancel := detached(ctx)
+			defer cancel()
+			_ = tx.Rollback(cctx)
+		}
+	}()
+	var t claimTry
+	b := &pgx.Batch{}
+	b.Queue(propagateSetSQL)
+	b.Queue(asyncCommitSQL)
+	s.queueClaim(b, c, p, &t, nil)
+	err = tx.SendBatch(ctx, b).Close()
+	switch {
+	case err == nil && t.wrote:
+		if err := tx.Commit(ctx); err != nil {
+			return nil, err
+		}
+		return t.owned(c), nil
+	case err == nil, t.guardFailed(err):
+		return t.read, nil // nil when the row changed under the claim: claim again
+	case t.raced(err):
+		return nil, nil
+	}
+	return nil, err
+}
+
+// claimTries bounds how often a claim is tried when the key's row changes between the claim's
+// read and its write (requests racing for it): past it, the answer is in progress.
+const claimTries = 5
+
+// claimTry is one try of the claim (sql/claim_read.sql, sql/claim_guard.sql, sql/claim.sql), as
+// its statements' answers left it.
+type claimTry struct {
+	readDone, guardPassed bool
+	// read is the read's answer when the key has a row nobody may take (then the guard fails
+	// and the write is skipped); nil without a row, or for one that may be taken.
+	read *claimResult
+	// wrote says the write returned the row: this request inserted the key or took it over.
+	wrote   bool
+	attempt int32
+}
+
+// queueClaim queues the claim of c on b: the read, its guard and the write, and between the
+// guard and the write what mid queues (lease mode's BEGIN and its settings). A guard that fails
+// skips the rest of b. On Citus there is no guard (see citus.go): the write runs, and writes
+// nothing for a row nobody may take.
+func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
+	b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
+		t.read, err = s.scanRead(rows, c)
+		t.readDone = err == nil
+		return err
+	})
+	if !s.citus {
+		b.Queue(s.sql.claimGuard, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Exec(func(pgconn.CommandTag) error {
+			t.guardPassed = true
+			return nil
+		})
+	}
+	if mid != nil {
+		mid(b)
+	}
+	b.Queue(s.sql.claim, s.claimArgs(c, p)...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			t.wrote = true
+			if err := rows.Scan(&t.attempt); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// guardFailed says err is the claim's guard failing on purpose on a row the read also found
+// nobody may take: t.read is the answer. When the two disagree (the row changed between them),
+// it is false and raced is true: the claim is tried again.
+func (t *claimTry) guardFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return t.readDone && !t.guardPassed && t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
+}
+
+// raced: the guard failed where the read found the row free to take.
+func (t *claimTry) raced(err error) bool {
+	var pgErr *pgconn.PgError
+	return t.readDone && !t.guardPassed && t.read == nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
+}
+
+// owned is the result of a write that returned the row: c holds the key.
+func (t *claimTry) owned(c *Claim) *claimResult {
+	c.Attempt = int(t.attempt)
+	if t.attempt > 1 {
+		return &claimResult{status: claimTakenOver, claim: c}
+	}
+	return &claimResult{status: claimAcquired, claim: c}
+}
+
+// claimGuardCode is the claim's guard failing on purpose (sql/claim_guard.sql).
+const claimGuardCode = "22012"
+
+// leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
+// Store.claim), set so that on Citus it reaches the worker that commits.
+func leaseSettings(b *pgx.Batch) {
+	b.Queue(beginSQL)
+	b.Queue(propagateSetSQL)
+	b.Queue(asyncCommitSQL)
 }
 
 // claimAndBegin is claim that also begins the business transaction when the claim makes this
@@ -181,10 +305,11 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
 // check and its guard (sql/replay.sql, sql/replay_guard.sql: a remembered completed row is the
-// answer, and nothing begins), then BEGIN, synchronous_commit off for the claim's own
-// transaction (as the full claim's Async variant; see claim for why that loses nothing), the
-// fast claim (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard
-// (sql/owner_guard.sql), and the business BEGIN. decided is false when the key has a row that
+// answer, and nothing begins), then BEGIN and its settings (synchronous_commit off for the
+// claim's own transaction; see claim for why that loses nothing), the fast claim
+// (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard (sql/owner_guard.sql), and the
+// business BEGIN. On Citus neither guard is sent (see citus.go), and a business BEGIN that was
+// not the owner's is rolled back. decided is false when the key has a row that
 // the replay check did not answer for: the insert then wrote nothing, the guard skipped the
 // business BEGIN, and the full claim must decide.
 //
@@ -203,9 +328,10 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			done, err = scanPeek(rows)
 			return err
 		})
-		b.Queue(s.sql.replayGuardLease, c.row.tenant, c.row.scope, c.row.key)
-		b.Queue(beginSQL)
-		b.Queue(syncCommitOff)
+		if !s.citus {
+			b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key)
+		}
+		leaseSettings(b)
 		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
 			won = tag.RowsAffected() == 1
 			return nil
@@ -214,7 +340,9 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			committed = tag.String() == "COMMIT"
 			return nil
 		})
-		b.Queue(s.sql.ownerGuard, c.args()...)
+		if !s.citus {
+			b.Queue(s.sql.ownerGuard, c.args()...)
+		}
 	}, nil)
 	var pgErr *pgconn.PgError
 	guarded := errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode // or replayGuardCode: the same
@@ -223,6 +351,20 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		// Claimed and begun.
 		c.Attempt = 1
 		res = &claimResult{status: claimAcquired, claim: c}
+	case s.citus && err == nil && done != nil:
+		// Without guards (Citus): a remembered completed row (the insert wrote nothing), and a
+		// business BEGIN to take back.
+		s.rollback(ctx, tx)
+		tx = nil
+		if res, err = done.result(p.Fingerprint); err != nil {
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return nil, nil, true, storeError(ctx, "replay check", err)
+		}
+	case s.citus && err == nil && !won:
+		// Without guards: the key has a row the replay check did not answer for; nothing was
+		// written, the business BEGIN is taken back, and the full claim decides.
+		s.rollback(ctx, tx)
+		return nil, nil, false, nil
 	case guarded && committed && won:
 		// Claimed and committed, but the owner guard disagrees (a lease shorter than a round
 		// trip, taken over already): the caller begins on its own, and its completion's fence
@@ -274,13 +416,17 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	return tx, res, true, nil
 }
 
-// fullClaimAndBegin is claimAndBegin with the full claim (sql/claim.sql), which decides all
-// five outcomes. The batch is: BEGIN, the claim (which commits asynchronously, as in claim), COMMIT, a
-// guard that fails unless the committed claim is this request's (sql/owner_guard.sql), and the
-// business BEGIN. A failed statement skips the rest of a batch, so a replay, an in-progress
-// answer or a mismatch never begins anything and costs one round trip. tx is open when res owns
-// the key, and nil otherwise; when the guard disagrees with the claim (a lease shorter than a
-// round trip), tx is nil with an owning res, and the caller begins on its own.
+// fullClaimAndBegin is claimAndBegin with the full claim, which decides all five outcomes. The
+// batch is: the claim's read and guard (sql/claim_read.sql, sql/claim_guard.sql: a
+// row nobody may take is the answer, and nothing begins), BEGIN and its settings, the claim's
+// write (sql/claim.sql, which commits asynchronously, as in claim), COMMIT, a guard that fails
+// unless the committed claim is this request's (sql/owner_guard.sql), and the business BEGIN. A
+// failed statement skips the rest of a batch, so a replay, an in-progress answer or a mismatch
+// never begins or writes anything and costs one round trip. tx is open when res owns the key,
+// and nil otherwise; when the owner guard disagrees with the claim (a lease shorter than a round
+// trip), tx is nil with an owning res, and the caller begins on its own. When the row changes
+// between the read and the write, the claim is tried again. On Citus neither guard is sent (see
+// citus.go): a business BEGIN that was not the owner's is rolled back.
 //
 // Once sent, the batch is waited for even when ctx ends meanwhile (bounded by the store
 // timeout): the server runs the statements it has received whether or not the client still
@@ -288,58 +434,77 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 // key would answer in-progress for its whole lease. Knowing what the batch did, a caller that
 // has gone gives back exactly the claim it made, if it made one.
 func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
-	c := newClaim(p)
-	sent := time.Now()
-	committed := false
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	defer cancel()
-	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-		b.Queue(beginSQL)
-		b.Queue(s.sql.claimAsync, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) (err error) {
-			res, err = s.scanClaim(row, c, new(string))
-			return err
-		})
-		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
-			committed = tag.String() == "COMMIT"
-			return nil
-		})
-		b.Queue(s.sql.ownerGuard, c.args()...)
-	}, nil)
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil && res.status.owns():
-		// Claimed and begun.
-	case committed && res != nil && (err == nil || errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode):
-		// Claimed (or not) and committed; the business transaction was not begun.
-		s.rollback(ctx, tx) // hands the idle connection back
-		tx, err = nil, nil
-	default:
-		if tx != nil {
+	for try := 1; ; try++ {
+		c := newClaim(p)
+		sent := time.Now()
+		var t claimTry
+		committed := false
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+			s.queueClaim(b, c, p, &t, leaseSettings)
+			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
+				committed = tag.String() == "COMMIT"
+				return nil
+			})
+			if !s.citus {
+				b.Queue(s.sql.ownerGuard, c.args()...)
+			}
+		}, nil)
+		cancel()
+		var pgErr *pgconn.PgError
+		guarded := errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode
+		switch {
+		case err == nil && t.wrote:
+			// Claimed and begun.
+			res = t.owned(c)
+		case err == nil && t.read != nil:
+			// Without guards (Citus): a row nobody may take, and a business BEGIN to take back.
 			s.rollback(ctx, tx)
-			// The batch's answer was lost (the store timeout ran out, the connection broke) or a
-			// later statement failed, so its claim may have committed: give the key back (only a
-			// row still in flight with this request's token is deleted), or a retry would wait
-			// out the lease.
-			s.releaseLost(ctx, c)
-		}
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return nil, nil, storeError(ctx, "claim and begin", err)
-	}
-	if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
-		if res.status.owns() {
+			tx, res = nil, t.read
+		case guarded && committed && t.wrote:
+			// Claimed and committed, but the owner guard disagrees: the caller begins on its own.
+			s.rollback(ctx, tx)
+			tx, res = nil, t.owned(c)
+		case t.guardFailed(err):
+			// A row nobody may take: the read's answer, and nothing was begun.
+			s.rollback(ctx, tx)
+			tx, res = nil, t.read
+		case t.raced(err) || guarded && committed || err == nil:
+			// The row changed between the read and the write: nothing was written; claim again.
+			s.rollback(ctx, tx)
+			tx = nil
+			if try < claimTries && ctx.Err() == nil {
+				continue
+			}
+			res = &claimResult{status: claimInProgress, retryAfter: time.Second}
+		default:
 			if tx != nil {
 				s.rollback(ctx, tx)
+				// The batch's answer was lost (the store timeout ran out, the connection broke) or a
+				// later statement failed, so its claim may have committed: give the key back (only a
+				// row still in flight with this request's token is deleted), or a retry would wait
+				// out the lease.
+				s.releaseLost(ctx, c)
 			}
-			s.release(ctx, c, EventReleased, 0)
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, nil, storeError(ctx, "claim and begin", err)
 		}
-		return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
+		if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
+			if res.status.owns() {
+				if tx != nil {
+					s.rollback(ctx, tx)
+				}
+				s.release(ctx, c, EventReleased, 0)
+			}
+			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
+		}
+		s.remember(p, res, sent)
+		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		return tx, res, nil
 	}
-	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
-	return tx, res, nil
 }
 
 // ownerGuardCode is the owner guard failing on purpose (sql/owner_guard.sql).
@@ -355,59 +520,80 @@ const ownerGuardCode = "22012"
 //
 // Ahead of the begin, the same round trip checks for a remembered completed row (sql/replay.sql):
 // a replay then needs neither the transaction nor its rollback. Behind it goes the fast claim
-// (sql/claim_fast.sql), a plain insert, under the lock wait the replay check's guard set, and
-// the caller's lock_timeout restored; only when the key already has a row does the full claim
-// (sql/claim.sql) follow, in the same transaction, in a second round trip.
+// (sql/claim_fast.sql), a plain insert; only when the key already has a row does the full claim
+// follow, in the same transaction, in a second round trip.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	c := newClaim(p)
-	lockTimeout := fmt.Sprintf("%dms", millis(wait))
-	// full queues the full claim; setWait says the batch has not bounded the lock wait yet.
-	full := func(batch *pgx.Batch, setWait bool) {
-		if setWait {
-			batch.Queue(lockWaitSet, lockTimeout)
+	bound := lockWaitFor(wait)
+	var t claimTry
+	// bounded queues what q queues under the claim's lock wait, with the caller's lock_timeout
+	// saved first (save) and put back behind.
+	bounded := func(b *pgx.Batch, save bool, q func(b *pgx.Batch)) {
+		if save {
+			b.Queue(lockWaitSave)
 		}
-		batch.Queue(s.sql.claim, s.claimArgs(c, p)...).QueryRow(func(row pgx.Row) error {
-			var err error
-			res, err = s.scanClaim(row, c)
-			return err
-		})
-		batch.Queue(lockWaitRestore)
+		b.Queue(bound)
+		q(b)
+		b.Queue(lockWaitDefault)
+		b.Queue(lockWaitRestore)
 	}
-	for check := true; ; check = false {
+	full := func(b *pgx.Batch) { s.queueClaim(b, c, p, &t, nil) }
+	for try := 1; ; try++ {
+		check := try == 1
 		sent := time.Now()
+		t = claimTry{}
 		var done *peeked
 		var ahead func(b *pgx.Batch)
-		claim := func(b *pgx.Batch) { full(b, true) }
-		won := int64(-1)                                   // -1: no fast claim was sent
+		replayPassed := false
+		claim := func(b *pgx.Batch) { bounded(b, true, full) }
+		won := -1                                          // -1: no fast claim was sent
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
 				b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
 				})
-				b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key, lockTimeout)
-			}
-			claim = func(b *pgx.Batch) { full(b, false) } // the replay check's guard bounded the wait
-			if !s.noFastPath {
-				claim = func(b *pgx.Batch) {
-					b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
-						won = tag.RowsAffected()
+				if !s.citus {
+					b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key).Exec(func(pgconn.CommandTag) error {
+						replayPassed = true
 						return nil
 					})
-					b.Queue(lockWaitRestore)
+				}
+			}
+			if !s.noFastPath {
+				claim = func(b *pgx.Batch) {
+					bounded(b, true, func(b *pgx.Batch) {
+						b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+							won = int(tag.RowsAffected())
+							return nil
+						})
+					})
 				}
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, claim)
+		if s.citus && err == nil && done != nil {
+			// Without guards (Citus): the replay check found a remembered completed row (and the
+			// fast claim wrote nothing); tx is begun, and the caller rolls it back.
+			res, err = done.result(p.Fingerprint)
+			if err != nil {
+				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+				return tx, nil, false, storeError(ctx, "replay check", err)
+			}
+			s.remember(p, res, sent)
+			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+			return tx, res, false, nil
+		}
 		if err == nil && won == 0 {
-			// The key has a row: the full claim decides, in the same transaction.
+			// The key has a row: the full claim decides, in the same transaction (the caller's
+			// lock_timeout is saved already).
 			b := &pgx.Batch{}
-			full(b, true)
+			bounded(b, false, full)
 			err = tx.SendBatch(ctx, b).Close()
 		}
 		var pgErr *pgconn.PgError
 		switch {
-		case check && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode:
+		case !s.citus && ahead != nil && !replayPassed && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode:
 			// The guard found a completed row: the begin and the claim were skipped.
 			if done == nil {
 				// It completed between the check and its guard: check again, the plain way.
@@ -424,14 +610,25 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+		case t.guardFailed(err), err == nil && won != 1 && !t.wrote && t.read != nil:
+			// A row nobody may take: the read's answer (the caller rolls tx back).
+			res = t.read
+		case t.raced(err) || err == nil && won != 1 && !t.wrote:
+			// The row changed between the read and the write: claim again, in a new transaction.
+			s.rollback(ctx, tx)
+			if try < claimTries {
+				continue
+			}
+			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		case err != nil:
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
-		}
-		if won == 1 {
+		case won == 1:
 			// The fast claim inserted the key: new, in flight, this request's.
 			c.Attempt = 1
 			res = &claimResult{status: claimAcquired, claim: c}
+		default:
+			res = t.owned(c)
 		}
 		s.remember(p, res, sent)
 		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
@@ -439,18 +636,49 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 	}
 }
 
-// lockWaitSet bounds a transaction-mode claim's wait for a concurrent holder, saving the
-// caller's lock_timeout; lockWaitRestore puts it back. Both are local to the transaction.
+// The claim transaction's settings, each a statement of its own that touches no table. On
+// Citus a set_config runs where its statement runs (a statement on the key table runs on the
+// tenant's worker, a statement on no table on the coordinator), while a SET LOCAL reaches the
+// workers the transaction uses too, once citus.propagate_set_commands is 'local' for it. So what
+// must hold on the worker (the asynchronous commit of lease mode's claim, transaction mode's
+// bound on its lock wait) is a SET LOCAL, after the propagation is turned on. On plain
+// PostgreSQL citus.propagate_set_commands is a placeholder nobody reads, local to the
+// transaction like the rest.
 const (
-	lockWaitSet = `SELECT set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true),
-	set_config('lock_timeout', $1, true)`
+	// propagateSetSQL turns the propagation on for lease mode's claim transaction.
+	propagateSetSQL = `SET LOCAL citus.propagate_set_commands = 'local'`
+	// asyncCommitSQL: lease mode's claim does not wait for its flush to disk (see Store.claim).
+	asyncCommitSQL = `SET LOCAL synchronous_commit = off`
+	// lockWaitSave turns the propagation on for transaction mode's claim, which runs in the
+	// business transaction (so the handler's own SET LOCALs reach the workers as well), and
+	// saves the caller's lock_timeout for lockWaitRestore.
+	lockWaitSave = `SELECT set_config('citus.propagate_set_commands', 'local', true),
+	set_config('idem.saved_lock_timeout', current_setting('lock_timeout'), true)`
+	// lockWaitDefault and lockWaitRestore end the claim's lock wait: the first puts the workers
+	// back to their own default (a session setting of the coordinator never reaches them), the
+	// second the coordinator (or plain PostgreSQL) back to exactly the caller's lock_timeout.
+	lockWaitDefault = `SET LOCAL lock_timeout TO DEFAULT`
 	lockWaitRestore = `SELECT set_config('lock_timeout', current_setting('idem.saved_lock_timeout'), true)`
 )
 
-// syncCommitOff turns synchronous_commit off for the fast claim's own transaction (lease mode),
-// as the full claim's Async variant does in its statement; a statement of its own, it touches
-// no table (on Citus a set_config inside the insert would run on the worker).
-const syncCommitOff = `SELECT set_config('synchronous_commit', 'off', true)`
+// lockWaitSteps are the bounds a transaction-mode claim's lock wait may have, and lockWaitSQL
+// the statements that set them: a SET takes no parameters, so each bound has a text of its own,
+// and a few fixed texts keep the statements the Store prepares per connection few.
+var (
+	lockWaitSteps = [...]time.Duration{time.Millisecond, 10 * time.Millisecond, txLockWait}
+	lockWaitSQL   = [...]string{`SET LOCAL lock_timeout = '1ms'`, `SET LOCAL lock_timeout = '10ms'`, `SET LOCAL lock_timeout = '50ms'`}
+)
+
+// lockWaitFor is the statement that bounds the claim's lock wait by the longest step no longer
+// than d (the shortest, when d is shorter than every step).
+func lockWaitFor(d time.Duration) string {
+	for i := len(lockWaitSteps) - 1; i > 0; i-- {
+		if d >= lockWaitSteps[i] {
+			return lockWaitSQL[i]
+		}
+	}
+	return lockWaitSQL[0]
+}
 
 // replayGuardCode is the replay check's guard failing on purpose (sql/replay_guard.sql).
 const replayGuardCode = "22012"
@@ -512,47 +740,47 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 	return o, nil
 }
 
-// scanClaim reads the claim's row; extra receives the columns a variant adds (claimAsync's).
-func (s *Store) scanClaim(row pgx.Row, c *Claim, extra ...any) (*claimResult, error) {
-	var (
-		mine, sameFP bool
-		attempt      int32
-		state        string
-		stored       storedOutcome
-		leftMS       int64
-		heldMS       int64
-		finalMS      int64
-	)
-	dst := append([]any{&mine, &attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &heldMS, &finalMS}, extra...)
-	if err := row.Scan(dst...); err != nil {
-		return nil, err
-	}
-	switch {
-	case mine:
-		c.Attempt = int(attempt)
-		st := claimAcquired
-		if attempt > 1 {
-			st = claimTakenOver
-		}
-		return &claimResult{status: st, claim: c}, nil
-	case !sameFP:
-		return &claimResult{status: claimKeyReused}, nil
-	case state == "complete":
-		o, err := stored.decode()
-		if err != nil {
+// scanRead reads the claim's read (sql/claim_read.sql): the answer its row gives when
+// nobody may take it, and nil without a row or for one that may be taken (the write decides).
+func (s *Store) scanRead(rows pgx.Rows, c *Claim) (*claimResult, error) {
+	var res *claimResult
+	for rows.Next() {
+		var (
+			sameFP, takeable bool
+			attempt          int32
+			state            string
+			stored           storedOutcome
+			leftMS           int64
+			heldMS           int64
+			finalMS          int64
+		)
+		if err := rows.Scan(&attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&leftMS, &heldMS, &finalMS, &takeable); err != nil {
 			return nil, err
 		}
-		return &claimResult{status: claimReplayed, outcome: o, final: time.Duration(finalMS) * time.Millisecond}, nil
-	default:
-		left := time.Duration(leftMS) * time.Millisecond
-		// How long the holder has run: since the key's first claim, or, after a takeover (whose
-		// claim time the row does not keep), at least since its last renewal.
-		elapsed := time.Duration(heldMS) * time.Millisecond
-		if attempt > 1 {
-			elapsed = max(c.Lease-left, 0)
+		switch {
+		case takeable:
+			res = nil
+		case !sameFP:
+			res = &claimResult{status: claimKeyReused}
+		case state == "complete":
+			o, err := stored.decode()
+			if err != nil {
+				return nil, err
+			}
+			res = &claimResult{status: claimReplayed, outcome: o, final: time.Duration(finalMS) * time.Millisecond}
+		default:
+			left := time.Duration(leftMS) * time.Millisecond
+			// How long the holder has run: since the key's first claim, or, after a takeover (whose
+			// claim time the row does not keep), at least since its last renewal.
+			elapsed := time.Duration(heldMS) * time.Millisecond
+			if attempt > 1 {
+				elapsed = max(c.Lease-left, 0)
+			}
+			res = &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}
 		}
-		return &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}, nil
 	}
+	return res, rows.Err()
 }
 
 // RoundRetryAfter rounds d up to whole seconds, at least one: what a Retry-After header can
@@ -590,15 +818,19 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) e
 	return nil
 }
 
-// releaseRow deletes c's row if c still owns it; gone says it did.
+// releaseRow deletes c's row if c still owns it; gone says it did. The waiting duplicates are
+// told in a statement of its own (see sql/release.sql).
 func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error) {
-	channel, payload := s.note(c)
-	tag, err := s.db.Exec(ctx, s.sql.release, c.args(channel, payload)...)
+	tag, err := s.db.Exec(ctx, s.sql.release, c.args()...)
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return false, storeError(ctx, "release", err)
 	}
-	return tag.RowsAffected() > 0, nil
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	s.notifyWaiters(ctx, c)
+	return true, nil
 }
 
 // renew extends c's lease by c.Lease from now; ErrLeaseLost if c no longer owns the key.

@@ -19,18 +19,27 @@ import (
 // taken over, a different request is refused while the first is in flight (before "in
 // progress"), and a lost lease cannot commit.
 
+// Each path also runs as the Store claims on a database with Citus: without the guards that
+// fail on purpose to skip the rest of a batch (see runtime/idem/citus.go). The statements a guard
+// would skip then run, and the answers must decide alike.
 type claimPath struct {
-	name string
-	full bool
+	name           string
+	full, noGuards bool
 }
 
-var claimPaths = []claimPath{{"fast path", false}, {"full claim only", true}}
+var claimPaths = []claimPath{
+	{"fast path", false, false}, {"full claim only", true, false},
+	{"fast path without guards", false, true}, {"full claim only without guards", true, true},
+}
 
 func newPathEnv(t *testing.T, path claimPath, conns int32) *env {
 	t.Helper()
 	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: conns})
 	if path.full {
 		idem.DisableFastPath(e.Store)
+	}
+	if path.noGuards {
+		idem.SendNoGuards(e.Store)
 	}
 	return e
 }

@@ -16,16 +16,15 @@ var sqlFS embed.FS
 
 // statements are the SQL texts for one key table.
 type statements struct {
-	claim, complete, release, renew, purge, purgeCount string
-	replay, replayGuard, notify, ownerGuard            string
-	// claimAsync is the claim that also turns synchronous_commit off for its own transaction
-	// (lease mode's claim, which commits on its own).
-	claimAsync string
+	complete, release, renew, purge, purgeCount string
+	replay, replayGuard, notify, ownerGuard     string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
-	// replayGuardLease is the replay check's guard without the lock wait (lease mode's).
-	replayGuardLease string
+	// claimRead, claimGuard and claim are the full claim (sql/claim_read.sql,
+	// sql/claim_guard.sql, sql/claim.sql): the row's answer, the guard that skips the write when
+	// nobody may take the row, and the write that inserts the key or takes it over.
+	claimRead, claimGuard, claim string
 
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
@@ -38,20 +37,15 @@ type statements struct {
 
 func newStatements(table string) (statements, error) {
 	var st statements
-	// variant is what a statement's template may vary on: Async (sql/claim.sql) and Lock
-	// (sql/replay_guard.sql).
-	type variant struct{ Async, Lock bool }
 	for _, s := range []struct {
 		file string
 		dst  *string
-		variant
 	}{
-		{"claim", &st.claim, variant{}}, {"claim", &st.claimAsync, variant{Async: true}}, {"claim_fast", &st.claimFast, variant{}},
-		{"complete", &st.complete, variant{}}, {"release", &st.release, variant{}},
-		{"renew", &st.renew, variant{}}, {"purge", &st.purge, variant{}}, {"purge_count", &st.purgeCount, variant{}},
-		{"replay", &st.replay, variant{}}, {"replay_guard", &st.replayGuard, variant{Lock: true}},
-		{"replay_guard", &st.replayGuardLease, variant{}}, {"notify", &st.notify, variant{}},
-		{"owner_guard", &st.ownerGuard, variant{}},
+		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard}, {"claim_fast", &st.claimFast},
+		{"complete", &st.complete}, {"release", &st.release},
+		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
+		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
+		{"owner_guard", &st.ownerGuard},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -62,16 +56,14 @@ func newStatements(table string) (statements, error) {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		var b strings.Builder
-		if err := t.Execute(&b, struct {
-			Table string
-			variant
-		}{table, s.variant}); err != nil {
+		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
 			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.batched = []string{beginSQL, commitSQL, st.claimAsync, st.claim, st.claimFast, st.ownerGuard,
-		st.replay, st.replayGuard, st.replayGuardLease, syncCommitOff, lockWaitSet, lockWaitRestore, st.complete, st.notify}
+	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
+		st.replay, st.replayGuard, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+		lockWaitDefault, lockWaitRestore}, lockWaitSQL[:]...)
 	return st, nil
 }
 

@@ -173,6 +173,10 @@ type Store struct {
 
 	cache *replayCache // completed outcomes (cache.go); nil unless Config.ReplayCacheBytes
 
+	// citus: the database has the Citus extension, and the request path sends no statement that
+	// fails on purpose (see citus.go).
+	citus bool
+
 	// path is what the Store knows of the way to the database: pathDirect, pathPooled, or
 	// pathUnknown until a connection has been checked (pooler.go).
 	path atomic.Int32
@@ -228,6 +232,9 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	}
 	if err := s.checkPath(context.Background()); err != nil {
 		return nil, err
+	}
+	if s.path.Load() != pathUnknown || s.cfg.Pooler != PoolerDetect { // a database that did not answer is not asked twice
+		s.detectCitus(context.Background())
 	}
 	return s, nil
 }
