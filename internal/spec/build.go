@@ -134,8 +134,10 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		var diags []policy.Diagnostic
 		o.Policy, diags = policy.Resolve(policy.Input{Raw: raw, Defaults: b.defs, Op: o.Input(), Pos: posOf(b.file, extKey)})
 		b.diags = append(b.diags, diags...)
-		b.conflictShared(o, op, opNode, anchor)
+		conflict := b.conflictShared(o, op, opNode, anchor)
 		b.acceptedWithoutLocation(op, opNode, anchor, o.Route())
+		b.headersNotReplayed(o, op, opNode, anchor)
+		b.errorsNotProblem(o, op, opNode, anchor, conflict)
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
 	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
@@ -338,19 +340,20 @@ func (b *builder) unusedKeyHeaders(o *model.Operation) {
 // state conflict): the runtime answers a duplicate that arrives while the first request is still
 // running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
 // status alone no longer tells a client which happened. A 409 whose description already names
-// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
-func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
+// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both. It
+// reports whether it warned.
+func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) bool {
 	if op.Responses == nil {
-		return
+		return false
 	}
 	ref := op.Responses.Value("409")
 	if ref == nil || ref.Value == nil {
-		return
+		return false
 	}
 	if d := ref.Value.Description; d != nil {
 		l := strings.ToLower(*d)
 		if strings.Contains(l, "in-progress") || strings.Contains(l, "in progress") {
-			return
+			return false
 		}
 	}
 	n := anchor
@@ -364,6 +367,7 @@ func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opN
 		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
 	}
 	b.report(n, policy.RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status)", also))
+	return true
 }
 
 // acceptedWithoutLocation warns when an idempotent operation answers 202 Accepted without
