@@ -31,6 +31,22 @@ type builder struct {
 	doc   *openapi3.T
 	diags []Diagnostic
 	defs  *policy.Raw // document-level defaults; nil when absent or invalid
+	acks  []Acknowledgement
+}
+
+// lintSettings reads the x-idempotency-lint extension of the mapping m (the root, or the
+// operation route's mapping), if it has one.
+func (b *builder) lintSettings(m *yaml.Node, route string) {
+	k, v := lookup(m, LintExtension)
+	if k == nil {
+		return
+	}
+	acks, diags := ParseLintSettings(b.file, LintExtension, v, route)
+	for i := range acks {
+		acks[i].InSpec = true
+	}
+	b.acks = append(b.acks, acks...)
+	b.diags = append(b.diags, diags...)
 }
 
 // report adds a diagnostic at n; n may be nil only for positions that cannot be known.
@@ -47,6 +63,7 @@ func (b *builder) build() *model.Document {
 			b.report(v, policy.RuleRootInvalid, "", fmt.Sprintf("x-idempotency: at the document root it must be a mapping of defaults such as {ttl: 48h}, got %s (mark each operation with x-idempotency: true instead)", show(v)))
 		}
 	}
+	b.lintSettings(b.tree, "")
 	if b.doc.Paths == nil {
 		return d
 	}
@@ -102,6 +119,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		Pos:    posOf(b.file, anchor),
 	}
 	route := o.Route()
+	b.lintSettings(opNode, route)
 	o.Params = b.params(item, op, itemNode, opNode, anchor)
 	o.Body, o.BodyTypes = bodyKind(op.RequestBody)
 	o.Responses = responses(op)

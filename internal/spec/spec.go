@@ -90,8 +90,12 @@ type Spec struct {
 	// Defaults is the document's root x-idempotency as written, nil when absent or not a
 	// mapping: what an operation marked later would inherit.
 	Defaults *policy.Raw
-	// Diagnostics holds every finding, errors and warnings, sorted by position.
+	// Diagnostics holds every finding, errors and warnings, sorted by position, except the
+	// warnings an acknowledgement accepted.
 	Diagnostics []Diagnostic
+	// Acknowledged holds the warnings an acknowledgement accepted (the spec's own
+	// x-idempotency-lint, or a config file's through Acknowledge), sorted by position.
+	Acknowledged []Acknowledged
 }
 
 // HasErrors reports whether any diagnostic is an error.
@@ -183,8 +187,8 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	b := &builder{file: path, tree: tree, doc: doc}
 	s.Model = b.build()
 	s.Defaults = b.defs
-	sortDiagnostics(b.diags)
 	s.Diagnostics = b.diags
+	s.Acknowledge(b.acks)
 	return s, nil
 }
 
@@ -268,20 +272,22 @@ func LoadFailure(err error) (line, col int, msg string) {
 }
 
 func sortDiagnostics(ds []Diagnostic) {
-	sort.SliceStable(ds, func(i, j int) bool {
-		a, b := ds[i], ds[j]
-		if a.Pos.File != b.Pos.File {
-			return a.Pos.File < b.Pos.File
-		}
-		if a.Pos.Line != b.Pos.Line {
-			return a.Pos.Line < b.Pos.Line
-		}
-		if a.Pos.Col != b.Pos.Col {
-			return a.Pos.Col < b.Pos.Col
-		}
-		if a.Operation != b.Operation {
-			return a.Operation < b.Operation
-		}
-		return a.Message < b.Message
-	})
+	sort.SliceStable(ds, func(i, j int) bool { return diagLess(ds[i], ds[j]) })
+}
+
+// diagLess orders diagnostics by file, line, column, operation and message.
+func diagLess(a, b Diagnostic) bool {
+	if a.Pos.File != b.Pos.File {
+		return a.Pos.File < b.Pos.File
+	}
+	if a.Pos.Line != b.Pos.Line {
+		return a.Pos.Line < b.Pos.Line
+	}
+	if a.Pos.Col != b.Pos.Col {
+		return a.Pos.Col < b.Pos.Col
+	}
+	if a.Operation != b.Operation {
+		return a.Operation < b.Operation
+	}
+	return a.Message < b.Message
 }
