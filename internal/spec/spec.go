@@ -47,7 +47,14 @@
 //     that looks like a key (any name containing "idempoten", or *-Request-Id except the tracing
 //     header X-Request-Id) on an operation that does not use it as the key (skipped on safe methods
 //     without a policy and on explicit opt-outs); an idempotent operation's own 409, which the
-//     runtime's in-progress answer then shares, unless its description mentions "in-progress".
+//     runtime's in-progress answer then shares, unless its description mentions "in-progress";
+//     a header a stored response declares and replays never carry (storage response only:
+//     Replay<Op> answers the others anew); an idempotent operation's own non-problem body on a
+//     status the runtime answers with a problem, from the runtime's table (idemhttp.ProblemStatus),
+//     404 and 405 left out since they answer requests that reach no operation.
+//   - Acknowledgements (x-idempotency-lint at the root or on an operation, and a config file's
+//     lint key through [Spec.Acknowledge]) accept warnings only, each with a reason; one that
+//     accepts nothing is a warning of its own, so none outlives what it was about.
 //   - Operations are ordered by path, then GET PUT POST DELETE OPTIONS HEAD PATCH TRACE, then any
 //     other method alphabetically. An operation reached through a path item $ref to another file
 //     is read through kin-openapi; its diagnostics point at the path's key in this file.
