@@ -320,6 +320,17 @@ func NeverReplayedWhy(name string) string {
 	return "it is a hop-by-hop header, which belongs to one connection, not to the outcome"
 }
 
+// MissingOnReplay says why a replay lacks the header name that the first answer had, or "" when
+// a replay has it: Content-Length and Idempotent-Replayed are never copied from the stored answer,
+// but a replay carries them all the same (computed from the body, set by the runtime).
+func MissingOnReplay(name string) string {
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "Content-Length", textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+		return ""
+	}
+	return NeverReplayedWhy(name)
+}
+
 // ParseReplayHeaders reads replayHeaders: header names, none hop-by-hop or a credential, none
 // twice.
 func ParseReplayHeaders(items []string) ([]string, []ItemProblem) {

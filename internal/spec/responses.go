@@ -106,7 +106,7 @@ func (b *builder) headersNotReplayed(o *model.Operation, op *openapi3.Operation,
 		_, resp := b.response(opNode, code)
 		_, headers := lookup(resp, "headers")
 		for _, name := range names {
-			why := policy.NeverReplayedWhy(name)
+			why := policy.MissingOnReplay(name)
 			if why == "" {
 				continue
 			}
