@@ -1012,21 +1012,9 @@ func (p *planner) keep(o op) {
 			continue
 		}
 		codes := spec.ProblemCodesOn(status, mismatch)
-		ref := kop.Responses.Value(e.key)
-		if len(codes) == 0 || ref == nil || ref.Value == nil || len(ref.Value.Content) == 0 {
+		declared := spec.NonProblemBody(kop.Responses.Value(e.key))
+		if len(codes) == 0 || declared == "" {
 			continue
-		}
-		types := make([]string, 0, len(ref.Value.Content))
-		for mt := range ref.Value.Content {
-			types = append(types, mt)
-		}
-		sort.Strings(types)
-		if slices.ContainsFunc(types, spec.IsProblemMediaType) {
-			continue
-		}
-		declared := strings.Join(types, ", ")
-		if name := spec.SchemaName(ref, types[0]); name != "" {
-			declared = "schema " + name + " (" + declared + ")"
 		}
 		p.kept = append(p.kept, Kept{File: p.file, Line: e.keyLine, Col: e.keyCol, Route: o.route(), Status: status, Declared: declared, Codes: codes})
 	}

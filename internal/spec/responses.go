@@ -121,10 +121,10 @@ func (b *builder) headersNotReplayed(o *model.Operation, op *openapi3.Operation,
 	}
 }
 
-// problemCodes returns the runtime's problem codes answered with status on an operation whose
+// ProblemCodesOn returns the runtime's problem codes answered with status on an operation whose
 // mismatchStatus is mismatch, from the runtime's one table. not-found and method-not-allowed
 // answer requests that reach no operation, so an operation never shares them.
-func problemCodes(status, mismatch int) []string {
+func ProblemCodesOn(status, mismatch int) []string {
 	var out []string
 	for _, code := range idemhttp.ProblemCodes() {
 		if code == idemhttp.CodeNotFound || code == idemhttp.CodeMethodNotAllowed {
@@ -141,21 +141,27 @@ func problemCodes(status, mismatch int) []string {
 	return out
 }
 
-// ProblemStatuses are the statuses the runtime answers an operation with a problem on, given its
-// mismatchStatus, in order; ProblemCodesOn names the codes of each.
-func ProblemStatuses(mismatch int) []int {
-	var out []int
-	for s := 100; s < 600; s++ {
-		if len(problemCodes(s, mismatch)) > 0 {
-			out = append(out, s)
-		}
+// NonProblemBody describes the body a response declares ("schema Error (application/json)", or
+// its media types when the schema is inline) when none of its media types is
+// application/problem+json; "" when one is, or when it declares no content.
+func NonProblemBody(ref *openapi3.ResponseRef) string {
+	if ref == nil || ref.Value == nil || len(ref.Value.Content) == 0 {
+		return ""
 	}
-	return out
+	types := make([]string, 0, len(ref.Value.Content))
+	for mt := range ref.Value.Content {
+		types = append(types, mt)
+	}
+	sort.Strings(types)
+	if slices.ContainsFunc(types, IsProblemMediaType) {
+		return ""
+	}
+	what := strings.Join(types, ", ")
+	if media := ref.Value.Content[types[0]]; media != nil && media.Schema != nil && media.Schema.Ref != "" {
+		what = "schema " + media.Schema.Ref[strings.LastIndex(media.Schema.Ref, "/")+1:] + " (" + what + ")"
+	}
+	return what
 }
-
-// ProblemCodesOn returns the codes of the problems the runtime answers with status on an
-// operation whose mismatchStatus is mismatch.
-func ProblemCodesOn(status, mismatch int) []string { return problemCodes(status, mismatch) }
 
 // IsProblemMediaType reports whether mt (parameters allowed) is application/problem+json.
 func IsProblemMediaType(mt string) bool {
@@ -177,46 +183,22 @@ func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, o
 		if err != nil {
 			continue
 		}
-		codes := problemCodes(status, o.Policy.MismatchStatus)
+		codes := ProblemCodesOn(status, o.Policy.MismatchStatus)
 		if len(codes) == 0 || (status == 409 && conflictReported) {
 			continue
 		}
-		ref := op.Responses.Value(code)
-		if ref == nil || ref.Value == nil || len(ref.Value.Content) == 0 {
-			continue
-		}
-		types := make([]string, 0, len(ref.Value.Content))
-		for mt := range ref.Value.Content {
-			types = append(types, mt)
-		}
-		sort.Strings(types)
-		if slices.ContainsFunc(types, IsProblemMediaType) {
+		what := NonProblemBody(op.Responses.Value(code))
+		if what == "" {
 			continue
 		}
 		n := anchor
 		if k, _ := b.response(opNode, code); k != nil {
 			n = k
 		}
-		what := strings.Join(types, ", ")
-		if name := SchemaName(ref, types[0]); name != "" {
-			what = "schema " + name + " (" + what + ")"
-		}
 		b.report(n, policy.RuleErrorNotProblem, o.Route(), fmt.Sprintf(
 			"responses.%s: declares %s, but the runtime also answers %d with application/problem+json (%s) on this operation; a client that decodes the %d by the spec fails on those (add application/problem+json to this response, e.g. with the IdempotencyProblem schema idemgen annotate writes)",
 			code, what, status, CodesPhrase(codes), status))
 	}
-}
-
-// SchemaName names the schema of a response's media type mt: the component a $ref names (of
-// the response itself when the media type's schema is inline), or "" when it is inline.
-func SchemaName(ref *openapi3.ResponseRef, mt string) string {
-	if ref == nil || ref.Value == nil {
-		return ""
-	}
-	if media := ref.Value.Content[mt]; media != nil && media.Schema != nil && media.Schema.Ref != "" {
-		return media.Schema.Ref[strings.LastIndex(media.Schema.Ref, "/")+1:]
-	}
-	return ""
 }
 
 // CodesPhrase is "code x" or "codes x, y".
