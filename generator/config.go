@@ -39,10 +39,13 @@ type Config struct {
 	// OapiCodegen holds the oapi-codegen options passed through (output-options, compatibility,
 	// additional-imports, import-mapping), nil when the key is absent.
 	OapiCodegen *codegen.Configuration
+	// Acknowledge lists the lint warnings reviewed and accepted (the lint key): generate and lint
+	// leave them out of their output (spec.Spec.Acknowledge).
+	Acknowledge []spec.Acknowledgement
 }
 
 // configKeys are the top-level keys, in the order messages list them.
-var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "oapi-codegen"}
+var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "oapi-codegen", "lint"}
 
 // oapiPassthroughKeys are the oapi-codegen configuration keys idemgen.yaml may set; the others
 // (package, generate, output-options filters) are idemgen's to decide.
@@ -110,6 +113,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 					passthrough = v
 				}
 			}
+		case "lint":
+			acks, diags := spec.ParseLintSettings(path, "lint", v, "")
+			for _, d := range diags {
+				errs = append(errs, errors.New(d.String()))
+			}
+			c.Acknowledge = acks
 		default:
 			err = unknownKey(k.Value, k.Value, configKeys)
 		}
@@ -309,6 +318,7 @@ type passthroughFile struct {
 	AllowRemoteRefs yaml.Node              `yaml:"allow-remote-refs"`
 	Client          yaml.Node              `yaml:"client"`
 	OapiCodegen     *codegen.Configuration `yaml:"oapi-codegen"`
+	Lint            yaml.Node              `yaml:"lint"`
 }
 
 var yamlLineError = regexp.MustCompile(`^\s*line (\d+): (.*)$`)

@@ -286,7 +286,7 @@ func TestParseConfigErrors(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"no version", "spec: a.yaml\n", "idemgen.yaml:1:1: missing \"version: 1\""},
 		{"version 2", "version: 2\n", "idemgen.yaml:1:10: version 2 is not supported (this idemgen reads version 1)"},
-		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, client, oapi-codegen)`},
+		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, client, oapi-codegen, lint)`},
 		{"misspelt key", "version: 1\nouput: api\n", `idemgen.yaml:2:1: unknown key "ouput"; did you mean output?`},
 		{"camelCase", "version: 1\nallowRemoteRefs: true\n", `idemgen.yaml:2:1: unknown key "allowRemoteRefs"`},
 		{"wrong type", "version: 1\npackage: [a]\n", "idemgen.yaml:2:10: package: expected a string, got a list"},

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
@@ -93,6 +95,24 @@ func (c ScopeChoice) String() string {
 		"idem.Config.Tenant to say whose request it is (pass --scope operation if there is only one tenant)"
 }
 
+// Kept is an error response of the operation's own that annotate left in place on a status the
+// runtime also answers with an application/problem+json problem: clients then get either body on
+// that status, and lint warns about it (error-response-not-problem) until the response declares
+// both or the warning is acknowledged.
+type Kept struct {
+	File      string
+	Line, Col int    // the status key
+	Route     string // POST /v1/payments
+	Status    int
+	Declared  string   // what the response declares: "schema Error (application/json)"
+	Codes     []string // the runtime's problem codes on this status for this operation
+}
+
+func (k Kept) String() string {
+	return fmt.Sprintf("%s:%d:%d: %s: responses.%d: kept your %s; the runtime answers application/problem+json with %s on this status (declare application/problem+json beside it, e.g. with the %s schema, so clients expect both)",
+		k.File, k.Line, k.Col, k.Route, k.Status, k.Declared, spec.CodesPhrase(k.Codes), ProblemSchemaName)
+}
+
 // Result is the annotated document.
 type Result struct {
 	Output    []byte
@@ -101,6 +121,9 @@ type Result struct {
 	// Scopes says which scope annotate chose for which operations, when it chose (no --scope and
 	// no scope in the document's defaults); [tenant, operation] first.
 	Scopes []ScopeChoice
+	// Kept lists the operations' own error responses left in place on statuses the runtime also
+	// answers with a problem, in document order.
+	Kept []Kept
 }
 
 // Changed reports whether the output differs from the input.
@@ -167,7 +190,7 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 		}
 		return nil, &InputError{file, err}
 	}
-	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices()}
+	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices(), Kept: p.kept}
 	if len(p.annotated) == 0 {
 		return res, nil
 	}
@@ -367,6 +390,7 @@ type planner struct {
 
 	annotated []string
 	skipped   []Skip
+	kept      []Kept
 
 	keyParamRef, problemRef, replayedRef string // set once the shared component is planned
 	keyParamHeader                       string
@@ -663,6 +687,7 @@ func (p *planner) annotate(o op) error {
 		header = name
 	}
 	opT.add(kv{key: "x-idempotency", v: p.policy(header, p.chooseScope(o))})
+	p.keep(o)
 	if !p.opts.NoProblems {
 		if err := p.addProblems(o, opT); err != nil {
 			return err
@@ -962,6 +987,37 @@ func (p *planner) problemResponse() (string, error) {
 	}
 	p.problemRef = "#/components/responses/" + pointerEscape(respName)
 	return p.problemRef, nil
+}
+
+// keep records the operation's own error responses that stay in place on statuses the runtime
+// answers with a problem (the runtime's table, as lint reads it): a response declaring a body
+// other than application/problem+json. One with no content, or with problem+json among its media
+// types, says nothing wrong and is not reported.
+func (p *planner) keep(o op) {
+	mismatch := p.def.MismatchStatus
+	if p.flags.MismatchStatus.Set {
+		mismatch = p.flags.MismatchStatus.V
+	}
+	var kop *openapi3.Operation
+	if item := p.loaded.Doc.Paths.Value(o.path); item != nil {
+		kop = item.GetOperation(strings.ToUpper(o.method))
+	}
+	responses := o.node.get("responses")
+	if kop == nil || kop.Responses == nil || !responses.isMap() {
+		return
+	}
+	for _, e := range responses.entries {
+		status, err := strconv.Atoi(e.key)
+		if err != nil {
+			continue
+		}
+		codes := spec.ProblemCodesOn(status, mismatch)
+		declared := spec.NonProblemBody(kop.Responses.Value(e.key))
+		if len(codes) == 0 || declared == "" {
+			continue
+		}
+		p.kept = append(p.kept, Kept{File: p.file, Line: e.keyLine, Col: e.keyCol, Route: o.route(), Status: status, Declared: declared, Codes: codes})
+	}
 }
 
 func (p *planner) addProblems(o op, opT target) error {

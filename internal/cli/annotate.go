@@ -25,7 +25,10 @@ func newAnnotateCmd(s *streams) *cobra.Command {
 		Short: "Add x-idempotency to the state-changing operations of an OpenAPI document",
 		Long: `annotate adds x-idempotency to the operations that change state and lack it (POST and
 PATCH unless --methods or --operations say otherwise), declares the key header they need, and
-documents the problem responses (400/409/422/503) and the Idempotent-Replayed header.
+documents the problem responses (400/409/422/503) and the Idempotent-Replayed header. A
+response the spec already declares on one of those statuses (or 413, 415, 500) keeps its own
+schema; annotate says so on stderr, with the problem codes the runtime answers there, when that
+schema is not application/problem+json.
 
 Without --scope (and without a scope in the document's own x-idempotency defaults), annotate
 chooses the scope of each new entry and says so on stderr: [tenant, operation] when the operation
@@ -78,6 +81,11 @@ SPEC "-" reads standard input.`,
 			// is said, with the reason and the flag that overrides it.
 			for _, c := range res.Scopes {
 				fmt.Fprintln(s.err, "idemgen: annotate:", c)
+			}
+			// An error response of the spec's own stays, while the runtime answers problems on
+			// its status: said here, so the review of the change sees it, and by lint afterwards.
+			for _, k := range res.Kept {
+				fmt.Fprintln(s.err, "idemgen: annotate:", k)
 			}
 			if showDiff {
 				if err := writeDiff(s.out, name, data, res.Output); err != nil {

@@ -372,3 +372,75 @@ func TestAnnotateChoosesScope(t *testing.T) {
 		})
 	}
 }
+
+// TestAnnotateSaysWhichErrorResponsesItKept: an operation's own 400 and 422 stay in place, and
+// stderr names each with its place, the schema kept and the problem codes the runtime answers on
+// that status; a 503 that already declares application/problem+json is not mentioned.
+func TestAnnotateSaysWhichErrorResponsesItKept(t *testing.T) {
+	t.Parallel()
+	const doc = `openapi: 3.0.3
+info: {title: kept, version: "1"}
+paths:
+  /payments:
+    post:
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      responses:
+        '201':
+          description: created
+        '400':
+          $ref: '#/components/responses/BadRequest'
+        '422':
+          description: refused
+          content:
+            application/json:
+              schema: {type: object}
+        '503':
+          description: down
+          content:
+            application/problem+json:
+              schema: {type: object}
+components:
+  schemas:
+    Error: {type: object}
+  responses:
+    BadRequest:
+      description: bad
+      content:
+        application/json:
+          schema: {$ref: '#/components/schemas/Error'}
+`
+	path := filepath.Join(t.TempDir(), "openapi.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "", "annotate", path)
+	if r.code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		path + ":13:9: POST /payments: responses.400: kept your schema Error (application/json); the runtime answers application/problem+json with codes key-missing, key-invalid, body-invalid, request-invalid on this status",
+		path + ":15:9: POST /payments: responses.422: kept your application/json; the runtime answers application/problem+json with code key-reused on this status",
+	} {
+		if !strings.Contains(r.stderr, "idemgen: annotate: "+want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "responses.503") {
+		t.Errorf("stderr mentions the 503, which already declares a problem:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stdout, "'400':\n          $ref: '#/components/responses/BadRequest'") {
+		t.Errorf("the spec's own 400 was not kept:\n%s", r.stdout)
+	}
+	// The lint of the result agrees: the same two responses, as warnings.
+	out := filepath.Join(filepath.Dir(path), "annotated.yaml")
+	if err := os.WriteFile(out, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := runCLI(t, "", "lint", out)
+	if got := strings.Count(l.stdout, "[error-response-not-problem]"); got != 2 {
+		t.Errorf("lint of the annotated spec: %d error-response-not-problem warnings, want 2:\n%s", got, l.stdout)
+	}
+}

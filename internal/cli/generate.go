@@ -48,6 +48,9 @@ command line override the config file. Its keys, with paths relative to the file
   client: false             # also client.gen.go: a retry-safe client (docs/client.md)
   oapi-codegen:             # passed through: output-options, compatibility,
     output-options: {}      #   import-mapping, additional-imports
+  lint:                     # warnings reviewed and accepted, left out of the output
+    acknowledge:
+      - {rule: response-unbounded, operation: createExport, reason: bounded by the handler}
 
 Its JSON Schema is generator/config.schema.json in idemgen's repository.
 
@@ -87,6 +90,9 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	loaded, err := spec.Load(job.spec, &spec.LoadOpts{AllowRemoteRefs: job.allowRemoteRefs})
 	if err != nil {
 		return fail(ExitUsage, err)
+	}
+	if job.cfg != nil {
+		loaded.Acknowledge(job.cfg.Acknowledge)
 	}
 	for _, d := range loaded.Diagnostics {
 		fmt.Fprintln(s.err, d.String())
@@ -143,11 +149,7 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 		}
 	}
 	if cfgPath != "" {
-		data, err := os.ReadFile(cfgPath)
-		if err != nil {
-			return nil, fmt.Errorf("%s: cannot read the config: %w", cfgPath, pathCause(err))
-		}
-		c, err := generator.ParseConfig(cfgPath, data)
+		c, err := readConfig(cfgPath)
 		if err != nil {
 			return nil, err
 		}
@@ -200,6 +202,15 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 		}
 	}
 	return job, nil
+}
+
+// readConfig reads and parses the config file at path.
+func readConfig(path string) (*generator.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot read the config: %w", path, pathCause(err))
+	}
+	return generator.ParseConfig(path, data)
 }
 
 // regenerateCommand is the command line that writes what --check found stale: this one, as

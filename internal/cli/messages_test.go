@@ -72,7 +72,7 @@ func TestMessageArgumentCount(t *testing.T) {
 			"idemgen: annotate takes one SPEC, got 2 (a.yaml, b.yaml): annotate one document at a time\n" +
 				"Run 'idemgen annotate --help' for usage.\n", ""},
 		{"lint without SPEC", []string{"lint"}, ExitUsage,
-			"idemgen: lint needs SPEC, the OpenAPI document to check\nRun 'idemgen lint --help' for usage.\n", ""},
+			"idemgen: lint needs SPEC, the OpenAPI document to check (or --config naming an idemgen.yaml with spec:)\nRun 'idemgen lint --help' for usage.\n", ""},
 		{"lint with two", []string{"lint", "a.yaml", "b.yaml"}, ExitUsage,
 			"idemgen: lint takes one SPEC, got 2 (a.yaml, b.yaml): lint one document at a time\nRun 'idemgen lint --help' for usage.\n", ""},
 		{"generate with two", []string{"generate", "a.yaml", "b.yaml"}, ExitUsage,

@@ -35,10 +35,10 @@ func TestText(t *testing.T) {
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if got := Summary("api/openapi.yaml", sample); got != "api/openapi.yaml: 1 error, 1 warning" {
+	if got := Summary("api/openapi.yaml", sample, 0); got != "api/openapi.yaml: 1 error, 1 warning" {
 		t.Errorf("Summary = %q", got)
 	}
-	if got := Summary("x.yaml", nil); got != "x.yaml: no findings" {
+	if got := Summary("x.yaml", nil, 0); got != "x.yaml: no findings" {
 		t.Errorf("Summary(nil) = %q", got)
 	}
 }
@@ -91,17 +91,26 @@ func TestSARIFValidates(t *testing.T) {
 	if err != nil || len(cases) < len(policy.Rules()) {
 		t.Fatalf("found %d rule cases (%v)", len(cases), err)
 	}
+	var acked []spec.Acknowledged
 	for _, c := range cases {
 		s, err := spec.Load(c, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		diags = append(diags, s.Diagnostics...)
+		acked = append(acked, s.Acknowledged...)
+	}
+	if len(acked) == 0 {
+		t.Fatal("no rule case has an acknowledged finding; the suppressions go unchecked")
 	}
 	diags = append(diags, spec.Diagnostic{Pos: model.Position{File: "/abs/dir with space/x.yaml"}, Severity: policy.SeverityError, Rule: policy.RuleKeyInvalid, Message: "no position"})
 	for name, ds := range map[string][]spec.Diagnostic{"findings": diags, "clean": nil} {
 		var b bytes.Buffer
-		if err := SARIF(&b, ds); err != nil {
+		var as []spec.Acknowledged
+		if ds != nil {
+			as = acked
+		}
+		if err := SARIF(&b, ds, as...); err != nil {
 			t.Fatal(err)
 		}
 		if err := validateSARIF(t, sch, b.Bytes()); err != nil {
@@ -111,9 +120,14 @@ func TestSARIFValidates(t *testing.T) {
 		if err := json.Unmarshal(b.Bytes(), &log); err != nil {
 			t.Fatal(err)
 		}
-		if len(log.Runs) != 1 || len(log.Runs[0].Results) != len(ds) || len(log.Runs[0].Tool.Driver.Rules) != len(policy.Rules()) {
-			t.Errorf("%s: %d runs; want 1 run with %d results and %d rules", name, len(log.Runs), len(ds), len(policy.Rules()))
+		if len(log.Runs) != 1 || len(log.Runs[0].Results) != len(ds)+len(as) || len(log.Runs[0].Tool.Driver.Rules) != len(policy.Rules()) {
+			t.Errorf("%s: %d runs; want 1 run with %d results and %d rules", name, len(log.Runs), len(ds)+len(as), len(policy.Rules()))
 			continue
+		}
+		for i, r := range log.Runs[0].Results {
+			if suppressed := i >= len(ds); suppressed != (len(r.Suppressions) == 1) {
+				t.Errorf("result %d (%s): suppressions %+v; want one exactly for the acknowledged findings", i, r.RuleID, r.Suppressions)
+			}
 		}
 		for i, r := range log.Runs[0].Results {
 			if rule := log.Runs[0].Tool.Driver.Rules[r.RuleIndex]; rule.ID != r.RuleID {
@@ -168,7 +182,78 @@ func TestArtifactURI(t *testing.T) {
 
 func TestWriteRejectsUnknownFormat(t *testing.T) {
 	t.Parallel()
-	if err := Write(&bytes.Buffer{}, "xml", sample); err == nil || !strings.Contains(err.Error(), "text, json, sarif") {
+	if err := Write(&bytes.Buffer{}, "xml", sample, nil); err == nil || !strings.Contains(err.Error(), "text, json, sarif") {
 		t.Errorf("Write(xml) = %v; want an error naming the formats", err)
+	}
+}
+
+// TestAcknowledgedOutput: acknowledged findings carry their reason and the acknowledgement's place
+// in every format: a line of their own in text, an "acknowledged" member in JSON, a suppression
+// in SARIF (inSource for the spec's, external for a config file's).
+func TestAcknowledgedOutput(t *testing.T) {
+	t.Parallel()
+	acked := []spec.Acknowledged{
+		{Diagnostic: sample[1], By: spec.Acknowledgement{Rule: policy.RuleSafeMethod, Reason: "a cached lookup", InSpec: true,
+			Where: model.Position{File: "api/openapi.yaml", Line: 40, Col: 17}}},
+		{Diagnostic: sample[1], By: spec.Acknowledgement{Rule: policy.RuleSafeMethod, Reason: "reviewed",
+			Where: model.Position{File: "idemgen.yaml", Line: 5, Col: 14}}},
+	}
+	var b bytes.Buffer
+	if err := Write(&b, "text", nil, acked[:1]); err != nil {
+		t.Fatal(err)
+	}
+	want := "api/openapi.yaml:42:7: acknowledged warning: GET /v1/payments: x-idempotency on GET: \"quoted\" <html> & more [safe-method] (reason: a cached lookup; at api/openapi.yaml:40:17)\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("text (-want +got):\n%s", diff)
+	}
+	if got := Summary("api/openapi.yaml", nil, 2); got != "api/openapi.yaml: no findings (2 acknowledged)" {
+		t.Errorf("Summary = %q", got)
+	}
+
+	b.Reset()
+	if err := JSON(&b, sample[:1], acked[:1]...); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0]["acknowledged"] != nil {
+		t.Fatalf("JSON = %v", got)
+	}
+	wantAck := map[string]any{"reason": "a cached lookup", "file": "api/openapi.yaml", "line": 40.0, "column": 17.0}
+	if diff := cmp.Diff(wantAck, got[1]["acknowledged"]); diff != "" {
+		t.Errorf("JSON acknowledged (-want +got):\n%s", diff)
+	}
+
+	b.Reset()
+	if err := SARIF(&b, nil, acked...); err != nil {
+		t.Fatal(err)
+	}
+	var log sarifLog
+	if err := json.Unmarshal(b.Bytes(), &log); err != nil {
+		t.Fatal(err)
+	}
+	rs := log.Runs[0].Results
+	if len(rs) != 2 || len(rs[0].Suppressions) != 1 || len(rs[1].Suppressions) != 1 {
+		t.Fatalf("SARIF results = %+v", rs)
+	}
+	s0, s1 := rs[0].Suppressions[0], rs[1].Suppressions[0]
+	if s0.Kind != "inSource" || s0.Status != "accepted" || s0.Justification != "a cached lookup" || s0.Location.PhysicalLocation.Region.StartLine != 40 {
+		t.Errorf("suppression of the spec's acknowledgement = %+v", s0)
+	}
+	if s1.Kind != "external" || s1.Location.PhysicalLocation.ArtifactLocation.URI != "idemgen.yaml" {
+		t.Errorf("suppression of the config's acknowledgement = %+v", s1)
+	}
+	sch := sariftest.Schema(t)
+	if err := validateSARIF(t, sch, b.Bytes()); err != nil {
+		t.Errorf("SARIF with suppressions does not validate: %v", err)
+	}
+	bad := strings.Replace(b.String(), `"kind": "inSource"`, `"kind": "inline"`, 1)
+	if bad == b.String() {
+		t.Fatal("mutation did not apply")
+	}
+	if err := validateSARIF(t, sch, []byte(bad)); err == nil {
+		t.Error("a suppression of an unknown kind is accepted")
 	}
 }

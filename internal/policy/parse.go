@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
 // Problem is a value that breaks a rule: the rule's id and a message that says what is wrong
@@ -301,12 +303,32 @@ func checkPointer(s string) string {
 	return ""
 }
 
-// forbiddenReplay are headers a replay must never carry: hop-by-hop headers belong to one
-// connection, and credentials or cookies would leak one client's session to another retry.
-var forbiddenReplay = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
-	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true,
+// NeverReplayedWhy says why a replay never carries the header name, or "" when it may: the
+// runtime's list ([idemhttp.NeverReplayed]) decides, and this only explains it.
+func NeverReplayedWhy(name string) string {
+	if !idemhttp.NeverReplayed(name) {
+		return ""
+	}
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "Set-Cookie", "Set-Cookie2", "Cookie", "Authorization", "Proxy-Authorization", "Www-Authenticate", "Proxy-Authenticate":
+		return "it carries one client's credentials or session, which a stored answer must not hand to whoever retries the key"
+	case "Content-Length":
+		return "the server computes it from the replayed body"
+	case textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+		return "the runtime sets it itself on every replay"
+	}
+	return "it is a hop-by-hop header, which belongs to one connection, not to the outcome"
+}
+
+// MissingOnReplay says why a replay lacks the header name that the first answer had, or "" when
+// a replay has it: Content-Length and Idempotent-Replayed are never copied from the stored answer,
+// but a replay carries them all the same (computed from the body, set by the runtime).
+func MissingOnReplay(name string) string {
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "Content-Length", textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+		return ""
+	}
+	return NeverReplayedWhy(name)
 }
 
 // ParseReplayHeaders reads replayHeaders: header names, none hop-by-hop or a credential, none
@@ -317,8 +339,8 @@ func ParseReplayHeaders(items []string) ([]string, []ItemProblem) {
 		switch {
 		case !IsToken(s):
 			return "", "", problem(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
-		case forbiddenReplay[canon]:
-			return "", "", problem(RuleReplayHeaderDenied, "%s is never replayed: it belongs to one connection or one client's credentials (remove it)", s)
+		case NeverReplayedWhy(canon) != "":
+			return "", "", problem(RuleReplayHeaderDenied, "%s is never replayed: %s (remove it)", s, NeverReplayedWhy(canon))
 		}
 		return s, canon, nil
 	}, func(s string) *Problem { return problem(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })

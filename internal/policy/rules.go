@@ -51,6 +51,10 @@ const (
 	RuleResponseUnbounded       = "response-unbounded"
 	RuleConflictStatusShared    = "conflict-status-shared"
 	RuleAcceptedWithoutLocation = "accepted-without-location"
+	RuleHeaderNotReplayed       = "response-header-not-replayed"
+	RuleErrorNotProblem         = "error-response-not-problem"
+	RuleAcknowledgementInvalid  = "acknowledgement-invalid"
+	RuleAcknowledgementStale    = "acknowledgement-stale"
 )
 
 var rules = []Rule{
@@ -86,6 +90,10 @@ var rules = []Rule{
 	{RuleKeyHeaderUnused, SeverityWarning, "an idempotency-key-like header is declared but not used as the key"},
 	{RuleConflictStatusShared, SeverityWarning, "an idempotent operation declares a 409 of its own, which idemgen's in-progress answer shares"},
 	{RuleAcceptedWithoutLocation, SeverityWarning, "an idempotent operation answers 202 without declaring a Location header for its status resource"},
+	{RuleHeaderNotReplayed, SeverityWarning, "a stored response declares a header replays never carry (Set-Cookie, Authorization, a hop-by-hop header)"},
+	{RuleErrorNotProblem, SeverityWarning, "an idempotent operation declares a non-problem body for a status the runtime also answers with application/problem+json"},
+	{RuleAcknowledgementInvalid, SeverityError, "a lint acknowledgement names no rule, an unknown rule or an error, or gives no reason"},
+	{RuleAcknowledgementStale, SeverityWarning, "a lint acknowledgement accepts no finding: its operation or its warning is gone"},
 }
 
 // Rules returns every rule, in a stable order.

@@ -31,6 +31,22 @@ type builder struct {
 	doc   *openapi3.T
 	diags []Diagnostic
 	defs  *policy.Raw // document-level defaults; nil when absent or invalid
+	acks  []Acknowledgement
+}
+
+// lintSettings reads the x-idempotency-lint extension of the mapping m (the root, or the
+// operation route's mapping), if it has one.
+func (b *builder) lintSettings(m *yaml.Node, route string) {
+	k, v := lookup(m, LintExtension)
+	if k == nil {
+		return
+	}
+	acks, diags := ParseLintSettings(b.file, LintExtension, v, route)
+	for i := range acks {
+		acks[i].InSpec = true
+	}
+	b.acks = append(b.acks, acks...)
+	b.diags = append(b.diags, diags...)
 }
 
 // report adds a diagnostic at n; n may be nil only for positions that cannot be known.
@@ -47,6 +63,7 @@ func (b *builder) build() *model.Document {
 			b.report(v, policy.RuleRootInvalid, "", fmt.Sprintf("x-idempotency: at the document root it must be a mapping of defaults such as {ttl: 48h}, got %s (mark each operation with x-idempotency: true instead)", show(v)))
 		}
 	}
+	b.lintSettings(b.tree, "")
 	if b.doc.Paths == nil {
 		return d
 	}
@@ -102,6 +119,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		Pos:    posOf(b.file, anchor),
 	}
 	route := o.Route()
+	b.lintSettings(opNode, route)
 	o.Params = b.params(item, op, itemNode, opNode, anchor)
 	o.Body, o.BodyTypes = bodyKind(op.RequestBody)
 	o.Responses = responses(op)
@@ -134,8 +152,10 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		var diags []policy.Diagnostic
 		o.Policy, diags = policy.Resolve(policy.Input{Raw: raw, Defaults: b.defs, Op: o.Input(), Pos: posOf(b.file, extKey)})
 		b.diags = append(b.diags, diags...)
-		b.conflictShared(o, op, opNode, anchor)
+		conflict := b.conflictShared(o, op, opNode, anchor)
 		b.acceptedWithoutLocation(op, opNode, anchor, o.Route())
+		b.headersNotReplayed(o, op, opNode, anchor)
+		b.errorsNotProblem(o, op, opNode, anchor, conflict)
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
 	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
@@ -338,19 +358,20 @@ func (b *builder) unusedKeyHeaders(o *model.Operation) {
 // state conflict): the runtime answers a duplicate that arrives while the first request is still
 // running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
 // status alone no longer tells a client which happened. A 409 whose description already names
-// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
-func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
+// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both. It
+// reports whether it warned.
+func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) bool {
 	if op.Responses == nil {
-		return
+		return false
 	}
 	ref := op.Responses.Value("409")
 	if ref == nil || ref.Value == nil {
-		return
+		return false
 	}
 	if d := ref.Value.Description; d != nil {
 		l := strings.ToLower(*d)
 		if strings.Contains(l, "in-progress") || strings.Contains(l, "in progress") {
-			return
+			return false
 		}
 	}
 	n := anchor
@@ -364,6 +385,7 @@ func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opN
 		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
 	}
 	b.report(n, policy.RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status)", also))
+	return true
 }
 
 // acceptedWithoutLocation warns when an idempotent operation answers 202 Accepted without

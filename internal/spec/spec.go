@@ -47,7 +47,14 @@
 //     that looks like a key (any name containing "idempoten", or *-Request-Id except the tracing
 //     header X-Request-Id) on an operation that does not use it as the key (skipped on safe methods
 //     without a policy and on explicit opt-outs); an idempotent operation's own 409, which the
-//     runtime's in-progress answer then shares, unless its description mentions "in-progress".
+//     runtime's in-progress answer then shares, unless its description mentions "in-progress";
+//     a header a stored response declares and replays never carry (storage response only:
+//     Replay<Op> answers the others anew); an idempotent operation's own non-problem body on a
+//     status the runtime answers with a problem, from the runtime's table (idemhttp.ProblemStatus),
+//     404 and 405 left out since they answer requests that reach no operation.
+//   - Acknowledgements (x-idempotency-lint at the root or on an operation, and a config file's
+//     lint key through [Spec.Acknowledge]) accept warnings only, each with a reason; one that
+//     accepts nothing is a warning of its own, so none outlives what it was about.
 //   - Operations are ordered by path, then GET PUT POST DELETE OPTIONS HEAD PATCH TRACE, then any
 //     other method alphabetically. An operation reached through a path item $ref to another file
 //     is read through kin-openapi; its diagnostics point at the path's key in this file.
@@ -90,8 +97,12 @@ type Spec struct {
 	// Defaults is the document's root x-idempotency as written, nil when absent or not a
 	// mapping: what an operation marked later would inherit.
 	Defaults *policy.Raw
-	// Diagnostics holds every finding, errors and warnings, sorted by position.
+	// Diagnostics holds every finding, errors and warnings, sorted by position, except the
+	// warnings an acknowledgement accepted.
 	Diagnostics []Diagnostic
+	// Acknowledged holds the warnings an acknowledgement accepted (the spec's own
+	// x-idempotency-lint, or a config file's through Acknowledge), sorted by position.
+	Acknowledged []Acknowledged
 }
 
 // HasErrors reports whether any diagnostic is an error.
@@ -183,8 +194,8 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	b := &builder{file: path, tree: tree, doc: doc}
 	s.Model = b.build()
 	s.Defaults = b.defs
-	sortDiagnostics(b.diags)
 	s.Diagnostics = b.diags
+	s.Acknowledge(b.acks)
 	return s, nil
 }
 
@@ -268,20 +279,22 @@ func LoadFailure(err error) (line, col int, msg string) {
 }
 
 func sortDiagnostics(ds []Diagnostic) {
-	sort.SliceStable(ds, func(i, j int) bool {
-		a, b := ds[i], ds[j]
-		if a.Pos.File != b.Pos.File {
-			return a.Pos.File < b.Pos.File
-		}
-		if a.Pos.Line != b.Pos.Line {
-			return a.Pos.Line < b.Pos.Line
-		}
-		if a.Pos.Col != b.Pos.Col {
-			return a.Pos.Col < b.Pos.Col
-		}
-		if a.Operation != b.Operation {
-			return a.Operation < b.Operation
-		}
-		return a.Message < b.Message
-	})
+	sort.SliceStable(ds, func(i, j int) bool { return diagLess(ds[i], ds[j]) })
+}
+
+// diagLess orders diagnostics by file, line, column, operation and message.
+func diagLess(a, b Diagnostic) bool {
+	if a.Pos.File != b.Pos.File {
+		return a.Pos.File < b.Pos.File
+	}
+	if a.Pos.Line != b.Pos.Line {
+		return a.Pos.Line < b.Pos.Line
+	}
+	if a.Pos.Col != b.Pos.Col {
+		return a.Pos.Col < b.Pos.Col
+	}
+	if a.Operation != b.Operation {
+		return a.Operation < b.Operation
+	}
+	return a.Message < b.Message
 }

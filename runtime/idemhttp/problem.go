@@ -53,25 +53,29 @@ const (
 // ProblemTypePrefix begins every problem type URI.
 const ProblemTypePrefix = "urn:idemgen:problem:"
 
-// problemTable is the one table of the runtime's problem codes and their titles, in the order
-// documentation lists them. A problem type has one title whoever writes it: RFC 9457 clients may
-// show the title as the type's summary, so two titles for one type would read as two different
-// problems. idemgen annotate documents the codes from it (ProblemCodes), so a spec's problem
-// schema cannot fall behind what the runtime answers.
-var problemTable = []struct{ code, title string }{
-	{CodeKeyMissing, "Idempotency key missing"},
-	{CodeKeyInvalid, "Idempotency key invalid"},
-	{CodeKeyReused, "Idempotency key reused with a different request"},
-	{CodeInProgress, "Request with this idempotency key in progress"},
-	{CodeStoreUnavailable, "Idempotency store unavailable"},
-	{CodeBodyInvalid, "Request body invalid"},
-	{CodeBodyTooLarge, "Request body too large"},
-	{CodeRequestInvalid, "Request invalid"},
-	{CodeNotFound, "Not found"},
-	{CodeMethodNotAllowed, "Method not allowed"},
-	{CodeInternal, "Internal error"},
-	{CodeHandlerTimeout, "Request processing timed out"},
-	{CodeMediaTypeUnsupported, "Media type unsupported"},
+// problemTable is the one table of the runtime's problem codes, their titles and the status each
+// is answered with, in the order documentation lists them. A problem type has one title whoever
+// writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
+// type would read as two different problems. idemgen annotate documents the codes from it
+// (ProblemCodes), and idemgen lint finds the statuses an operation shares with the runtime from
+// it (ProblemStatus), so a spec's problem schema cannot fall behind what the runtime answers.
+var problemTable = []struct {
+	code, title string
+	status      int // 0: the operation's mismatchStatus
+}{
+	{CodeKeyMissing, "Idempotency key missing", http.StatusBadRequest},
+	{CodeKeyInvalid, "Idempotency key invalid", http.StatusBadRequest},
+	{CodeKeyReused, "Idempotency key reused with a different request", 0},
+	{CodeInProgress, "Request with this idempotency key in progress", http.StatusConflict},
+	{CodeStoreUnavailable, "Idempotency store unavailable", http.StatusServiceUnavailable},
+	{CodeBodyInvalid, "Request body invalid", http.StatusBadRequest},
+	{CodeBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge},
+	{CodeRequestInvalid, "Request invalid", http.StatusBadRequest},
+	{CodeNotFound, "Not found", http.StatusNotFound},
+	{CodeMethodNotAllowed, "Method not allowed", http.StatusMethodNotAllowed},
+	{CodeInternal, "Internal error", http.StatusInternalServerError},
+	{CodeHandlerTimeout, "Request processing timed out", http.StatusServiceUnavailable},
+	{CodeMediaTypeUnsupported, "Media type unsupported", http.StatusUnsupportedMediaType},
 }
 
 var problemTitles = func() map[string]string {
@@ -89,6 +93,18 @@ func ProblemCodes() []string {
 		codes[i] = p.code
 	}
 	return codes
+}
+
+// ProblemStatus returns the status the runtime answers code with: 0 for key-reused, whose status
+// is the operation's mismatchStatus (422 by default), and -1 for a code the runtime does not
+// define. not-found and method-not-allowed answer requests that reach no operation.
+func ProblemStatus(code string) int {
+	for _, p := range problemTable {
+		if p.code == code {
+			return p.status
+		}
+	}
+	return -1
 }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime

@@ -18,8 +18,14 @@ var neverReplayed = map[string]bool{
 	"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
 	"Www-Authenticate": true, "Cookie": true, "Connection": true, "Keep-Alive": true, "Te": true,
 	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+	"Proxy-Connection": true, "Set-Cookie2": true,
 	HeaderReplayed: true,
 }
+
+// NeverReplayed reports whether a replay drops the header name (in any spelling) whatever the
+// policy or the spec says: idemgen lint warns about such a header on a stored response, and
+// refuses it in replayHeaders.
+func NeverReplayed(name string) bool { return neverReplayed[http.CanonicalHeaderKey(name)] }
 
 func replayAllowed(name string, extra []string) bool {
 	name = http.CanonicalHeaderKey(name)

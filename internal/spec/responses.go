@@ -1,0 +1,210 @@
+package spec
+
+import (
+	"fmt"
+	"mime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/idemgen/idemgen/internal/model"
+	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
+)
+
+// localRef follows a same-document $ref ("#/components/responses/Error") in the node tree; nil
+// when it is not local or does not resolve.
+func (b *builder) localRef(ref string) *yaml.Node {
+	ptr, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return nil
+	}
+	n := b.tree
+	if n != nil && n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, tok := range strings.Split(ptr, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		if _, n = lookup(n, tok); n == nil {
+			return nil
+		}
+	}
+	return n
+}
+
+// response returns the status key of code in the operation's responses and the response's own
+// mapping, a local $ref followed (nil when it cannot be found in this file).
+func (b *builder) response(opNode *yaml.Node, code string) (key, val *yaml.Node) {
+	_, responses := lookup(opNode, "responses")
+	key, val = lookup(responses, code)
+	for i := 0; i < 8 && val != nil; i++ {
+		_, r := lookup(val, "$ref")
+		if !isString(r) {
+			break
+		}
+		val = b.localRef(r.Value)
+	}
+	return key, val
+}
+
+// sortedCodes returns the status keys of op's responses in order.
+func sortedCodes(op *openapi3.Operation) []string {
+	if op.Responses == nil {
+		return nil
+	}
+	codes := make([]string, 0, op.Responses.Len())
+	for code := range op.Responses.Map() {
+		codes = append(codes, code)
+	}
+	sort.Strings(codes)
+	return codes
+}
+
+// stored reports whether a response declared under code can be one the runtime stores: a code in
+// the persist set, a range (2XX) with a member in it, or default while anything is stored.
+func stored(persist idem.StatusSet, code string) bool {
+	if c, err := strconv.Atoi(code); err == nil {
+		return persist.Contains(c)
+	}
+	if len(code) == 3 && strings.EqualFold(code[1:], "XX") && code[0] >= '1' && code[0] <= '5' {
+		base := int(code[0]-'0') * 100
+		for c := base; c < base+100; c++ {
+			if persist.Contains(c) {
+				return true
+			}
+		}
+		return false
+	}
+	return code == "default" && !persist.IsEmpty()
+}
+
+// headersNotReplayed warns about a header that a stored response of a storage response operation
+// declares and a replay never carries (idemhttp.NeverReplayed: credentials, cookies, hop-by-hop
+// headers): the first answer has it, every replay of it lacks it, and the spec says nothing of
+// the difference. Reference and marker replays are answered anew by Replay<Op>, with the headers
+// it sets, so they are not concerned.
+func (b *builder) headersNotReplayed(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
+	if o.Policy.Storage != policy.StorageResponse {
+		return
+	}
+	persist := idem.Statuses(o.Policy.Persist...)
+	for _, code := range sortedCodes(op) {
+		ref := op.Responses.Value(code)
+		if ref == nil || ref.Value == nil || !stored(persist, code) {
+			continue
+		}
+		names := make([]string, 0, len(ref.Value.Headers))
+		for name := range ref.Value.Headers {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		_, resp := b.response(opNode, code)
+		_, headers := lookup(resp, "headers")
+		for _, name := range names {
+			why := policy.MissingOnReplay(name)
+			if why == "" {
+				continue
+			}
+			n := anchor
+			if k, _ := lookup(headers, name); k != nil {
+				n = k
+			}
+			b.report(n, policy.RuleHeaderNotReplayed, o.Route(), fmt.Sprintf(
+				"responses.%s.headers.%s: the runtime stores this response and its replays never carry %s: %s; a client that retries gets the answer without it (remove it from the response, or say in its description that only the first answer has it)",
+				code, name, name, why))
+		}
+	}
+}
+
+// ProblemCodesOn returns the runtime's problem codes answered with status on an operation whose
+// mismatchStatus is mismatch, from the runtime's one table. not-found and method-not-allowed
+// answer requests that reach no operation, so an operation never shares them.
+func ProblemCodesOn(status, mismatch int) []string {
+	var out []string
+	for _, code := range idemhttp.ProblemCodes() {
+		if code == idemhttp.CodeNotFound || code == idemhttp.CodeMethodNotAllowed {
+			continue
+		}
+		s := idemhttp.ProblemStatus(code)
+		if s == 0 {
+			s = mismatch
+		}
+		if s == status {
+			out = append(out, code)
+		}
+	}
+	return out
+}
+
+// NonProblemBody describes the body a response declares ("schema Error (application/json)", or
+// its media types when the schema is inline) when none of its media types is
+// application/problem+json; "" when one is, or when it declares no content.
+func NonProblemBody(ref *openapi3.ResponseRef) string {
+	if ref == nil || ref.Value == nil || len(ref.Value.Content) == 0 {
+		return ""
+	}
+	types := make([]string, 0, len(ref.Value.Content))
+	for mt := range ref.Value.Content {
+		types = append(types, mt)
+	}
+	sort.Strings(types)
+	if slices.ContainsFunc(types, IsProblemMediaType) {
+		return ""
+	}
+	what := strings.Join(types, ", ")
+	if media := ref.Value.Content[types[0]]; media != nil && media.Schema != nil && media.Schema.Ref != "" {
+		what = "schema " + media.Schema.Ref[strings.LastIndex(media.Schema.Ref, "/")+1:] + " (" + what + ")"
+	}
+	return what
+}
+
+// IsProblemMediaType reports whether mt (parameters allowed) is application/problem+json.
+func IsProblemMediaType(mt string) bool {
+	base, _, err := mime.ParseMediaType(mt)
+	if err != nil {
+		base = strings.ToLower(strings.TrimSpace(mt))
+	}
+	return base == "application/problem+json"
+}
+
+// errorsNotProblem warns when an idempotent operation declares, for a status the runtime also
+// answers with an application/problem+json problem, a body of another media type only: a client
+// that decodes that status by the spec fails on the runtime's answers. A response with no
+// content says nothing of the body and stays quiet, and so does a 409 that conflict-status-shared
+// has already reported.
+func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node, conflictReported bool) {
+	for _, code := range sortedCodes(op) {
+		status, err := strconv.Atoi(code)
+		if err != nil {
+			continue
+		}
+		codes := ProblemCodesOn(status, o.Policy.MismatchStatus)
+		if len(codes) == 0 || (status == 409 && conflictReported) {
+			continue
+		}
+		what := NonProblemBody(op.Responses.Value(code))
+		if what == "" {
+			continue
+		}
+		n := anchor
+		if k, _ := b.response(opNode, code); k != nil {
+			n = k
+		}
+		b.report(n, policy.RuleErrorNotProblem, o.Route(), fmt.Sprintf(
+			"responses.%s: declares %s, but the runtime also answers %d with application/problem+json (%s) on this operation; a client that decodes the %d by the spec fails on those (add application/problem+json to this response, e.g. with the IdempotencyProblem schema idemgen annotate writes)",
+			code, what, status, CodesPhrase(codes), status))
+	}
+}
+
+// CodesPhrase is "code x" or "codes x, y".
+func CodesPhrase(codes []string) string {
+	if len(codes) == 1 {
+		return "code " + codes[0]
+	}
+	return "codes " + strings.Join(codes, ", ")
+}
