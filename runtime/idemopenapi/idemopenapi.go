@@ -9,6 +9,9 @@
 // the wrong type) is answered 400 request-invalid, naming the member, and binds no key: a
 // corrected retry with the same key runs. Parameters are bound, and their types checked, by
 // oapi-codegen's generated code before the adapter runs.
+//
+// Generated code with validate-request-body in idemgen.yaml uses [NewValidation] on the spec it
+// embeds; [BodyValidator] serves a hand-written wiring.
 package idemopenapi
 
 import (
@@ -17,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -43,7 +48,12 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 		return nil, nil
 	}
 	rb := op.RequestBody.Value
-	opts := &openapi3filter.Options{}
+	// Defaults are not written back: the handler gets oapi-codegen's binding of the body as
+	// sent, so rewriting the copy checked here would only cost an encoding.
+	opts := &openapi3filter.Options{SkipSettingDefaults: true}
+	if doc.IsOpenAPI31OrLater() {
+		opts.SchemaValidationOptions = []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
+	}
 	return func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem {
 		req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
 		if err != nil {
@@ -53,11 +63,21 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 			req.Header.Set("Content-Type", contentType)
 		}
 		in := &openapi3filter.RequestValidationInput{Request: req, Options: opts}
-		if err := openapi3filter.ValidateRequestBody(ctx, in, rb); err != nil {
-			return problem(detail(err))
+		err = openapi3filter.ValidateRequestBody(ctx, in, rb)
+		if err == nil || unchecked(err) {
+			return nil
 		}
-		return nil
+		return problem(detail(err))
 	}, nil
+}
+
+// unchecked reports whether err says the body's media type has no decoder in openapi3filter
+// (an image, a vendor type): such a body is not validated, as a middleware that cannot read
+// it would not refuse it either. Which media types the operation accepts is the runtime's
+// check (415 media-type-unsupported), made before this one.
+func unchecked(err error) bool {
+	var pe *openapi3filter.ParseError
+	return errors.As(err, &pe) && pe.Kind == openapi3filter.KindUnsupportedFormat
 }
 
 func problem(detail string) *idemhttp.Problem {
@@ -75,8 +95,74 @@ func detail(err error) string {
 		return fmt.Sprintf("the request body does not match the API's schema at %s: %s", at, se.Reason)
 	}
 	var re *openapi3filter.RequestError
+	if errors.As(err, &re) && errors.Is(err, openapi3filter.ErrInvalidRequired) {
+		return "the request body is missing: this operation requires one"
+	}
 	if errors.As(err, &re) && re.Reason != "" {
 		return "the request body does not match the API's schema: " + re.Reason
 	}
 	return "the request body does not match the API's schema: check it against the operation's request body"
+}
+
+// Validation is the body checks of one document's operations, made on first use: generated
+// code declares one over the spec it embeds (oapi-codegen's GetSpec), asks it for each
+// operation's check while its policies are initialised, and calls [Validation.Check] when a
+// server is built, so that a document that does not load stops the server at startup rather
+// than failing requests. It is safe for concurrent use.
+type Validation struct {
+	load   func() (*openapi3.T, error)
+	routes []string // asked for by Body, before any use
+
+	once   sync.Once
+	checks map[string]func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem
+	err    error
+}
+
+// NewValidation returns the checks of the document load returns; load runs once, at the first
+// Check or validated request.
+func NewValidation(load func() (*openapi3.T, error)) *Validation {
+	return &Validation{load: load}
+}
+
+// Body returns the check of route's body (route as idemhttp.Policy.Route writes it), for
+// idemhttp.Policy.ValidateBody. Call it before the first Check, as package-level policies are
+// initialised; the document is read later.
+func (v *Validation) Body(route string) func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem {
+	v.routes = append(v.routes, route)
+	return func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem {
+		if v.Check() != nil {
+			// Check failed at startup too, and the server refused to start: a wiring that
+			// skipped it gets a problem, never the loader's text.
+			return idemhttp.NewProblem(http.StatusInternalServerError, idemhttp.CodeInternal,
+				"this server's request validation is not set up, so it changed nothing: its operator must fix the embedded API document")
+		}
+		if check := v.checks[route]; check != nil {
+			return check(ctx, contentType, body)
+		}
+		return nil
+	}
+}
+
+// Check loads the document and makes the check of every route Body was asked for; its error
+// names what failed.
+func (v *Validation) Check() error {
+	v.once.Do(func() {
+		doc, err := v.load()
+		if err != nil {
+			v.err = fmt.Errorf("idemopenapi: the API document for request validation does not load: %w", err)
+			return
+		}
+		v.checks = map[string]func(context.Context, string, []byte) *idemhttp.Problem{}
+		var errs []error
+		for _, route := range slices.Compact(slices.Sorted(slices.Values(v.routes))) {
+			check, err := BodyValidator(doc, route)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			v.checks[route] = check
+		}
+		v.err = errors.Join(errs...)
+	})
+	return v.err
 }

@@ -1,0 +1,91 @@
+package idemopenapi_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/idemgen/idemgen/runtime/idemopenapi"
+)
+
+const specImage = `openapi: 3.1.0
+info: {title: files, version: "1"}
+paths:
+  /v1/images:
+    post:
+      operationId: putImage
+      requestBody:
+        required: true
+        content:
+          image/png:
+            schema: {type: string, contentEncoding: base64}
+      responses:
+        '201': {description: Created.}
+  /v1/tags:
+    post:
+      operationId: addTag
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [tag]
+              properties:
+                tag: {type: [string, "null"], maxLength: 3}
+      responses:
+        '201': {description: Created.}
+`
+
+func loader(spec string) func() (*openapi3.T, error) {
+	return func() (*openapi3.T, error) { return openapi3.NewLoader().LoadFromData([]byte(spec)) }
+}
+
+// TestValidation: the checks Body hands out work once Check loaded the document; a media type
+// openapi3filter has no decoder for is not refused; an OpenAPI 3.1 schema is read as 3.1 (a
+// type list).
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	v := idemopenapi.NewValidation(loader(specImage))
+	image, tag := v.Body("POST /v1/images"), v.Body("POST /v1/tags")
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if p := image(ctx, "image/png", []byte{0x89, 'P', 'N', 'G'}); p != nil {
+		t.Errorf("a PNG body: %+v; want it passed (no decoder for image/png)", p)
+	}
+	for _, ok := range []string{`{"tag": "red"}`, `{"tag": null}`} {
+		if p := tag(ctx, "application/json", []byte(ok)); p != nil {
+			t.Errorf("%s: %+v; want it valid under 3.1's type list", ok, p)
+		}
+	}
+	p := tag(ctx, "application/json", []byte(`{"tag": "crimson"}`))
+	if p == nil || p.Status != 400 || !strings.Contains(p.Detail, "/tag") {
+		t.Errorf("a tag over maxLength: %+v; want 400 naming /tag", p)
+	}
+}
+
+// TestValidationCheckErrors: a route the document lacks and a document that does not load are
+// Check's errors, named; a check used anyway answers a problem, never the loader's text.
+func TestValidationCheckErrors(t *testing.T) {
+	t.Parallel()
+	v := idemopenapi.NewValidation(loader(specImage))
+	v.Body("POST /v1/images")
+	v.Body("DELETE /v1/tags")
+	if err := v.Check(); err == nil || !strings.Contains(err.Error(), `"DELETE /v1/tags"`) {
+		t.Errorf("unknown route: %v; want an error naming it", err)
+	}
+	broken := idemopenapi.NewValidation(func() (*openapi3.T, error) { return nil, errors.New("flate: corrupt input") })
+	check := broken.Body("POST /v1/tags")
+	if err := broken.Check(); err == nil || !strings.Contains(err.Error(), "does not load") {
+		t.Errorf("broken document: %v; want an error saying it does not load", err)
+	}
+	p := check(context.Background(), "application/json", []byte(`{}`))
+	if p == nil || p.Status != 500 || p.Code != "internal" || strings.Contains(p.Detail, "flate") {
+		t.Errorf("a check of a broken document: %+v; want a 500 internal problem without the loader's text", p)
+	}
+}
