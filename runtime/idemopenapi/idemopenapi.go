@@ -50,7 +50,9 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 	rb := op.RequestBody.Value
 	// Defaults are not written back: the handler gets oapi-codegen's binding of the body as
 	// sent, so rewriting the copy checked here would only cost an encoding.
-	opts := &openapi3filter.Options{SkipSettingDefaults: true}
+	// Every member that is wrong is reported at once, so one round trip tells the client all
+	// it has to fix.
+	opts := &openapi3filter.Options{SkipSettingDefaults: true, MultiError: true}
 	if doc.IsOpenAPI31OrLater() {
 		opts.SchemaValidationOptions = []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
 	}
@@ -67,7 +69,7 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 		if err == nil || unchecked(err) {
 			return nil
 		}
-		return problem(detail(err))
+		return refusal(err)
 	}, nil
 }
 
@@ -84,16 +86,61 @@ func problem(detail string) *idemhttp.Problem {
 	return idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid, detail)
 }
 
-// detail says where the body went wrong, in the schema's words, without Go text.
-func detail(err error) string {
-	var se *openapi3.SchemaError
-	if errors.As(err, &se) {
-		at := "/" + strings.Join(se.JSONPointer(), "/")
-		if at == "/" {
-			at = "its top level"
-		}
-		return fmt.Sprintf("the request body does not match the API's schema at %s: %s", at, se.Reason)
+// Bounds of what a refusal lists: the detail names the first few places, Errors a few more.
+const (
+	detailPlaces = 3
+	errorPlaces  = 20
+)
+
+// refusal is the 400 request-invalid problem for err: its detail says where the body went wrong,
+// in the schema's words and without Go text, and its Errors list each place.
+func refusal(err error) *idemhttp.Problem {
+	places := schemaErrors(err, nil)
+	if len(places) == 0 {
+		return problem(detail(err))
 	}
+	p := problem("")
+	var at []string
+	for _, se := range places {
+		ptr := "/" + strings.Join(se.JSONPointer(), "/")
+		if len(p.Errors) < errorPlaces {
+			p.Errors = append(p.Errors, idemhttp.ProblemError{Pointer: "#" + strings.TrimSuffix(ptr, "/"), Detail: se.Reason})
+		}
+		if ptr == "/" {
+			ptr = "its top level"
+		}
+		if len(at) < detailPlaces {
+			at = append(at, fmt.Sprintf("at %s: %s", ptr, se.Reason))
+		}
+	}
+	p.Detail = "the request body does not match the API's schema " + strings.Join(at, "; ")
+	if more := len(places) - len(at); more > 0 {
+		p.Detail += fmt.Sprintf("; and %d more (see errors)", more)
+	}
+	return p
+}
+
+// schemaErrors flattens the schema errors in err, in the validator's order. A schema error is
+// taken whole, not for the errors it wraps: a oneOf that no branch matched is one place, not
+// each branch's complaint.
+func schemaErrors(err error, out []*openapi3.SchemaError) []*openapi3.SchemaError {
+	switch e := err.(type) {
+	case nil:
+	case *openapi3.SchemaError:
+		out = append(out, e)
+	case openapi3.MultiError:
+		for _, inner := range e {
+			out = schemaErrors(inner, out)
+		}
+	default:
+		out = schemaErrors(errors.Unwrap(err), out)
+	}
+	return out
+}
+
+// detail says what is wrong with a body that has no schema error to name (it is missing, or
+// could not be decoded as its media type).
+func detail(err error) string {
 	var re *openapi3filter.RequestError
 	if errors.As(err, &re) && errors.Is(err, openapi3filter.ErrInvalidRequired) {
 		return "the request body is missing: this operation requires one"

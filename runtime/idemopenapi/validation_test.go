@@ -89,3 +89,36 @@ func TestValidationCheckErrors(t *testing.T) {
 		t.Errorf("a check of a broken document: %+v; want a 500 internal problem without the loader's text", p)
 	}
 }
+
+// TestRefusalListsEveryPlace: every member that is wrong is reported at once, in the detail (the
+// first few) and in the problem's errors, as JSON Pointers into the body.
+func TestRefusalListsEveryPlace(t *testing.T) {
+	t.Parallel()
+	doc, err := openapi3.NewLoader().LoadFromData([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := idemopenapi.BodyValidator(doc, "POST /v1/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := check(context.Background(), "application/json; charset=utf-8", []byte(`{"item": "", "quantity": 0}`))
+	if p == nil || p.Status != 400 || p.Code != "request-invalid" {
+		t.Fatalf("two wrong members: %+v; want 400 request-invalid", p)
+	}
+	want := []string{"#/item: minimum string length is 1", "#/quantity: number must be at least 1"}
+	var got []string
+	for _, e := range p.Errors {
+		got = append(got, e.Pointer+": "+e.Detail)
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(p.Detail, "at /item: minimum string length is 1; at /quantity: number must be at least 1") {
+		t.Errorf("detail %q does not name both members", p.Detail)
+	}
+	p = check(context.Background(), "application/json; charset=utf-8", []byte(`{}`))
+	if p == nil || len(p.Errors) != 2 || !strings.Contains(p.Detail, `property "item" is missing`) || !strings.Contains(p.Detail, `property "quantity" is missing`) {
+		t.Errorf("an empty object: %+v; want both required members named", p)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -26,17 +27,24 @@ func (e *env) keyRows(t *testing.T, tenant, key string) int {
 }
 
 // invalid checks that a is a 400 request-invalid problem whose detail names field and carries
-// no validator internals (kin-openapi's schema dump, Go type names).
-func (c *client) invalid(t *testing.T, what string, a answer, field string) {
+// no validator internals (kin-openapi's schema dump, Go type names), and, when pointer is set,
+// whose errors list that JSON Pointer.
+func (c *client) invalid(t *testing.T, what string, a answer, field, pointer string) {
 	t.Helper()
 	c.problem(t, what, a, http.StatusBadRequest, "request-invalid")
-	var p struct{ Detail string }
+	var p struct {
+		Detail string
+		Errors []struct{ Pointer, Detail string }
+	}
 	if err := json.Unmarshal([]byte(a.Body), &p); err != nil {
 		t.Errorf("%s on %s: the problem is not JSON: %v: %s", what, c.e.router, err, a.Body)
 		return
 	}
 	if !strings.Contains(p.Detail, field) {
 		t.Errorf("%s on %s: detail %q does not name %s", what, c.e.router, p.Detail, field)
+	}
+	if pointer != "" && !slices.ContainsFunc(p.Errors, func(e struct{ Pointer, Detail string }) bool { return e.Pointer == pointer }) {
+		t.Errorf("%s on %s: errors %+v do not list %s", what, c.e.router, p.Errors, pointer)
 	}
 	for _, leak := range []string{"Schema:", "Value:", "Error at", "openapi3", "Go struct", "json: "} {
 		if strings.Contains(p.Detail, leak) {
@@ -47,14 +55,15 @@ func (c *client) invalid(t *testing.T, what string, a answer, field string) {
 
 var validationCases = []testCase{
 	{"validation-refuses-before-the-claim", func(t *testing.T, e *env, c *client) {
-		for _, v := range []struct{ what, body, field string }{
-			{"a required member missing", `{"quantity": 2}`, `"item"`},
-			{"an empty object", `{}`, `"item"`},
-			{"a string under its minLength", `{"item": "", "quantity": 2}`, "/item"},
-			{"a value of the wrong type", `{"item": "tea", "quantity": "two"}`, "quantity"},
-			{"a number where a string belongs", `{"item": 7, "quantity": 2}`, "item"},
+		for _, v := range []struct{ what, body, field, pointer string }{
+			{"a required member missing", `{"quantity": 2}`, `"item"`, "#/item"},
+			{"an empty object", `{}`, `"quantity"`, "#/quantity"},
+			{"a string under its minLength", `{"item": "", "quantity": 2}`, "/item", "#/item"},
+			// The decoder refuses these before the schema is consulted; it names the member too.
+			{"a value of the wrong type", `{"item": "tea", "quantity": "two"}`, "quantity", ""},
+			{"a number where a string belongs", `{"item": 7, "quantity": 2}`, "item", ""},
 		} {
-			c.invalid(t, v.what, c.create(t, "k", v.body), v.field)
+			c.invalid(t, v.what, c.create(t, "k", v.body), v.field, v.pointer)
 		}
 		if o, k := e.orders(t, c.tenant), e.keyRows(t, c.tenant, "k"); o != 0 || k != 0 {
 			t.Fatalf("%s: %d orders and %d key rows after invalid bodies, want 0 and 0 (validation runs before the claim)", e.router, o, k)
@@ -79,7 +88,7 @@ var validationCases = []testCase{
 		// addNote (marker storage, a uuid key) is validated like createOrder.
 		const key = "0b6f3a52-8d4e-4f0a-9c1b-7e2d5a6c9f30"
 		notes := "/v1/orders/" + c.tenant + "-n/notes"
-		c.invalid(t, "a note without its text", c.send(t, http.MethodPost, notes, `{}`, key), `"text"`)
+		c.invalid(t, "a note without its text", c.send(t, http.MethodPost, notes, `{}`, key), `"text"`, "#/text")
 		if n := e.keyRows(t, c.tenant, key); n != 0 {
 			t.Fatalf("%s: %d key rows after an invalid note, want 0", e.router, n)
 		}
