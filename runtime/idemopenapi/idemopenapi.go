@@ -20,9 +20,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -49,9 +51,8 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 	}
 	rb := op.RequestBody.Value
 	// Defaults are not written back: the handler gets oapi-codegen's binding of the body as
-	// sent, so rewriting the copy checked here would only cost an encoding.
-	// Every member that is wrong is reported at once, so one round trip tells the client all
-	// it has to fix.
+	// sent, so rewriting the copy checked here would only cost an encoding. Every member that
+	// is wrong is reported, so one round trip tells the client all it has to fix.
 	opts := &openapi3filter.Options{SkipSettingDefaults: true, MultiError: true}
 	if doc.IsOpenAPI31OrLater() {
 		opts.SchemaValidationOptions = []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
@@ -86,10 +87,12 @@ func problem(detail string) *idemhttp.Problem {
 	return idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid, detail)
 }
 
-// Bounds of what a refusal lists: the detail names the first few places, Errors a few more.
+// Bounds of what a refusal lists: the detail names the first few places, Errors a few more,
+// and neither echoes more than echoMax bytes of one (member names are the client's).
 const (
 	detailPlaces = 3
 	errorPlaces  = 20
+	echoMax      = 128
 )
 
 // refusal is the 400 request-invalid problem for err: its detail says where the body went wrong,
@@ -102,15 +105,16 @@ func refusal(err error) *idemhttp.Problem {
 	p := problem("")
 	var at []string
 	for _, se := range places {
-		ptr := "/" + strings.Join(se.JSONPointer(), "/")
+		path, reason := se.JSONPointer(), bounded(se.Reason)
 		if len(p.Errors) < errorPlaces {
-			p.Errors = append(p.Errors, idemhttp.ProblemError{Pointer: "#" + strings.TrimSuffix(ptr, "/"), Detail: se.Reason})
-		}
-		if ptr == "/" {
-			ptr = "its top level"
+			p.Errors = append(p.Errors, idemhttp.ProblemError{Pointer: fragment(path), Detail: reason})
 		}
 		if len(at) < detailPlaces {
-			at = append(at, fmt.Sprintf("at %s: %s", ptr, se.Reason))
+			where := "its top level"
+			if len(path) > 0 {
+				where = bounded("/" + strings.Join(path, "/"))
+			}
+			at = append(at, fmt.Sprintf("at %s: %s", where, reason))
 		}
 	}
 	p.Detail = "the request body does not match the API's schema " + strings.Join(at, "; ")
@@ -118,6 +122,31 @@ func refusal(err error) *idemhttp.Problem {
 		p.Detail += fmt.Sprintf("; and %d more (see errors)", more)
 	}
 	return p
+}
+
+// fragment writes path as a JSON Pointer (RFC 6901) in its URI fragment form: "#/items/0/name".
+func fragment(path []string) string {
+	var b strings.Builder
+	b.WriteString("#")
+	for _, seg := range path {
+		b.WriteString("/")
+		b.WriteString(url.PathEscape(pointerEscaper.Replace(seg)))
+	}
+	return bounded(b.String())
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// bounded cuts s to echoMax bytes, at a character boundary.
+func bounded(s string) string {
+	if len(s) <= echoMax {
+		return s
+	}
+	cut := echoMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // schemaErrors flattens the schema errors in err, in the validator's order. A schema error is
@@ -146,7 +175,7 @@ func detail(err error) string {
 		return "the request body is missing: this operation requires one"
 	}
 	if errors.As(err, &re) && re.Reason != "" {
-		return "the request body does not match the API's schema: " + re.Reason
+		return "the request body does not match the API's schema: " + bounded(re.Reason)
 	}
 	return "the request body does not match the API's schema: check it against the operation's request body"
 }

@@ -3,6 +3,7 @@ package idemopenapi_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +121,49 @@ func TestRefusalListsEveryPlace(t *testing.T) {
 	p = check(context.Background(), "application/json; charset=utf-8", []byte(`{}`))
 	if p == nil || len(p.Errors) != 2 || !strings.Contains(p.Detail, `property "item" is missing`) || !strings.Contains(p.Detail, `property "quantity" is missing`) {
 		t.Errorf("an empty object: %+v; want both required members named", p)
+	}
+}
+
+// TestRefusalPointers: pointers are RFC 6901 in their fragment form (escaped "~" and "/",
+// percent-encoded), and what the client named is echoed only so far.
+func TestRefusalPointers(t *testing.T) {
+	t.Parallel()
+	doc, err := openapi3.NewLoader().LoadFromData([]byte(`openapi: 3.0.3
+info: {title: t, version: "1"}
+paths:
+  /v1/x:
+    post:
+      requestBody:
+        content:
+          application/json:
+            schema:
+              type: object
+              additionalProperties: {type: integer}
+      responses:
+        '201': {description: ok}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := idemopenapi.BodyValidator(doc, "POST /v1/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("m", 500)
+	p := check(context.Background(), "application/json", []byte(`{"a/b~c d": "x", "`+long+`": "x"}`))
+	if p == nil || len(p.Errors) != 2 {
+		t.Fatalf("two wrong members: %+v", p)
+	}
+	pointers := []string{p.Errors[0].Pointer, p.Errors[1].Pointer}
+	if !slices.Contains(pointers, "#/a~1b~0c%20d") {
+		t.Errorf("pointers %q lack #/a~1b~0c%%20d", pointers)
+	}
+	for _, e := range p.Errors {
+		if len(e.Pointer) > 200 || len(e.Detail) > 200 {
+			t.Errorf("an error echoes %d and %d bytes; want them bounded", len(e.Pointer), len(e.Detail))
+		}
+	}
+	if len(p.Detail) > 600 {
+		t.Errorf("the detail is %d bytes; want it bounded", len(p.Detail))
 	}
 }
