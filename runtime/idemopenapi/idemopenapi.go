@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -189,9 +190,10 @@ type Validation struct {
 	load   func() (*openapi3.T, error)
 	routes []string // asked for by Body, before any use
 
-	once   sync.Once
-	checks map[string]func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem
-	err    error
+	once    sync.Once
+	checked atomic.Bool // Check has run: Body may no longer add routes
+	checks  map[string]func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem
+	err     error
 }
 
 // NewValidation returns the checks of the document load returns; load runs once, at the first
@@ -202,8 +204,12 @@ func NewValidation(load func() (*openapi3.T, error)) *Validation {
 
 // Body returns the check of route's body (route as idemhttp.Policy.Route writes it), for
 // idemhttp.Policy.ValidateBody. Call it before the first Check, as package-level policies are
-// initialised; the document is read later.
+// initialised; the document is read later. It panics when called after Check, whose checks
+// would not include route: that is a programming error, not a request's.
 func (v *Validation) Body(route string) func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem {
+	if v.checked.Load() {
+		panic("idemopenapi: Validation.Body(" + route + ") called after Check: ask for every route's check first")
+	}
 	v.routes = append(v.routes, route)
 	return func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem {
 		if v.Check() != nil {
@@ -223,6 +229,7 @@ func (v *Validation) Body(route string) func(ctx context.Context, contentType st
 // names what failed.
 func (v *Validation) Check() error {
 	v.once.Do(func() {
+		v.checked.Store(true)
 		doc, err := v.load()
 		if err != nil {
 			v.err = fmt.Errorf("idemopenapi: the API document for request validation does not load: %w", err)

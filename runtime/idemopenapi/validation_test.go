@@ -167,3 +167,20 @@ paths:
 		t.Errorf("the detail is %d bytes; want it bounded", len(p.Detail))
 	}
 }
+
+// TestValidationBodyAfterCheck: a check asked for after Check would never be made; asking is a
+// programming error, reported at once.
+func TestValidationBodyAfterCheck(t *testing.T) {
+	t.Parallel()
+	v := idemopenapi.NewValidation(loader(specImage))
+	v.Body("POST /v1/tags")
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "POST /v1/images") {
+			t.Errorf("Body after Check: recovered %v; want a panic naming the route", r)
+		}
+	}()
+	v.Body("POST /v1/images")
+}
