@@ -36,6 +36,9 @@ type Config struct {
 	AllowRemoteRefs bool
 	// Client asks for the retry-safe client too (client.gen.go, see ClientFile).
 	Client bool
+	// ValidateRequestBody has request bodies checked against the spec before any key is claimed
+	// (see Options.ValidateRequestBody).
+	ValidateRequestBody bool
 	// OapiCodegen holds the oapi-codegen options passed through (output-options, compatibility,
 	// additional-imports, import-mapping), nil when the key is absent.
 	OapiCodegen *codegen.Configuration
@@ -45,7 +48,7 @@ type Config struct {
 }
 
 // configKeys are the top-level keys, in the order messages list them.
-var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "oapi-codegen", "lint"}
+var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "validate-request-body", "oapi-codegen", "lint"}
 
 // oapiPassthroughKeys are the oapi-codegen configuration keys idemgen.yaml may set; the others
 // (package, generate, output-options filters) are idemgen's to decide.
@@ -104,6 +107,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 				err = fmt.Errorf("client: expected true or false, got %s", describeNode(v))
 			} else {
 				err = v.Decode(&c.Client)
+			}
+		case "validate-request-body":
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+				err = fmt.Errorf("validate-request-body: expected true or false, got %s", describeNode(v))
+			} else {
+				err = v.Decode(&c.ValidateRequestBody)
 			}
 		case "oapi-codegen":
 			if _, err = decodePassthrough(v); err == nil {
@@ -317,6 +326,7 @@ type passthroughFile struct {
 	Router          yaml.Node              `yaml:"router"`
 	AllowRemoteRefs yaml.Node              `yaml:"allow-remote-refs"`
 	Client          yaml.Node              `yaml:"client"`
+	ValidateBody    yaml.Node              `yaml:"validate-request-body"`
 	OapiCodegen     *codegen.Configuration `yaml:"oapi-codegen"`
 	Lint            yaml.Node              `yaml:"lint"`
 }

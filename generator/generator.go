@@ -40,6 +40,10 @@ type Options struct {
 	// Client asks for ClientFile too: oapi-codegen's client, and a retry-safe wrapper of it (see
 	// client.go).
 	Client bool
+	// ValidateRequestBody has every request body checked against the spec before any key is
+	// claimed (runtime/idemopenapi, on the spec oapi-codegen embeds in OapiFile). Off, the
+	// generated code neither embeds the spec nor imports kin-openapi.
+	ValidateRequestBody bool
 	// OapiCodegen, when set, is the base oapi-codegen configuration (from idemgen.yaml). idemgen
 	// overrides what its adapter depends on: package, router, strict server, models, no
 	// operation filters or user templates. nil means idemgen's defaults (pruning off).
@@ -98,6 +102,9 @@ func Generate(in Input, opts Options) (Files, error) {
 		return nil, err
 	}
 	cfg.Generate.Client = opts.Client
+	// The validators read the document oapi-codegen generated from, which it embeds (GetSpec)
+	// so that a server reads no file at startup.
+	cfg.Generate.EmbeddedSpec = cfg.Generate.EmbeddedSpec || opts.ValidateRequestBody
 	doc := s.Doc
 	if doc == nil {
 		if doc, err = loadFresh(s.File, s.Raw, opts.AllowRemoteRefs); err != nil {

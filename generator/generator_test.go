@@ -286,12 +286,15 @@ func TestParseConfigErrors(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"no version", "spec: a.yaml\n", "idemgen.yaml:1:1: missing \"version: 1\""},
 		{"version 2", "version: 2\n", "idemgen.yaml:1:10: version 2 is not supported (this idemgen reads version 1)"},
-		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, client, oapi-codegen, lint)`},
+		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, client, validate-request-body, oapi-codegen, lint)`},
 		{"misspelt key", "version: 1\nouput: api\n", `idemgen.yaml:2:1: unknown key "ouput"; did you mean output?`},
 		{"camelCase", "version: 1\nallowRemoteRefs: true\n", `idemgen.yaml:2:1: unknown key "allowRemoteRefs"`},
 		{"wrong type", "version: 1\npackage: [a]\n", "idemgen.yaml:2:10: package: expected a string, got a list"},
 		{"version not a number", "version: one\n", `idemgen.yaml:1:10: version: expected the number 1, got "one"`},
 		{"bool", "version: 1\nallow-remote-refs: maybe\n", `idemgen.yaml:2:20: allow-remote-refs: expected true or false, got "maybe"`},
+		{"validation not a bool", "version: 1\nvalidate-request-body: request\n", `idemgen.yaml:2:24: validate-request-body: expected true or false, got "request"`},
+		{"validation a list", "version: 1\nvalidate-request-body: [body]\n", `idemgen.yaml:2:24: validate-request-body: expected true or false, got a list`},
+		{"validation misspelt", "version: 1\nvalidate-request-bodies: true\n", `idemgen.yaml:2:1: unknown key "validate-request-bodies"; did you mean validate-request-body?`},
 		{"unknown router", "version: 1\nrouter: echo4\n", `idemgen.yaml:2:9: router: unknown router "echo4" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`},
 		{"twice", "version: 1\nspec: a\nspec: b\n", `idemgen.yaml:3:1: "spec" is set twice`},
 		{"not a mapping", "- a\n", "idemgen.yaml:1:1: the config must be a mapping"},
@@ -370,7 +373,7 @@ func TestConfigSchema(t *testing.T) {
 	if valid < 2 {
 		t.Errorf("only %d valid config files found in %v; the test checks nothing", valid, files)
 	}
-	for _, bad := range []string{"version: 2\n", "version: 1\npakage: api\n", "version: 1\nrouter: martini\n", "spec: a.yaml\n"} {
+	for _, bad := range []string{"version: 2\n", "version: 1\npakage: api\n", "version: 1\nrouter: martini\n", "version: 1\nvalidate-request-body: \"yes\"\n", "spec: a.yaml\n"} {
 		if err := validate("inline", []byte(bad)); err == nil {
 			t.Errorf("the schema accepts %q", bad)
 		}

@@ -23,7 +23,14 @@ type fileData struct {
 	Package    string
 	Ops        []opData
 	Idempotent []opData
-	Router     routerData
+	// Answered are the operations whose response the adapter may write itself (idemResult): the
+	// idempotent ones, and those whose body is validated.
+	Answered []opData
+	// ValidateBody: request bodies are checked against the embedded spec (Options.ValidateRequestBody).
+	ValidateBody bool
+	// ValidateOthers: some operation that is not idempotent has its body checked too.
+	ValidateOthers bool
+	Router         routerData
 }
 
 // routerData is what a router's templates need besides their text: the route-registering
@@ -41,6 +48,8 @@ type opData struct {
 	KeyExpr    string     // the key's typed request field
 	Scope      []partData // the scope's parts besides the tenant, in the policy's order
 	Parts      []partData // the fingerprinted parameters
+	// ValidateBody: the operation declares a body, checked against the spec before it runs.
+	ValidateBody bool
 }
 
 // partData is one named request value of the scope or the fingerprint.
@@ -100,7 +109,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	if !ok {
 		return nil, UnknownRouterError(opts.Router)
 	}
-	data := &fileData{Package: opts.Package, Router: routerData{Methods: r.methods}}
+	data := &fileData{Package: opts.Package, ValidateBody: opts.ValidateRequestBody, Router: routerData{Methods: r.methods}}
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
@@ -115,13 +124,17 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 		if co.Alias {
 			continue
 		}
-		od := opData{GoName: co.GoName, Route: co.Route}
+		od := opData{GoName: co.GoName, Route: co.Route, ValidateBody: opts.ValidateRequestBody && len(co.Bodies) > 0}
 		if mo := byRoute[co.Route]; mo != nil && mo.Policy != nil {
 			if err := fillIdempotent(&od, mo, co); err != nil {
 				return nil, &Error{File: s.File, Line: mo.Policy.Pos.Line, Col: mo.Policy.Pos.Col, Operation: mo.Route(), Msg: err.Error()}
 			}
 			data.Idempotent = append(data.Idempotent, od)
 		}
+		if od.Idempotent || od.ValidateBody {
+			data.Answered = append(data.Answered, od)
+		}
+		data.ValidateOthers = data.ValidateOthers || (od.ValidateBody && !od.Idempotent)
 		data.Ops = append(data.Ops, od)
 	}
 	return data, nil

@@ -22,7 +22,7 @@ const defaultConfig = "idemgen.yaml"
 type generateFlags struct {
 	pkg, output, router, config string
 	check, allowRemoteRefs      bool
-	client                      bool
+	client, validateRequestBody bool
 }
 
 func newGenerateCmd(s *streams) *cobra.Command {
@@ -46,6 +46,7 @@ command line override the config file. Its keys, with paths relative to the file
   router: std-http          # or chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris
   allow-remote-refs: false  # follow $refs to other hosts
   client: false             # also client.gen.go: a retry-safe client (docs/client.md)
+  validate-request-body: false  # check bodies against the spec before any key is claimed
   oapi-codegen:             # passed through: output-options, compatibility,
     output-options: {}      #   import-mapping, additional-imports
   lint:                     # warnings reviewed and accepted, left out of the output
@@ -72,6 +73,7 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
 	fl.BoolVar(&f.allowRemoteRefs, "allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
 	fl.BoolVar(&f.client, "client", false, "also write client.gen.go, a retry-safe client of the API (also client: true in idemgen.yaml)")
+	fl.BoolVar(&f.validateRequestBody, "validate-request-body", false, "check request bodies against the spec before any key is claimed: 400 request-invalid, no key bound (also validate-request-body: true in idemgen.yaml)")
 	return cmd
 }
 
@@ -79,6 +81,7 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 type generateJob struct {
 	spec, pkg, output, router string
 	allowRemoteRefs, client   bool
+	validateRequestBody       bool
 	cfg                       *generator.Config
 }
 
@@ -111,7 +114,7 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 		return fail(ExitUsage, fmt.Errorf("%s: %d %s in x-idempotency; nothing was generated", job.spec, n, noun))
 	}
 
-	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs, Client: job.client}
+	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs, Client: job.client, ValidateRequestBody: job.validateRequestBody}
 	if job.cfg != nil {
 		opts.OapiCodegen = job.cfg.OapiCodegen
 	}
@@ -155,6 +158,7 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 		}
 		job.cfg = c
 		job.spec, job.pkg, job.output, job.allowRemoteRefs, job.client = c.Spec, c.Package, c.Output, c.AllowRemoteRefs, c.Client
+		job.validateRequestBody = c.ValidateRequestBody
 		if c.Router != "" {
 			job.router = c.Router
 		}
@@ -184,6 +188,9 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 	}
 	if changed("client") {
 		job.client = f.client
+	}
+	if changed("validate-request-body") {
+		job.validateRequestBody = f.validateRequestBody
 	}
 	if job.spec == "" {
 		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -63,9 +64,20 @@ func RequestProblem(err error) *Problem {
 		detail = fmt.Sprintf("the request body's %q is a JSON %s, which this operation does not accept there: check it against the API's schema", shortened(typ.Field), typ.Value)
 	case errors.As(err, &typ):
 		detail = fmt.Sprintf("the request body is a JSON %s, which this operation does not accept: check it against the API's schema", typ.Value)
+	default:
+		// A router that passes the decoder's error on as text only (fiber's strict server)
+		// still names the member: its JSON path and kind are taken from encoding/json's
+		// message, and nothing else of it is shown.
+		if m := unmarshalText.FindStringSubmatch(err.Error()); m != nil {
+			detail = fmt.Sprintf("the request body's %q is a JSON %s, which this operation does not accept there: check it against the API's schema", shortened(m[2]), m[1])
+		}
 	}
 	return newProblem(http.StatusBadRequest, CodeRequestInvalid, detail)
 }
+
+// unmarshalText matches encoding/json's UnmarshalTypeError text for a struct field: the JSON
+// kind, then the field's path after the Go type's name.
+var unmarshalText = regexp.MustCompile(`cannot unmarshal (array|bool|number|object|string)(?: [^ ]+)? into Go struct field [^ .]*\.([^ ]+) of type`)
 
 // ParamProblem is the request-invalid problem for a parameter oapi-codegen could not bind
 // (sent twice, not of its declared type, a required one missing).

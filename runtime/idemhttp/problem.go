@@ -22,6 +22,17 @@ type Problem struct {
 	Detail     string        `json:"detail,omitempty"`
 	Code       string        `json:"code"`
 	RetryAfter time.Duration `json:"-"`
+
+	// Errors lists, for a body refused by request validation (runtime/idemopenapi), each place
+	// it went wrong, as RFC 9457's example of a validation problem does.
+	Errors []ProblemError `json:"errors,omitempty"`
+}
+
+// ProblemError is one place a request went wrong: Pointer is a JSON Pointer into the body as
+// sent, as a URI fragment ("#/item"), and Detail the reason, in the schema's words.
+type ProblemError struct {
+	Pointer string `json:"pointer"`
+	Detail  string `json:"detail"`
 }
 
 // Problem codes. Each has the stable type URI ProblemTypePrefix + code.

@@ -141,7 +141,7 @@ func Run(t *testing.T, r Router) {
 	r.Serve(t, b, store, ln)
 	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b}
 	e.waitReady(t)
-	for _, c := range cases {
+	for _, c := range append(cases, validationCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, e, &client{e: e, tenant: c.name})

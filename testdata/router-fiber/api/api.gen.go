@@ -5,14 +5,18 @@ package api
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/gofiber/fiber/v2"
 	"github.com/oapi-codegen/runtime"
 	openapi_types "github.com/oapi-codegen/runtime/types"
@@ -1378,4 +1382,115 @@ func (sh *strictHandler) ShipOrder(ctx *fiber.Ctx, orderId string, params ShipOr
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
 	return nil
+}
+
+// Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
+// Stored as a slice of fixed-width chunks rather than one concatenated
+// const string: with thousands of chunks the chained `+` fold is several
+// times slower for the Go compiler than parsing a slice literal.
+var swaggerSpec = []string{
+	"vFZNbyM3DP0rBNtDt5A99m7Qw9y2PXSDFttFm0OBwCiYEe3RxiMpEifNwPB/L6SJvz+SLpKcxtAH+fj4",
+	"HuUFVq7xzrKViOUCY1VzQ/nnZ/73sxNOP31wnoMYzhvCD5K/nWcsMUowdobLpcLAd60JrLG87k9N1OqU",
+	"u/nKleBSpbh/BM3hMLARbtK3MfZ3tjOpsRyr/TQK71qyYqTbwmCs8IzDAYgccevGUTxHi3QJ4j9GHylU",
+	"PZOBdQh1mownmDjIfBbWOWIURiFp4/+CvU/fOshhKSmKsVOX4muOVTBejLNY4lXNEKlh+PjlEqYuAN9z",
+	"6CC4VjjAD8JRNAkV/cLgx8J5tuTNsKNmDhQYjGYrpqL5uxKcZUhMUYoOngNEcYFmDI3TrOCWuwixcp41",
+	"3HQgbMmKArIaKG1CzaQ5gJsCgXV20LMAqRwF0YHUJCAJc02BNXy6uvoCQjdz3sKaaA2W5o+g0/o7qMhC",
+	"aO1jfRVFBmd3qh0mKRiZJ+Jy5yMqvOcQe6bGw9FwlLvcM4AlfhiOhh9QoSepc++K+3Hh+qtJNS5mIa4Z",
+	"udRY4i+BSbiXVroaqGHJN64XaFKmngRUaKlJYC41N94J26ob/Ma50XkQHFPLpJcLR/nZ6ay1yllhm4GQ",
+	"93NTZSjF15iqWmyF+j7wFEv8rtgMneJx4hTrsbDcFaSElvNC9M7G3h7vR+MXy7uVdFe3VWYx2aBnK2f+",
+	"e5DPD/7kmdnPsk9UjvkwMBtu06lbzp+GHlYz7qeLXJ+fU/dplel6P9MkeS8LHcs1GT3sjSSKxcq8y5Rj",
+	"xkfE8SvLOWUkoW10sTULdjvypEB2ujV6/W4lx7p+U+HF6OJwDlkHsa3q1anT1BXWCZ+x10et85vxagSq",
+	"b3Dp1IWGBEts2/7FeTPXZi6eZdr3L5d2nXO/x8mxR323cU9D4XYlouMCiLXxp/v/V238K1tIvdScfmsb",
+	"JuZ8asEzTXi2UYGnHNhWjCdmaX7n+z+b6ZlHtekUTpbL/wIAAP//",
+}
+
+// decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
+// after base64-decoding and flate-decompressing the embedded blob.
+func decodeSpec() ([]byte, error) {
+	encoded := strings.Join(swaggerSpec, "")
+	compressed, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return nil, fmt.Errorf("error base64 decoding spec: %w", err)
+	}
+	zr := flate.NewReader(bytes.NewReader(compressed))
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(zr); err != nil {
+		return nil, fmt.Errorf("read flate: %w", err)
+	}
+	if err := zr.Close(); err != nil {
+		return nil, fmt.Errorf("close flate reader: %w", err)
+	}
+
+	return buf.Bytes(), nil
+}
+
+var rawSpec = decodeSpecCached()
+
+// a naive cache of the decoded OpenAPI spec
+func decodeSpecCached() func() ([]byte, error) {
+	data, err := decodeSpec()
+	return func() ([]byte, error) {
+		return data, err
+	}
+}
+
+// Constructs a synthetic filesystem for resolving external references when loading openapi specifications.
+func PathToRawSpec(pathToFile string) map[string]func() ([]byte, error) {
+	res := make(map[string]func() ([]byte, error))
+	if len(pathToFile) > 0 {
+		res[pathToFile] = rawSpec
+	}
+
+	return res
+}
+
+// GetSpec returns the OpenAPI specification corresponding to the generated
+// code in this file. External references in the spec are resolved through
+// PathToRawSpec; externally-referenced files must be embedded in their
+// corresponding Go packages (via the import-mapping feature). URL-based
+// external refs are not supported.
+func GetSpec() (swagger *openapi3.T, err error) {
+	resolvePath := PathToRawSpec("")
+
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = true
+	loader.ReadFromURIFunc = func(loader *openapi3.Loader, url *url.URL) ([]byte, error) {
+		pathToFile := url.String()
+		pathToFile = path.Clean(pathToFile)
+		getSpec, ok := resolvePath[pathToFile]
+		if !ok {
+			err1 := fmt.Errorf("path not found: %s", pathToFile)
+			return nil, err1
+		}
+		return getSpec()
+	}
+	var specData []byte
+	specData, err = rawSpec()
+	if err != nil {
+		return
+	}
+	swagger, err = loader.LoadFromData(specData)
+	if err != nil {
+		return
+	}
+	return
+}
+
+// GetSpecJSON returns the raw JSON bytes of the embedded OpenAPI
+// specification: decompressed but not unmarshaled. External references
+// are not resolved here; the bytes are the spec exactly as embedded by
+// codegen. The result is cached at package init time, so repeated calls
+// are cheap.
+func GetSpecJSON() ([]byte, error) {
+	return rawSpec()
+}
+
+// GetSwagger returns the OpenAPI specification corresponding to the
+// generated code in this file.
+//
+// Deprecated: GetSwagger predates kin-openapi renaming openapi3.Swagger
+// to openapi3.T. Use [GetSpec] instead. This wrapper is retained for
+// backwards compatibility.
+func GetSwagger() (*openapi3.T, error) {
+	return GetSpec()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemopenapi"
 
 	"net/url"
 	"sync"
@@ -45,6 +46,11 @@ type IdempotentServerInterface interface {
 	ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error)
 }
 
+// idemValidation checks request bodies against the spec this package was generated from
+// (GetSpec, embedded by oapi-codegen) before any key is claimed: a body that does not match its
+// schema is answered 400 request-invalid, naming the member, and binds no key.
+var idemValidation = idemopenapi.NewValidation(GetSpec)
+
 // policyCreateOrder is the x-idempotency of POST /v1/orders, with every default applied.
 var policyCreateOrder = &idemhttp.Policy{
 	Operation:      "createOrder",
@@ -66,6 +72,7 @@ var policyCreateOrder = &idemhttp.Policy{
 	Body:          true,
 	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Order-Region"},
+	ValidateBody:  idemValidation.Body("POST /v1/orders"),
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -85,9 +92,10 @@ var policyAddNote = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/json"},
+	ValidateBody: idemValidation.Body("POST /v1/orders/{order_id}/notes"),
 }
 
 // policyShipOrder is the x-idempotency of POST /v1/orders/{order_id}/ship, with every default applied.
@@ -128,6 +136,7 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 	s := &idemServer{impl: impl, store: store}
 	err := errors.Join(
 		idemhttp.Check(store, idemPolicies...),
+		idemValidation.Check(),
 		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
 		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
 		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
