@@ -60,10 +60,11 @@ var policyCreatePayment = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Exclude:     []string{"/simulate_failure"},
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Exclude:         []string{"/simulate_failure"},
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Location", "Retry-After"},
 }
 
 // policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
@@ -125,9 +126,10 @@ var policyCreatePayout = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Location", "Retry-After"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,8 @@ type Backend struct {
 	tenant  func(context.Context) (string, error)
 	failing sync.Map // tenant → true: CreateOrder fails after its insert
 	runs    atomic.Int64
+	// interactions numbers Sign's interaction ids.
+	interactions atomic.Int64
 }
 
 // CreateOrder inserts an order in tx, in the request's tenant, named after the claimed key.
@@ -126,7 +129,8 @@ func Run(t *testing.T, r Router) {
 	ctx := context.Background()
 	if _, err := sch.Pool.Exec(ctx, `
 		CREATE TABLE orders (id text PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, quantity int NOT NULL, status text NOT NULL);
-		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL)`); err != nil {
+		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL);
+		`+paymentsTable); err != nil {
 		t.Fatal(err)
 	}
 	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name, Tenant: r.Tenant})
@@ -141,7 +145,7 @@ func Run(t *testing.T, r Router) {
 	r.Serve(t, b, store, ln)
 	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b}
 	e.waitReady(t)
-	for _, c := range cases {
+	for _, c := range slices.Concat(cases, paymentCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, e, &client{e: e, tenant: c.name})

@@ -29,6 +29,12 @@ type NewOrder struct {
 	Quantity int    `json:"quantity"`
 }
 
+// NewPayment defines model for NewPayment.
+type NewPayment struct {
+	Amount   int    `json:"amount"`
+	Currency string `json:"currency"`
+}
+
 // Note defines model for Note.
 type Note struct {
 	OrderId string `json:"order_id"`
@@ -41,6 +47,18 @@ type Order struct {
 	OrderId  string `json:"order_id"`
 	Quantity int    `json:"quantity"`
 	Status   string `json:"status"`
+}
+
+// Payment defines model for Payment.
+type Payment struct {
+	Amount    int    `json:"amount"`
+	Currency  string `json:"currency"`
+	PaymentId string `json:"payment_id"`
+}
+
+// PaymentPatch defines model for PaymentPatch.
+type PaymentPatch struct {
+	Amount *int `json:"amount,omitempty"`
 }
 
 // CreateOrderParams defines parameters for CreateOrder.
@@ -58,11 +76,27 @@ type ShipOrderParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// CreatePaymentParams defines parameters for CreatePayment.
+type CreatePaymentParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// UpdatePaymentParams defines parameters for UpdatePayment.
+type UpdatePaymentParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = NewOrder
 
 // AddNoteJSONRequestBody defines body for AddNote for application/json ContentType.
 type AddNoteJSONRequestBody = NewNote
+
+// CreatePaymentApplicationJSONCharsetUTF8RequestBody defines body for CreatePayment for application/json; charset=utf-8 ContentType.
+type CreatePaymentApplicationJSONCharsetUTF8RequestBody = NewPayment
+
+// UpdatePaymentApplicationMergePatchPlusJSONRequestBody defines body for UpdatePayment for application/merge-patch+json ContentType.
+type UpdatePaymentApplicationMergePatchPlusJSONRequestBody = PaymentPatch
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -159,6 +193,30 @@ type ClientInterface interface {
 
 	// ShipOrder performs a POST /v1/orders/{order_id}/ship (the `ShipOrder` operationId) request.
 	ShipOrder(ctx context.Context, orderId string, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePaymentWithBody performs a POST /v1/payments (the `CreatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	CreatePaymentWithBody(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePaymentWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments (the `CreatePayment` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type.
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdatePaymentWithBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	UpdatePaymentWithBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdatePaymentWithApplicationMergePatchPlusJSONBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreateOrderWithBody performs a POST /v1/orders (the `CreateOrder` operationId) request,
@@ -233,6 +291,70 @@ func (c *Client) AddNote(ctx context.Context, orderId string, params *AddNotePar
 // ShipOrder performs a POST /v1/orders/{order_id}/ship (the `ShipOrder` operationId) request.
 func (c *Client) ShipOrder(ctx context.Context, orderId string, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewShipOrderRequest(c.Server, orderId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePaymentWithBody performs a POST /v1/payments (the `CreatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePaymentRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePaymentWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments (the `CreatePayment` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type.
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+func (c *Client) CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdatePaymentWithBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+func (c *Client) UpdatePaymentWithBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdatePaymentRequestWithBody(c.Server, paymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdatePaymentWithApplicationMergePatchPlusJSONBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+func (c *Client) UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody(c.Server, paymentId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -443,6 +565,123 @@ func NewShipOrderRequest(server string, orderId string, params *ShipOrderParams)
 	return req, nil
 }
 
+// NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body calls the generic CreatePayment builder with application/json; charset=utf-8 body
+func NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body(server string, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreatePaymentRequestWithBody(server, params, "application/json; charset=utf-8", bodyReader)
+}
+
+// NewCreatePaymentRequestWithBody constructs an http.Request for the CreatePayment method, with any body, and a specified content type
+func NewCreatePaymentRequestWithBody(server string, params *CreatePaymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody calls the generic UpdatePayment builder with application/merge-patch+json body
+func NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody(server string, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdatePaymentRequestWithBody(server, paymentId, params, "application/merge-patch+json", bodyReader)
+}
+
+// NewUpdatePaymentRequestWithBody constructs an http.Request for the UpdatePayment method, with any body, and a specified content type
+func NewUpdatePaymentRequestWithBody(server string, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "payment_id", paymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -516,6 +755,34 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	ShipOrderWithResponse(ctx context.Context, orderId string, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*ShipOrderResponse, error)
+
+	// CreatePaymentWithBodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	CreatePaymentWithBodyWithResponse(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error)
+
+	// CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error)
+
+	// UpdatePaymentWithBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	UpdatePaymentWithBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error)
+
+	// UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error)
 }
 
 // CreateOrderResponse201Headers the declared response headers of an HTTP 201 response for CreateOrder
@@ -689,6 +956,96 @@ func (r ShipOrderResponse) ContentType() string {
 	return ""
 }
 
+// CreatePaymentResponse201Headers the declared response headers of an HTTP 201 response for CreatePayment
+type CreatePaymentResponse201Headers struct {
+	XFapiInteractionId string
+	XJwsSignature      string
+}
+
+type CreatePaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Payment
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreatePaymentResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreatePaymentResponse) GetJSON201() *Payment {
+	return r.JSON201
+}
+
+// GetBody returns the raw response body bytes
+func (r CreatePaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreatePaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreatePaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreatePaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdatePaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Payment
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdatePaymentResponse) GetJSON200() *Payment {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdatePaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdatePaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdatePaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdatePaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreateOrderWithBodyWithResponse performs a POST /v1/orders (the `CreateOrder` operationId) request,
 // with any type of body and a specified content type.
 //
@@ -753,6 +1110,58 @@ func (c *ClientWithResponses) ShipOrderWithResponse(ctx context.Context, orderId
 		return nil, err
 	}
 	return ParseShipOrderResponse(rsp)
+}
+
+// CreatePaymentWithBodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error) {
+	rsp, err := c.CreatePaymentWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePaymentResponse(rsp)
+}
+
+// CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+func (c *ClientWithResponses) CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error) {
+	rsp, err := c.CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePaymentResponse(rsp)
+}
+
+// UpdatePaymentWithBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) UpdatePaymentWithBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error) {
+	rsp, err := c.UpdatePaymentWithBody(ctx, paymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdatePaymentResponse(rsp)
+}
+
+// UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+func (c *ClientWithResponses) UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error) {
+	rsp, err := c.UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx, paymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdatePaymentResponse(rsp)
 }
 
 // ParseCreateOrderResponse parses an HTTP response from a CreateOrderWithResponse call
@@ -878,6 +1287,78 @@ func ParseShipOrderResponse(rsp *http.Response) (*ShipOrderResponse, error) {
 	return response, nil
 }
 
+// ParseCreatePaymentResponse parses an HTTP response from a CreatePaymentWithResponse call
+func ParseCreatePaymentResponse(rsp *http.Response) (*CreatePaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreatePaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreatePaymentResponse201Headers
+		if values := rsp.Header.Values("X-Fapi-Interaction-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Fapi-Interaction-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XFapiInteractionId = value
+		}
+		if values := rsp.Header.Values("X-Jws-Signature"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Jws-Signature", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XJwsSignature = value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUpdatePaymentResponse parses an HTTP response from a UpdatePaymentWithResponse call
+func ParseUpdatePaymentResponse(rsp *http.Response) (*UpdatePaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdatePaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 
@@ -892,6 +1373,12 @@ type ServerInterface interface {
 
 	// (POST /v1/orders/{order_id}/ship)
 	ShipOrder(w http.ResponseWriter, r *http.Request, orderId string, params ShipOrderParams)
+
+	// (POST /v1/payments)
+	CreatePayment(w http.ResponseWriter, r *http.Request, params CreatePaymentParams)
+
+	// (PATCH /v1/payments/{payment_id})
+	UpdatePayment(w http.ResponseWriter, r *http.Request, paymentId string, params UpdatePaymentParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -1070,6 +1557,97 @@ func (siw *ServerInterfaceWrapper) ShipOrder(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// CreatePayment operation middleware
+func (siw *ServerInterfaceWrapper) CreatePayment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreatePaymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreatePayment(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdatePayment operation middleware
+func (siw *ServerInterfaceWrapper) UpdatePayment(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "payment_id" -------------
+	var paymentId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "payment_id", mux.Vars(r)["payment_id"], &paymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "payment_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UpdatePaymentParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdatePayment(w, r, paymentId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -1190,6 +1768,10 @@ func HandlerWithOptions(si ServerInterface, options GorillaServerOptions) http.H
 	r.HandleFunc(options.BaseURL+"/v1/orders/{order_id}/ship", wrapper.ShipOrder).Methods(http.MethodPost)
 
 	r.HandleFunc(options.BaseURL+"/v1/orders/{order_id}/notes", wrapper.AddNote).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/v1/payments", wrapper.CreatePayment).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/v1/payments/{payment_id}", wrapper.UpdatePayment).Methods(http.MethodPatch)
 
 	return r
 }
@@ -1312,6 +1894,63 @@ func (response ShipOrder404Response) VisitShipOrderResponse(w http.ResponseWrite
 	return nil
 }
 
+type CreatePaymentRequestObject struct {
+	Params CreatePaymentParams
+	Body   *CreatePaymentApplicationJSONCharsetUTF8RequestBody
+}
+
+type CreatePaymentResponseObject interface {
+	VisitCreatePaymentResponse(w http.ResponseWriter) error
+}
+
+type CreatePayment201ResponseHeaders struct {
+	XFapiInteractionId string
+	XJwsSignature      string
+}
+
+type CreatePayment201JSONResponse struct {
+	Body    Payment
+	Headers CreatePayment201ResponseHeaders
+}
+
+func (response CreatePayment201JSONResponse) VisitCreatePaymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Fapi-Interaction-Id", fmt.Sprint(response.Headers.XFapiInteractionId))
+	w.Header().Set("X-Jws-Signature", fmt.Sprint(response.Headers.XJwsSignature))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdatePaymentRequestObject struct {
+	PaymentId string `json:"payment_id"`
+	Params    UpdatePaymentParams
+	Body      *UpdatePaymentApplicationMergePatchPlusJSONRequestBody
+}
+
+type UpdatePaymentResponseObject interface {
+	VisitUpdatePaymentResponse(w http.ResponseWriter) error
+}
+
+type UpdatePayment200JSONResponse Payment
+
+func (response UpdatePayment200JSONResponse) VisitUpdatePaymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 
@@ -1326,6 +1965,12 @@ type StrictServerInterface interface {
 
 	// (POST /v1/orders/{order_id}/ship)
 	ShipOrder(ctx context.Context, request ShipOrderRequestObject) (ShipOrderResponseObject, error)
+
+	// (POST /v1/payments)
+	CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
+
+	// (PATCH /v1/payments/{payment_id})
+	UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -1480,6 +2125,73 @@ func (sh *strictHandler) ShipOrder(w http.ResponseWriter, r *http.Request, order
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ShipOrderResponseObject); ok {
 		if err := validResponse.VisitShipOrderResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreatePayment operation middleware
+func (sh *strictHandler) CreatePayment(w http.ResponseWriter, r *http.Request, params CreatePaymentParams) {
+	var request CreatePaymentRequestObject
+
+	request.Params = params
+
+	var body CreatePaymentApplicationJSONCharsetUTF8RequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreatePayment(ctx, request.(CreatePaymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreatePayment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreatePaymentResponseObject); ok {
+		if err := validResponse.VisitCreatePaymentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdatePayment operation middleware
+func (sh *strictHandler) UpdatePayment(w http.ResponseWriter, r *http.Request, paymentId string, params UpdatePaymentParams) {
+	var request UpdatePaymentRequestObject
+
+	request.PaymentId = paymentId
+	request.Params = params
+
+	var body UpdatePaymentApplicationMergePatchPlusJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdatePayment(ctx, request.(UpdatePaymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdatePayment")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdatePaymentResponseObject); ok {
+		if err := validResponse.VisitUpdatePaymentResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

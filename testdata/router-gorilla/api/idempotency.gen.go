@@ -39,6 +39,10 @@ type IdempotentServerInterface interface {
 	// ReplayShipOrder answers a retry of a completed ShipOrder with the resource's
 	// current state, loaded through reference.
 	ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error)
+	// CreatePayment handles POST /v1/payments once per key; retries get its stored response.
+	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
+	// UpdatePayment handles PATCH /v1/payments/{payment_id} once per key; retries get its stored response.
+	UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
 }
 
 // policyCreateOrder is the x-idempotency of POST /v1/orders, with every default applied.
@@ -58,10 +62,11 @@ var policyCreateOrder = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 64,
 	},
-	ScopeTenant:   true,
-	Body:          true,
-	BodyTypes:     []string{"application/json"},
-	ReplayHeaders: []string{"X-Order-Region"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"X-Order-Region"},
+	ReplayHeaders:   []string{"X-Order-Region"},
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -106,12 +111,59 @@ var policyShipOrder = &idemhttp.Policy{
 	ScopeTenant: true,
 }
 
+// policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
+var policyCreatePayment = &idemhttp.Policy{
+	Operation:      "createPayment",
+	Route:          "POST /v1/payments",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json; charset=utf-8"},
+	DeclaredHeaders: []string{"X-Fapi-Interaction-Id", "X-Jws-Signature"},
+}
+
+// policyUpdatePayment is the x-idempotency of PATCH /v1/payments/{payment_id}, with every default applied.
+var policyUpdatePayment = &idemhttp.Policy{
+	Operation:      "updatePayment",
+	Route:          "PATCH /v1/payments/{payment_id}",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Body:        true,
+	BodyTypes:   []string{"application/merge-patch+json"},
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyAddNote,
 	policyShipOrder,
+	policyCreatePayment,
+	policyUpdatePayment,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -127,6 +179,8 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
 		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
 		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
+		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyUpdatePayment, s.opUpdatePayment(UpdatePaymentRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -218,6 +272,49 @@ func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[Sh
 	}
 }
 
+// CreatePayment runs s.impl.CreatePayment at most once per key.
+func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
+}
+
+// opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
+	return &idemhttp.Op[CreatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
+			return s.impl.CreatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
+	}
+}
+
+// UpdatePayment runs s.impl.UpdatePayment at most once per key.
+func (s *idemServer) UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyUpdatePayment, s.opUpdatePayment(request))
+}
+
+// opUpdatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opUpdatePayment(request UpdatePaymentRequestObject) *idemhttp.Op[UpdatePaymentResponseObject] {
+	return &idemhttp.Op[UpdatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (UpdatePaymentResponseObject, error) {
+			return s.impl.UpdatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(UpdatePaymentResponseObject.VisitUpdatePaymentResponse),
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -237,6 +334,10 @@ func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { retu
 func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitShipOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitUpdatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {
