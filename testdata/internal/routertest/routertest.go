@@ -145,7 +145,7 @@ func Run(t *testing.T, r Router) {
 	r.Serve(t, b, store, ln)
 	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b}
 	e.waitReady(t)
-	for _, c := range slices.Concat(cases, paymentCases) {
+	for _, c := range slices.Concat(cases, paymentCases, routingCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, e, &client{e: e, tenant: c.name})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"mime"
-	"strings"
 
 	"github.com/labstack/echo/v5"
 )

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -370,7 +371,12 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		o.BaseRouter = mux.NewRouter()
 	}
 	o.BaseRouter.NotFoundHandler = http.HandlerFunc(idemNotFound)
-	o.BaseRouter.MethodNotAllowedHandler = http.HandlerFunc(idemMethodNotAllowed)
+	o.BaseRouter.MethodNotAllowedHandler = idemMethodNotAllowed(func(r *http.Request, method string) bool {
+		probe := *r
+		probe.Method = method
+		var m mux.RouteMatch
+		return o.BaseRouter.Match(&probe, &m) && m.MatchErr == nil
+	})
 	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
 		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
@@ -422,8 +428,25 @@ func idemNotFound(w http.ResponseWriter, _ *http.Request) {
 		"no operation of this API is at this path: check the URL against the API's paths").WriteTo(w)
 }
 
-// idemMethodNotAllowed answers a request whose path is an operation's, but not its method.
-func idemMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	_ = idemhttp.NewProblem(http.StatusMethodNotAllowed, idemhttp.CodeMethodNotAllowed,
-		"this path does not accept "+r.Method+": check the API's operations on this path").WriteTo(w)
+// idemMethods are the methods a 405's Allow header may list.
+var idemMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions, http.MethodTrace}
+
+// idemMethodNotAllowed answers a request whose path is an operation's, but not its method, with
+// the methods that path accepts (allowed reports whether the router routes a method for r's
+// path) in its Allow header, as RFC 9110 asks of a 405.
+func idemMethodNotAllowed(allowed func(r *http.Request, method string) bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var methods []string
+		for _, m := range idemMethods {
+			if allowed(r, m) {
+				methods = append(methods, m)
+			}
+		}
+		detail := "this path does not accept " + r.Method + ": check the API's operations on this path"
+		if len(methods) > 0 {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			detail = "this path does not accept " + r.Method + ": use one of " + strings.Join(methods, ", ")
+		}
+		_ = idemhttp.NewProblem(http.StatusMethodNotAllowed, idemhttp.CodeMethodNotAllowed, detail).WriteTo(w)
+	}
 }
