@@ -30,14 +30,14 @@ const (
 // request-invalid, saying where the body went wrong without Go type names.
 func RequestErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	if prob := BodyProblem(r.Context()); prob != nil {
-		_ = prob.WriteTo(w)
+		Refuse(w, r, prob)
 		return
 	}
 	if prob := UndecodableTypeProblem(r.Context()); prob != nil {
-		_ = prob.WriteTo(w)
+		Refuse(w, r, prob)
 		return
 	}
-	_ = RequestProblem(err).WriteTo(w)
+	Refuse(w, r, RequestProblem(err))
 }
 
 // UndecodableTypeProblem is the 415 media-type-unsupported problem when the body Capture kept

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"mime"
 	"net/http"
 	"path"
@@ -378,10 +377,7 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (re
 	if err == nil && res.Kind == ResultProblem && res.Problem.Status < 500 {
 		// A refusal is the client's to fix, so it is no warning; but a developer asking why a
 		// request was refused finds it at debug, with the code the client got.
-		if log := s.Config().Logger; log.Enabled(ctx, slog.LevelDebug) {
-			log.DebugContext(ctx, "idem: request refused", "operation", p.Operation,
-				"status", res.Problem.Status, "code", res.Problem.Code)
-		}
+		logRefused(ctx, s.Config().Logger, p, res.Problem)
 	}
 	return res, err
 }

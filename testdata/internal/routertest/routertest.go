@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -133,7 +134,8 @@ func Run(t *testing.T, r Router) {
 		`+paymentsTable); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name, Tenant: r.Tenant})
+	logs := &logRecorder{}
+	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name, Tenant: r.Tenant, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +145,9 @@ func Run(t *testing.T, r Router) {
 		t.Fatal(err)
 	}
 	r.Serve(t, b, store, ln)
-	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b}
+	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b, logs: logs}
 	e.waitReady(t)
-	for _, c := range slices.Concat(cases, paymentCases, routingCases) {
+	for _, c := range slices.Concat(cases, paymentCases, routingCases, refusalCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, e, &client{e: e, tenant: c.name})
@@ -157,6 +159,7 @@ type env struct {
 	router string
 	url    string
 	b      *Backend
+	logs   *logRecorder // what the store logged, debug records included
 }
 
 // waitReady polls until the server answers, for frameworks whose Listen returns before they

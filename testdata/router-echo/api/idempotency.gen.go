@@ -421,11 +421,11 @@ func (r idemRouter) TRACE(path string, h echo.HandlerFunc, m ...echo.MiddlewareF
 	return r.EchoRouter.TRACE(path, h, append([]echo.MiddlewareFunc{r.mw}, m...)...)
 }
 
-// idemMiddleware keeps the request body as sent (idemhttp.Capture, which answers an oversized
+// idemMiddleware keeps the request body as sent (idemhttp.CaptureFor, which answers an oversized
 // one 413) and answers the errors of the route's handler (oapi-codegen's binding, the strict
 // handler, the adapter) with problems.
 func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
-	capture := idemhttp.Capture(maxBody)
+	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
 	failed := idemhttp.ResponseErrorHandler(store)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -442,10 +442,10 @@ func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
 			case errors.As(err, &he) && he.Code >= 400 && he.Code < 500:
 				// oapi-codegen's parameter binding, or echo's binder refusing the body.
 				if p, ok := idemBindingProblem(c.Request().Header, fmt.Sprint(he.Message)); ok {
-					_ = p.WriteTo(c.Response())
+					idemhttp.Refuse(c.Response(), c.Request(), p)
 					return nil
 				}
-				_ = idemBodyProblem(c.Request().Context(), he.Code, err).WriteTo(c.Response())
+				idemhttp.Refuse(c.Response(), c.Request(), idemBodyProblem(c.Request().Context(), he.Code, err))
 			default:
 				failed(c.Response(), c.Request(), err)
 			}
@@ -528,7 +528,7 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 // runs here first, so such a body is the runtime's 400 body-invalid problem on every router. A
 // body of a media type the decoder cannot read is the runtime's 415 media-type-unsupported
 // problem (idemhttp.UndecodableTypeProblem), as on the routers whose decoder lets it through.
-// Any other decoding error is a request-invalid problem with status.
+// Any other decoding error is a request-invalid problem with status (400 for a 415).
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
 	if p := idemhttp.BodyProblem(ctx); p != nil {
 		return p
@@ -537,6 +537,10 @@ func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Probl
 		return p
 	}
 	p := idemhttp.RequestProblem(err)
-	p.Status = status
+	if status != http.StatusUnsupportedMediaType {
+		// A decoder's 415 for a media type it reads is about the content (echo's binder, when
+		// the value idemJSONBody decoded does not fit the body's type): a 400.
+		p.Status = status
+	}
 	return p
 }

@@ -431,11 +431,11 @@ func (r idemRouter) Trace(path string, handler any, handlers ...any) fiber.Route
 	return r.Router.Trace(path, r.mw, append([]any{handler}, handlers...)...)
 }
 
-// idemMiddleware keeps the request body as sent (through idemhttp.Capture, which answers an
+// idemMiddleware keeps the request body as sent (through idemhttp.CaptureFor, which answers an
 // oversized one 413) in the user context, where the runtime finds it, and answers the errors of
 // the route's handlers (oapi-codegen's binding, the strict handler, the adapter) with problems.
 func idemMiddleware(store *idem.Store, maxBody int64) fiber.Handler {
-	capture := idemhttp.Capture(maxBody)
+	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
 	failed := idemhttp.ResponseErrorHandler(store)
 	return func(c fiber.Ctx) error {
 		var err error
@@ -459,7 +459,7 @@ func idemMiddleware(store *idem.Store, maxBody int64) fiber.Handler {
 			if !ok {
 				p = idemBodyProblem(c.Context(), fe.Code, err)
 			}
-			_ = p.WriteTo(idemResponseWriter(c))
+			idemhttp.Refuse(idemResponseWriter(c), idemRequest(c, http.NoBody), p)
 		default:
 			failed(idemResponseWriter(c), idemRequest(c, http.NoBody), err)
 		}
@@ -571,7 +571,7 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 // runs here first, so such a body is the runtime's 400 body-invalid problem on every router. A
 // body of a media type the decoder cannot read is the runtime's 415 media-type-unsupported
 // problem (idemhttp.UndecodableTypeProblem), as on the routers whose decoder lets it through.
-// Any other decoding error is a request-invalid problem with status.
+// Any other decoding error is a request-invalid problem with status (400 for a 415).
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
 	if p := idemhttp.BodyProblem(ctx); p != nil {
 		return p
@@ -580,6 +580,10 @@ func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Probl
 		return p
 	}
 	p := idemhttp.RequestProblem(err)
-	p.Status = status
+	if status != http.StatusUnsupportedMediaType {
+		// A decoder's 415 for a media type it reads is about the content (echo's binder, when
+		// the value idemJSONBody decoded does not fit the body's type): a 400.
+		p.Status = status
+	}
 	return p
 }

@@ -386,7 +386,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.Capture(o.MaxRequestBody)(h)
+	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(h)
 }
 
 // IdempotencyParamErrorHandler is for GorillaServerOptions.ErrorHandlerFunc (NewIdempotentHandler
@@ -415,10 +415,10 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
-		_ = problem.WriteTo(w)
+		idemhttp.Refuse(w, r, problem)
 		return
 	}
-	_ = idemhttp.ParamProblem(name).WriteTo(w)
+	idemhttp.Refuse(w, r, idemhttp.ParamProblem(name))
 }
 
 // idemNotFound answers a request no operation's route matches with a problem, as every other

@@ -393,7 +393,7 @@ func RegisterIdempotentHandlers(app *iris.Application, impl IdempotentServerInte
 	before := len(app.GetRoutes())
 	RegisterHandlersWithOptions(app, strict, IrisServerOptions{
 		BaseURL:     o.BaseURL,
-		Middlewares: []MiddlewareFunc{MiddlewareFunc(idemMiddleware(o.MaxRequestBody, failed, ours))},
+		Middlewares: []MiddlewareFunc{MiddlewareFunc(idemMiddleware(store, o.MaxRequestBody, failed, ours))},
 	})
 	// Written before the app serves, read only afterwards.
 	for _, r := range app.GetRoutes()[before:] {
@@ -418,11 +418,11 @@ func idemStrictMiddleware(failed func(http.ResponseWriter, *http.Request, error)
 	}
 }
 
-// idemMiddleware keeps the request body as sent (idemhttp.Capture, which answers an oversized
+// idemMiddleware keeps the request body as sent (idemhttp.CaptureFor, which answers an oversized
 // one 413) in the request's context, and records the answer so that a refusal written as text
 // by oapi-codegen's binding or by iris becomes a problem.
-func idemMiddleware(maxBody int64, failed func(http.ResponseWriter, *http.Request, error), ours map[string]bool) iris.Handler {
-	capture := idemhttp.Capture(maxBody)
+func idemMiddleware(store *idem.Store, maxBody int64, failed func(http.ResponseWriter, *http.Request, error), ours map[string]bool) iris.Handler {
+	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
 	return func(ctx iris.Context) {
 		if route := ctx.GetCurrentRoute(); route == nil || !ours[route.Name()] {
 			ctx.Next()
@@ -451,7 +451,7 @@ func idemMiddleware(maxBody int64, failed func(http.ResponseWriter, *http.Reques
 			}
 			rec.ResetBody()
 			rec.ClearHeaders()
-			_ = p.WriteTo(rec)
+			idemhttp.Refuse(rec, ctx.Request(), p)
 		case status >= 500 && ctx.GetErr() != nil:
 			// A response that could not be written (StopWithError with its Go text).
 			rec.ResetBody()
@@ -515,7 +515,7 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 // runs here first, so such a body is the runtime's 400 body-invalid problem on every router. A
 // body of a media type the decoder cannot read is the runtime's 415 media-type-unsupported
 // problem (idemhttp.UndecodableTypeProblem), as on the routers whose decoder lets it through.
-// Any other decoding error is a request-invalid problem with status.
+// Any other decoding error is a request-invalid problem with status (400 for a 415).
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
 	if p := idemhttp.BodyProblem(ctx); p != nil {
 		return p
@@ -524,6 +524,10 @@ func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Probl
 		return p
 	}
 	p := idemhttp.RequestProblem(err)
-	p.Status = status
+	if status != http.StatusUnsupportedMediaType {
+		// A decoder's 415 for a media type it reads is about the content (echo's binder, when
+		// the value idemJSONBody decoded does not fit the body's type): a 400.
+		p.Status = status
+	}
 	return p
 }
