@@ -17,7 +17,9 @@ type Body struct {
 	ContentType string // the request's Content-Type header
 	Bytes       []byte
 
-	log *refusalLog // set by CaptureFor
+	// Set by CaptureFor: where refusals are logged, and the request's method and path.
+	log          *refusalLog
+	method, path string
 }
 
 type bodyKey struct{}
@@ -45,20 +47,16 @@ func Capture(max int64) func(http.Handler) http.Handler {
 	return capture(max, nil)
 }
 
-// capture is Capture; logFor, when set, gives each request the log of its refusals.
-func capture(max int64, logFor func(*http.Request) *refusalLog) func(http.Handler) http.Handler {
+// capture is Capture; log, when set, is CaptureFor's.
+func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 	if max <= 0 {
 		max = DefaultMaxRequestBody
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var log *refusalLog
-			if logFor != nil {
-				log = logFor(r)
-			}
 			refuse := func(p *Problem) {
 				if log != nil {
-					log.refused(r.Context(), nil, p)
+					log.refused(r.Context(), nil, r.Method, r.URL.Path, p)
 				}
 				_ = p.WriteTo(w)
 			}
@@ -79,8 +77,14 @@ func capture(max int64, logFor func(*http.Request) *refusalLog) func(http.Handle
 				return
 			}
 			_ = r.Body.Close()
+			ct := r.Header.Get("Content-Type")
 			r.Body = io.NopCloser(bytes.NewReader(raw))
-			ctx := WithBody(r.Context(), &Body{ContentType: r.Header.Get("Content-Type"), Bytes: raw, log: log})
+			if log != nil && log.bindsTwice(r.Method, r.URL.Path, ct) {
+				if v, ok := decodeJSON(raw); ok {
+					r.Body = valuedBody{ReadCloser: r.Body, value: v}
+				}
+			}
+			ctx := WithBody(r.Context(), &Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path})
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

@@ -34,7 +34,8 @@ const (
 	PatchType   = "application/merge-patch+json"
 )
 
-const paymentsTable = `CREATE TABLE payments (id text PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL, currency text NOT NULL)`
+const paymentsTable = `CREATE TABLE payments (id text PRIMARY KEY, tenant text NOT NULL, amount int NOT NULL, currency text NOT NULL);
+	CREATE TABLE refunds (payment_id text NOT NULL, amount int NOT NULL)`
 
 // Payment is the payments resource, as the Backend keeps it.
 type Payment struct {
@@ -160,6 +161,43 @@ var paymentCases = []testCase{
 		c.problem(t, "a payment sent as text/plain", c.sendAs(t, http.MethodPost, "/v1/payments", "text/plain", paymentBody, "p"), 415, "media-type-unsupported")
 		if a := c.sendAs(t, http.MethodPost, "/v1/payments", PaymentType, paymentBody, "p"); a.Status != 201 || a.Replayed() {
 			t.Errorf("%s: the key after a refused media type: %s, want a fresh 201 (nothing was claimed)", e.router, a)
+		}
+	}},
+}
+
+// Refund records a refund of amount in tx and returns it.
+func (b *Backend) Refund(ctx context.Context, tx pgx.Tx, paymentID string, amount int) (int, error) {
+	b.runs.Add(1)
+	_, err := tx.Exec(ctx, `INSERT INTO refunds (payment_id, amount) VALUES ($1, $2)`, paymentID, amount)
+	return amount, err
+}
+
+func (e *env) refunds(t *testing.T, paymentID string) int {
+	t.Helper()
+	var n int
+	if err := e.b.pool.QueryRow(context.Background(), `SELECT count(*) FROM refunds WHERE payment_id = $1`, paymentID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var refundCases = []testCase{
+	{"media-type-declared-twice", func(t *testing.T, e *env, c *client) {
+		// createRefund declares application/json and application/json; charset=utf-8: a body sent
+		// as the second matches both, and is bound for each.
+		refunds := "/v1/payments/" + c.tenant + "-p/refunds"
+		first := c.sendAs(t, http.MethodPost, refunds, PaymentType, `{"amount": 5}`, "r")
+		if first.Status != 201 || first.Replayed() {
+			t.Fatalf("%s: a refund sent as %s, declared twice: %s, want a fresh 201", e.router, PaymentType, first)
+		}
+		if a := c.sendAs(t, http.MethodPost, refunds, "application/json", `{"amount": 5}`, "r"); a.Status != 201 || !a.Replayed() || a.Body != first.Body {
+			t.Errorf("%s: the same refund as application/json: %s, want the first answer %q replayed", e.router, a, first.Body)
+		}
+		if a := c.sendAs(t, http.MethodPost, refunds, PaymentType, `{"amount": 6}`, "r2"); a.Status != 201 || a.Replayed() || a.Body == first.Body {
+			t.Errorf("%s: another refund sent as %s: %s, want a fresh 201 of its own", e.router, PaymentType, a)
+		}
+		if n := e.refunds(t, c.tenant+"-p"); n != 2 {
+			t.Errorf("%s: %d refunds, want 2", e.router, n)
 		}
 	}},
 }

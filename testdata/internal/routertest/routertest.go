@@ -147,7 +147,7 @@ func Run(t *testing.T, r Router) {
 	r.Serve(t, b, store, ln)
 	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b, logs: logs}
 	e.waitReady(t)
-	for _, c := range slices.Concat(cases, paymentCases, routingCases, refusalCases) {
+	for _, c := range slices.Concat(cases, paymentCases, refundCases, routingCases, refusalCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, e, &client{e: e, tenant: c.name})

@@ -35,6 +35,11 @@ type NewPayment struct {
 	Currency string `json:"currency"`
 }
 
+// NewRefund defines model for NewRefund.
+type NewRefund struct {
+	Amount int `json:"amount"`
+}
+
 // Note defines model for Note.
 type Note struct {
 	OrderId string `json:"order_id"`
@@ -86,6 +91,11 @@ type UpdatePaymentParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// CreateRefundParams defines parameters for CreateRefund.
+type CreateRefundParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = NewOrder
 
@@ -97,6 +107,12 @@ type CreatePaymentApplicationJSONCharsetUTF8RequestBody = NewPayment
 
 // UpdatePaymentApplicationMergePatchPlusJSONRequestBody defines body for UpdatePayment for application/merge-patch+json ContentType.
 type UpdatePaymentApplicationMergePatchPlusJSONRequestBody = PaymentPatch
+
+// CreateRefundJSONRequestBody defines body for CreateRefund for application/json ContentType.
+type CreateRefundJSONRequestBody = NewRefund
+
+// CreateRefundApplicationJSONCharsetUTF8RequestBody defines body for CreateRefund for application/json; charset=utf-8 ContentType.
+type CreateRefundApplicationJSONCharsetUTF8RequestBody = NewRefund
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -217,6 +233,24 @@ type ClientInterface interface {
 	//
 	// A JSON merge patch, a media type of its own that is JSON all the same.
 	UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRefundWithBody performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithBody(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRefund performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json` content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefund(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRefundWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithApplicationJSONCharsetUTF8Body(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreateOrderWithBody performs a POST /v1/orders (the `CreateOrder` operationId) request,
@@ -355,6 +389,54 @@ func (c *Client) UpdatePaymentWithBody(ctx context.Context, paymentId string, pa
 // A JSON merge patch, a media type of its own that is JSON all the same.
 func (c *Client) UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody(c.Server, paymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRefundWithBody performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+// with any type of body and a specified content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *Client) CreateRefundWithBody(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRefundRequestWithBody(c.Server, paymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRefund performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json` content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *Client) CreateRefund(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRefundRequest(c.Server, paymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRefundWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *Client) CreateRefundWithApplicationJSONCharsetUTF8Body(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body(c.Server, paymentId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -682,6 +764,79 @@ func NewUpdatePaymentRequestWithBody(server string, paymentId string, params *Up
 	return req, nil
 }
 
+// NewCreateRefundRequest calls the generic CreateRefund builder with application/json body
+func NewCreateRefundRequest(server string, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRefundRequestWithBody(server, paymentId, params, "application/json", bodyReader)
+}
+
+// NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body calls the generic CreateRefund builder with application/json; charset=utf-8 body
+func NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body(server string, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRefundRequestWithBody(server, paymentId, params, "application/json; charset=utf-8", bodyReader)
+}
+
+// NewCreateRefundRequestWithBody constructs an http.Request for the CreateRefund method, with any body, and a specified content type
+func NewCreateRefundRequestWithBody(server string, paymentId string, params *CreateRefundParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "payment_id", paymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments/%s/refunds", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -783,6 +938,26 @@ type ClientWithResponsesInterface interface {
 	//
 	// A JSON merge patch, a media type of its own that is JSON all the same.
 	UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error)
+
+	// CreateRefundWithBodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	CreateRefundWithBodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error)
+
+	// CreateRefundWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error)
+
+	// CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error)
 }
 
 // CreateOrderResponse201Headers the declared response headers of an HTTP 201 response for CreateOrder
@@ -1046,6 +1221,47 @@ func (r UpdatePaymentResponse) ContentType() string {
 	return ""
 }
 
+type CreateRefundResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *NewRefund
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateRefundResponse) GetJSON201() *NewRefund {
+	return r.JSON201
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateRefundResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateRefundResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateRefundResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateRefundResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreateOrderWithBodyWithResponse performs a POST /v1/orders (the `CreateOrder` operationId) request,
 // with any type of body and a specified content type.
 //
@@ -1162,6 +1378,44 @@ func (c *ClientWithResponses) UpdatePaymentWithApplicationMergePatchPlusJSONBody
 		return nil, err
 	}
 	return ParseUpdatePaymentResponse(rsp)
+}
+
+// CreateRefundWithBodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+// with any type of body and a specified content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error) {
+	rsp, err := c.CreateRefundWithBody(ctx, paymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRefundResponse(rsp)
+}
+
+// CreateRefundWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *ClientWithResponses) CreateRefundWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error) {
+	rsp, err := c.CreateRefund(ctx, paymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRefundResponse(rsp)
+}
+
+// CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *ClientWithResponses) CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error) {
+	rsp, err := c.CreateRefundWithApplicationJSONCharsetUTF8Body(ctx, paymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRefundResponse(rsp)
 }
 
 // ParseCreateOrderResponse parses an HTTP response from a CreateOrderWithResponse call
@@ -1359,6 +1613,32 @@ func ParseUpdatePaymentResponse(rsp *http.Response) (*UpdatePaymentResponse, err
 	return response, nil
 }
 
+// ParseCreateRefundResponse parses an HTTP response from a CreateRefundWithResponse call
+func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateRefundResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest NewRefund
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 
@@ -1379,6 +1659,9 @@ type ServerInterface interface {
 
 	// (PATCH /v1/payments/{payment_id})
 	UpdatePayment(ctx *echo.Context, paymentId string, params UpdatePaymentParams) error
+
+	// (POST /v1/payments/{payment_id}/refunds)
+	CreateRefund(ctx *echo.Context, paymentId string, params CreateRefundParams) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -1568,6 +1851,42 @@ func (w *ServerInterfaceWrapper) UpdatePayment(ctx *echo.Context) error {
 	return err
 }
 
+// CreateRefund converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateRefund(ctx *echo.Context) error {
+	var err error
+	// ------------- Path parameter "payment_id" -------------
+	var paymentId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "payment_id", ctx.Param("payment_id"), &paymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter payment_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateRefundParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateRefund(ctx, paymentId, params)
+	return err
+}
+
 // This is a simple interface which specifies echo.Route addition functions which
 // are present on both echo.Echo and echo.Group, since we want to allow using
 // either of them for path registration
@@ -1621,6 +1940,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/v1/orders/:order_id/notes", wrapper.AddNote, options.OperationMiddlewares["addNote"]...)
 	router.POST(options.BaseURL+"/v1/payments", wrapper.CreatePayment, options.OperationMiddlewares["createPayment"]...)
 	router.PATCH(options.BaseURL+"/v1/payments/:payment_id", wrapper.UpdatePayment, options.OperationMiddlewares["updatePayment"]...)
+	router.POST(options.BaseURL+"/v1/payments/:payment_id/refunds", wrapper.CreateRefund, options.OperationMiddlewares["createRefund"]...)
 
 }
 
@@ -1799,6 +2119,31 @@ func (response UpdatePayment200JSONResponse) VisitUpdatePaymentResponse(w http.R
 	return err
 }
 
+type CreateRefundRequestObject struct {
+	PaymentId                      string `json:"payment_id"`
+	Params                         CreateRefundParams
+	JSONBody                       *CreateRefundJSONRequestBody
+	ApplicationJSONCharsetUTF8Body *CreateRefundApplicationJSONCharsetUTF8RequestBody
+}
+
+type CreateRefundResponseObject interface {
+	VisitCreateRefundResponse(w http.ResponseWriter) error
+}
+
+type CreateRefund201JSONResponse NewRefund
+
+func (response CreateRefund201JSONResponse) VisitCreateRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 
@@ -1819,6 +2164,9 @@ type StrictServerInterface interface {
 
 	// (PATCH /v1/payments/{payment_id})
 	UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
+
+	// (POST /v1/payments/{payment_id}/refunds)
+	CreateRefund(ctx context.Context, request CreateRefundRequestObject) (CreateRefundResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx *echo.Context, request any) (any, error)
@@ -2072,6 +2420,82 @@ func (sh *strictHandler) UpdatePayment(ctx *echo.Context, paymentId string, para
 		return err
 	} else if validResponse, ok := response.(UpdatePaymentResponseObject); ok {
 		return validResponse.VisitUpdatePaymentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateRefund operation middleware
+func (sh *strictHandler) CreateRefund(ctx *echo.Context, paymentId string, params CreateRefundParams) error {
+	var request CreateRefundRequestObject
+
+	request.PaymentId = paymentId
+	request.Params = params
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/json") {
+		var body CreateRefundJSONRequestBody
+		var err error
+		if _, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = echo.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.JSONBody = &body
+
+	}
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/json; charset=utf-8") {
+		var body CreateRefundApplicationJSONCharsetUTF8RequestBody
+		var err error
+		if _, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = echo.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.ApplicationJSONCharsetUTF8Body = &body
+
+	}
+
+	handler := func(ctx *echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateRefund(ctx.Request().Context(), request.(CreateRefundRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateRefund")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateRefundResponseObject); ok {
+		return validResponse.VisitCreateRefundResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -33,3 +33,15 @@ func (s server) UpdatePayment(ctx context.Context, tx pgx.Tx, req api.UpdatePaym
 	}
 	return api.UpdatePayment200JSONResponse(payment(*p)), nil
 }
+
+func (s server) CreateRefund(ctx context.Context, tx pgx.Tx, req api.CreateRefundRequestObject) (api.CreateRefundResponseObject, error) {
+	body := req.JSONBody
+	if body == nil {
+		body = req.ApplicationJSONCharsetUTF8Body
+	}
+	amount, err := s.b.Refund(ctx, tx, req.PaymentId, body.Amount)
+	if err != nil {
+		return nil, err
+	}
+	return api.CreateRefund201JSONResponse{Amount: amount}, nil
+}

@@ -41,6 +41,8 @@ type IdempotentServerInterface interface {
 	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
 	// UpdatePayment handles PATCH /v1/payments/{payment_id} once per key; retries get its stored response.
 	UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
+	// CreateRefund handles POST /v1/payments/{payment_id}/refunds once per key; retries get its stored response.
+	CreateRefund(ctx context.Context, tx pgx.Tx, request CreateRefundRequestObject) (CreateRefundResponseObject, error)
 }
 
 // policyCreateOrder is the x-idempotency of POST /v1/orders, with every default applied.
@@ -154,6 +156,28 @@ var policyUpdatePayment = &idemhttp.Policy{
 	BodyTypes:   []string{"application/merge-patch+json"},
 }
 
+// policyCreateRefund is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
+var policyCreateRefund = &idemhttp.Policy{
+	Operation:      "createRefund",
+	Route:          "POST /v1/payments/{payment_id}/refunds",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Body:        true,
+	BodyTypes:   []string{"application/json", "application/json; charset=utf-8"},
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
@@ -162,6 +186,7 @@ var idemPolicies = []*idemhttp.Policy{
 	policyShipOrder,
 	policyCreatePayment,
 	policyUpdatePayment,
+	policyCreateRefund,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -179,6 +204,7 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
 		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
 		idemhttp.CheckOp(policyUpdatePayment, s.opUpdatePayment(UpdatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyCreateRefund, s.opCreateRefund(CreateRefundRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -313,6 +339,29 @@ func (s *idemServer) opUpdatePayment(request UpdatePaymentRequestObject) *idemht
 	}
 }
 
+// CreateRefund runs s.impl.CreateRefund at most once per key.
+func (s *idemServer) CreateRefund(ctx context.Context, request CreateRefundRequestObject) (CreateRefundResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreateRefund, s.opCreateRefund(request))
+}
+
+// opCreateRefund is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateRefund(request CreateRefundRequestObject) *idemhttp.Op[CreateRefundResponseObject] {
+	return &idemhttp.Op[CreateRefundResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateRefundResponseObject, error) {
+			return s.impl.CreateRefund(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreateRefundResponseObject.VisitCreateRefundResponse),
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -336,6 +385,8 @@ func (r idemResult) VisitShipOrderResponse(w http.ResponseWriter) error { return
 func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitUpdatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreateRefundResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {
