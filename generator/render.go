@@ -13,6 +13,8 @@ import (
 
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/templates"
 )
 
@@ -80,7 +82,10 @@ type policyData struct {
 	Exclude       string // quoted JSON pointers
 	Body          bool   // the operation declares a request body, fingerprinted as sent
 	BodyTypes     string // quoted declared media types of the body
-	ReplayHeaders string // "Retry-After", "X-Rate" or ""
+	// DeclaredHeaders: quoted, the headers the spec declares on the stored responses
+	// ([declaredHeaders]); ReplayHeaders: quoted, x-idempotency's replayHeaders.
+	DeclaredHeaders string
+	ReplayHeaders   string // "Retry-After", "X-Rate" or ""
 }
 
 func render(w io.Writer, name string, data *fileData) error {
@@ -151,6 +156,7 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 		return err
 	}
 	pd.BodyTypes = quoteList(mo.BodyTypes)
+	pd.DeclaredHeaders = quoteList(declaredHeaders(mo))
 	keyHeader, keyExpr, err := keySource(p, co)
 	if err != nil {
 		return err
@@ -214,6 +220,51 @@ func policyLiteral(mo *model.Operation) (policyData, error) {
 		pd.KeyPattern = goString(p.Key.Pattern)
 	}
 	return pd, nil
+}
+
+// declaredHeaders are the headers mo's responses declare (responses.<status>.headers) on the
+// statuses its policy stores, as written, each once, in the order of the canonical names: a
+// replay carries them as the first answer did, so no list has to repeat the spec. A response
+// keyed by a range (2XX) counts when the policy stores any status of it, and default always
+// counts, since it stands for statuses no other response names. Those no replay may carry
+// (idemhttp.NeverReplayed: Set-Cookie, Authorization, hop-by-hop headers) are left out.
+func declaredHeaders(mo *model.Operation) []string {
+	persist := mo.Policy.Persist
+	if len(persist) == 0 {
+		persist = idemhttp.DefaultPersist
+	}
+	stored := idem.Statuses(persist...)
+	var out []string
+	for _, h := range mo.ResponseHeaders {
+		if !storesResponse(stored, h.Status) || idemhttp.NeverReplayed(h.Name) ||
+			slices.ContainsFunc(out, func(s string) bool { return strings.EqualFold(s, h.Name) }) {
+			continue
+		}
+		out = append(out, h.Name)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Compare(http.CanonicalHeaderKey(a), http.CanonicalHeaderKey(b))
+	})
+	return out
+}
+
+// storesResponse says whether a response keyed status ("201", "2XX", "default") can be an answer
+// that stored keeps.
+func storesResponse(stored idem.StatusSet, status string) bool {
+	if strings.EqualFold(status, "default") {
+		return !stored.IsEmpty()
+	}
+	if len(status) == 3 && strings.EqualFold(status[1:], "XX") && status[0] >= '1' && status[0] <= '5' {
+		base := int(status[0]-'0') * 100
+		for code := base; code < base+100; code++ {
+			if stored.Contains(code) {
+				return true
+			}
+		}
+		return false
+	}
+	code, err := strconv.Atoi(status)
+	return err == nil && stored.Contains(code)
 }
 
 // operationID is the operation's id as written, or its route when it has none.

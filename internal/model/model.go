@@ -48,7 +48,17 @@ type Operation struct {
 	// Responses is what the operation declares of its success responses, for the rules that
 	// need a way to replay.
 	Responses policy.Responses
-	Policy    *policy.Policy // nil when not idempotent
+	// ResponseHeaders are the headers every response declares (responses.<status>.headers), by
+	// status, then name; the generator replays those of the statuses a policy stores.
+	ResponseHeaders []ResponseHeader
+	Policy          *policy.Policy // nil when not idempotent
+}
+
+// ResponseHeader is one header a response declares.
+type ResponseHeader struct {
+	Status string // as the spec keys the response: "201", "2XX", "default"
+	Name   string // as written
+	Pos    Position
 }
 
 // Input is what [policy.Resolve] needs of the operation.

@@ -123,6 +123,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 	o.Params = b.params(item, op, itemNode, opNode, anchor)
 	o.Body, o.BodyTypes = bodyKind(op.RequestBody)
 	o.Responses = responses(op)
+	o.ResponseHeaders = responseHeaders(b.file, op, opNode, anchor)
 
 	extKey, ext := lookup(opNode, "x-idempotency")
 	if extKey == nil {

@@ -16,6 +16,10 @@ const DefaultMaxRequestBody = 1 << 20
 type Body struct {
 	ContentType string // the request's Content-Type header
 	Bytes       []byte
+
+	// Set by CaptureFor: where refusals are logged, and the request's method and path.
+	log          *refusalLog
+	method, path string
 }
 
 type bodyKey struct{}
@@ -40,30 +44,47 @@ func BodyFromContext(ctx context.Context) (*Body, bool) {
 // is answered 413 with a body-too-large problem, before any key is claimed; so is a body that
 // declares a Content-Length over max. Memory per request is bounded by max.
 func Capture(max int64) func(http.Handler) http.Handler {
+	return capture(max, nil)
+}
+
+// capture is Capture; log, when set, is CaptureFor's.
+func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 	if max <= 0 {
 		max = DefaultMaxRequestBody
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			refuse := func(p *Problem) {
+				if log != nil {
+					log.refused(r.Context(), nil, r.Method, r.URL.Path, p)
+				}
+				_ = p.WriteTo(w)
+			}
 			if r.ContentLength > max {
-				_ = problemBodyTooLarge(max).WriteTo(w)
+				refuse(problemBodyTooLarge(max))
 				return
 			}
 			raw, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 			if err == nil && int64(len(raw)) > max {
-				_ = problemBodyTooLarge(max).WriteTo(w)
+				refuse(problemBodyTooLarge(max))
 				return
 			}
 			if err != nil {
 				// The client stopped sending (a reset, a read deadline): nothing to answer it
 				// with that it would read, but say so for whoever is still there.
-				_ = newProblem(http.StatusBadRequest, CodeBodyInvalid,
-					"the request body could not be read to its end: send it again, whole").WriteTo(w)
+				refuse(newProblem(http.StatusBadRequest, CodeBodyInvalid,
+					"the request body could not be read to its end: send it again, whole"))
 				return
 			}
 			_ = r.Body.Close()
+			ct := r.Header.Get("Content-Type")
 			r.Body = io.NopCloser(bytes.NewReader(raw))
-			ctx := WithBody(r.Context(), &Body{ContentType: r.Header.Get("Content-Type"), Bytes: raw})
+			if log != nil && log.bindsTwice(r.Method, r.URL.Path, ct) {
+				if v, ok := decodeJSON(raw); ok {
+					r.Body = valuedBody{ReadCloser: r.Body, value: v}
+				}
+			}
+			ctx := WithBody(r.Context(), &Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path})
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"regexp"
 	"strings"
@@ -30,10 +31,38 @@ const (
 // request-invalid, saying where the body went wrong without Go type names.
 func RequestErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	if prob := BodyProblem(r.Context()); prob != nil {
-		_ = prob.WriteTo(w)
+		Refuse(w, r, prob)
 		return
 	}
-	_ = RequestProblem(err).WriteTo(w)
+	if prob := UndecodableTypeProblem(r.Context()); prob != nil {
+		Refuse(w, r, prob)
+		return
+	}
+	Refuse(w, r, RequestProblem(err))
+}
+
+// UndecodableTypeProblem is the 415 media-type-unsupported problem when the body Capture kept
+// in ctx was sent without a Content-Type, or with one that no decoder of a typed body reads
+// (neither JSON, application/json or any +json type, nor a form nor multipart), or nil. A
+// router's decoder that refused such a body (echo's binder, fiber's body parser) refused it
+// for its media type, so the client gets the same 415 problem the runtime answers when the
+// decoder lets the body through.
+func UndecodableTypeProblem(ctx context.Context) *Problem {
+	b, ok := BodyFromContext(ctx)
+	if !ok || len(b.Bytes) == 0 {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(b.ContentType)
+	switch {
+	case err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")),
+		err == nil && (mt == "application/x-www-form-urlencoded" || strings.HasPrefix(mt, "multipart/")):
+		return nil
+	case err != nil:
+		return newProblem(http.StatusUnsupportedMediaType, CodeMediaTypeUnsupported,
+			"the request body has no valid Content-Type: send it with the media type the API declares for it")
+	}
+	return newProblem(http.StatusUnsupportedMediaType, CodeMediaTypeUnsupported, fmt.Sprintf(
+		"this operation does not accept a body of %s: send it with the media type the API declares for it", mt))
 }
 
 // BodyProblem is the 400 body-invalid problem when the body Capture kept in ctx is not what its

@@ -4,48 +4,67 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // HeaderReplayed marks an answer that repeats a stored outcome.
 const HeaderReplayed = "Idempotent-Replayed"
 
-// defaultReplayHeaders are replayed for every operation; a policy's ReplayHeaders add to them.
+// defaultReplayHeaders are replayed for every operation; a policy's DeclaredHeaders and
+// ReplayHeaders add to them.
 var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Last-Modified", "Link", HeaderBodyOmitted}
 
-// neverReplayed are dropped even when a policy lists them: credentials, cookies and hop-by-hop
-// headers belong to one exchange, not to the outcome.
+// neverReplayed are dropped even when a policy lists them or the spec declares them:
+// credentials, cookies and hop-by-hop headers belong to one exchange, not to the outcome. Every
+// Proxy-* header is dropped too (see [NeverReplayed]).
 var neverReplayed = map[string]bool{
-	"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
-	"Www-Authenticate": true, "Cookie": true, "Connection": true, "Keep-Alive": true, "Te": true,
-	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
-	"Proxy-Connection": true, "Set-Cookie2": true,
-	HeaderReplayed: true,
+	"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true, "Www-Authenticate": true, "Cookie": true,
+	"Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
+	"Upgrade": true, "Content-Length": true, HeaderReplayed: true,
 }
 
-// NeverReplayed reports whether a replay drops the header name (in any spelling) whatever the
-// policy or the spec says: idemgen lint warns about such a header on a stored response, and
-// refuses it in replayHeaders.
-func NeverReplayed(name string) bool { return neverReplayed[http.CanonicalHeaderKey(name)] }
-
-func replayAllowed(name string, extra []string) bool {
+// NeverReplayed reports whether a stored answer's header name is dropped whatever the policy
+// says: Set-Cookie, Authorization and the other credentials, hop-by-hop headers (Connection,
+// Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade), Content-Length (the replay's
+// own) and Idempotent-Replayed. The generator leaves these out of [Policy.DeclaredHeaders];
+// idemgen lint warns about such a header declared on a stored response, and refuses it in
+// replayHeaders.
+func NeverReplayed(name string) bool {
 	name = http.CanonicalHeaderKey(name)
-	if neverReplayed[name] {
+	return neverReplayed[name] || strings.HasPrefix(name, "Proxy-")
+}
+
+// replayAllowed says whether header name of a stored answer is kept for its replays: it is on
+// the default allow-list or one of lists, and not [NeverReplayed].
+func replayAllowed(name string, lists ...[]string) bool {
+	if NeverReplayed(name) {
 		return false
 	}
-	for _, lists := range [][]string{defaultReplayHeaders, extra} {
-		for _, a := range lists {
-			if http.CanonicalHeaderKey(a) == name {
-				return true
-			}
+	if listed(defaultReplayHeaders, name) {
+		return true
+	}
+	for _, list := range lists {
+		if listed(list, name) {
+			return true
 		}
 	}
 	return false
 }
 
-func replayHeaders(h http.Header, extra []string) http.Header {
+func listed(list []string, name string) bool {
+	for _, a := range list {
+		if strings.EqualFold(a, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// replayHeaders is what h keeps for replays under p.
+func replayHeaders(h http.Header, p *Policy) http.Header {
 	out := http.Header{}
 	for k, vs := range h {
-		if replayAllowed(k, extra) {
+		if replayAllowed(k, p.DeclaredHeaders, p.ReplayHeaders) {
 			out[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 		}
 	}
@@ -69,7 +88,7 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 		}
 		h := w.Header()
 		for k, vs := range r.Outcome.Header {
-			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(k, r.allow) {
+			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(k, r.declared, r.allow) {
 				h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"mime"
 	"net/http"
 	"path"
@@ -56,8 +55,13 @@ type Policy struct {
 	// "image/*"). A body sent as another one, or without a Content-Type, is answered 415 before
 	// any claim: it would be decoded as one type and fingerprinted as another.
 	BodyTypes []string
-	// ReplayHeaders are added to the default replay allow-list.
-	ReplayHeaders []string
+	// DeclaredHeaders are the response headers the spec declares on the statuses the policy
+	// stores (responses.<status>.headers); ReplayHeaders (x-idempotency replayHeaders) are
+	// others the handler sets. A stored answer keeps both for its replays, besides the default
+	// allow-list (Content-Type, Content-Language, Location, ETag, Last-Modified, Link), and
+	// never a header [NeverReplayed] names, whichever list has it.
+	DeclaredHeaders []string
+	ReplayHeaders   []string
 	// ValidateBody, when set, checks the body as sent against the operation's schema before
 	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
 	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
@@ -118,8 +122,9 @@ type Result struct {
 	// its status is outside the policy's persist set or the request had no key.
 	Persisted bool
 
-	allow      []string // extra replay headers of the policy
-	recomputed bool     // a replay answered anew by Replay<Op>: its headers are its own
+	// declared and allow are the policy's DeclaredHeaders and ReplayHeaders, for WriteTo.
+	declared, allow []string
+	recomputed      bool // a replay answered anew by Replay<Op>: its headers are its own
 }
 
 // ErrNoReference: a reference-storage handler answered 2xx without a reference, so a replay
@@ -204,7 +209,7 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		}
 		return nil, err
 	case res.Replayed:
-		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, allow: p.ReplayHeaders}, nil
+		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}, nil
 	}
 	return &Result{Kind: ResultExecuted, Outcome: live, Persisted: res.Persisted && key != ""}, nil
 }
@@ -249,7 +254,7 @@ func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, keyHash string) 
 	case StorageMarker:
 		return &idem.Outcome{Status: o.Status}, nil
 	}
-	stored := &idem.Outcome{Status: o.Status, Header: replayHeaders(o.Header, p.ReplayHeaders), Body: o.Body}
+	stored := &idem.Outcome{Status: o.Status, Header: replayHeaders(o.Header, p), Body: o.Body}
 	if len(o.Body) > cfg.MaxStoredBody {
 		// The handler succeeded and its work commits: a body too large to keep must not turn that
 		// into a failure that a retry would repeat. The status and headers are kept, the body is
@@ -372,10 +377,7 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (re
 	if err == nil && res.Kind == ResultProblem && res.Problem.Status < 500 {
 		// A refusal is the client's to fix, so it is no warning; but a developer asking why a
 		// request was refused finds it at debug, with the code the client got.
-		if log := s.Config().Logger; log.Enabled(ctx, slog.LevelDebug) {
-			log.DebugContext(ctx, "idem: request refused", "operation", p.Operation,
-				"status", res.Problem.Status, "code", res.Problem.Code)
-		}
+		logRefused(ctx, s.Config().Logger, p, res.Problem)
 	}
 	return res, err
 }

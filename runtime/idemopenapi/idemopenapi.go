@@ -58,13 +58,14 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 	if doc.IsOpenAPI31OrLater() {
 		opts.SchemaValidationOptions = []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
 	}
+	declared := declaredTypes(rb.Content)
 	return func(ctx context.Context, contentType string, body []byte) *idemhttp.Problem {
 		req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
 		if err != nil {
 			return problem("the request could not be checked against the API's schema")
 		}
 		if contentType != "" {
-			req.Header.Set("Content-Type", contentType)
+			req.Header.Set("Content-Type", declaredType(rb.Content, declared, contentType))
 		}
 		in := &openapi3filter.RequestValidationInput{Request: req, Options: opts}
 		err = openapi3filter.ValidateRequestBody(ctx, in, rb)
@@ -73,6 +74,48 @@ func BodyValidator(doc *openapi3.T, route string) (func(ctx context.Context, con
 		}
 		return refusal(err)
 	}, nil
+}
+
+// declaredTypes maps each media type the body declares, without its parameters and in lower
+// case, to the first key of content that declares it ("application/json" to
+// "application/json; charset=utf-8").
+func declaredTypes(content openapi3.Content) map[string]string {
+	keys := make([]string, 0, len(content))
+	for k := range content {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	bases := make(map[string]string, len(keys))
+	for _, k := range keys {
+		if base := baseType(k); base != "" {
+			if _, ok := bases[base]; !ok {
+				bases[base] = k
+			}
+		}
+	}
+	return bases
+}
+
+// declaredType is the key of content the request's contentType stands for. openapi3filter
+// finds a declared type only by the request's own spelling, or by the request's type with its
+// parameters removed, so a request sent as "application/json" against a body declared as
+// "application/json; charset=utf-8" would be refused, although the runtime accepts it (media
+// types compare without their parameters). The key found is what openapi3filter is shown; the
+// decoder it picks depends on the type alone, so the body is read the same way.
+func declaredType(content openapi3.Content, declared map[string]string, contentType string) string {
+	if _, ok := content[contentType]; ok {
+		return contentType
+	}
+	if k, ok := declared[baseType(contentType)]; ok {
+		return k
+	}
+	return contentType
+}
+
+// baseType is mediaType without its parameters, in lower case.
+func baseType(mediaType string) string {
+	base, _, _ := strings.Cut(mediaType, ";")
+	return strings.ToLower(strings.TrimSpace(base))
 }
 
 // unchecked reports whether err says the body's media type has no decoder in openapi3filter

@@ -184,3 +184,44 @@ func TestValidationBodyAfterCheck(t *testing.T) {
 	}()
 	v.Body("POST /v1/images")
 }
+
+const specCharset = `openapi: 3.0.3
+info: {title: notes, version: "1"}
+paths:
+  /v1/notes:
+    post:
+      operationId: addNote
+      requestBody:
+        required: true
+        content:
+          application/json; charset=utf-8:
+            schema:
+              type: object
+              required: [text]
+              properties:
+                text: {type: string, minLength: 1}
+      responses:
+        '201': {description: Created.}
+`
+
+// TestValidationMediaTypeParameters: a body declared as "application/json; charset=utf-8" is
+// checked whether the request names the type with that parameter, without it, or in another
+// case, as the runtime accepts all three; an invalid body is refused in each spelling.
+func TestValidationMediaTypeParameters(t *testing.T) {
+	t.Parallel()
+	v := idemopenapi.NewValidation(loader(specCharset))
+	note := v.Body("POST /v1/notes")
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, ct := range []string{"application/json; charset=utf-8", "application/json", "Application/JSON;charset=UTF-8"} {
+		if p := note(ctx, ct, []byte(`{"text": "hi"}`)); p != nil {
+			t.Errorf("%s, a valid body: %+v; want it passed", ct, p)
+		}
+		p := note(ctx, ct, []byte(`{"text": ""}`))
+		if p == nil || p.Status != 400 || !strings.Contains(p.Detail, "/text") {
+			t.Errorf("%s, text too short: %+v; want 400 naming /text", ct, p)
+		}
+	}
+}

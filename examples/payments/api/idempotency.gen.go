@@ -60,10 +60,11 @@ var policyCreatePayment = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Exclude:     []string{"/simulate_failure"},
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Exclude:         []string{"/simulate_failure"},
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Location", "Retry-After"},
 }
 
 // policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
@@ -125,9 +126,10 @@ var policyCreatePayout = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Location", "Retry-After"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -334,7 +336,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.Capture(o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler
@@ -363,8 +365,8 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
-		_ = problem.WriteTo(w)
+		idemhttp.Refuse(w, r, problem)
 		return
 	}
-	_ = idemhttp.ParamProblem(name).WriteTo(w)
+	idemhttp.Refuse(w, r, idemhttp.ParamProblem(name))
 }

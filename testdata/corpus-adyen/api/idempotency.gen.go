@@ -94,9 +94,10 @@ var policyPostApplePaySessions = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostCancels is the x-idempotency of POST /cancels, with every default applied.
@@ -116,9 +117,10 @@ var policyPostCancels = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostCardDetails is the x-idempotency of POST /cardDetails, with every default applied.
@@ -138,9 +140,10 @@ var policyPostCardDetails = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostDonationCampaigns is the x-idempotency of POST /donationCampaigns, with every default applied.
@@ -160,9 +163,10 @@ var policyPostDonationCampaigns = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostDonations is the x-idempotency of POST /donations, with every default applied.
@@ -182,9 +186,10 @@ var policyPostDonations = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostForward is the x-idempotency of POST /forward, with every default applied.
@@ -204,9 +209,10 @@ var policyPostForward = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostOrders is the x-idempotency of POST /orders, with every default applied.
@@ -226,9 +232,10 @@ var policyPostOrders = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostOrdersCancel is the x-idempotency of POST /orders/cancel, with every default applied.
@@ -248,9 +255,10 @@ var policyPostOrdersCancel = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostOriginKeys is the x-idempotency of POST /originKeys, with every default applied.
@@ -270,9 +278,10 @@ var policyPostOriginKeys = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentLinks is the x-idempotency of POST /paymentLinks, with every default applied.
@@ -292,9 +301,10 @@ var policyPostPaymentLinks = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentMethods is the x-idempotency of POST /paymentMethods, with every default applied.
@@ -314,9 +324,10 @@ var policyPostPaymentMethods = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentMethodsBalance is the x-idempotency of POST /paymentMethods/balance, with every default applied.
@@ -336,9 +347,10 @@ var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPayments is the x-idempotency of POST /payments, with every default applied.
@@ -358,9 +370,10 @@ var policyPostPayments = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentsDetails is the x-idempotency of POST /payments/details, with every default applied.
@@ -380,9 +393,10 @@ var policyPostPaymentsDetails = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentsPaymentPspReferenceAmountUpdates is the x-idempotency of POST /payments/{paymentPspReference}/amountUpdates, with every default applied.
@@ -402,9 +416,10 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentsPaymentPspReferenceCancels is the x-idempotency of POST /payments/{paymentPspReference}/cancels, with every default applied.
@@ -424,9 +439,10 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentsPaymentPspReferenceCaptures is the x-idempotency of POST /payments/{paymentPspReference}/captures, with every default applied.
@@ -446,9 +462,10 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentsPaymentPspReferenceRefunds is the x-idempotency of POST /payments/{paymentPspReference}/refunds, with every default applied.
@@ -468,9 +485,10 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaymentsPaymentPspReferenceReversals is the x-idempotency of POST /payments/{paymentPspReference}/reversals, with every default applied.
@@ -490,9 +508,10 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostPaypalUpdateOrder is the x-idempotency of POST /paypal/updateOrder, with every default applied.
@@ -512,9 +531,10 @@ var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostSessions is the x-idempotency of POST /sessions, with every default applied.
@@ -534,9 +554,10 @@ var policyPostSessions = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // policyPostStoredPaymentMethods is the x-idempotency of POST /storedPaymentMethods, with every default applied.
@@ -556,9 +577,10 @@ var policyPostStoredPaymentMethods = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 255,
 	},
-	ScopeTenant: true,
-	Body:        true,
-	BodyTypes:   []string{"application/json"},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"Idempotency-Key"},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -1230,7 +1252,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.Capture(o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler
@@ -1259,8 +1281,8 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
-		_ = problem.WriteTo(w)
+		idemhttp.Refuse(w, r, problem)
 		return
 	}
-	_ = idemhttp.ParamProblem(name).WriteTo(w)
+	idemhttp.Refuse(w, r, idemhttp.ParamProblem(name))
 }

@@ -12,8 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +61,8 @@ type Backend struct {
 	tenant  func(context.Context) (string, error)
 	failing sync.Map // tenant → true: CreateOrder fails after its insert
 	runs    atomic.Int64
+	// interactions numbers Sign's interaction ids.
+	interactions atomic.Int64
 }
 
 // CreateOrder inserts an order in tx, in the request's tenant, named after the claimed key.
@@ -126,10 +130,12 @@ func Run(t *testing.T, r Router) {
 	ctx := context.Background()
 	if _, err := sch.Pool.Exec(ctx, `
 		CREATE TABLE orders (id text PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, quantity int NOT NULL, status text NOT NULL);
-		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL)`); err != nil {
+		CREATE TABLE notes (order_id text NOT NULL, text text NOT NULL);
+		`+paymentsTable); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name, Tenant: r.Tenant})
+	logs := &logRecorder{}
+	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name, Tenant: r.Tenant, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +145,9 @@ func Run(t *testing.T, r Router) {
 		t.Fatal(err)
 	}
 	r.Serve(t, b, store, ln)
-	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b}
+	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b, logs: logs}
 	e.waitReady(t)
-	for _, c := range append(cases, validationCases...) {
+	for _, c := range slices.Concat(cases, paymentCases, refundCases, routingCases, refusalCases, validationCases) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, e, &client{e: e, tenant: c.name})
@@ -153,6 +159,7 @@ type env struct {
 	router string
 	url    string
 	b      *Backend
+	logs   *logRecorder // what the store logged, debug records included
 }
 
 // waitReady polls until the server answers, for frameworks whose Listen returns before they

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,12 @@ type IdempotentServerInterface interface {
 	// ReplayShipOrder answers a retry of a completed ShipOrder with the resource's
 	// current state, loaded through reference.
 	ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error)
+	// CreatePayment handles POST /v1/payments once per key; retries get its stored response.
+	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
+	// UpdatePayment handles PATCH /v1/payments/{payment_id} once per key; retries get its stored response.
+	UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
+	// CreateRefund handles POST /v1/payments/{payment_id}/refunds once per key; retries get its stored response.
+	CreateRefund(ctx context.Context, tx pgx.Tx, request CreateRefundRequestObject) (CreateRefundResponseObject, error)
 }
 
 // idemValidation checks request bodies against the spec this package was generated from
@@ -64,11 +71,12 @@ var policyCreateOrder = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 64,
 	},
-	ScopeTenant:   true,
-	Body:          true,
-	BodyTypes:     []string{"application/json"},
-	ReplayHeaders: []string{"X-Order-Region"},
-	ValidateBody:  idemValidation.Body("POST /v1/orders"),
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"X-Order-Region"},
+	ReplayHeaders:   []string{"X-Order-Region"},
+	ValidateBody:    idemValidation.Body("POST /v1/orders"),
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -114,12 +122,85 @@ var policyShipOrder = &idemhttp.Policy{
 	ScopeTenant: true,
 }
 
+// policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
+var policyCreatePayment = &idemhttp.Policy{
+	Operation:      "createPayment",
+	Route:          "POST /v1/payments",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json; charset=utf-8"},
+	DeclaredHeaders: []string{"X-Fapi-Interaction-Id", "X-Jws-Signature"},
+	ValidateBody:    idemValidation.Body("POST /v1/payments"),
+}
+
+// policyUpdatePayment is the x-idempotency of PATCH /v1/payments/{payment_id}, with every default applied.
+var policyUpdatePayment = &idemhttp.Policy{
+	Operation:      "updatePayment",
+	Route:          "PATCH /v1/payments/{payment_id}",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/merge-patch+json"},
+	ValidateBody: idemValidation.Body("PATCH /v1/payments/{payment_id}"),
+}
+
+// policyCreateRefund is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
+var policyCreateRefund = &idemhttp.Policy{
+	Operation:      "createRefund",
+	Route:          "POST /v1/payments/{payment_id}/refunds",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/json", "application/json; charset=utf-8"},
+	ValidateBody: idemValidation.Body("POST /v1/payments/{payment_id}/refunds"),
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyAddNote,
 	policyShipOrder,
+	policyCreatePayment,
+	policyUpdatePayment,
+	policyCreateRefund,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -136,6 +217,9 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
 		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
 		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
+		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyUpdatePayment, s.opUpdatePayment(UpdatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyCreateRefund, s.opCreateRefund(CreateRefundRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -227,6 +311,72 @@ func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[Sh
 	}
 }
 
+// CreatePayment runs s.impl.CreatePayment at most once per key.
+func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
+}
+
+// opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
+	return &idemhttp.Op[CreatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
+			return s.impl.CreatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
+	}
+}
+
+// UpdatePayment runs s.impl.UpdatePayment at most once per key.
+func (s *idemServer) UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyUpdatePayment, s.opUpdatePayment(request))
+}
+
+// opUpdatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opUpdatePayment(request UpdatePaymentRequestObject) *idemhttp.Op[UpdatePaymentResponseObject] {
+	return &idemhttp.Op[UpdatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (UpdatePaymentResponseObject, error) {
+			return s.impl.UpdatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(UpdatePaymentResponseObject.VisitUpdatePaymentResponse),
+	}
+}
+
+// CreateRefund runs s.impl.CreateRefund at most once per key.
+func (s *idemServer) CreateRefund(ctx context.Context, request CreateRefundRequestObject) (CreateRefundResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreateRefund, s.opCreateRefund(request))
+}
+
+// opCreateRefund is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateRefund(request CreateRefundRequestObject) *idemhttp.Op[CreateRefundResponseObject] {
+	return &idemhttp.Op[CreateRefundResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateRefundResponseObject, error) {
+			return s.impl.CreateRefund(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreateRefundResponseObject.VisitCreateRefundResponse),
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -246,6 +396,12 @@ func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { retu
 func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitShipOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitUpdatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreateRefundResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {
@@ -278,7 +434,9 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		o.BaseRouter = chi.NewRouter()
 	}
 	o.BaseRouter.NotFound(idemNotFound)
-	o.BaseRouter.MethodNotAllowed(idemMethodNotAllowed)
+	o.BaseRouter.MethodNotAllowed(idemMethodNotAllowed(func(r *http.Request, method string) bool {
+		return o.BaseRouter.Match(chi.NewRouteContext(), method, r.URL.Path)
+	}))
 	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
 		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
@@ -288,7 +446,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.Capture(o.MaxRequestBody)(h)
+	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(h)
 }
 
 // IdempotencyParamErrorHandler is for ChiServerOptions.ErrorHandlerFunc (NewIdempotentHandler
@@ -317,10 +475,10 @@ func IdempotencyParamErrorHandler(w http.ResponseWriter, r *http.Request, err er
 		name = requiredHeader.ParamName
 	}
 	if problem := idemhttp.KeyBindingProblem(idemPolicies, r, name); problem != nil {
-		_ = problem.WriteTo(w)
+		idemhttp.Refuse(w, r, problem)
 		return
 	}
-	_ = idemhttp.ParamProblem(name).WriteTo(w)
+	idemhttp.Refuse(w, r, idemhttp.ParamProblem(name))
 }
 
 // idemNotFound answers a request no operation's route matches with a problem, as every other
@@ -330,8 +488,25 @@ func idemNotFound(w http.ResponseWriter, _ *http.Request) {
 		"no operation of this API is at this path: check the URL against the API's paths").WriteTo(w)
 }
 
-// idemMethodNotAllowed answers a request whose path is an operation's, but not its method.
-func idemMethodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	_ = idemhttp.NewProblem(http.StatusMethodNotAllowed, idemhttp.CodeMethodNotAllowed,
-		"this path does not accept "+r.Method+": check the API's operations on this path").WriteTo(w)
+// idemMethods are the methods a 405's Allow header may list.
+var idemMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions, http.MethodTrace}
+
+// idemMethodNotAllowed answers a request whose path is an operation's, but not its method, with
+// the methods that path accepts (allowed reports whether the router routes a method for r's
+// path) in its Allow header, as RFC 9110 asks of a 405.
+func idemMethodNotAllowed(allowed func(r *http.Request, method string) bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var methods []string
+		for _, m := range idemMethods {
+			if allowed(r, m) {
+				methods = append(methods, m)
+			}
+		}
+		detail := "this path does not accept " + r.Method + ": check the API's operations on this path"
+		if len(methods) > 0 {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			detail = "this path does not accept " + r.Method + ": use one of " + strings.Join(methods, ", ")
+		}
+		_ = idemhttp.NewProblem(http.StatusMethodNotAllowed, idemhttp.CodeMethodNotAllowed, detail).WriteTo(w)
+	}
 }

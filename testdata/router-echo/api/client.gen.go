@@ -144,3 +144,124 @@ func (c *IdempotentClient) ShipOrderWithResponse(ctx context.Context, orderId st
 	idemRsp, idemErr := c.ShipOrder(ctx, orderId, params, idemOpts...)
 	return idemWithResponse(idemRsp, idemErr, ParseShipOrderResponse)
 }
+
+// idemOpCreatePayment is the policy of POST /v1/payments, as its attempts need it.
+var idemOpCreatePayment = &idemclient.Operation{Route: "POST /v1/payments", KeyHeader: "Idempotency-Key", Persist: []string{"2xx", "3xx", "4xx"}}
+
+// CreatePaymentWithApplicationJSONCharsetUTF8Body is POST /v1/payments, retry-safe: the body is encoded once, as
+// oapi-codegen encodes it, and the same bytes are sent on every attempt.
+func (c *IdempotentClient) CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	idemReq, idemErr := NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body(c.raw.Server, params, body)
+	if idemErr != nil {
+		return nil, idemErr
+	}
+	return c.CreatePaymentWithBody(ctx, params, idemReq.Header.Get("Content-Type"), idemReq.Body, idemOpts...)
+}
+
+// CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse is CreatePaymentWithApplicationJSONCharsetUTF8Body with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, idemOpts ...idemclient.CallOption) (*CreatePaymentResponse, error) {
+	idemRsp, idemErr := c.CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx, params, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreatePaymentResponse)
+}
+
+// CreatePaymentWithBody is POST /v1/payments, retry-safe: one key for all attempts, and body
+// read once and sent again byte for byte.
+func (c *IdempotentClient) CreatePaymentWithBody(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	return c.retrier.Do(ctx, idemOpCreatePayment, idemclient.Request{Body: body,
+		Send: func(idemCtx context.Context, idemBody io.Reader, idemEdit func(context.Context, *http.Request) error) (*http.Response, error) {
+			return c.raw.CreatePaymentWithBody(idemCtx, params, contentType, idemBody, idemEdit)
+		},
+	}, idemOpts...)
+}
+
+// CreatePaymentWithBodyWithResponse is CreatePaymentWithBody with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreatePaymentWithBodyWithResponse(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*CreatePaymentResponse, error) {
+	idemRsp, idemErr := c.CreatePaymentWithBody(ctx, params, contentType, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreatePaymentResponse)
+}
+
+// idemOpUpdatePayment is the policy of PATCH /v1/payments/{payment_id}, as its attempts need it.
+var idemOpUpdatePayment = &idemclient.Operation{Route: "PATCH /v1/payments/{payment_id}", KeyHeader: "Idempotency-Key", Persist: []string{"2xx", "3xx", "4xx"}}
+
+// UpdatePaymentWithApplicationMergePatchPlusJSONBody is PATCH /v1/payments/{payment_id}, retry-safe: the body is encoded once, as
+// oapi-codegen encodes it, and the same bytes are sent on every attempt.
+func (c *IdempotentClient) UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	idemReq, idemErr := NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody(c.raw.Server, paymentId, params, body)
+	if idemErr != nil {
+		return nil, idemErr
+	}
+	return c.UpdatePaymentWithBody(ctx, paymentId, params, idemReq.Header.Get("Content-Type"), idemReq.Body, idemOpts...)
+}
+
+// UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse is UpdatePaymentWithApplicationMergePatchPlusJSONBody with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, idemOpts ...idemclient.CallOption) (*UpdatePaymentResponse, error) {
+	idemRsp, idemErr := c.UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx, paymentId, params, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseUpdatePaymentResponse)
+}
+
+// UpdatePaymentWithBody is PATCH /v1/payments/{payment_id}, retry-safe: one key for all attempts, and body
+// read once and sent again byte for byte.
+func (c *IdempotentClient) UpdatePaymentWithBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	return c.retrier.Do(ctx, idemOpUpdatePayment, idemclient.Request{Body: body,
+		Send: func(idemCtx context.Context, idemBody io.Reader, idemEdit func(context.Context, *http.Request) error) (*http.Response, error) {
+			return c.raw.UpdatePaymentWithBody(idemCtx, paymentId, params, contentType, idemBody, idemEdit)
+		},
+	}, idemOpts...)
+}
+
+// UpdatePaymentWithBodyWithResponse is UpdatePaymentWithBody with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) UpdatePaymentWithBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*UpdatePaymentResponse, error) {
+	idemRsp, idemErr := c.UpdatePaymentWithBody(ctx, paymentId, params, contentType, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseUpdatePaymentResponse)
+}
+
+// idemOpCreateRefund is the policy of POST /v1/payments/{payment_id}/refunds, as its attempts need it.
+var idemOpCreateRefund = &idemclient.Operation{Route: "POST /v1/payments/{payment_id}/refunds", KeyHeader: "Idempotency-Key", Persist: []string{"2xx", "3xx", "4xx"}}
+
+// CreateRefund is POST /v1/payments/{payment_id}/refunds, retry-safe: the body is encoded once, as
+// oapi-codegen encodes it, and the same bytes are sent on every attempt.
+func (c *IdempotentClient) CreateRefund(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	idemReq, idemErr := NewCreateRefundRequest(c.raw.Server, paymentId, params, body)
+	if idemErr != nil {
+		return nil, idemErr
+	}
+	return c.CreateRefundWithBody(ctx, paymentId, params, idemReq.Header.Get("Content-Type"), idemReq.Body, idemOpts...)
+}
+
+// CreateRefundWithResponse is CreateRefund with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreateRefundWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, idemOpts ...idemclient.CallOption) (*CreateRefundResponse, error) {
+	idemRsp, idemErr := c.CreateRefund(ctx, paymentId, params, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreateRefundResponse)
+}
+
+// CreateRefundWithApplicationJSONCharsetUTF8Body is POST /v1/payments/{payment_id}/refunds, retry-safe: the body is encoded once, as
+// oapi-codegen encodes it, and the same bytes are sent on every attempt.
+func (c *IdempotentClient) CreateRefundWithApplicationJSONCharsetUTF8Body(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	idemReq, idemErr := NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body(c.raw.Server, paymentId, params, body)
+	if idemErr != nil {
+		return nil, idemErr
+	}
+	return c.CreateRefundWithBody(ctx, paymentId, params, idemReq.Header.Get("Content-Type"), idemReq.Body, idemOpts...)
+}
+
+// CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse is CreateRefundWithApplicationJSONCharsetUTF8Body with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, idemOpts ...idemclient.CallOption) (*CreateRefundResponse, error) {
+	idemRsp, idemErr := c.CreateRefundWithApplicationJSONCharsetUTF8Body(ctx, paymentId, params, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreateRefundResponse)
+}
+
+// CreateRefundWithBody is POST /v1/payments/{payment_id}/refunds, retry-safe: one key for all attempts, and body
+// read once and sent again byte for byte.
+func (c *IdempotentClient) CreateRefundWithBody(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	return c.retrier.Do(ctx, idemOpCreateRefund, idemclient.Request{Body: body,
+		Send: func(idemCtx context.Context, idemBody io.Reader, idemEdit func(context.Context, *http.Request) error) (*http.Response, error) {
+			return c.raw.CreateRefundWithBody(idemCtx, paymentId, params, contentType, idemBody, idemEdit)
+		},
+	}, idemOpts...)
+}
+
+// CreateRefundWithBodyWithResponse is CreateRefundWithBody with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreateRefundWithBodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*CreateRefundResponse, error) {
+	idemRsp, idemErr := c.CreateRefundWithBody(ctx, paymentId, params, contentType, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreateRefundResponse)
+}

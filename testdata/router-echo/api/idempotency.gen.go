@@ -5,8 +5,10 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +17,10 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemopenapi"
 
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"mime"
 
 	"github.com/labstack/echo/v4"
 )
@@ -43,6 +48,12 @@ type IdempotentServerInterface interface {
 	// ReplayShipOrder answers a retry of a completed ShipOrder with the resource's
 	// current state, loaded through reference.
 	ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error)
+	// CreatePayment handles POST /v1/payments once per key; retries get its stored response.
+	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
+	// UpdatePayment handles PATCH /v1/payments/{payment_id} once per key; retries get its stored response.
+	UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
+	// CreateRefund handles POST /v1/payments/{payment_id}/refunds once per key; retries get its stored response.
+	CreateRefund(ctx context.Context, tx pgx.Tx, request CreateRefundRequestObject) (CreateRefundResponseObject, error)
 }
 
 // idemValidation checks request bodies against the spec this package was generated from
@@ -67,11 +78,12 @@ var policyCreateOrder = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 64,
 	},
-	ScopeTenant:   true,
-	Body:          true,
-	BodyTypes:     []string{"application/json"},
-	ReplayHeaders: []string{"X-Order-Region"},
-	ValidateBody:  idemValidation.Body("POST /v1/orders"),
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"X-Order-Region"},
+	ReplayHeaders:   []string{"X-Order-Region"},
+	ValidateBody:    idemValidation.Body("POST /v1/orders"),
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -117,12 +129,85 @@ var policyShipOrder = &idemhttp.Policy{
 	ScopeTenant: true,
 }
 
+// policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
+var policyCreatePayment = &idemhttp.Policy{
+	Operation:      "createPayment",
+	Route:          "POST /v1/payments",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json; charset=utf-8"},
+	DeclaredHeaders: []string{"X-Fapi-Interaction-Id", "X-Jws-Signature"},
+	ValidateBody:    idemValidation.Body("POST /v1/payments"),
+}
+
+// policyUpdatePayment is the x-idempotency of PATCH /v1/payments/{payment_id}, with every default applied.
+var policyUpdatePayment = &idemhttp.Policy{
+	Operation:      "updatePayment",
+	Route:          "PATCH /v1/payments/{payment_id}",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/merge-patch+json"},
+	ValidateBody: idemValidation.Body("PATCH /v1/payments/{payment_id}"),
+}
+
+// policyCreateRefund is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
+var policyCreateRefund = &idemhttp.Policy{
+	Operation:      "createRefund",
+	Route:          "POST /v1/payments/{payment_id}/refunds",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/json", "application/json; charset=utf-8"},
+	ValidateBody: idemValidation.Body("POST /v1/payments/{payment_id}/refunds"),
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyAddNote,
 	policyShipOrder,
+	policyCreatePayment,
+	policyUpdatePayment,
+	policyCreateRefund,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -139,6 +224,9 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
 		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
 		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
+		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyUpdatePayment, s.opUpdatePayment(UpdatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyCreateRefund, s.opCreateRefund(CreateRefundRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -230,6 +318,72 @@ func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[Sh
 	}
 }
 
+// CreatePayment runs s.impl.CreatePayment at most once per key.
+func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
+}
+
+// opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
+	return &idemhttp.Op[CreatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
+			return s.impl.CreatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
+	}
+}
+
+// UpdatePayment runs s.impl.UpdatePayment at most once per key.
+func (s *idemServer) UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyUpdatePayment, s.opUpdatePayment(request))
+}
+
+// opUpdatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opUpdatePayment(request UpdatePaymentRequestObject) *idemhttp.Op[UpdatePaymentResponseObject] {
+	return &idemhttp.Op[UpdatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (UpdatePaymentResponseObject, error) {
+			return s.impl.UpdatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(UpdatePaymentResponseObject.VisitUpdatePaymentResponse),
+	}
+}
+
+// CreateRefund runs s.impl.CreateRefund at most once per key.
+func (s *idemServer) CreateRefund(ctx context.Context, request CreateRefundRequestObject) (CreateRefundResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreateRefund, s.opCreateRefund(request))
+}
+
+// opCreateRefund is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateRefund(request CreateRefundRequestObject) *idemhttp.Op[CreateRefundResponseObject] {
+	return &idemhttp.Op[CreateRefundResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateRefundResponseObject, error) {
+			return s.impl.CreateRefund(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreateRefundResponseObject.VisitCreateRefundResponse),
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -249,6 +403,12 @@ func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { retu
 func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitShipOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitUpdatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreateRefundResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune RegisterIdempotentHandlers; the zero value is the default.
 type IdempotentHandlerOptions struct {
@@ -324,17 +484,17 @@ func (r idemRouter) TRACE(path string, h echo.HandlerFunc, m ...echo.MiddlewareF
 	return r.EchoRouter.TRACE(path, h, append([]echo.MiddlewareFunc{r.mw}, m...)...)
 }
 
-// idemMiddleware keeps the request body as sent (idemhttp.Capture, which answers an oversized
+// idemMiddleware keeps the request body as sent (idemhttp.CaptureFor, which answers an oversized
 // one 413) and answers the errors of the route's handler (oapi-codegen's binding, the strict
 // handler, the adapter) with problems.
 func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
-	capture := idemhttp.Capture(maxBody)
+	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
 	failed := idemhttp.ResponseErrorHandler(store)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			var err error
 			capture(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-				c.SetRequest(r)
+				c.SetRequest(idemJSONBody(r))
 				err = next(c)
 			})).ServeHTTP(c.Response(), c.Request())
 			if err == nil {
@@ -345,10 +505,10 @@ func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
 			case errors.As(err, &he) && he.Code >= 400 && he.Code < 500:
 				// oapi-codegen's parameter binding, or echo's binder refusing the body.
 				if p, ok := idemBindingProblem(c.Request().Header, fmt.Sprint(he.Message)); ok {
-					_ = p.WriteTo(c.Response())
+					idemhttp.Refuse(c.Response(), c.Request(), p)
 					return nil
 				}
-				_ = idemBodyProblem(c.Request().Context(), he.Code, err).WriteTo(c.Response())
+				idemhttp.Refuse(c.Response(), c.Request(), idemBodyProblem(c.Request().Context(), he.Code, err))
 			default:
 				failed(c.Response(), c.Request(), err)
 			}
@@ -356,6 +516,46 @@ func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
 		}
 	}
 }
+
+// idemJSONBody lets oapi-codegen bind a JSON body whose media type echo's binder does not
+// read: it decodes a body sent as exactly application/json and refuses any other JSON media
+// type (application/merge-patch+json, application/vnd.api+json, Application/JSON) with 415.
+// The strict handler binds a body that carries its decoded value (ValidatedValue, the hook
+// kin-openapi request validators use) without the binder, so such a body gets the value decoded
+// here from the bytes as sent. A body that already carries a value, or is not one JSON value,
+// is left as it is.
+func idemJSONBody(r *http.Request) *http.Request {
+	b, ok := idemhttp.BodyFromContext(r.Context())
+	if !ok || len(b.Bytes) == 0 {
+		return r
+	}
+	mt, _, err := mime.ParseMediaType(b.ContentType)
+	base, _, _ := strings.Cut(b.ContentType, ";")
+	if err != nil || strings.TrimSpace(base) == "application/json" || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return r
+	}
+	if _, ok := r.Body.(interface{ ValidatedValue() any }); ok {
+		return r
+	}
+	dec := json.NewDecoder(bytes.NewReader(b.Bytes))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return r
+	}
+	valued := *r
+	valued.Body = idemValuedBody{ReadCloser: r.Body, value: v}
+	return &valued
+}
+
+// idemValuedBody is a request body that also carries its decoded JSON value.
+type idemValuedBody struct {
+	io.ReadCloser
+	value any
+}
+
+// ValidatedValue is the body's decoded value, which oapi-codegen's strict handler binds.
+func (b idemValuedBody) ValidatedValue() any { return b.value }
 
 // idemParamError matches the parameter errors of this router's oapi-codegen binding, which
 // reports them as text only; the group that matched is the parameter's name.
@@ -388,13 +588,22 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 // idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
 // body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
 // stop after the value and leave it to the runtime's body check: that check (idemhttp.BodyProblem)
-// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. Any
-// other decoding error is a request-invalid problem with status.
+// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. A
+// body of a media type the decoder cannot read is the runtime's 415 media-type-unsupported
+// problem (idemhttp.UndecodableTypeProblem), as on the routers whose decoder lets it through.
+// Any other decoding error is a request-invalid problem with status (400 for a 415).
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
 	if p := idemhttp.BodyProblem(ctx); p != nil {
 		return p
 	}
+	if p := idemhttp.UndecodableTypeProblem(ctx); p != nil {
+		return p
+	}
 	p := idemhttp.RequestProblem(err)
-	p.Status = status
+	if status != http.StatusUnsupportedMediaType {
+		// A decoder's 415 for a media type it reads is about the content (echo's binder, when
+		// the value idemJSONBody decoded does not fit the body's type): a 400.
+		p.Status = status
+	}
 	return p
 }

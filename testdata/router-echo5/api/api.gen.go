@@ -33,6 +33,17 @@ type NewOrder struct {
 	Quantity int    `json:"quantity"`
 }
 
+// NewPayment defines model for NewPayment.
+type NewPayment struct {
+	Amount   int    `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+// NewRefund defines model for NewRefund.
+type NewRefund struct {
+	Amount int `json:"amount"`
+}
+
 // Note defines model for Note.
 type Note struct {
 	OrderId string `json:"order_id"`
@@ -45,6 +56,18 @@ type Order struct {
 	OrderId  string `json:"order_id"`
 	Quantity int    `json:"quantity"`
 	Status   string `json:"status"`
+}
+
+// Payment defines model for Payment.
+type Payment struct {
+	Amount    int    `json:"amount"`
+	Currency  string `json:"currency"`
+	PaymentId string `json:"payment_id"`
+}
+
+// PaymentPatch defines model for PaymentPatch.
+type PaymentPatch struct {
+	Amount *int `json:"amount,omitempty"`
 }
 
 // CreateOrderParams defines parameters for CreateOrder.
@@ -62,11 +85,38 @@ type ShipOrderParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// CreatePaymentParams defines parameters for CreatePayment.
+type CreatePaymentParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// UpdatePaymentParams defines parameters for UpdatePayment.
+type UpdatePaymentParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// CreateRefundParams defines parameters for CreateRefund.
+type CreateRefundParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = NewOrder
 
 // AddNoteJSONRequestBody defines body for AddNote for application/json ContentType.
 type AddNoteJSONRequestBody = NewNote
+
+// CreatePaymentApplicationJSONCharsetUTF8RequestBody defines body for CreatePayment for application/json; charset=utf-8 ContentType.
+type CreatePaymentApplicationJSONCharsetUTF8RequestBody = NewPayment
+
+// UpdatePaymentApplicationMergePatchPlusJSONRequestBody defines body for UpdatePayment for application/merge-patch+json ContentType.
+type UpdatePaymentApplicationMergePatchPlusJSONRequestBody = PaymentPatch
+
+// CreateRefundJSONRequestBody defines body for CreateRefund for application/json ContentType.
+type CreateRefundJSONRequestBody = NewRefund
+
+// CreateRefundApplicationJSONCharsetUTF8RequestBody defines body for CreateRefund for application/json; charset=utf-8 ContentType.
+type CreateRefundApplicationJSONCharsetUTF8RequestBody = NewRefund
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -163,6 +213,48 @@ type ClientInterface interface {
 
 	// ShipOrder performs a POST /v1/orders/{order_id}/ship (the `ShipOrder` operationId) request.
 	ShipOrder(ctx context.Context, orderId string, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePaymentWithBody performs a POST /v1/payments (the `CreatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	CreatePaymentWithBody(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePaymentWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments (the `CreatePayment` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type.
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdatePaymentWithBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	UpdatePaymentWithBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdatePaymentWithApplicationMergePatchPlusJSONBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRefundWithBody performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithBody(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRefund performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json` content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefund(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateRefundWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithApplicationJSONCharsetUTF8Body(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreateOrderWithBody performs a POST /v1/orders (the `CreateOrder` operationId) request,
@@ -237,6 +329,118 @@ func (c *Client) AddNote(ctx context.Context, orderId string, params *AddNotePar
 // ShipOrder performs a POST /v1/orders/{order_id}/ship (the `ShipOrder` operationId) request.
 func (c *Client) ShipOrder(ctx context.Context, orderId string, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewShipOrderRequest(c.Server, orderId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePaymentWithBody performs a POST /v1/payments (the `CreatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePaymentRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePaymentWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments (the `CreatePayment` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type.
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+func (c *Client) CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdatePaymentWithBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+func (c *Client) UpdatePaymentWithBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdatePaymentRequestWithBody(c.Server, paymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdatePaymentWithApplicationMergePatchPlusJSONBody performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+func (c *Client) UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody(c.Server, paymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRefundWithBody performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+// with any type of body and a specified content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *Client) CreateRefundWithBody(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRefundRequestWithBody(c.Server, paymentId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRefund performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json` content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *Client) CreateRefund(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRefundRequest(c.Server, paymentId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateRefundWithApplicationJSONCharsetUTF8Body performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *Client) CreateRefundWithApplicationJSONCharsetUTF8Body(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body(c.Server, paymentId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -447,6 +651,196 @@ func NewShipOrderRequest(server string, orderId string, params *ShipOrderParams)
 	return req, nil
 }
 
+// NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body calls the generic CreatePayment builder with application/json; charset=utf-8 body
+func NewCreatePaymentRequestWithApplicationJSONCharsetUTF8Body(server string, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreatePaymentRequestWithBody(server, params, "application/json; charset=utf-8", bodyReader)
+}
+
+// NewCreatePaymentRequestWithBody constructs an http.Request for the CreatePayment method, with any body, and a specified content type
+func NewCreatePaymentRequestWithBody(server string, params *CreatePaymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody calls the generic UpdatePayment builder with application/merge-patch+json body
+func NewUpdatePaymentRequestWithApplicationMergePatchPlusJSONBody(server string, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdatePaymentRequestWithBody(server, paymentId, params, "application/merge-patch+json", bodyReader)
+}
+
+// NewUpdatePaymentRequestWithBody constructs an http.Request for the UpdatePayment method, with any body, and a specified content type
+func NewUpdatePaymentRequestWithBody(server string, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "payment_id", paymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCreateRefundRequest calls the generic CreateRefund builder with application/json body
+func NewCreateRefundRequest(server string, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRefundRequestWithBody(server, paymentId, params, "application/json", bodyReader)
+}
+
+// NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body calls the generic CreateRefund builder with application/json; charset=utf-8 body
+func NewCreateRefundRequestWithApplicationJSONCharsetUTF8Body(server string, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateRefundRequestWithBody(server, paymentId, params, "application/json; charset=utf-8", bodyReader)
+}
+
+// NewCreateRefundRequestWithBody constructs an http.Request for the CreateRefund method, with any body, and a specified content type
+func NewCreateRefundRequestWithBody(server string, paymentId string, params *CreateRefundParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "payment_id", paymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments/%s/refunds", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -520,6 +914,54 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	ShipOrderWithResponse(ctx context.Context, orderId string, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*ShipOrderResponse, error)
+
+	// CreatePaymentWithBodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	CreatePaymentWithBodyWithResponse(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error)
+
+	// CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+	CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error)
+
+	// UpdatePaymentWithBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	UpdatePaymentWithBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error)
+
+	// UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// A JSON merge patch, a media type of its own that is JSON all the same.
+	UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error)
+
+	// CreateRefundWithBodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	CreateRefundWithBodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error)
+
+	// CreateRefundWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error)
+
+	// CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+	// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+	CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error)
 }
 
 // CreateOrderResponse201Headers the declared response headers of an HTTP 201 response for CreateOrder
@@ -693,6 +1135,137 @@ func (r ShipOrderResponse) ContentType() string {
 	return ""
 }
 
+// CreatePaymentResponse201Headers the declared response headers of an HTTP 201 response for CreatePayment
+type CreatePaymentResponse201Headers struct {
+	XFapiInteractionId string
+	XJwsSignature      string
+}
+
+type CreatePaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Payment
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreatePaymentResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreatePaymentResponse) GetJSON201() *Payment {
+	return r.JSON201
+}
+
+// GetBody returns the raw response body bytes
+func (r CreatePaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreatePaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreatePaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreatePaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdatePaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Payment
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdatePaymentResponse) GetJSON200() *Payment {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdatePaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdatePaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdatePaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdatePaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateRefundResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *NewRefund
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateRefundResponse) GetJSON201() *NewRefund {
+	return r.JSON201
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateRefundResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateRefundResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateRefundResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateRefundResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreateOrderWithBodyWithResponse performs a POST /v1/orders (the `CreateOrder` operationId) request,
 // with any type of body and a specified content type.
 //
@@ -757,6 +1330,96 @@ func (c *ClientWithResponses) ShipOrderWithResponse(ctx context.Context, orderId
 		return nil, err
 	}
 	return ParseShipOrderResponse(rsp)
+}
+
+// CreatePaymentWithBodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Context, params *CreatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error) {
+	rsp, err := c.CreatePaymentWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePaymentResponse(rsp)
+}
+
+// CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments (the `CreatePayment` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+//
+// A signed answer: the 201 declares its own headers, which a replay carries with no replayHeaders list, and the body's media type carries a charset parameter.
+func (c *ClientWithResponses) CreatePaymentWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, params *CreatePaymentParams, body CreatePaymentApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreatePaymentResponse, error) {
+	rsp, err := c.CreatePaymentWithApplicationJSONCharsetUTF8Body(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePaymentResponse(rsp)
+}
+
+// UpdatePaymentWithBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request,
+// with any type of body and a specified content type.
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) UpdatePaymentWithBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error) {
+	rsp, err := c.UpdatePaymentWithBody(ctx, paymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdatePaymentResponse(rsp)
+}
+
+// UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse performs a PATCH /v1/payments/{payment_id} (the `UpdatePayment` operationId) request.
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// A JSON merge patch, a media type of its own that is JSON all the same.
+func (c *ClientWithResponses) UpdatePaymentWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, paymentId string, params *UpdatePaymentParams, body UpdatePaymentApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePaymentResponse, error) {
+	rsp, err := c.UpdatePaymentWithApplicationMergePatchPlusJSONBody(ctx, paymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdatePaymentResponse(rsp)
+}
+
+// CreateRefundWithBodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request,
+// with any type of body and a specified content type.
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error) {
+	rsp, err := c.CreateRefundWithBody(ctx, paymentId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRefundResponse(rsp)
+}
+
+// CreateRefundWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *ClientWithResponses) CreateRefundWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error) {
+	rsp, err := c.CreateRefund(ctx, paymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRefundResponse(rsp)
+}
+
+// CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse performs a POST /v1/payments/{payment_id}/refunds (the `CreateRefund` operationId) request.
+// Takes a body of the `application/json; charset=utf-8` content type, and returns a wrapper object for the known response body format(s).
+//
+// Declared twice, with and without a charset: one request matches both, so oapi-codegen's strict handler binds the body once per media type.
+func (c *ClientWithResponses) CreateRefundWithApplicationJSONCharsetUTF8BodyWithResponse(ctx context.Context, paymentId string, params *CreateRefundParams, body CreateRefundApplicationJSONCharsetUTF8RequestBody, reqEditors ...RequestEditorFn) (*CreateRefundResponse, error) {
+	rsp, err := c.CreateRefundWithApplicationJSONCharsetUTF8Body(ctx, paymentId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateRefundResponse(rsp)
 }
 
 // ParseCreateOrderResponse parses an HTTP response from a CreateOrderWithResponse call
@@ -882,6 +1545,104 @@ func ParseShipOrderResponse(rsp *http.Response) (*ShipOrderResponse, error) {
 	return response, nil
 }
 
+// ParseCreatePaymentResponse parses an HTTP response from a CreatePaymentWithResponse call
+func ParseCreatePaymentResponse(rsp *http.Response) (*CreatePaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreatePaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreatePaymentResponse201Headers
+		if values := rsp.Header.Values("X-Fapi-Interaction-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Fapi-Interaction-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XFapiInteractionId = value
+		}
+		if values := rsp.Header.Values("X-Jws-Signature"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Jws-Signature", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XJwsSignature = value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUpdatePaymentResponse parses an HTTP response from a UpdatePaymentWithResponse call
+func ParseUpdatePaymentResponse(rsp *http.Response) (*UpdatePaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdatePaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateRefundResponse parses an HTTP response from a CreateRefundWithResponse call
+func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateRefundResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest NewRefund
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 
@@ -896,6 +1657,15 @@ type ServerInterface interface {
 
 	// (POST /v1/orders/{order_id}/ship)
 	ShipOrder(ctx *echo.Context, orderId string, params ShipOrderParams) error
+
+	// (POST /v1/payments)
+	CreatePayment(ctx *echo.Context, params CreatePaymentParams) error
+
+	// (PATCH /v1/payments/{payment_id})
+	UpdatePayment(ctx *echo.Context, paymentId string, params UpdatePaymentParams) error
+
+	// (POST /v1/payments/{payment_id}/refunds)
+	CreateRefund(ctx *echo.Context, paymentId string, params CreateRefundParams) error
 }
 
 // ServerInterfaceWrapper converts echo contexts to parameters.
@@ -1020,6 +1790,107 @@ func (w *ServerInterfaceWrapper) ShipOrder(ctx *echo.Context) error {
 	return err
 }
 
+// CreatePayment converts echo context to params.
+func (w *ServerInterfaceWrapper) CreatePayment(ctx *echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreatePaymentParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreatePayment(ctx, params)
+	return err
+}
+
+// UpdatePayment converts echo context to params.
+func (w *ServerInterfaceWrapper) UpdatePayment(ctx *echo.Context) error {
+	var err error
+	// ------------- Path parameter "payment_id" -------------
+	var paymentId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "payment_id", ctx.Param("payment_id"), &paymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter payment_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UpdatePaymentParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.UpdatePayment(ctx, paymentId, params)
+	return err
+}
+
+// CreateRefund converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateRefund(ctx *echo.Context) error {
+	var err error
+	// ------------- Path parameter "payment_id" -------------
+	var paymentId string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "payment_id", ctx.Param("payment_id"), &paymentId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter payment_id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateRefundParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateRefund(ctx, paymentId, params)
+	return err
+}
+
 // This is a simple interface which specifies echo.Route addition functions which
 // are present on both echo.Echo and echo.Group, since we want to allow using
 // either of them for path registration
@@ -1071,6 +1942,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/v1/orders/:order_id", wrapper.GetOrder, options.OperationMiddlewares["getOrder"]...)
 	router.POST(options.BaseURL+"/v1/orders/:order_id/ship", wrapper.ShipOrder, options.OperationMiddlewares["shipOrder"]...)
 	router.POST(options.BaseURL+"/v1/orders/:order_id/notes", wrapper.AddNote, options.OperationMiddlewares["addNote"]...)
+	router.POST(options.BaseURL+"/v1/payments", wrapper.CreatePayment, options.OperationMiddlewares["createPayment"]...)
+	router.PATCH(options.BaseURL+"/v1/payments/:payment_id", wrapper.UpdatePayment, options.OperationMiddlewares["updatePayment"]...)
+	router.POST(options.BaseURL+"/v1/payments/:payment_id/refunds", wrapper.CreateRefund, options.OperationMiddlewares["createRefund"]...)
 
 }
 
@@ -1192,6 +2066,88 @@ func (response ShipOrder404Response) VisitShipOrderResponse(w http.ResponseWrite
 	return nil
 }
 
+type CreatePaymentRequestObject struct {
+	Params CreatePaymentParams
+	Body   *CreatePaymentApplicationJSONCharsetUTF8RequestBody
+}
+
+type CreatePaymentResponseObject interface {
+	VisitCreatePaymentResponse(w http.ResponseWriter) error
+}
+
+type CreatePayment201ResponseHeaders struct {
+	XFapiInteractionId string
+	XJwsSignature      string
+}
+
+type CreatePayment201JSONResponse struct {
+	Body    Payment
+	Headers CreatePayment201ResponseHeaders
+}
+
+func (response CreatePayment201JSONResponse) VisitCreatePaymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Fapi-Interaction-Id", fmt.Sprint(response.Headers.XFapiInteractionId))
+	w.Header().Set("X-Jws-Signature", fmt.Sprint(response.Headers.XJwsSignature))
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdatePaymentRequestObject struct {
+	PaymentId string `json:"payment_id"`
+	Params    UpdatePaymentParams
+	Body      *UpdatePaymentApplicationMergePatchPlusJSONRequestBody
+}
+
+type UpdatePaymentResponseObject interface {
+	VisitUpdatePaymentResponse(w http.ResponseWriter) error
+}
+
+type UpdatePayment200JSONResponse Payment
+
+func (response UpdatePayment200JSONResponse) VisitUpdatePaymentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateRefundRequestObject struct {
+	PaymentId                      string `json:"payment_id"`
+	Params                         CreateRefundParams
+	JSONBody                       *CreateRefundJSONRequestBody
+	ApplicationJSONCharsetUTF8Body *CreateRefundApplicationJSONCharsetUTF8RequestBody
+}
+
+type CreateRefundResponseObject interface {
+	VisitCreateRefundResponse(w http.ResponseWriter) error
+}
+
+type CreateRefund201JSONResponse NewRefund
+
+func (response CreateRefund201JSONResponse) VisitCreateRefundResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 
@@ -1206,6 +2162,15 @@ type StrictServerInterface interface {
 
 	// (POST /v1/orders/{order_id}/ship)
 	ShipOrder(ctx context.Context, request ShipOrderRequestObject) (ShipOrderResponseObject, error)
+
+	// (POST /v1/payments)
+	CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
+
+	// (PATCH /v1/payments/{payment_id})
+	UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
+
+	// (POST /v1/payments/{payment_id}/refunds)
+	CreateRefund(ctx context.Context, request CreateRefundRequestObject) (CreateRefundResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx *echo.Context, request any) (any, error)
@@ -1368,24 +2333,204 @@ func (sh *strictHandler) ShipOrder(ctx *echo.Context, orderId string, params Shi
 	return nil
 }
 
+// CreatePayment operation middleware
+func (sh *strictHandler) CreatePayment(ctx *echo.Context, params CreatePaymentParams) error {
+	var request CreatePaymentRequestObject
+
+	request.Params = params
+
+	var body CreatePaymentApplicationJSONCharsetUTF8RequestBody
+	var err error
+	if _, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = echo.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx *echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreatePayment(ctx.Request().Context(), request.(CreatePaymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreatePayment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreatePaymentResponseObject); ok {
+		return validResponse.VisitCreatePaymentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// UpdatePayment operation middleware
+func (sh *strictHandler) UpdatePayment(ctx *echo.Context, paymentId string, params UpdatePaymentParams) error {
+	var request UpdatePaymentRequestObject
+
+	request.PaymentId = paymentId
+	request.Params = params
+
+	var body UpdatePaymentApplicationMergePatchPlusJSONRequestBody
+	var err error
+	if _, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = echo.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx *echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdatePayment(ctx.Request().Context(), request.(UpdatePaymentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdatePayment")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(UpdatePaymentResponseObject); ok {
+		return validResponse.VisitUpdatePaymentResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateRefund operation middleware
+func (sh *strictHandler) CreateRefund(ctx *echo.Context, paymentId string, params CreateRefundParams) error {
+	var request CreateRefundRequestObject
+
+	request.PaymentId = paymentId
+	request.Params = params
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/json") {
+		var body CreateRefundJSONRequestBody
+		var err error
+		if _, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = echo.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.JSONBody = &body
+
+	}
+	if strings.HasPrefix(ctx.Request().Header.Get("Content-Type"), "application/json; charset=utf-8") {
+		var body CreateRefundApplicationJSONCharsetUTF8RequestBody
+		var err error
+		if _, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+			// A request validator built on kin-openapi's openapi3filter with
+			// KeepValidatedValue leaves the value it validated on the body. Bind
+			// that value, matching member names exactly, so the handler receives
+			// what was validated instead of a second, case-insensitive decode.
+			// Otherwise bind only the request body, so that path and query
+			// parameters are not also bound into the body struct.
+			if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+				err = echo.BindBody(ctx, &body)
+			}
+		} else {
+			// A custom binder is installed on the Echo instance; defer to it
+			// entirely, since echo.Binder does not expose body-only binding and
+			// the binder may do more than decode (for example call ctx.Validate).
+			err = ctx.Bind(&body)
+		}
+		if err != nil {
+			return err
+		}
+		request.ApplicationJSONCharsetUTF8Body = &body
+
+	}
+
+	handler := func(ctx *echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateRefund(ctx.Request().Context(), request.(CreateRefundRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateRefund")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateRefundResponseObject); ok {
+		return validResponse.VisitCreateRefundResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // Base64 encoded, compressed with deflate, json marshaled OpenAPI spec.
 // Stored as a slice of fixed-width chunks rather than one concatenated
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"vFZNbyM3DP0rBNtDt5A99m7Qw9y2PXSDFttFm0OBwCiYEe3RxiMpEifNwPB/L6SJvz+SLpKcxtAH+fj4",
-	"HuUFVq7xzrKViOUCY1VzQ/nnZ/73sxNOP31wnoMYzhvCD5K/nWcsMUowdobLpcLAd60JrLG87k9N1OqU",
-	"u/nKleBSpbh/BM3hMLARbtK3MfZ3tjOpsRyr/TQK71qyYqTbwmCs8IzDAYgccevGUTxHi3QJ4j9GHylU",
-	"PZOBdQh1mownmDjIfBbWOWIURiFp4/+CvU/fOshhKSmKsVOX4muOVTBejLNY4lXNEKlh+PjlEqYuAN9z",
-	"6CC4VjjAD8JRNAkV/cLgx8J5tuTNsKNmDhQYjGYrpqL5uxKcZUhMUYoOngNEcYFmDI3TrOCWuwixcp41",
-	"3HQgbMmKArIaKG1CzaQ5gJsCgXV20LMAqRwF0YHUJCAJc02BNXy6uvoCQjdz3sKaaA2W5o+g0/o7qMhC",
-	"aO1jfRVFBmd3qh0mKRiZJ+Jy5yMqvOcQe6bGw9FwlLvcM4AlfhiOhh9QoSepc++K+3Hh+qtJNS5mIa4Z",
-	"udRY4i+BSbiXVroaqGHJN64XaFKmngRUaKlJYC41N94J26ob/Ma50XkQHFPLpJcLR/nZ6ay1yllhm4GQ",
-	"93NTZSjF15iqWmyF+j7wFEv8rtgMneJx4hTrsbDcFaSElvNC9M7G3h7vR+MXy7uVdFe3VWYx2aBnK2f+",
-	"e5DPD/7kmdnPsk9UjvkwMBtu06lbzp+GHlYz7qeLXJ+fU/dplel6P9MkeS8LHcs1GT3sjSSKxcq8y5Rj",
-	"xkfE8SvLOWUkoW10sTULdjvypEB2ujV6/W4lx7p+U+HF6OJwDlkHsa3q1anT1BXWCZ+x10et85vxagSq",
-	"b3Dp1IWGBEts2/7FeTPXZi6eZdr3L5d2nXO/x8mxR323cU9D4XYlouMCiLXxp/v/V238K1tIvdScfmsb",
-	"JuZ8asEzTXi2UYGnHNhWjCdmaX7n+z+b6ZlHtekUTpbL/wIAAP//",
+	"3Jhta9xGEID/yrAtpGl11jkJpaj0Q9rSxmlJTJJCwJgy3p07bSLtKrujXA5z/73sru5Fsnz2BceBfpKQ",
+	"dmdmZ555kS6FtHVjDRn2orgUXpZUY7x9QYsXlincNs425FhTfMH0ieN12ZAohGenzVysVplw9KHVjpQo",
+	"ztKq82y9yl68I8lilQW5L50id1WwZqrDtdbmbzJzLkVxnA3VZOJDi4Y1L3ds0IZpTu6KEVHizo5r7DnF",
+	"ZU2Gr1qEtW0NjynKhGydIyOXN7uik7Kz5Ro7XtGsNeoQM8Y1jYofjaUNkfhXq5FDZLcM9EZEdn3Mbwj4",
+	"Fc17zdoX/0x4Rm79QWYPKdkIGTvKXbOSiSZJHD/uwOqdtdktueoMPkWW5YFoDWSFR9rMbFityEunG9bW",
+	"iEK8KQk81gRPT09gZh3QR3JLcLZlcvAdk2eFjHl6MPk+tw0ZbPTREusK0BFoRYa1xOphAdYQBBsxSIeG",
+	"HHi2DucEtVWUwXtaevDSNqTgYglMBg1ngEYBhpdQEipyYGeAYKyZJGdCOE4G3gKXyMDB5hIdKXj25s0p",
+	"MF5UtGNrcIQzWHVGh+cPQaIB15rufBI9gTW90x6FPNBcBcdF7L3IxEdyPnnq+Gh6NI2IJw+IQjw+mh49",
+	"FoEDLmNM8o/HuU1bQ7ysj/HZeOREiUL85giZUl6FrQ5r4rjj7FLooCk5QWTCYB2MOVFUN5YDJ5O/KFIe",
+	"i/0YdOeJOvL8q1WRWmkNd9hj01RaRlPydz6c6nJH1LeOZqIQ3+TbxpJ3XSXflP5Vn2t2LcUHvrHGJzAf",
+	"TY/vTO+O0j63Mnox5FLyVtT8dhLXT17RXA+1DB0VZX6a6K1vw6r3FC81flr3sR+fxPM1FS6frTWdDTWd",
+	"h8ITQRfFxhnJ7C0S+eW6cq2CjjmNwPEn8T4yAmhbLnYKYT8iNwLSi9b0y0crZKxNLzPxZPrkah0yFnwr",
+	"y/Wq612XG8u0J72eKhUb5hdzYPYZWTqzrkYWhWjb1G7vLWujL26VtI/uTu1G5zDGIWNH826bPTW692uI",
+	"xgHwpW6uj//rUjdfOIWyu6rT952GwXNNCMEtk3BvoBzNKMwuO3Wum3F62dnX8BS8nhtSgMYvyBWxlz+a",
+	"HoMiWaEjD5o92IXpJgGfwaLUsgSEVINBonOaPCw0l2As9EozVNp380QQfGHV8oGHmpTGOENsdiPIEp0n",
+	"hg0jof2Pder12PiVe/XPa4t/aXk2+emgIrA+wj03757a0faddTgM2/gf2OjJSRjjUIYdk5M4YR+QouLt",
+	"5PnCT17ruUFuHR22fWw4iN4agJ5fbsf62NSb9aw+xP7565cvoCY3J4hrMsBdLu1sA34ccbVPO7Cq0riL",
+	"NV0F9J9G3Qhov971vkK+QsW7De3RS5PopR8+C7j0wXQr2Kf3AXsbwzTa+W6EKnfxz8Kekvp7qpwKeKEl",
+	"ZakwhgoYbmzL21qXvs+6IEAdvEQeLiyX8dvKhqSTVtGczAMPIXCSoUSjKnJwoY3ym6oK1kiKH3hbiK8r",
+	"oN2/kf8LngePYN35Q5jvsqhvxN5rTR8o7qOYWN1H+uhIIW0IxZlIvwN2KRLnq9V/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

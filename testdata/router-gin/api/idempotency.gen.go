@@ -41,6 +41,12 @@ type IdempotentServerInterface interface {
 	// ReplayShipOrder answers a retry of a completed ShipOrder with the resource's
 	// current state, loaded through reference.
 	ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error)
+	// CreatePayment handles POST /v1/payments once per key; retries get its stored response.
+	CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error)
+	// UpdatePayment handles PATCH /v1/payments/{payment_id} once per key; retries get its stored response.
+	UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error)
+	// CreateRefund handles POST /v1/payments/{payment_id}/refunds once per key; retries get its stored response.
+	CreateRefund(ctx context.Context, tx pgx.Tx, request CreateRefundRequestObject) (CreateRefundResponseObject, error)
 }
 
 // idemValidation checks request bodies against the spec this package was generated from
@@ -65,11 +71,12 @@ var policyCreateOrder = &idemhttp.Policy{
 		Required:  true,
 		MaxLength: 64,
 	},
-	ScopeTenant:   true,
-	Body:          true,
-	BodyTypes:     []string{"application/json"},
-	ReplayHeaders: []string{"X-Order-Region"},
-	ValidateBody:  idemValidation.Body("POST /v1/orders"),
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json"},
+	DeclaredHeaders: []string{"X-Order-Region"},
+	ReplayHeaders:   []string{"X-Order-Region"},
+	ValidateBody:    idemValidation.Body("POST /v1/orders"),
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -115,12 +122,85 @@ var policyShipOrder = &idemhttp.Policy{
 	ScopeTenant: true,
 }
 
+// policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
+var policyCreatePayment = &idemhttp.Policy{
+	Operation:      "createPayment",
+	Route:          "POST /v1/payments",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:     true,
+	Body:            true,
+	BodyTypes:       []string{"application/json; charset=utf-8"},
+	DeclaredHeaders: []string{"X-Fapi-Interaction-Id", "X-Jws-Signature"},
+	ValidateBody:    idemValidation.Body("POST /v1/payments"),
+}
+
+// policyUpdatePayment is the x-idempotency of PATCH /v1/payments/{payment_id}, with every default applied.
+var policyUpdatePayment = &idemhttp.Policy{
+	Operation:      "updatePayment",
+	Route:          "PATCH /v1/payments/{payment_id}",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/merge-patch+json"},
+	ValidateBody: idemValidation.Body("PATCH /v1/payments/{payment_id}"),
+}
+
+// policyCreateRefund is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
+var policyCreateRefund = &idemhttp.Policy{
+	Operation:      "createRefund",
+	Route:          "POST /v1/payments/{payment_id}/refunds",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant:  true,
+	Body:         true,
+	BodyTypes:    []string{"application/json", "application/json; charset=utf-8"},
+	ValidateBody: idemValidation.Body("POST /v1/payments/{payment_id}/refunds"),
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyAddNote,
 	policyShipOrder,
+	policyCreatePayment,
+	policyUpdatePayment,
+	policyCreateRefund,
 }
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -137,6 +217,9 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
 		idemhttp.CheckOp(policyAddNote, s.opAddNote(AddNoteRequestObject{})),
 		idemhttp.CheckOp(policyShipOrder, s.opShipOrder(ShipOrderRequestObject{})),
+		idemhttp.CheckOp(policyCreatePayment, s.opCreatePayment(CreatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyUpdatePayment, s.opUpdatePayment(UpdatePaymentRequestObject{})),
+		idemhttp.CheckOp(policyCreateRefund, s.opCreateRefund(CreateRefundRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -228,6 +311,72 @@ func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[Sh
 	}
 }
 
+// CreatePayment runs s.impl.CreatePayment at most once per key.
+func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
+}
+
+// opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
+	return &idemhttp.Op[CreatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
+			return s.impl.CreatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
+	}
+}
+
+// UpdatePayment runs s.impl.UpdatePayment at most once per key.
+func (s *idemServer) UpdatePayment(ctx context.Context, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error) {
+	return idemHandle(ctx, s.store, policyUpdatePayment, s.opUpdatePayment(request))
+}
+
+// opUpdatePayment is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opUpdatePayment(request UpdatePaymentRequestObject) *idemhttp.Op[UpdatePaymentResponseObject] {
+	return &idemhttp.Op[UpdatePaymentResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (UpdatePaymentResponseObject, error) {
+			return s.impl.UpdatePayment(ctx, tx, request)
+		},
+		Record: idemhttp.Record(UpdatePaymentResponseObject.VisitUpdatePaymentResponse),
+	}
+}
+
+// CreateRefund runs s.impl.CreateRefund at most once per key.
+func (s *idemServer) CreateRefund(ctx context.Context, request CreateRefundRequestObject) (CreateRefundResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreateRefund, s.opCreateRefund(request))
+}
+
+// opCreateRefund is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateRefund(request CreateRefundRequestObject) *idemhttp.Op[CreateRefundResponseObject] {
+	return &idemhttp.Op[CreateRefundResponseObject]{
+		Key: request.Params.IdempotencyKey,
+		Scope: []idemhttp.Part{
+			{Name: "operation"},
+		},
+		Parts: []idemhttp.Part{
+			{Name: "path:payment_id", Value: request.PaymentId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateRefundResponseObject, error) {
+			return s.impl.CreateRefund(ctx, tx, request)
+		},
+		Record: idemhttp.Record(CreateRefundResponseObject.VisitCreateRefundResponse),
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -248,6 +397,12 @@ func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { retu
 func (r idemResult) VisitAddNoteResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitShipOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitUpdatePaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreateRefundResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune RegisterIdempotentHandlers; the zero value is the default.
 type IdempotentHandlerOptions struct {
@@ -283,21 +438,21 @@ func RegisterIdempotentHandlers(router gin.IRouter, impl IdempotentServerInterfa
 	onError := func(c *gin.Context, err error) { failed(c.Writer, c.Request, err) }
 	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictGinServerOptions{
 		RequestErrorHandlerFunc: func(c *gin.Context, err error) {
-			_ = idemBodyProblem(c.Request.Context(), http.StatusBadRequest, err).WriteTo(c.Writer)
+			idemhttp.Refuse(c.Writer, c.Request, idemBodyProblem(c.Request.Context(), http.StatusBadRequest, err))
 		},
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
 	// A group with no path of its own: the capture runs for this API's routes only, after gin
 	// matched them and before oapi-codegen binds anything.
-	api := router.Group("", idemCapture(o.MaxRequestBody))
+	api := router.Group("", idemCapture(store, o.MaxRequestBody))
 	RegisterHandlersWithOptions(api, strict, GinServerOptions{BaseURL: o.BaseURL, ErrorHandler: IdempotencyParamErrorHandler})
 }
 
-// idemCapture is idemhttp.Capture as gin middleware: it keeps the body as sent in
+// idemCapture is idemhttp.CaptureFor as gin middleware: it keeps the body as sent in
 // c.Request's context, or answers an oversized one 413 and stops the chain.
-func idemCapture(maxBody int64) gin.HandlerFunc {
-	capture := idemhttp.Capture(maxBody)
+func idemCapture(store *idem.Store, maxBody int64) gin.HandlerFunc {
+	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
 	return func(c *gin.Context) {
 		passed := false
 		capture(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
@@ -321,7 +476,7 @@ func IdempotencyParamErrorHandler(c *gin.Context, err error, _ int) {
 	if !ok {
 		p = idemhttp.ParamProblem("")
 	}
-	_ = p.WriteTo(c.Writer)
+	idemhttp.Refuse(c.Writer, c.Request, p)
 	c.Abort()
 }
 
@@ -381,13 +536,22 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 // idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
 // body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
 // stop after the value and leave it to the runtime's body check: that check (idemhttp.BodyProblem)
-// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. Any
-// other decoding error is a request-invalid problem with status.
+// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. A
+// body of a media type the decoder cannot read is the runtime's 415 media-type-unsupported
+// problem (idemhttp.UndecodableTypeProblem), as on the routers whose decoder lets it through.
+// Any other decoding error is a request-invalid problem with status (400 for a 415).
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
 	if p := idemhttp.BodyProblem(ctx); p != nil {
 		return p
 	}
+	if p := idemhttp.UndecodableTypeProblem(ctx); p != nil {
+		return p
+	}
 	p := idemhttp.RequestProblem(err)
-	p.Status = status
+	if status != http.StatusUnsupportedMediaType {
+		// A decoder's 415 for a media type it reads is about the content (echo's binder, when
+		// the value idemJSONBody decoded does not fit the body's type): a 400.
+		p.Status = status
+	}
 	return p
 }

@@ -195,21 +195,21 @@ func RegisterIdempotentHandlers(router gin.IRouter, impl IdempotentServerInterfa
 	onError := func(c *gin.Context, err error) { failed(c.Writer, c.Request, err) }
 	strict := NewStrictHandlerWithOptions(NewIdempotentServer(impl, store), o.Middlewares, StrictGinServerOptions{
 		RequestErrorHandlerFunc: func(c *gin.Context, err error) {
-			_ = idemBodyProblem(c.Request.Context(), http.StatusBadRequest, err).WriteTo(c.Writer)
+			idemhttp.Refuse(c.Writer, c.Request, idemBodyProblem(c.Request.Context(), http.StatusBadRequest, err))
 		},
 		HandlerErrorFunc:         onError,
 		ResponseErrorHandlerFunc: onError,
 	})
 	// A group with no path of its own: the capture runs for this API's routes only, after gin
 	// matched them and before oapi-codegen binds anything.
-	api := router.Group("", idemCapture(o.MaxRequestBody))
+	api := router.Group("", idemCapture(store, o.MaxRequestBody))
 	RegisterHandlersWithOptions(api, strict, GinServerOptions{BaseURL: o.BaseURL, ErrorHandler: IdempotencyParamErrorHandler})
 }
 
-// idemCapture is idemhttp.Capture as gin middleware: it keeps the body as sent in
+// idemCapture is idemhttp.CaptureFor as gin middleware: it keeps the body as sent in
 // c.Request's context, or answers an oversized one 413 and stops the chain.
-func idemCapture(maxBody int64) gin.HandlerFunc {
-	capture := idemhttp.Capture(maxBody)
+func idemCapture(store *idem.Store, maxBody int64) gin.HandlerFunc {
+	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
 	return func(c *gin.Context) {
 		passed := false
 		capture(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
@@ -233,7 +233,7 @@ func IdempotencyParamErrorHandler(c *gin.Context, err error, _ int) {
 	if !ok {
 		p = idemhttp.ParamProblem("")
 	}
-	_ = p.WriteTo(c.Writer)
+	idemhttp.Refuse(c.Writer, c.Request, p)
 	c.Abort()
 }
 
@@ -293,13 +293,22 @@ func idemBindingProblem(header http.Header, msg string) (p *idemhttp.Problem, ok
 // idemBodyProblem answers a body this router's decoder refused. The decoder reads the whole
 // body, so it refuses data after the JSON value (`{…}GARBAGE`) where net/http routers' decoders
 // stop after the value and leave it to the runtime's body check: that check (idemhttp.BodyProblem)
-// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. Any
-// other decoding error is a request-invalid problem with status.
+// runs here first, so such a body is the runtime's 400 body-invalid problem on every router. A
+// body of a media type the decoder cannot read is the runtime's 415 media-type-unsupported
+// problem (idemhttp.UndecodableTypeProblem), as on the routers whose decoder lets it through.
+// Any other decoding error is a request-invalid problem with status (400 for a 415).
 func idemBodyProblem(ctx context.Context, status int, err error) *idemhttp.Problem {
 	if p := idemhttp.BodyProblem(ctx); p != nil {
 		return p
 	}
+	if p := idemhttp.UndecodableTypeProblem(ctx); p != nil {
+		return p
+	}
 	p := idemhttp.RequestProblem(err)
-	p.Status = status
+	if status != http.StatusUnsupportedMediaType {
+		// A decoder's 415 for a media type it reads is about the content (echo's binder, when
+		// the value idemJSONBody decoded does not fit the body's type): a 400.
+		p.Status = status
+	}
 	return p
 }

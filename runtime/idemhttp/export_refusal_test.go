@@ -1,0 +1,4 @@
+package idemhttp
+
+// RouteOf exposes routeOf to the tests.
+var RouteOf = routeOf
