@@ -190,7 +190,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		return nil, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.sql.complete, args...)
+	b.Queue(s.completeSQL(c), args...)
 	committed := false
 	b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 		committed = tag.String() == "COMMIT"

@@ -65,6 +65,11 @@ type Claim struct {
 	token  string
 	row    rowID // the key's row: tenant, scope and key as the table stores them
 	notify bool  // its complete and release notify the duplicates that may wait for it
+	// locked: the claim is the key's advisory lock, held by the business transaction
+	// (sql/claim_lock.sql), and the key's row is written only at the completion
+	// (sql/complete_insert.sql), with the fingerprint.
+	locked      bool
+	fingerprint string
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
@@ -219,6 +224,10 @@ type claimTry struct {
 	// wrote says the write returned the row: this request inserted the key or took it over.
 	wrote   bool
 	attempt int32
+	// found, fresh and rowAttempt describe the row the read found (any row: one that may be
+	// taken too), for the claim under the key's lock, which takes rows over without a write.
+	found, fresh bool
+	rowAttempt   int32
 }
 
 // queueClaim queues the claim of c on b: the read, its guard and the write, and between the
@@ -227,7 +236,7 @@ type claimTry struct {
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
 	b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
-		t.read, err = s.scanRead(rows, c)
+		t.read, err = s.scanRead(rows, c, t)
 		t.readDone = err == nil
 		return err
 	})
@@ -521,8 +530,13 @@ const ownerGuardCode = "22012"
 // Ahead of the begin, the same round trip checks for a remembered completed row (sql/replay.sql):
 // a replay then needs neither the transaction nor its rollback. Behind it goes the fast claim
 // (sql/claim_fast.sql), a plain insert; only when the key already has a row does the full claim
-// follow, in the same transaction, in a second round trip.
+// follow, in the same transaction, in a second round trip. That is the claim on Citus and without
+// a pool; on plain PostgreSQL through a pool the claim is the key's advisory lock instead
+// (claimLocked), which writes no row before the completion.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
+	if s.lockClaims() {
+		return s.claimLocked(ctx, p, wait)
+	}
 	c := newClaim(p)
 	bound := lockWaitFor(wait)
 	var t claimTry
@@ -742,22 +756,23 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 
 // scanRead reads the claim's read (sql/claim_read.sql): the answer its row gives when
 // nobody may take it, and nil without a row or for one that may be taken (the write decides).
-func (s *Store) scanRead(rows pgx.Rows, c *Claim) (*claimResult, error) {
+func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
 		var (
-			sameFP, takeable bool
-			attempt          int32
-			state            string
-			stored           storedOutcome
-			leftMS           int64
-			heldMS           int64
-			finalMS          int64
+			sameFP, takeable, fresh bool
+			attempt                 int32
+			state                   string
+			stored                  storedOutcome
+			leftMS                  int64
+			heldMS                  int64
+			finalMS                 int64
 		)
 		if err := rows.Scan(&attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&leftMS, &heldMS, &finalMS, &takeable); err != nil {
+			&leftMS, &heldMS, &finalMS, &takeable, &fresh); err != nil {
 			return nil, err
 		}
+		t.found, t.fresh, t.rowAttempt = true, fresh, attempt
 		switch {
 		case takeable:
 			res = nil
@@ -803,13 +818,25 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
+	if c.locked {
+		return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), c.Operation, c.fingerprint, int32(c.Attempt)), nil
+	}
 	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl)), nil
+}
+
+// completeSQL is the statement that completes c: the update of the row its claim wrote, or, for
+// a claim under the key's lock, the row's one write.
+func (s *Store) completeSQL(c *Claim) string {
+	if c.locked {
+		return s.sql.completeInsert
+	}
+	return s.sql.complete
 }
 
 // complete stores an outcome (completeArgs) for c inside tx: if tx is rolled back, so is the
 // completion. ErrLeaseLost means another request took the key over, and tx must roll back.
 func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) error {
-	if _, err := tx.Exec(ctx, s.sql.complete, args...); err != nil {
+	if _, err := tx.Exec(ctx, s.completeSQL(c), args...); err != nil {
 		if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {
 			return lost
 		}

@@ -11,6 +11,9 @@ import (
 // handler (the fencing test).
 func DisableRenewal(s *Store) { s.noRenew = true }
 
+// SameLockForEveryKey gives every key of s one advisory lock id, as if all their ids collided.
+func SameLockForEveryKey(s *Store) { s.oneLock = true }
+
 // DisableFastPath sends every claim of s through the full claim statement.
 func DisableFastPath(s *Store) { s.noFastPath = true }
 
@@ -95,6 +98,9 @@ func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op
 // ClaimSQL is the statement every try of a claim sends first on the path it takes (the fast
 // path's insert, unless it is off; else the full claim's read), for tests that count claims.
 func ClaimSQL(s *Store, m ClaimMode) string {
+	if m == ClaimTransaction && s.lockClaims() {
+		return s.sql.claimLock
+	}
 	if !s.noFastPath {
 		return s.sql.claimFast
 	}

@@ -166,6 +166,9 @@ type Store struct {
 	// noFastPath sends every claim through the full claim statement; tests use it to check
 	// that both paths decide alike.
 	noFastPath bool
+	// oneLock gives every key the same advisory lock (claimlock.go); tests use it to check that
+	// keys whose lock ids collide only wait for each other.
+	oneLock bool
 
 	bg  *background // what runs beside requests: release retries (release.go)
 	est estimates   // handler times per operation, for Retry-After (estimate.go)
