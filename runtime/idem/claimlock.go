@@ -43,7 +43,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		sent := time.Now()
 		var t claimTry
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound)
+			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, c.row.tenant, c.row.scope, c.row.key)
 			b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
 				t.read, err = s.scanRead(rows, c, &t)
 				t.readDone = err == nil

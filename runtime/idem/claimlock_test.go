@@ -156,3 +156,39 @@ func TestLockClaimCompletionIsFencedByTheRow(t *testing.T) {
 		t.Fatalf("the key's row: %q, %v; want the lease-mode claim's, in flight", state, err)
 	}
 }
+
+// A replay takes no lock: a completed row is final until it expires, so replays of a key never
+// queue behind each other or behind the key's lock.
+func TestLockClaimReplayTakesNoLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.SameLockForEveryKey(e.Store)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "done", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
+	if _, err := e.Store.Do(ctx, p, pay(1, "done")); err != nil {
+		t.Fatal(err)
+	}
+	// Someone holds the lock every key of this Store has.
+	tx, err := e.Sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Store.Do(ctx, p, pay(1, "again")); err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
+		t.Fatalf("a replay while the key's lock is held: %+v, %v; want the replay of done", r, err)
+	}
+	q := *p
+	q.Fingerprint = "other"
+	if _, err := e.Store.Do(ctx, &q, pay(1, "other")); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("a mismatch while the key's lock is held: %v; want ErrKeyReused", err)
+	}
+	q = *p
+	q.Key = "new"
+	if _, err := e.Store.Do(ctx, &q, pay(1, "new")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress (it waits on the lock)", err)
+	}
+}

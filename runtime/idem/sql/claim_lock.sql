@@ -6,6 +6,11 @@
 -- completion (complete_insert.sql) writes the row only if nobody else holds or completed it, so
 -- two keys whose ids collide only wait for each other and never change each other's answers.
 --
+-- A key with a remembered completed row takes no lock: that row is final until it expires, so
+-- the read and the guard behind decide the replay (or the mismatch) without waiting for anyone,
+-- and concurrent replays of one key never queue on its lock. (The NOT EXISTS names nothing of
+-- the sub-selects, so PostgreSQL checks it once, before running them.)
+--
 -- The wait is bounded by a lock_timeout set for this statement alone: the inner sub-select saves
 -- the caller's value and sets the bound, the middle one takes the lock, the outer one puts the
 -- caller's value back (OFFSET 0 keeps each level from being merged into the next, so they run in
@@ -19,9 +24,14 @@
 -- Advisory locks are per node: on Citus the Store claims with claim_fast.sql and claim.sql
 -- instead. Through pgbouncer in transaction mode a transaction-scoped lock is as good as on a
 -- direct connection.
--- $1 the lock's id, $2 the wait's bound (a lock_timeout value, such as '50ms').
+-- $1 the lock's id, $2 the wait's bound (a lock_timeout value, such as '50ms'); $3 tenant,
+-- $4 scope, $5 key.
 SELECT set_config('lock_timeout', l.saved, true) FROM (
 	SELECT w.saved, pg_advisory_xact_lock($1::bigint) FROM (
 		SELECT current_setting('lock_timeout') AS saved, set_config('lock_timeout', $2::text, true) OFFSET 0
 	) AS w OFFSET 0
 ) AS l
+WHERE NOT EXISTS (
+	SELECT FROM {{.Table}} AS k
+	WHERE k.tenant = $3 AND k.scope = $4 AND k.key = $5 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
+)
