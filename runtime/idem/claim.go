@@ -66,10 +66,13 @@ type Claim struct {
 	row    rowID // the key's row: tenant, scope and key as the table stores them
 	notify bool  // its complete and release notify the duplicates that may wait for it
 	// locked: the claim is the key's advisory lock, held by the business transaction
-	// (sql/claim_lock.sql), and the key's row is written only at the completion
-	// (sql/complete_insert.sql), with the fingerprint.
-	locked      bool
-	fingerprint string
+	// (sql/claim_lock.sql), and the key's row is written only at the completion, with the
+	// fingerprint: inserted (sql/complete_insert.sql), or rewritten when the claim takes over a
+	// row it found (takeover, sql/complete_takeover.sql). lockedAt is the claim's transaction
+	// start, as the database's clock read it (sql/notify_locked.sql).
+	locked, takeover bool
+	fingerprint      string
+	lockedAt         time.Time
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
@@ -827,7 +830,10 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 // completeSQL is the statement that completes c: the update of the row its claim wrote, or, for
 // a claim under the key's lock, the row's one write.
 func (s *Store) completeSQL(c *Claim) string {
-	if c.locked {
+	switch {
+	case c.locked && c.takeover:
+		return s.sql.completeTakeover
+	case c.locked:
 		return s.sql.completeInsert
 	}
 	return s.sql.complete

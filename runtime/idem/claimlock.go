@@ -43,7 +43,14 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		sent := time.Now()
 		var t claimTry
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, c.row.tenant, c.row.scope, c.row.key)
+			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					if err := rows.Scan(nil, &c.lockedAt); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
 			b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
 				t.read, err = s.scanRead(rows, c, &t)
 				t.readDone = err == nil
@@ -76,10 +83,11 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		case t.found && !t.fresh:
 			// An abandoned lease of the same request: taken over. Its row is rewritten at the
 			// completion, and only if nobody took it meanwhile.
-			c.Attempt = int(t.rowAttempt) + 1
+			c.Attempt, c.takeover = int(t.rowAttempt)+1, true
 			res = &claimResult{status: claimTakenOver, claim: c}
 		default:
-			c.Attempt = 1
+			// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
+			c.Attempt, c.takeover = 1, t.found
 			res = &claimResult{status: claimAcquired, claim: c}
 		}
 		s.remember(p, res, sent)

@@ -192,3 +192,36 @@ func TestLockClaimReplayTakesNoLock(t *testing.T) {
 		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress (it waits on the lock)", err)
 	}
 }
+
+// A transaction-mode completion under the key's lock notifies nobody when the lock was held for
+// less than any waiter's bounded wait on it: such waiters were woken by the commit itself.
+// (TestCompleteAndReleaseNotifyWaiters checks that a longer hold notifies.) Here "long" is an
+// hour, so every hold is short; the test's own notification behind the request must be the
+// first the listener reads.
+func TestLockClaimShortHoldNotifiesNobody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.SetNotifyAfter(e.Store, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listen, err := pgx.Connect(ctx, e.Sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(context.Background())
+	channel := pgx.Identifier{idem.Channel(e.Store)}.Sanitize()
+	if _, err := listen.Exec(ctx, "LISTEN "+channel); err != nil {
+		t.Fatal(err)
+	}
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	if _, err := e.Store.Do(ctx, p, pay(1, "quick")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Sch.Pool.Exec(ctx, "NOTIFY "+channel+", 'sentinel'"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := listen.WaitForNotification(ctx)
+	if err != nil || n.Payload != "sentinel" {
+		t.Fatalf("first notification after a short hold: %+v, %v; want the test's sentinel (the completion notified)", n, err)
+	}
+}

@@ -14,6 +14,10 @@ func DisableRenewal(s *Store) { s.noRenew = true }
 // SameLockForEveryKey gives every key of s one advisory lock id, as if all their ids collided.
 func SameLockForEveryKey(s *Store) { s.oneLock = true }
 
+// SetNotifyAfter sets how long a transaction-mode claim under the key's lock must have been held
+// for its completion to notify waiters.
+func SetNotifyAfter(s *Store, d time.Duration) { s.notifyAfter = d }
+
 // DisableFastPath sends every claim of s through the full claim statement.
 func DisableFastPath(s *Store) { s.noFastPath = true }
 
@@ -151,3 +155,7 @@ func Abandon(s *Store, c *Claim) { s.abandon(c) }
 // NotifyPayload the payload that names p's key there.
 func Channel(s *Store) string          { return s.channel }
 func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }
+
+// TxLockWaitListening is the shortest wait on a transaction-mode claim's lock that can run out
+// while its waiter still waits.
+const TxLockWaitListening = txLockWaitListening

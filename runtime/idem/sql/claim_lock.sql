@@ -24,9 +24,10 @@
 -- Advisory locks are per node: on Citus the Store claims with claim_fast.sql and claim.sql
 -- instead. Through pgbouncer in transaction mode a transaction-scoped lock is as good as on a
 -- direct connection.
+-- It returns the claim's transaction start, for notify_locked.sql.
 -- $1 the lock's id, $2 the wait's bound (a lock_timeout value, such as '50ms'); $3 tenant,
 -- $4 scope, $5 key.
-SELECT set_config('lock_timeout', l.saved, true) FROM (
+SELECT set_config('lock_timeout', l.saved, true), transaction_timestamp() FROM (
 	SELECT w.saved, pg_advisory_xact_lock($1::bigint) FROM (
 		SELECT current_setting('lock_timeout') AS saved, set_config('lock_timeout', $2::text, true) OFFSET 0
 	) AS w OFFSET 0
