@@ -255,7 +255,7 @@ func TestCompleteAndReleaseNotifyWaiters(t *testing.T) {
 				if mode == idem.ClaimTransaction {
 					// Duplicates wait on the key's lock, so only a hold longer than their shortest
 					// wait notifies (TestLockClaimShortHoldNotifiesNobody).
-					time.Sleep(2 * idem.TxLockWaitListening)
+					time.Sleep(2 * idem.TxLockWait)
 				}
 				return &idem.Outcome{Status: 201}, nil
 			})

@@ -34,7 +34,10 @@ func (s *Store) lockClaims() bool {
 //     and the read's row is the answer;
 //   - a concurrent holder's lock outlasting wait: locked is true (lock_not_available).
 //
-// Duplicates wait on the lock itself, so a holder's commit or rollback wakes them at once.
+// Duplicates wait on the lock itself, so a holder's commit or rollback wakes them at once. A
+// duplicate whose wait ran out (after txLockWait at least, unless its own wait was about to end)
+// sleeps until the holder's notification, which the holder sends only after a hold that long
+// (sql/notify_locked.sql).
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	for try := 1; ; try++ {

@@ -63,7 +63,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 // attempts, with no connection held.
 const txLockWait = 50 * time.Millisecond
 
-// txLockWaitListening is txLockWait while notifications arrive.
+// txLockWaitListening is txLockWait while notifications arrive, for a claim on the key's row.
 const txLockWaitListening = 10 * time.Millisecond
 
 // claimInTransaction begins the business transaction and claims in it (claim: transaction).
@@ -77,10 +77,12 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 	for {
 		sub := pace.sub
 		lockWait := txLockWait
-		if sub.listening() {
+		if sub.listening() && !s.lockClaims() {
 			// The holder's commit or rollback will wake this waiter: a try need only find out
 			// that the key is held, and the less it waits on the lock, the less it holds its
-			// pool connection.
+			// pool connection. A claim under the key's advisory lock keeps the longer wait: its
+			// holder notifies only after a hold that long (sql/notify_locked.sql), so that the
+			// common short hold, which wakes its waiters by its commit alone, notifies nobody.
 			lockWait = txLockWaitListening
 		}
 		lockWait = min(lockWait, max(pace.left(), time.Millisecond))

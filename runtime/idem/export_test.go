@@ -156,6 +156,6 @@ func Abandon(s *Store, c *Claim) { s.abandon(c) }
 func Channel(s *Store) string          { return s.channel }
 func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }
 
-// TxLockWaitListening is the shortest wait on a transaction-mode claim's lock that can run out
+// TxLockWait is the shortest wait on a transaction-mode claim's advisory lock that can run out
 // while its waiter still waits.
-const TxLockWaitListening = txLockWaitListening
+const TxLockWait = txLockWait

@@ -171,8 +171,8 @@ type Store struct {
 	oneLock bool
 	// notifyAfter: a transaction-mode completion under the key's lock notifies only after a hold
 	// this long (sql/notify_locked.sql): the shortest wait on the lock that can run out with the
-	// waiter still waiting (txLockWaitListening). Tests raise it to see that a short hold sends
-	// nothing.
+	// waiter still waiting (txLockWait; see claimInTransaction). Tests raise it to see that a
+	// short hold sends nothing.
 	notifyAfter time.Duration
 
 	bg  *background // what runs beside requests: release retries (release.go)
@@ -229,7 +229,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
-		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWaitListening, cache: newReplayCache(c.ReplayCacheBytes)}
+		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes)}
 	connect, direct := poolConnector(db), false
 	if c.ListenConn != nil {
 		connect, direct = c.ListenConn, true
