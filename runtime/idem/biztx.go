@@ -37,7 +37,11 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 		conn.Release()
 		return nil, err
 	}
-	switch conn.Conn().Config().DefaultQueryExecMode {
+	mode := s.execMode
+	if !s.execModeKnown {
+		mode = conn.Conn().Config().DefaultQueryExecMode // a copy of the whole configuration
+	}
+	switch mode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 		if s.path.Load() == pathPooled {
 			// A pooler in transaction mode would run the next request's statements on another

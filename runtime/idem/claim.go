@@ -174,7 +174,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 			res = &claimResult{status: claimInProgress, retryAfter: time.Second}
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return res, nil
 	}
 }
@@ -424,7 +424,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		return nil, nil, true, storeError(ctx, "claim and begin", ctx.Err())
 	}
 	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 	return tx, res, true, nil
 }
 
@@ -514,7 +514,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, nil
 	}
 }
@@ -598,7 +598,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
 			s.remember(p, res, sent)
-			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
 		}
 		if err == nil && won == 0 {
@@ -623,7 +623,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
 			s.remember(p, res, sent)
-			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
@@ -648,7 +648,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			res = t.owned(c)
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
 	}
 }

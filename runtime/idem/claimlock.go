@@ -45,8 +45,10 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		c.locked, c.fingerprint = true, p.Fingerprint
 		sent := time.Now()
 		var t claimTry
+		// The read and its guard take the same parameters: one slice, each boxed once.
+		rowArgs := []any{c.row.tenant, c.row.scope, c.row.key, p.Fingerprint}
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) error {
+			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					if err := rows.Scan(nil, &c.lockedAt); err != nil {
 						return err
@@ -54,12 +56,12 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 				}
 				return rows.Err()
 			})
-			b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
+			b.Queue(s.sql.claimRead, rowArgs...).Query(func(rows pgx.Rows) (err error) {
 				t.read, err = s.scanRead(rows, c, &t)
 				t.readDone = err == nil
 				return err
 			})
-			b.Queue(s.sql.claimGuard, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Exec(func(pgconn.CommandTag) error {
+			b.Queue(s.sql.claimGuard, rowArgs...).Exec(func(pgconn.CommandTag) error {
 				t.guardPassed = true
 				return nil
 			})
@@ -94,7 +96,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			res = &claimResult{status: claimAcquired, claim: c}
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
 	}
 }

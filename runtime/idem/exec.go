@@ -270,10 +270,13 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode, start time.Time) handlerRun {
 	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
 	defer timedOut()
-	hctx, cancel := context.WithCancelCause(tctx)
-	defer cancel(nil)
+	hctx := tctx
 	stopRenew := func() {}
 	if mode == ClaimLease && !s.noRenew {
+		// Only a renewal can lose the lease while fn runs, and it ends fn's context saying so.
+		var cancel context.CancelCauseFunc
+		hctx, cancel = context.WithCancelCause(tctx)
+		defer cancel(nil)
 		stopRenew = s.renewWhileRunning(hctx, c, cancel)
 	}
 	defer stopRenew()
@@ -382,7 +385,7 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 	}
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
+	s.emitClaim(ctx, c, Event{Kind: EventCompleted, Operation: c.Operation, Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
 	return res, nil
 }
 
