@@ -195,8 +195,7 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 	}()
 	var t claimTry
 	b := &pgx.Batch{}
-	b.Queue(propagateSetSQL)
-	b.Queue(asyncCommitSQL)
+	s.asyncCommit(b)
 	s.queueClaim(b, c, p, &t, nil)
 	err = tx.SendBatch(ctx, b).Close()
 	switch {
@@ -290,10 +289,19 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 const claimGuardCode = "22012"
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
-// Store.claim), set so that on Citus it reaches the worker that commits.
-func leaseSettings(b *pgx.Batch) {
+// Store.claim).
+func (s *Store) leaseSettings(b *pgx.Batch) {
 	b.Queue(beginSQL)
-	b.Queue(propagateSetSQL)
+	s.asyncCommit(b)
+}
+
+// asyncCommit queues the claim transaction's asynchronous commit (see Store.claim). On Citus it
+// must reach the worker that commits, so the propagation of SET LOCAL is turned on first; plain
+// PostgreSQL has nothing to propagate to, and is spared the statement.
+func (s *Store) asyncCommit(b *pgx.Batch) {
+	if s.citus {
+		b.Queue(propagateSetSQL)
+	}
 	b.Queue(asyncCommitSQL)
 }
 
@@ -343,7 +351,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		if !s.citus {
 			b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key)
 		}
-		leaseSettings(b)
+		s.leaseSettings(b)
 		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
 			won = tag.RowsAffected() == 1
 			return nil
@@ -453,7 +461,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		committed := false
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-			s.queueClaim(b, c, p, &t, leaseSettings)
+			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 				committed = tag.String() == "COMMIT"
 				return nil

@@ -118,7 +118,7 @@ func lockID(table string, r rowID) int64 {
 	h := uint64(offset)
 	for i, part := range [...]string{table, r.tenant, r.scope, r.key} {
 		if i > 0 {
-			h = (h ^ 0) * prime
+			h *= prime // a NUL byte between parts: h ^ 0 is h
 		}
 		for j := 0; j < len(part); j++ {
 			h = (h ^ uint64(part[j])) * prime
