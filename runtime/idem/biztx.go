@@ -37,7 +37,11 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 		conn.Release()
 		return nil, err
 	}
-	switch conn.Conn().Config().DefaultQueryExecMode {
+	mode := s.execMode
+	if !s.execModeKnown {
+		mode = conn.Conn().Config().DefaultQueryExecMode // a copy of the whole configuration
+	}
+	switch mode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 		if s.path.Load() == pathPooled {
 			// A pooler in transaction mode would run the next request's statements on another
@@ -190,13 +194,16 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		return nil, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.sql.complete, args...)
+	b.Queue(s.completeSQL(c), args...)
 	committed := false
 	b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 		committed = tag.String() == "COMMIT"
 		return nil
 	})
-	if channel, payload := s.note(c); channel != "" {
+	if channel, payload := s.note(c); channel != "" && c.locked {
+		// Duplicates wait on the lock: only one whose wait ran out needs telling.
+		b.Queue(s.sql.notifyLocked, channel, payload, c.lockedAt, millis(s.notifyAfter))
+	} else if channel != "" {
 		b.Queue(s.sql.notify, channel, payload)
 	}
 	err = bt.conn.SendBatch(ctx, b).Close()
@@ -218,10 +225,16 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 	return nil, storeError(ctx, "complete and commit", err)
 }
 
+// keyRowTaken says pgErr is complete_insert.sql's fence: a unique violation on the key table,
+// whose row somebody else inserted while the claim held the key's lock.
+func (s *Store) keyRowTaken(pgErr *pgconn.PgError) bool {
+	return pgErr.Code == "23505" && pgErr.SchemaName == s.cfg.Schema && pgErr.TableName == s.cfg.Table
+}
+
 // completeFailed classifies a failed completion: the fence's error is a lost lease.
 func (s *Store) completeFailed(ctx context.Context, c *Claim, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == leaseLostCode {
+	if errors.As(err, &pgErr) && (pgErr.Code == leaseLostCode || c.locked && s.keyRowTaken(pgErr)) {
 		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
 		return ErrLeaseLost
 	}

@@ -65,6 +65,14 @@ type Claim struct {
 	token  string
 	row    rowID // the key's row: tenant, scope and key as the table stores them
 	notify bool  // its complete and release notify the duplicates that may wait for it
+	// locked: the claim is the key's advisory lock, held by the business transaction
+	// (sql/claim_lock.sql), and the key's row is written only at the completion, with the
+	// fingerprint: inserted (sql/complete_insert.sql), or rewritten when the claim takes over a
+	// row it found (takeover, sql/complete_takeover.sql). lockedAt is the claim's transaction
+	// start, as the database's clock read it (sql/notify_locked.sql).
+	locked, takeover bool
+	fingerprint      string
+	lockedAt         time.Time
 }
 
 func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
@@ -166,7 +174,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 			res = &claimResult{status: claimInProgress, retryAfter: time.Second}
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return res, nil
 	}
 }
@@ -187,8 +195,7 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 	}()
 	var t claimTry
 	b := &pgx.Batch{}
-	b.Queue(propagateSetSQL)
-	b.Queue(asyncCommitSQL)
+	s.asyncCommit(b)
 	s.queueClaim(b, c, p, &t, nil)
 	err = tx.SendBatch(ctx, b).Close()
 	switch {
@@ -219,6 +226,10 @@ type claimTry struct {
 	// wrote says the write returned the row: this request inserted the key or took it over.
 	wrote   bool
 	attempt int32
+	// found, fresh and rowAttempt describe the row the read found (any row: one that may be
+	// taken too), for the claim under the key's lock, which takes rows over without a write.
+	found, fresh bool
+	rowAttempt   int32
 }
 
 // queueClaim queues the claim of c on b: the read, its guard and the write, and between the
@@ -227,7 +238,7 @@ type claimTry struct {
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
 	b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
-		t.read, err = s.scanRead(rows, c)
+		t.read, err = s.scanRead(rows, c, t)
 		t.readDone = err == nil
 		return err
 	})
@@ -278,10 +289,19 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 const claimGuardCode = "22012"
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
-// Store.claim), set so that on Citus it reaches the worker that commits.
-func leaseSettings(b *pgx.Batch) {
+// Store.claim).
+func (s *Store) leaseSettings(b *pgx.Batch) {
 	b.Queue(beginSQL)
-	b.Queue(propagateSetSQL)
+	s.asyncCommit(b)
+}
+
+// asyncCommit queues the claim transaction's asynchronous commit (see Store.claim). On Citus it
+// must reach the worker that commits, so the propagation of SET LOCAL is turned on first; plain
+// PostgreSQL has nothing to propagate to, and is spared the statement.
+func (s *Store) asyncCommit(b *pgx.Batch) {
+	if s.citus {
+		b.Queue(propagateSetSQL)
+	}
 	b.Queue(asyncCommitSQL)
 }
 
@@ -331,7 +351,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		if !s.citus {
 			b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key)
 		}
-		leaseSettings(b)
+		s.leaseSettings(b)
 		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
 			won = tag.RowsAffected() == 1
 			return nil
@@ -412,7 +432,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		return nil, nil, true, storeError(ctx, "claim and begin", ctx.Err())
 	}
 	s.remember(p, res, sent)
-	s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 	return tx, res, true, nil
 }
 
@@ -441,7 +461,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		committed := false
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-			s.queueClaim(b, c, p, &t, leaseSettings)
+			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 				committed = tag.String() == "COMMIT"
 				return nil
@@ -502,7 +522,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, nil
 	}
 }
@@ -521,8 +541,13 @@ const ownerGuardCode = "22012"
 // Ahead of the begin, the same round trip checks for a remembered completed row (sql/replay.sql):
 // a replay then needs neither the transaction nor its rollback. Behind it goes the fast claim
 // (sql/claim_fast.sql), a plain insert; only when the key already has a row does the full claim
-// follow, in the same transaction, in a second round trip.
+// follow, in the same transaction, in a second round trip. That is the claim on Citus and without
+// a pool; on plain PostgreSQL through a pool the claim is the key's advisory lock instead
+// (claimLocked), which writes no row before the completion.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
+	if s.lockClaims() {
+		return s.claimLocked(ctx, p, wait)
+	}
 	c := newClaim(p)
 	bound := lockWaitFor(wait)
 	var t claimTry
@@ -581,7 +606,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
 			s.remember(p, res, sent)
-			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
 		}
 		if err == nil && won == 0 {
@@ -606,7 +631,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
 			s.remember(p, res, sent)
-			s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
@@ -631,7 +656,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			res = t.owned(c)
 		}
 		s.remember(p, res, sent)
-		s.emit(ctx, Event{Kind: res.status.event(), Operation: p.Operation, KeyHash: c.hash(), Start: sent, Attempt: attemptOf(res)})
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
 	}
 }
@@ -742,22 +767,23 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 
 // scanRead reads the claim's read (sql/claim_read.sql): the answer its row gives when
 // nobody may take it, and nil without a row or for one that may be taken (the write decides).
-func (s *Store) scanRead(rows pgx.Rows, c *Claim) (*claimResult, error) {
+func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
 		var (
-			sameFP, takeable bool
-			attempt          int32
-			state            string
-			stored           storedOutcome
-			leftMS           int64
-			heldMS           int64
-			finalMS          int64
+			sameFP, takeable, fresh bool
+			attempt                 int32
+			state                   string
+			stored                  storedOutcome
+			leftMS                  int64
+			heldMS                  int64
+			finalMS                 int64
 		)
 		if err := rows.Scan(&attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&leftMS, &heldMS, &finalMS, &takeable); err != nil {
+			&leftMS, &heldMS, &finalMS, &takeable, &fresh); err != nil {
 			return nil, err
 		}
+		t.found, t.fresh, t.rowAttempt = true, fresh, attempt
 		switch {
 		case takeable:
 			res = nil
@@ -803,13 +829,28 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
+	if c.locked {
+		return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), c.Operation, c.fingerprint, int32(c.Attempt)), nil
+	}
 	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl)), nil
+}
+
+// completeSQL is the statement that completes c: the update of the row its claim wrote, or, for
+// a claim under the key's lock, the row's one write.
+func (s *Store) completeSQL(c *Claim) string {
+	switch {
+	case c.locked && c.takeover:
+		return s.sql.completeTakeover
+	case c.locked:
+		return s.sql.completeInsert
+	}
+	return s.sql.complete
 }
 
 // complete stores an outcome (completeArgs) for c inside tx: if tx is rolled back, so is the
 // completion. ErrLeaseLost means another request took the key over, and tx must roll back.
 func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) error {
-	if _, err := tx.Exec(ctx, s.sql.complete, args...); err != nil {
+	if _, err := tx.Exec(ctx, s.completeSQL(c), args...); err != nil {
 		if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {
 			return lost
 		}

@@ -252,6 +252,11 @@ func TestCompleteAndReleaseNotifyWaiters(t *testing.T) {
 				if outcome == "fails" {
 					return nil, errors.New("declined")
 				}
+				if mode == idem.ClaimTransaction {
+					// Duplicates wait on the key's lock, so only a hold longer than their shortest
+					// wait notifies (TestLockClaimShortHoldNotifiesNobody).
+					time.Sleep(2 * idem.TxLockWait)
+				}
 				return &idem.Outcome{Status: 201}, nil
 			})
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)

@@ -63,7 +63,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*exec
 // attempts, with no connection held.
 const txLockWait = 50 * time.Millisecond
 
-// txLockWaitListening is txLockWait while notifications arrive.
+// txLockWaitListening is txLockWait while notifications arrive, for a claim on the key's row.
 const txLockWaitListening = 10 * time.Millisecond
 
 // claimInTransaction begins the business transaction and claims in it (claim: transaction).
@@ -77,10 +77,12 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 	for {
 		sub := pace.sub
 		lockWait := txLockWait
-		if sub.listening() {
+		if sub.listening() && !s.lockClaims() {
 			// The holder's commit or rollback will wake this waiter: a try need only find out
 			// that the key is held, and the less it waits on the lock, the less it holds its
-			// pool connection.
+			// pool connection. A claim under the key's advisory lock keeps the longer wait: its
+			// holder notifies only after a hold that long (sql/notify_locked.sql), so that the
+			// common short hold, which wakes its waiters by its commit alone, notifies nobody.
 			lockWait = txLockWaitListening
 		}
 		lockWait = min(lockWait, max(pace.left(), time.Millisecond))
@@ -268,10 +270,13 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode, start time.Time) handlerRun {
 	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
 	defer timedOut()
-	hctx, cancel := context.WithCancelCause(tctx)
-	defer cancel(nil)
+	hctx := tctx
 	stopRenew := func() {}
 	if mode == ClaimLease && !s.noRenew {
+		// Only a renewal can lose the lease while fn runs, and it ends fn's context saying so.
+		var cancel context.CancelCauseFunc
+		hctx, cancel = context.WithCancelCause(tctx)
+		defer cancel(nil)
 		stopRenew = s.renewWhileRunning(hctx, c, cancel)
 	}
 	defer stopRenew()
@@ -380,7 +385,7 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 	}
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
-	s.emit(ctx, Event{Kind: EventCompleted, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
+	s.emitClaim(ctx, c, Event{Kind: EventCompleted, Operation: c.Operation, Duration: ran, Attempt: c.Attempt, Completion: time.Since(sent)})
 	return res, nil
 }
 

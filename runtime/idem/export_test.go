@@ -11,6 +11,13 @@ import (
 // handler (the fencing test).
 func DisableRenewal(s *Store) { s.noRenew = true }
 
+// SameLockForEveryKey gives every key of s one advisory lock id, as if all their ids collided.
+func SameLockForEveryKey(s *Store) { s.oneLock = true }
+
+// SetNotifyAfter sets how long a transaction-mode claim under the key's lock must have been held
+// for its completion to notify waiters.
+func SetNotifyAfter(s *Store, d time.Duration) { s.notifyAfter = d }
+
 // DisableFastPath sends every claim of s through the full claim statement.
 func DisableFastPath(s *Store) { s.noFastPath = true }
 
@@ -95,6 +102,9 @@ func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op
 // ClaimSQL is the statement every try of a claim sends first on the path it takes (the fast
 // path's insert, unless it is off; else the full claim's read), for tests that count claims.
 func ClaimSQL(s *Store, m ClaimMode) string {
+	if m == ClaimTransaction && s.lockClaims() {
+		return s.sql.claimLock
+	}
 	if !s.noFastPath {
 		return s.sql.claimFast
 	}
@@ -145,3 +155,7 @@ func Abandon(s *Store, c *Claim) { s.abandon(c) }
 // NotifyPayload the payload that names p's key there.
 func Channel(s *Store) string          { return s.channel }
 func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }
+
+// TxLockWait is the shortest wait on a transaction-mode claim's advisory lock that can run out
+// while its waiter still waits.
+const TxLockWait = txLockWait

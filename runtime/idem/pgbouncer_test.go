@@ -350,9 +350,15 @@ func TestPgbouncerOutage(t *testing.T) {
 		if _, err := admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS false"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name); err != nil {
-			t.Fatal(err)
-		}
+		// pg_terminate_backend only signals, and a login that passed the connection check before the
+		// ALTER committed still starts a session: terminate until the database has none.
+		waitFor(t, 10*time.Second, mode.String()+": the database's sessions did not all end", func() bool {
+			var left int
+			if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1", name).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			return left == 0
+		})
 		outage := map[string]int{}
 		for _, key := range []string{"during-1", "during-2", "before"} {
 			r := serve(key)

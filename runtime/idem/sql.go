@@ -25,6 +25,11 @@ type statements struct {
 	// sql/claim_guard.sql, sql/claim.sql): the row's answer, the guard that skips the write when
 	// nobody may take the row, and the write that inserts the key or takes it over.
 	claimRead, claimGuard, claim string
+	// claimLock, completeInsert, completeTakeover and notifyLocked are transaction mode's claim
+	// on plain PostgreSQL (sql/claim_lock.sql, …): an advisory lock on the key for the business
+	// transaction, the key's row written once, with the outcome (inserted, or rewritten when the
+	// claim took an expired or abandoned row over), and the notification only a long hold needs.
+	claimLock, completeInsert, completeTakeover, notifyLocked string
 
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
@@ -45,7 +50,8 @@ func newStatements(table string) (statements, error) {
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
-		{"owner_guard", &st.ownerGuard},
+		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
+		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -63,7 +69,7 @@ func newStatements(table string) (statements, error) {
 	}
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
-		lockWaitDefault, lockWaitRestore}, lockWaitSQL[:]...)
+		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
 

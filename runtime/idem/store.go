@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DB is what the store needs from a pool: *pgxpool.Pool satisfies it.
@@ -166,6 +167,20 @@ type Store struct {
 	// noFastPath sends every claim through the full claim statement; tests use it to check
 	// that both paths decide alike.
 	noFastPath bool
+	// oneLock gives every key the same advisory lock (claimlock.go); tests use it to check that
+	// keys whose lock ids collide only wait for each other.
+	oneLock bool
+	// notifyAfter: a transaction-mode completion under the key's lock notifies only after a hold
+	// this long (sql/notify_locked.sql): the shortest wait on the lock that can run out with the
+	// waiter still waiting (txLockWait; see claimInTransaction). Tests raise it to see that a
+	// short hold sends nothing.
+	notifyAfter time.Duration
+
+	// execMode is the exec mode every connection of the pool has, when the pool's configuration
+	// says so (it has no BeforeConnect that could change it per connection): acquire then need
+	// not copy each connection's configuration to read it (execModeKnown).
+	execMode      pgx.QueryExecMode
+	execModeKnown bool
 
 	bg  *background // what runs beside requests: release retries (release.go)
 	est estimates   // handler times per operation, for Retry-After (estimate.go)
@@ -221,7 +236,12 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
-		channel: channelOf(table), fallbackPoll: fallbackPoll, cache: newReplayCache(c.ReplayCacheBytes)}
+		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes)}
+	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
+		if pc := p.Config(); pc != nil && pc.ConnConfig != nil && pc.BeforeConnect == nil {
+			s.execMode, s.execModeKnown = pc.ConnConfig.DefaultQueryExecMode, true
+		}
+	}
 	connect, direct := poolConnector(db), false
 	if c.ListenConn != nil {
 		connect, direct = c.ListenConn, true
@@ -255,6 +275,26 @@ func KeyHash(scope, key string) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
+// emitClaim is emit for an event about c, with c's key hash, which it computes only when the
+// event reaches someone: the request path reports several events per request, and usually
+// nobody receives them.
+func (s *Store) emitClaim(ctx context.Context, c *Claim, e Event) {
+	if s.cfg.Observer == nil && !s.log.Enabled(ctx, eventLevel(e.Kind)) {
+		return
+	}
+	e.KeyHash = c.hash()
+	s.emit(ctx, e)
+}
+
+// eventLevel is the level an event of kind k is logged at.
+func eventLevel(k EventKind) slog.Level {
+	switch k {
+	case EventLeaseLost, EventStoreError, EventHandlerTimeout:
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
+
 func (s *Store) emit(ctx context.Context, e Event) {
 	if e.Kind == EventStoreError && ctx.Err() != nil {
 		// The caller gave up (a client that disconnected, a waiter whose deadline passed): the
@@ -264,11 +304,7 @@ func (s *Store) emit(ctx context.Context, e Event) {
 	if s.cfg.Observer != nil {
 		s.cfg.Observer(ctx, e)
 	}
-	level := slog.LevelDebug
-	switch e.Kind {
-	case EventLeaseLost, EventStoreError, EventHandlerTimeout:
-		level = slog.LevelWarn
-	}
+	level := eventLevel(e.Kind)
 	if !s.log.Enabled(ctx, level) {
 		return
 	}

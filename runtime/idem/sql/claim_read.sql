@@ -12,7 +12,8 @@
 --
 -- Besides the row, it returns how long the holder's lease has left and how long the key has been
 -- in flight (since created_at, the first claim of its history), for an honest Retry-After, and
--- how long a completed row stays remembered (for the replay cache).
+-- how long a completed row stays remembered (for the replay cache), and whether the row is fresh
+-- (a takeover's attempt number starts again at 1).
 --
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
 {{define "fresh"}}(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp())){{end -}}
@@ -20,6 +21,7 @@ SELECT k.attempt, k.fingerprint = $4 AS same_fingerprint, k.state, k.status, k.h
 	greatest(0, ceil(extract(epoch FROM k.lease_expires_at - statement_timestamp()) * 1000))::bigint AS lease_left_ms,
 	greatest(0, floor(extract(epoch FROM statement_timestamp() - k.created_at) * 1000))::bigint AS held_ms,
 	greatest(0, floor(extract(epoch FROM k.expires_at - statement_timestamp()) * 1000))::bigint AS expires_left_ms,
-	({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = $4)) AS takeable
+	({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = $4)) AS takeable,
+	{{template "fresh"}} AS fresh
 FROM {{.Table}} AS k
 WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3

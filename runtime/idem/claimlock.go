@@ -1,0 +1,128 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// lockClaims says whether a transaction-mode claim of s is the key's advisory lock
+// (claimLocked): on plain PostgreSQL through a pool the Store holds connections of. Advisory
+// locks are per node, so on Citus (and in the tests that claim as on Citus) the claim is the key
+// row's own lock instead (claimTx's other path), as it is without a pool, where nothing can be
+// sent ahead of the BEGIN.
+func (s *Store) lockClaims() bool {
+	_, pooled := s.db.(acquirer)
+	return pooled && !s.citus && !s.noFastPath
+}
+
+// claimLocked is claimTx on plain PostgreSQL (lockClaims): the claim is a transaction-scoped
+// advisory lock on the key, and the key's row is written once, at the completion, with the
+// outcome (sql/complete_insert.sql) — where the row-lock claim inserts the row at the claim and
+// updates it at the completion. One round trip sends the lock (its wait bounded by wait), the
+// claim's read and its guard (sql/claim_read.sql, sql/claim_guard.sql: the row is authoritative),
+// and the BEGIN that makes the implicit transaction holding the lock the business transaction:
+//
+//   - no row, or one this request may take (expired, or an abandoned lease of the same request):
+//     tx is open, the lock held, and the caller owns the key;
+//   - a row nobody may take (completed: a replay or a mismatch; a lease-mode claim in flight):
+//     the guard fails, the BEGIN is skipped and the lock released with the implicit transaction,
+//     and the read's row is the answer;
+//   - a concurrent holder's lock outlasting wait: locked is true (lock_not_available).
+//
+// Duplicates wait on the lock itself, so a holder's commit or rollback wakes them at once. A
+// duplicate whose wait ran out (after txLockWait at least, unless its own wait was about to end)
+// sleeps until the holder's notification, which the holder sends only after a hold that long
+// (sql/notify_locked.sql).
+func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
+	bound := strconv.FormatInt(millis(wait), 10) + "ms"
+	for try := 1; ; try++ {
+		c := newClaim(p)
+		c.locked, c.fingerprint = true, p.Fingerprint
+		sent := time.Now()
+		var t claimTry
+		// The read and its guard take the same parameters: one slice, each boxed once.
+		rowArgs := []any{c.row.tenant, c.row.scope, c.row.key, p.Fingerprint}
+		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
+			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					if err := rows.Scan(nil, &c.lockedAt); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
+			b.Queue(s.sql.claimRead, rowArgs...).Query(func(rows pgx.Rows) (err error) {
+				t.read, err = s.scanRead(rows, c, &t)
+				t.readDone = err == nil
+				return err
+			})
+			b.Queue(s.sql.claimGuard, rowArgs...).Exec(func(pgconn.CommandTag) error {
+				t.guardPassed = true
+				return nil
+			})
+		}, nil)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+		case t.guardFailed(err), err == nil && t.read != nil:
+			// A row nobody may take: the read's answer (the caller rolls tx back). When the guard
+			// passed, the row became takeable between the two; the read's answer stands.
+			res = t.read
+		case t.raced(err):
+			// The row changed between the read and the guard (a lease-mode claim, which takes
+			// no advisory lock): claim again.
+			s.rollback(ctx, tx)
+			if try < claimTries {
+				continue
+			}
+			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+		case err != nil:
+			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			return tx, nil, false, storeError(ctx, "claim in transaction", err)
+		case t.found && !t.fresh:
+			// An abandoned lease of the same request: taken over. Its row is rewritten at the
+			// completion, and only if nobody took it meanwhile.
+			c.Attempt, c.takeover = int(t.rowAttempt)+1, true
+			res = &claimResult{status: claimTakenOver, claim: c}
+		default:
+			// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
+			c.Attempt, c.takeover = 1, t.found
+			res = &claimResult{status: claimAcquired, claim: c}
+		}
+		s.remember(p, res, sent)
+		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+		return tx, res, false, nil
+	}
+}
+
+// lockOf is the advisory lock id of the key row r: lockID, or one id for every key in the tests
+// that check that keys sharing an id only wait for each other.
+func (s *Store) lockOf(r rowID) int64 {
+	if s.oneLock {
+		return 1
+	}
+	return lockID(s.table, r)
+}
+
+// lockID is the advisory lock id of the key row r of table: 64 bits of FNV-1a over the table's
+// name and the row's stored tenant, scope and key, NUL-separated (stored text holds no NUL). Two
+// keys with one id only wait for each other: the row decides every answer.
+func lockID(table string, r rowID) int64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i, part := range [...]string{table, r.tenant, r.scope, r.key} {
+		if i > 0 {
+			h *= prime // a NUL byte between parts: h ^ 0 is h
+		}
+		for j := 0; j < len(part); j++ {
+			h = (h ^ uint64(part[j])) * prime
+		}
+	}
+	return int64(h)
+}

@@ -1,0 +1,227 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+)
+
+// In transaction mode on plain PostgreSQL the claim is an advisory lock on the key, held by the
+// business transaction, and the key's row is written once, at the completion. The storm, the
+// takeover and the mismatch of an abandoned lease are in fastpath_test.go (its "fast path"
+// rows take this path in transaction mode); these are what only this path can get wrong.
+
+// held starts a transaction-mode request for key whose handler blocks until the returned func
+// is called; it returns once the handler runs (the lock is held), and done receives its error.
+func held(t *testing.T, e *env, key string) (release func(), done <-chan error) {
+	t.Helper()
+	started, gate := make(chan struct{}), make(chan struct{})
+	release = letGo(t, gate)
+	errc := make(chan error, 1)
+	go func() {
+		p := &idem.DoParams{Scope: "s", Key: key, Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			// The lock taken ahead of the BEGIN is the business transaction's.
+			var locks int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted").Scan(&locks); err != nil || locks != 1 {
+				t.Errorf("the handler's transaction holds %d advisory locks (%v); want the key's one", locks, err)
+			}
+			close(started)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return pay(1, "first")(ctx, tx)
+		})
+		errc <- err
+	}()
+	recv(t, started, 10*time.Second, "the holder's handler never started")
+	return release, errc
+}
+
+// A duplicate of a holder that never commits gets its in-progress answer once its wait on the
+// lock runs out, not a hang; a different request too (the row does not exist yet, so nothing
+// can tell it apart before the holder completes), and once the holder has committed, the
+// different request is refused as key-reused and the duplicate replays.
+func TestLockClaimWaitIsBoundedAndMismatchRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	release, done := held(t, e, "k")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, fp := range []string{"fp", "other"} {
+		p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: fp, Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
+		if _, err := e.Store.Do(ctx, p, pay(1, "second")); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("fingerprint %s while the holder runs: %v; want ErrInProgress (within the wait, before the 10s deadline)", fp, err)
+		}
+	}
+	if n := e.Keys(); n != 0 {
+		t.Fatalf("%d key rows while the holder runs; want none: the lock is the claim", n)
+	}
+	// A mismatch that waits is woken by the holder's commit and refused.
+	mismatch := make(chan error, 1)
+	go func() {
+		p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "other", Claim: idem.ClaimTransaction, Wait: 20 * time.Second}
+		_, err := e.Store.Do(ctx, p, pay(1, "second"))
+		mismatch <- err
+	}()
+	release()
+	if err := recv(t, done, 10*time.Second, "the holder did not finish"); err != nil {
+		t.Fatalf("the holder: %v", err)
+	}
+	if err := recv(t, mismatch, 10*time.Second, "the waiting mismatch did not answer"); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("a different request after the holder committed: %v; want ErrKeyReused", err)
+	}
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	r, err := e.Store.Do(ctx, p, pay(1, "second"))
+	if err != nil || !r.Replayed || string(r.Outcome.Body) != "first" {
+		t.Fatalf("a duplicate after the holder committed: %+v, %v; want the replay of first", r, err)
+	}
+	if e.Payments() != 1 || e.Keys() != 1 {
+		t.Fatalf("%d payments, %d key rows; want 1 and 1", e.Payments(), e.Keys())
+	}
+	var attempt int
+	var state string
+	if err := e.Sch.Pool.QueryRow(ctx, "SELECT attempt, state FROM "+e.Store.Table()+" WHERE key = 'k'").Scan(&attempt, &state); err != nil || attempt != 1 || state != "complete" {
+		t.Fatalf("the key's row: attempt %d, state %q, %v; want 1, complete", attempt, state, err)
+	}
+}
+
+// Two keys whose lock ids collide wait for each other, and nothing more: the second executes
+// as itself once the first commits, never as a replay of the first.
+func TestLockClaimCollidingIDsOnlyWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.SameLockForEveryKey(e.Store)
+	release, done := held(t, e, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "b", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
+	if _, err := e.Store.Do(ctx, p, pay(2, "b")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("another key with the same lock id while the first runs: %v; want ErrInProgress", err)
+	}
+	other := make(chan error, 1)
+	go func() {
+		q := *p
+		q.Wait = 20 * time.Second
+		r, err := e.Store.Do(ctx, &q, pay(2, "b"))
+		if err == nil && (r.Replayed || string(r.Outcome.Body) != "b") {
+			err = errors.New("answered " + string(r.Outcome.Body) + "; want its own execution")
+		}
+		other <- err
+	}()
+	release()
+	if err := recv(t, done, 10*time.Second, "the first key's holder did not finish"); err != nil {
+		t.Fatalf("the first key: %v", err)
+	}
+	if err := recv(t, other, 10*time.Second, "the second key did not answer"); err != nil {
+		t.Fatalf("the second key: %v", err)
+	}
+	if e.Payments() != 2 || e.Keys() != 2 {
+		t.Fatalf("%d payments, %d key rows; want 2 and 2", e.Payments(), e.Keys())
+	}
+}
+
+// A lease-mode claim takes no advisory lock: when one claims the key while a transaction-mode
+// holder runs, the holder's completion finds the row someone else's and cannot commit its work.
+func TestLockClaimCompletionIsFencedByTheRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	_, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		r, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
+		if err != nil || r.Status != idem.ClaimAcquired {
+			t.Errorf("a lease-mode claim while the holder runs = %+v, %v; want acquired (no row yet)", r, err)
+		}
+		return pay(1, "fenced")(ctx, tx)
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the holder's completion after the lease-mode claim: %v; want ErrLeaseLost", err)
+	}
+	if n := e.Payments(); n != 0 {
+		t.Fatalf("%d payments; want none: the fenced holder committed its work", n)
+	}
+	var state string
+	if err := e.Sch.Pool.QueryRow(ctx, "SELECT state FROM "+e.Store.Table()+" WHERE key = 'k'").Scan(&state); err != nil || state != "in_flight" {
+		t.Fatalf("the key's row: %q, %v; want the lease-mode claim's, in flight", state, err)
+	}
+}
+
+// A replay takes no lock: a completed row is final until it expires, so replays of a key never
+// queue behind each other or behind the key's lock.
+func TestLockClaimReplayTakesNoLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.SameLockForEveryKey(e.Store)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "done", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
+	if _, err := e.Store.Do(ctx, p, pay(1, "done")); err != nil {
+		t.Fatal(err)
+	}
+	// Someone holds the lock every key of this Store has.
+	tx, err := e.Sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Store.Do(ctx, p, pay(1, "again")); err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
+		t.Fatalf("a replay while the key's lock is held: %+v, %v; want the replay of done", r, err)
+	}
+	q := *p
+	q.Fingerprint = "other"
+	if _, err := e.Store.Do(ctx, &q, pay(1, "other")); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("a mismatch while the key's lock is held: %v; want ErrKeyReused", err)
+	}
+	q = *p
+	q.Key = "new"
+	if _, err := e.Store.Do(ctx, &q, pay(1, "new")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress (it waits on the lock)", err)
+	}
+}
+
+// A transaction-mode completion under the key's lock notifies nobody when the lock was held for
+// less than any waiter's bounded wait on it: such waiters were woken by the commit itself.
+// (TestCompleteAndReleaseNotifyWaiters checks that a longer hold notifies.) Here "long" is an
+// hour, so every hold is short; the test's own notification behind the request must be the
+// first the listener reads.
+func TestLockClaimShortHoldNotifiesNobody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.SetNotifyAfter(e.Store, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listen, err := pgx.Connect(ctx, e.Sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(context.Background())
+	channel := pgx.Identifier{idem.Channel(e.Store)}.Sanitize()
+	if _, err := listen.Exec(ctx, "LISTEN "+channel); err != nil {
+		t.Fatal(err)
+	}
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	if _, err := e.Store.Do(ctx, p, pay(1, "quick")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Sch.Pool.Exec(ctx, "NOTIFY "+channel+", 'sentinel'"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := listen.WaitForNotification(ctx)
+	if err != nil || n.Payload != "sentinel" {
+		t.Fatalf("first notification after a short hold: %+v, %v; want the test's sentinel (the completion notified)", n, err)
+	}
+}
