@@ -967,6 +967,17 @@ func (p *planner) problemResponse() (string, error) {
 				kv{key: "detail", v: str2()},
 				kv{key: "instance", v: mapping(kv{key: "type", v: str("string")}, kv{key: "format", v: str("uri-reference")})},
 				kv{key: "code", v: str2()},
+				kv{key: "errors", v: mapping(
+					kv{key: "description", v: str("Each place a body refused by request validation (400 request-invalid) went wrong.")},
+					kv{key: "type", v: str("array")},
+					kv{key: "items", v: mapping(
+						kv{key: "type", v: str("object")},
+						kv{key: "properties", v: mapping(
+							kv{key: "pointer", v: mapping(kv{key: "type", v: str("string")}, kv{key: "description", v: str("A JSON Pointer into the body, in URI fragment form.")})},
+							kv{key: "detail", v: str2()},
+						)},
+					)},
+				)},
 			)},
 		)})
 	}
