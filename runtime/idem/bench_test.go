@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,6 +16,11 @@ import (
 
 // benchEnv is a store on its own schema whose pool counts round trips.
 func benchEnv(b *testing.B) (*idem.Store, *pgxpool.Pool, *queryCounter) {
+	s, sch, counter := benchSchema(b)
+	return s, sch.Pool, counter
+}
+
+func benchSchema(b *testing.B) (*idem.Store, *idemtest.Schema, *queryCounter) {
 	b.Helper()
 	counter := &queryCounter{}
 	sch := idemtest.TestSchema(b, &idemtest.SchemaOpts{MaxConns: 2, Tracer: counter})
@@ -26,7 +32,44 @@ func benchEnv(b *testing.B) (*idem.Store, *pgxpool.Pool, *queryCounter) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, pool, counter
+	return s, sch, counter
+}
+
+// walMeter reports the WAL a benchmark wrote per op (the server's whole WAL: run it on a server
+// nothing else writes to) and the share of the key table's updates that were HOT, which say what
+// a change to the key row or its statements costs the database.
+type walMeter struct {
+	pool  *pgxpool.Pool
+	table string
+	lsn   string
+}
+
+func startWAL(b *testing.B, sch *idemtest.Schema) *walMeter {
+	m := &walMeter{pool: sch.Pool, table: sch.Table}
+	if err := m.pool.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&m.lsn); err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+func (m *walMeter) report(b *testing.B) {
+	ctx := context.Background()
+	var wal float64
+	if err := m.pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - $1::pg_lsn", m.lsn).Scan(&wal); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(wal/float64(b.N), "walB/op")
+	// The statistics reach the view only when each backend flushes them (about once a second
+	// when idle): good enough for a benchmark's report, never for a test's assertion.
+	time.Sleep(1500 * time.Millisecond)
+	var upd, hot float64
+	if err := m.pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0)
+		FROM pg_stat_user_tables WHERE relid = to_regclass(current_schema() || '.' || quote_ident($1))`, m.table).Scan(&upd, &hot); err != nil {
+		b.Fatal(err)
+	}
+	if upd > 0 {
+		b.ReportMetric(100*hot/upd, "hot%")
+	}
 }
 
 func benchBusiness(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
@@ -66,7 +109,7 @@ func BenchmarkBaselineInsert(b *testing.B) {
 }
 
 func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
-	s, _, counter := benchEnv(b)
+	s, sch, counter := benchSchema(b)
 	p := policy()
 	p.Claim = mode
 	ctx := context.Background()
@@ -79,6 +122,7 @@ func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
 	}
 	i := 0
 	before := counter.n.Load()
+	wal := startWAL(b, sch)
 	for b.Loop() {
 		key := "replayed"
 		if !replay {
@@ -91,6 +135,7 @@ func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
 		}
 	}
 	reportTrips(b, counter, before)
+	wal.report(b)
 }
 
 // BenchmarkClaimComplete is a first request in lease mode: claim, begin, business insert,
