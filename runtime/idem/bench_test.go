@@ -3,6 +3,9 @@ package idem_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,10 +45,42 @@ type walMeter struct {
 	pool  *pgxpool.Pool
 	table string
 	lsn   string
+	cpu   map[string]int64
+}
+
+// serverCPU is the CPU time (clock ticks, from /proc) of every process of the server's that
+// pg_stat_activity lists (its connections and background processes), by pid; nil where /proc
+// is not there to read.
+func serverCPU(b *testing.B, pool *pgxpool.Pool) map[string]int64 {
+	rows, err := pool.Query(context.Background(), "SELECT pid::text FROM pg_stat_activity")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, pid := range pids {
+		raw, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields 14 and 15 (utime, stime) count from the one after the command's closing paren.
+		_, rest, ok := strings.Cut(string(raw), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		out[pid] = u + st
+	}
+	return out
 }
 
 func startWAL(b *testing.B, sch *idemtest.Schema) *walMeter {
-	m := &walMeter{pool: sch.Pool, table: sch.Table}
+	m := &walMeter{pool: sch.Pool, table: sch.Table, cpu: serverCPU(b, sch.Pool)}
 	if err := m.pool.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&m.lsn); err != nil {
 		b.Fatal(err)
 	}
@@ -59,6 +94,13 @@ func (m *walMeter) report(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(wal/float64(b.N), "walB/op")
+	var ticks int64
+	for pid, t := range serverCPU(b, m.pool) {
+		ticks += t - m.cpu[pid] // a process that started since counts whole
+	}
+	if len(m.cpu) > 0 { // ticks of 10 ms (the usual USER_HZ of 100)
+		b.ReportMetric(float64(ticks)*1e4/float64(b.N), "pgCPUµs/op")
+	}
 	// The statistics reach the view only when each backend flushes them (about once a second
 	// when idle): good enough for a benchmark's report, never for a test's assertion.
 	time.Sleep(1500 * time.Millisecond)
