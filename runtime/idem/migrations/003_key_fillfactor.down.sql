@@ -1,0 +1,1 @@
+ALTER TABLE {{.Table}} RESET (fillfactor);
