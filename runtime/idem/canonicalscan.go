@@ -24,7 +24,12 @@ func canonicalJSONScan(raw []byte, exclude []string) (out []byte, ok bool) {
 		if len(exclude) > 64 {
 			return nil, false
 		}
+		n := 0
+		for _, p := range exclude {
+			n += strings.Count(p, "/")
+		}
 		s.exclude = make([][]string, len(exclude))
+		tokens := make([]string, 0, n) // every pointer's tokens, in one allocation
 		for i, p := range exclude {
 			switch {
 			case p == "":
@@ -32,7 +37,9 @@ func canonicalJSONScan(raw []byte, exclude []string) (out []byte, ok bool) {
 			case p[0] != '/':
 				return nil, false
 			default:
-				s.exclude[i] = pointerTokens(p)
+				start := len(tokens)
+				tokens = appendPointerTokens(tokens, p)
+				s.exclude[i] = tokens[start:len(tokens):len(tokens)]
 				s.live |= 1 << i
 			}
 		}
@@ -53,11 +60,14 @@ func canonicalJSONScan(raw []byte, exclude []string) (out []byte, ok bool) {
 	return s.out, true
 }
 
-// pointerTokens are an RFC 6901 pointer's reference tokens, unescaped as removePointer does.
-func pointerTokens(ptr string) []string {
-	tokens := strings.Split(ptr[1:], "/")
-	for i, t := range tokens {
-		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+// appendPointerTokens appends an RFC 6901 pointer's reference tokens, unescaped as
+// removePointer does.
+func appendPointerTokens(tokens []string, ptr string) []string {
+	for t := range strings.SplitSeq(ptr[1:], "/") {
+		if strings.Contains(t, "~") {
+			t = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+		}
+		tokens = append(tokens, t)
 	}
 	return tokens
 }
