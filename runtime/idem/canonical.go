@@ -64,10 +64,25 @@ func (f *Fingerprinter) RawBody(contentType string, raw []byte, exclude ...strin
 // canonicalJSONBody parses raw strictly (one value, no trailing data, no duplicate members),
 // removes the excluded pointers, and encodes it with sorted keys, no white space and numbers in
 // one spelling.
+//
+// Every fingerprinted request pays for this, so the bytes are canonicalised in one pass
+// ([canonicalJSONScan]); the tree ([canonicalJSONTree]) is the definition of the canonical form
+// and answers whatever the scan does not accept, errors included, so that both give the same
+// bytes and the same errors for every body (canonical_internal_test.go compares them).
 func canonicalJSONBody(raw []byte, exclude []string) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, &BodyError{"the JSON body is not valid UTF-8 (RFC 8259 requires it)"}
 	}
+	if out, ok := canonicalJSONScan(raw, exclude); ok {
+		return out, nil
+	}
+	return canonicalJSONTree(raw, exclude)
+}
+
+// canonicalJSONTree is canonicalJSONBody by way of a generic tree: encoding/json decodes raw
+// token by token, the excluded pointers are removed from the tree, and encoding/json encodes it
+// (map keys sorted, json.Number literally).
+func canonicalJSONTree(raw []byte, exclude []string) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	v, err := decodeStrict(dec, 0)

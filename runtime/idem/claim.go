@@ -758,7 +758,8 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 		o.Reference = *so.reference
 	}
 	if len(so.headers) > 0 {
-		if err := json.Unmarshal(so.headers, &o.Header); err != nil {
+		var err error
+		if o.Header, err = decodeStoredHeaders(so.headers); err != nil {
 			return nil, fmt.Errorf("stored headers are not a JSON object of string lists: %w", err)
 		}
 	}

@@ -20,25 +20,29 @@ import (
 // sequences of parts can produce the same byte stream. Values are encoded from their Go types,
 // so JSON key order and whitespace in the original request never change a fingerprint.
 type Fingerprinter struct {
-	h   hash.Hash
-	err error
+	h    hash.Hash
+	err  error
+	buf  []byte // a frame's head, written to h at once
+	head [64]byte
 }
 
 // NewFingerprinter starts a fingerprint for route ("POST /v1/payments").
 func NewFingerprinter(route string) *Fingerprinter {
 	f := &Fingerprinter{h: sha256.New()}
+	f.buf = f.head[:0]
 	f.frame('v', "idemgen-fingerprint-1", nil)
 	f.frame('r', route, nil)
 	return f
 }
 
 func (f *Fingerprinter) frame(kind byte, name string, value []byte) {
-	var n [binary.MaxVarintLen64]byte
-	f.h.Write([]byte{kind})
-	f.h.Write(n[:binary.PutUvarint(n[:], uint64(len(name)))])
-	f.h.Write([]byte(name))
-	f.h.Write(n[:binary.PutUvarint(n[:], uint64(len(value)))])
+	b := append(f.buf[:0], kind)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(value)))
+	f.h.Write(b)
 	f.h.Write(value)
+	f.buf = b
 }
 
 // Add adds a named part (path:id, query:x, header:X-Foo); v is JSON-encoded canonically.

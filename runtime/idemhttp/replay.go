@@ -87,16 +87,28 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 			return errors.New("idem: Result.WriteTo: no outcome to write")
 		}
 		h := w.Header()
+		// The header gets copies of the outcome's values (an outcome may be the replay cache's,
+		// shared by every replay of its key), all in one allocation: every answer is written here.
+		n := 2
+		for _, vs := range r.Outcome.Header {
+			n += len(vs)
+		}
+		vals := make([]string, 0, n)
+		take := func(vs ...string) []string {
+			i := len(vals)
+			vals = append(vals, vs...)
+			return vals[i:len(vals):len(vals)]
+		}
 		for k, vs := range r.Outcome.Header {
 			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(k, r.declared, r.allow) {
-				h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+				h[http.CanonicalHeaderKey(k)] = take(vs...)
 			}
 		}
 		if r.Kind == ResultReplayed {
-			h.Set(HeaderReplayed, "true")
+			h[HeaderReplayed] = take("true")
 			// A replay answers one client's retry of one key: no shared cache may keep it. The
 			// handler's own Cache-Control is not replayed, so this holds whatever it said.
-			h.Set("Cache-Control", "no-store")
+			h["Cache-Control"] = take("no-store")
 		}
 		status := r.Outcome.Status
 		if status == 0 {

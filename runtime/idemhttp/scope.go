@@ -27,6 +27,11 @@ type ScopePart struct {
 // tenant's keys): the table's tenant column, set from the tenant alone, is that key.
 func scopeString(tenant string, parts []ScopePart) string {
 	var b strings.Builder
+	n := len(tenant) + 4
+	for _, p := range parts {
+		n += len(p.Name) + len(p.Value) + 10
+	}
+	b.Grow(n) // one allocation: every request builds its scope
 	lp := func(s string) {
 		b.WriteString(strconv.Itoa(len(s)))
 		b.WriteByte(':')

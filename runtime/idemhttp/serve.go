@@ -495,6 +495,18 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 // empty field that is not a pointer, which cannot tell absent from empty). A pointer to an empty
 // value is a header sent empty: a malformed key (key-invalid), not a missing one.
 func keyValues(v any) []string {
+	switch x := v.(type) { // the usual types, without reflection
+	case string:
+		if x == "" {
+			return nil
+		}
+		return []string{x}
+	case *string:
+		if x == nil {
+			return nil
+		}
+		return []string{*x}
+	}
 	if isNil(v) {
 		return nil
 	}
@@ -507,6 +519,15 @@ func keyValues(v any) []string {
 
 // text renders a parameter's value; an absent optional one (a nil pointer) is "".
 func text(v any) string {
+	switch x := v.(type) { // what parameters mostly are, without reflection and fmt
+	case string:
+		return x
+	case *string:
+		if x == nil {
+			return ""
+		}
+		return *x
+	}
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() {
 		return ""

@@ -1,0 +1,112 @@
+package idem
+
+import (
+	"encoding/json"
+	"net/http"
+	"unicode/utf8"
+)
+
+// decodeStoredHeaders decodes an outcome's stored headers, a JSON object of string lists, as
+// json.Unmarshal into an http.Header does. Every replay decodes them, so the form PostgreSQL
+// returns them in (jsonb's text: a space after each colon and comma, strings mostly without
+// escapes) is read in one pass, with all names and values cut from one string and all lists
+// from one slice; anything else goes to json.Unmarshal.
+func decodeStoredHeaders(raw []byte) (http.Header, error) {
+	if h, ok := scanStoredHeaders(raw); ok {
+		return h, nil
+	}
+	var h http.Header
+	err := json.Unmarshal(raw, &h)
+	return h, err
+}
+
+// scanStoredHeaders reads {"Name": ["value", ...], ...} (white space between tokens, as
+// PostgreSQL's jsonb prints it, or none) with no escapes in its strings; ok is false for anything
+// else.
+func scanStoredHeaders(raw []byte) (http.Header, bool) {
+	if !utf8.Valid(raw) {
+		return nil, false
+	}
+	s := string(raw) // names and values are cut from this one string
+	quotes, names := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			return nil, false
+		case '"':
+			quotes++
+		case ':':
+			names++
+		}
+	}
+	i := 0
+	space := func() {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+			i++
+		}
+	}
+	// next skips white space and the byte c; false when c is not next.
+	next := func(c byte) bool {
+		space()
+		if i < len(s) && s[i] == c {
+			i++
+			return true
+		}
+		return false
+	}
+	str := func() (string, bool) {
+		if !next('"') {
+			return "", false
+		}
+		for j := i; j < len(s); j++ {
+			switch c := s[j]; {
+			case c == '"':
+				v := s[i:j]
+				i = j + 1
+				return v, true
+			case c < 0x20:
+				return "", false
+			}
+		}
+		return "", false
+	}
+	if !next('{') {
+		return nil, false
+	}
+	h := make(http.Header, names)
+	backing := make([]string, 0, quotes/2)
+	if next('}') {
+		space()
+		return h, i == len(s)
+	}
+	for {
+		name, ok := str()
+		if !ok || !next(':') || !next('[') {
+			return nil, false
+		}
+		start := len(backing)
+		if !next(']') {
+			for {
+				v, ok := str()
+				if !ok {
+					return nil, false
+				}
+				backing = append(backing, v)
+				if next(']') {
+					break
+				}
+				if !next(',') {
+					return nil, false
+				}
+			}
+		}
+		h[name] = backing[start:len(backing):len(backing)]
+		if next('}') {
+			space()
+			return h, i == len(s)
+		}
+		if !next(',') {
+			return nil, false
+		}
+	}
+}
