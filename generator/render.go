@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
-	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/templates"
 )
@@ -229,14 +228,9 @@ func policyLiteral(mo *model.Operation) (policyData, error) {
 // counts, since it stands for statuses no other response names. Those no replay may carry
 // (idemhttp.NeverReplayed: Set-Cookie, Authorization, hop-by-hop headers) are left out.
 func declaredHeaders(mo *model.Operation) []string {
-	persist := mo.Policy.Persist
-	if len(persist) == 0 {
-		persist = idemhttp.DefaultPersist
-	}
-	stored := idem.Statuses(persist...)
 	var out []string
 	for _, h := range mo.ResponseHeaders {
-		if !storesResponse(stored, h.Status) || idemhttp.NeverReplayed(h.Name) ||
+		if !mo.Policy.StoresStatus(h.Status) || idemhttp.NeverReplayed(h.Name) ||
 			slices.ContainsFunc(out, func(s string) bool { return strings.EqualFold(s, h.Name) }) {
 			continue
 		}
@@ -246,25 +240,6 @@ func declaredHeaders(mo *model.Operation) []string {
 		return cmp.Compare(http.CanonicalHeaderKey(a), http.CanonicalHeaderKey(b))
 	})
 	return out
-}
-
-// storesResponse says whether a response keyed status ("201", "2XX", "default") can be an answer
-// that stored keeps.
-func storesResponse(stored idem.StatusSet, status string) bool {
-	if strings.EqualFold(status, "default") {
-		return !stored.IsEmpty()
-	}
-	if len(status) == 3 && strings.EqualFold(status[1:], "XX") && status[0] >= '1' && status[0] <= '5' {
-		base := int(status[0]-'0') * 100
-		for code := base; code < base+100; code++ {
-			if stored.Contains(code) {
-				return true
-			}
-		}
-		return false
-	}
-	code, err := strconv.Atoi(status)
-	return err == nil && stored.Contains(code)
 }
 
 // operationID is the operation's id as written, or its route when it has none.

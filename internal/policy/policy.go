@@ -10,6 +10,8 @@ package policy
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -192,4 +194,30 @@ func SameParam(a, b Param) bool {
 		return equalFold(a.Name, b.Name)
 	}
 	return a.Name == b.Name
+}
+
+// StoresStatus reports whether a response the spec declares under status ("201", "2XX",
+// "default") can be an answer the runtime stores for this policy: a code in Persist (the
+// runtime's DefaultPersist when it is empty, as the runtime reads it), a range with a member in
+// it, or default while anything is stored. The generator replays the headers such a response
+// declares, and lint checks them.
+func (p *Policy) StoresStatus(status string) bool {
+	list := p.Persist
+	if len(list) == 0 {
+		list = idemhttp.DefaultPersist
+	}
+	persist := idem.Statuses(list...)
+	if code, err := strconv.Atoi(status); err == nil {
+		return persist.Contains(code)
+	}
+	if len(status) == 3 && strings.EqualFold(status[1:], "XX") && status[0] >= '1' && status[0] <= '5' {
+		base := int(status[0]-'0') * 100
+		for code := base; code < base+100; code++ {
+			if persist.Contains(code) {
+				return true
+			}
+		}
+		return false
+	}
+	return strings.EqualFold(status, "default") && !persist.IsEmpty()
 }

@@ -123,7 +123,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 	o.Params = b.params(item, op, itemNode, opNode, anchor)
 	o.Body, o.BodyTypes = bodyKind(op.RequestBody)
 	o.Responses = responses(op)
-	o.ResponseHeaders = responseHeaders(b.file, op, opNode, anchor)
+	o.ResponseHeaders = b.responseHeaders(op, opNode, anchor)
 
 	extKey, ext := lookup(opNode, "x-idempotency")
 	if extKey == nil {
@@ -155,7 +155,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		b.diags = append(b.diags, diags...)
 		conflict := b.conflictShared(o, op, opNode, anchor)
 		b.acceptedWithoutLocation(op, opNode, anchor, o.Route())
-		b.headersNotReplayed(o, op, opNode, anchor)
+		b.headersNotReplayed(o)
 		b.errorsNotProblem(o, op, opNode, anchor, conflict)
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies keyed

@@ -1,7 +1,7 @@
 package spec
 
 import (
-	"sort"
+	"slices"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"gopkg.in/yaml.v3"
@@ -10,41 +10,37 @@ import (
 )
 
 // responseHeaders lists the headers op's responses declare, by status, then name, each at its
-// key in the file (a response or header that is a $ref points at the response's status, or at
-// anchor when the operation's responses are not in this file).
-func responseHeaders(file string, op *openapi3.Operation, opNode, anchor *yaml.Node) []model.ResponseHeader {
-	if op.Responses == nil {
-		return nil
-	}
-	_, respNode := lookup(opNode, "responses")
-	codes := make([]string, 0, op.Responses.Len())
-	for code := range op.Responses.Map() {
-		codes = append(codes, code)
-	}
-	sort.Strings(codes)
+// key in the file: a response that is a local $ref is followed to the header's own key; one that
+// cannot be followed points at the response's status, or at anchor when the operation's
+// responses are not in this file.
+func (b *builder) responseHeaders(op *openapi3.Operation, opNode, anchor *yaml.Node) []model.ResponseHeader {
 	var out []model.ResponseHeader
-	for _, code := range codes {
+	for _, code := range sortedCodes(op) {
 		ref := op.Responses.Value(code)
 		if ref == nil || ref.Value == nil || len(ref.Value.Headers) == 0 {
 			continue
 		}
-		codeKey, codeNode := lookup(respNode, code)
-		_, headersNode := lookup(codeNode, "headers")
-		names := make([]string, 0, len(ref.Value.Headers))
-		for name := range ref.Value.Headers {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
+		codeKey, resp := b.response(opNode, code)
+		_, headers := lookup(resp, "headers")
+		for _, name := range sortedKeys(ref.Value.Headers) {
 			at := anchor
 			if codeKey != nil {
 				at = codeKey
 			}
-			if k, _ := lookup(headersNode, name); k != nil {
+			if k, _ := lookup(headers, name); k != nil {
 				at = k
 			}
-			out = append(out, model.ResponseHeader{Status: code, Name: name, Pos: posOf(file, at)})
+			out = append(out, model.ResponseHeader{Status: code, Name: name, Pos: posOf(b.file, at)})
 		}
 	}
 	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
-	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
@@ -65,59 +64,23 @@ func sortedCodes(op *openapi3.Operation) []string {
 	return codes
 }
 
-// stored reports whether a response declared under code can be one the runtime stores: a code in
-// the persist set, a range (2XX) with a member in it, or default while anything is stored.
-func stored(persist idem.StatusSet, code string) bool {
-	if c, err := strconv.Atoi(code); err == nil {
-		return persist.Contains(c)
-	}
-	if len(code) == 3 && strings.EqualFold(code[1:], "XX") && code[0] >= '1' && code[0] <= '5' {
-		base := int(code[0]-'0') * 100
-		for c := base; c < base+100; c++ {
-			if persist.Contains(c) {
-				return true
-			}
-		}
-		return false
-	}
-	return code == "default" && !persist.IsEmpty()
-}
-
 // headersNotReplayed warns about a header that a stored response of a storage response operation
 // declares and a replay never carries (idemhttp.NeverReplayed: credentials, cookies, hop-by-hop
 // headers): the first answer has it, every replay of it lacks it, and the spec says nothing of
 // the difference. Reference and marker replays are answered anew by Replay<Op>, with the headers
 // it sets, so they are not concerned.
-func (b *builder) headersNotReplayed(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
+func (b *builder) headersNotReplayed(o *model.Operation) {
 	if o.Policy.Storage != policy.StorageResponse {
 		return
 	}
-	persist := idem.Statuses(o.Policy.Persist...)
-	for _, code := range sortedCodes(op) {
-		ref := op.Responses.Value(code)
-		if ref == nil || ref.Value == nil || !stored(persist, code) {
+	for _, h := range o.ResponseHeaders {
+		why := policy.MissingOnReplay(h.Name)
+		if why == "" || !o.Policy.StoresStatus(h.Status) {
 			continue
 		}
-		names := make([]string, 0, len(ref.Value.Headers))
-		for name := range ref.Value.Headers {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		_, resp := b.response(opNode, code)
-		_, headers := lookup(resp, "headers")
-		for _, name := range names {
-			why := policy.MissingOnReplay(name)
-			if why == "" {
-				continue
-			}
-			n := anchor
-			if k, _ := lookup(headers, name); k != nil {
-				n = k
-			}
-			b.report(n, policy.RuleHeaderNotReplayed, o.Route(), fmt.Sprintf(
-				"responses.%s.headers.%s: the runtime stores this response and its replays never carry %s: %s; a client that retries gets the answer without it (remove it from the response, or say in its description that only the first answer has it)",
-				code, name, name, why))
-		}
+		b.diags = append(b.diags, policy.NewDiagnostic(h.Pos, policy.RuleHeaderNotReplayed, o.Route(), fmt.Sprintf(
+			"responses.%s.headers.%s: the runtime stores this response and its replays never carry %s: %s; a client that retries gets the answer without it (remove it from the response, or say in its description that only the first answer has it)",
+			h.Status, h.Name, h.Name, why)))
 	}
 }
 
