@@ -159,6 +159,9 @@ type Store struct {
 	db    DB
 	cfg   Config
 	table string // sanitised "schema"."table"
+	// preparedMark names, in a connection's CustomData, the mark that its statements (whose
+	// texts name table) are prepared on it.
+	preparedMark string
 	log   *slog.Logger
 	sql   statements
 
@@ -235,7 +238,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, cfg: c, table: table, log: c.Logger, sql: st, bg: newBackground(),
+	s := &Store{db: db, cfg: c, table: table, preparedMark: "idem.prepared " + table, log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes)}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
 		if pc := p.Config(); pc != nil && pc.ConnConfig != nil && pc.BeforeConnect == nil {
@@ -330,7 +333,7 @@ func (s *Store) emit(ctx context.Context, e Event) {
 // bounded runs step with Config.StoreTimeout (plus extra) on top of ctx.
 func (s *Store) bounded(ctx context.Context, extra time.Duration, step func(ctx context.Context) error) error {
 	limit := s.cfg.StoreTimeout + extra
-	sctx, cancel := context.WithTimeout(ctx, limit)
+	sctx, cancel := withBound(ctx, limit)
 	defer cancel()
 	err := step(sctx)
 	if err != nil && sctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrStoreUnavailable) {
