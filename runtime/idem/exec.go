@@ -24,7 +24,7 @@ type execResult struct {
 const cleanupTimeout = 5 * time.Second
 
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	return withBound(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
@@ -446,13 +446,18 @@ func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout
 // renewWhileRunning renews c's lease every third of it until stop is called. If the lease was
 // lost anyway (renewals failed for a whole lease and another request took over), it cancels
 // the handler's context with ErrLeaseLost: its work cannot commit.
+//
+// Most handlers return long before their first renewal is due, so nothing runs for them until
+// then: the first renewal is scheduled on the sweeper (afterBound), and only a handler still
+// running at that point gets the goroutine that renews it.
 func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
+	period := max(c.Lease/3, time.Millisecond)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() {
+	unschedule := afterBound(period, func() {
 		defer wg.Done()
-		t := time.NewTicker(max(c.Lease/3, time.Millisecond))
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
 			select {
@@ -460,26 +465,36 @@ func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.
 				return
 			case <-ctx.Done():
 				return
+			default:
+			}
+			// A renewal that cannot finish before the next one is due has failed; the next
+			// tick tries again on a fresh connection.
+			rctx, rcancel := context.WithTimeout(ctx, max(period, 100*time.Millisecond))
+			err := s.renew(rctx, c)
+			rcancel()
+			if errors.Is(err, ErrLeaseLost) {
+				cancel(ErrLeaseLost)
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("idem: lease renewal failed; will retry", "operation", c.Operation, "key_hash", c.hash(), "error", err)
+			}
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
 			case <-t.C:
-				// A renewal that cannot finish before the next one is due has failed; the next
-				// tick tries again on a fresh connection.
-				rctx, rcancel := context.WithTimeout(ctx, max(c.Lease/3, 100*time.Millisecond))
-				err := s.renew(rctx, c)
-				rcancel()
-				if errors.Is(err, ErrLeaseLost) {
-					cancel(ErrLeaseLost)
-					return
-				}
-				if err != nil && ctx.Err() == nil {
-					s.log.Warn("idem: lease renewal failed; will retry", "operation", c.Operation, "key_hash", c.hash(), "error", err)
-				}
 			}
 		}
-	}()
+	})
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			close(done)
+			if unschedule() { // the first renewal was not due yet: nothing started
+				wg.Done()
+			}
 			wg.Wait()
 		})
 	}
