@@ -53,13 +53,21 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 		// not keep prepared statements): neither does the Store, and pgx has no cache to forget.
 		return conn, nil
 	}
+	// The connection's own data says whether this Store's statements were prepared on it: one
+	// lookup, where asking pgx of each statement hashes its whole text. Only a Deallocate by the
+	// application can make the mark stale; pgx then prepares what a batch lacks by itself, in one
+	// more round trip.
+	mark := conn.Conn().PgConn().CustomData()
+	if mark[s.preparedMark] != nil {
+		return conn, nil
+	}
 	for _, sql := range s.sql.batched {
-		// Already prepared (every time but the connection's first): a map lookup, no round trip.
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
 			conn.Release()
 			return nil, err
 		}
 	}
+	mark[s.preparedMark] = true
 	return conn, nil
 }
 

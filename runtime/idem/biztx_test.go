@@ -136,3 +136,57 @@ func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
 func guardSQL(expr string) string {
 	return "SELECT " + expr + " WHERE $2::text IS NOT NULL AND $3::text IS NOT NULL AND $4::uuid IS NOT NULL"
 }
+
+// A connection whose prepared statements the application deallocated still serves every
+// request alike: the Store's mark that it prepared them is stale then, and pgx prepares what a
+// batch lacks. Both claim modes, a first execution and a replay each, on one connection.
+func TestDeallocatedStatementsStillServe(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 1})
+	store, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs := 0
+	do := func(mode idem.ClaimMode, key string) *idem.DoResult {
+		t.Helper()
+		r, err := store.Do(ctx, &idem.DoParams{Scope: "s", Key: key, Operation: "op", Fingerprint: "fp", Claim: mode},
+			func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				runs++
+				return &idem.Outcome{Status: 201, Body: []byte(key)}, nil
+			})
+		if err != nil {
+			t.Fatalf("%s %s: %v", mode, key, err)
+		}
+		return r
+	}
+	deallocate := func() {
+		t.Helper()
+		conn, err := sch.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if err := conn.Conn().DeallocateAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		do(mode, "warm-"+mode.String()) // prepares and marks the pool's one connection
+		for _, key := range []string{"after-" + mode.String()} {
+			deallocate()
+			if r := do(mode, key); r.Replayed || string(r.Outcome.Body) != key {
+				t.Fatalf("%s first execution after DeallocateAll: replayed %v, body %q", mode, r.Replayed, r.Outcome.Body)
+			}
+			deallocate()
+			if r := do(mode, key); !r.Replayed || string(r.Outcome.Body) != key {
+				t.Fatalf("%s replay after DeallocateAll: replayed %v, body %q; want a replay of %q", mode, r.Replayed, r.Outcome.Body, key)
+			}
+		}
+	}
+	if runs != 4 {
+		t.Fatalf("the handler ran %d times; want 4 (one per first execution)", runs)
+	}
+}
