@@ -560,7 +560,7 @@ func Record[R any](visit func(R, http.ResponseWriter) error) func(R) (*idem.Outc
 		if err := visit(resp, rec); err != nil {
 			return nil, err
 		}
-		return rec.Outcome(), nil
+		return rec.take(), nil
 	}
 }
 
@@ -570,6 +570,13 @@ func mediaTypeProblem(ctx context.Context, p *Policy) *Problem {
 	b, ok := BodyFromContext(ctx)
 	if len(p.BodyTypes) == 0 || !ok || len(b.Bytes) == 0 {
 		return nil
+	}
+	for _, declared := range p.BodyTypes {
+		// The common case, a Content-Type written as declared ("application/json"), needs no
+		// parsing: a declared type without parameters or wildcards matches itself.
+		if declared != "" && strings.EqualFold(b.ContentType, declared) && !strings.ContainsAny(declared, "*;") {
+			return nil
+		}
 	}
 	mt, _, err := mime.ParseMediaType(b.ContentType)
 	if err == nil {
