@@ -162,8 +162,8 @@ type Store struct {
 	// preparedMark names, in a connection's CustomData, the mark that its statements (whose
 	// texts name table) are prepared on it.
 	preparedMark string
-	log   *slog.Logger
-	sql   statements
+	log          *slog.Logger
+	sql          statements
 
 	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
 	noRenew bool
