@@ -30,10 +30,42 @@ func (e *BodyError) Error() string { return "idem: request body: " + e.Reason }
 // pointers left out of a JSON body (for a form, a pointer of one token names a field). Its error
 // is a *BodyError when the body is not what its media type says.
 func CanonicalBody(contentType string, raw []byte, exclude ...string) ([]byte, error) {
-	mt, params, err := mime.ParseMediaType(contentType)
+	mt, params, err := mediaType(contentType)
 	if err != nil {
 		mt = ""
 	}
+	return canonicalBody(mt, params, raw, exclude)
+}
+
+// mediaType is mime.ParseMediaType. A Content-Type that is a bare lower-case type/subtype, as
+// clients almost always send (application/json), is its own media type and is returned without
+// the parser's allocations (TestMediaTypeMatchesTheParser).
+func mediaType(contentType string) (mt string, params map[string]string, err error) {
+	if bareMediaType(contentType) {
+		return contentType, nil, nil
+	}
+	return mime.ParseMediaType(contentType)
+}
+
+// bareMediaType says whether s is type "/" subtype, both non-empty, of lower-case token
+// characters only (no parameters, no white space).
+func bareMediaType(s string) bool {
+	slash := -1
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '/' && slash < 0 && i > 0 && i < len(s)-1:
+			slash = i
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return slash > 0
+}
+
+func canonicalBody(mt string, params map[string]string, raw []byte, exclude []string) ([]byte, error) {
 	switch {
 	case len(raw) == 0:
 		return nil, nil
@@ -51,12 +83,19 @@ func CanonicalBody(contentType string, raw []byte, exclude ...string) ([]byte, e
 // differ in anything but JSON key order and white space, the order of differently named form
 // fields, or a multipart boundary fingerprint differently.
 func (f *Fingerprinter) RawBody(contentType string, raw []byte, exclude ...string) error {
-	b, err := CanonicalBody(contentType, raw, exclude...)
+	// The frame names the media type as the parser returns it (lower-cased; "" when there is
+	// none, and the type even when a parameter is malformed), the body's form as CanonicalBody
+	// reads it.
+	mt, params, err := mediaType(contentType)
+	bodyType := mt
+	if err != nil {
+		bodyType = ""
+	}
+	b, err := canonicalBody(bodyType, params, raw, exclude)
 	if err != nil {
 		f.fail(err)
 		return err
 	}
-	mt, _, _ := mime.ParseMediaType(contentType) // lower-cased; "" when there is none
 	f.frame('b', mt, b)
 	return nil
 }

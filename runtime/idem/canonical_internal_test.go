@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"mime"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -262,6 +263,31 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// mediaType's shortcut for a bare type/subtype gives what mime.ParseMediaType gives, for the
+// Content-Types clients send and for near misses of the shortcut.
+func TestMediaTypeMatchesTheParser(t *testing.T) {
+	cases := []string{
+		"", "application/json", "Application/JSON", "application/json; charset=utf-8",
+		"application/json;charset=utf-8", " application/json", "application/json ", "application/problem+json",
+		"application/vnd.api+json", "text/plain", "multipart/form-data; boundary=x", "application/x-www-form-urlencoded",
+		"application/", "/json", "application", "application//json", "a/b/c", "*/*", "image/*",
+		"application/json; charset", "application/json;", "application/jso\u00f1", "app lication/json",
+		"application/json\t", "x/y", "a-b.c+d/e_f~g", "a/b;c=d;c=e",
+	}
+	for _, ct := range cases {
+		mt, params, err := mediaType(ct)
+		wantMT, wantParams, wantErr := mime.ParseMediaType(ct)
+		if mt != wantMT || (err == nil) != (wantErr == nil) || len(params) != len(wantParams) {
+			t.Errorf("mediaType(%q) = %q, %v, %v; mime.ParseMediaType gives %q, %v, %v", ct, mt, params, err, wantMT, wantParams, wantErr)
+		}
+		for k, v := range wantParams {
+			if params[k] != v {
+				t.Errorf("mediaType(%q): parameter %s = %q; want %q", ct, k, params[k], v)
+			}
 		}
 	}
 }

@@ -183,7 +183,7 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		if key == "" || !p.persist().Contains(out.Status) {
 			return out, nil // not stored
 		}
-		return storedOutcome(cfg, p, out, idem.KeyHash(do.Scope, key))
+		return storedOutcome(cfg, p, out, do.Scope, key)
 	})
 	var inProgress *idem.InProgressError
 	switch {
@@ -234,7 +234,7 @@ func tenantOf(ctx context.Context, cfg idem.Config, p *Policy, key string) (stri
 }
 
 // storedOutcome is what the policy keeps of o.
-func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, keyHash string) (*idem.Outcome, error) {
+func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, scope, key string) (*idem.Outcome, error) {
 	switch p.Storage {
 	case StorageReference:
 		success := o.Status >= 200 && o.Status <= 299
@@ -245,7 +245,7 @@ func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, keyHash string) 
 			// The details go to the log only: the error handler may print err.Error() to the
 			// client, so the returned error stays generic.
 			cfg.Logger.Error("idem: a reference-storage handler answered 2xx without a reference; the request was rolled back and answered 500: return the created resource's id as the reference",
-				"operation", p.Operation, "key_hash", keyHash, "status", o.Status)
+				"operation", p.Operation, "key_hash", idem.KeyHash(scope, key), "status", o.Status)
 			return nil, ErrNoReference
 		}
 		// Only a success is replayed by reloading its resource. Any other persisted answer (a
