@@ -183,7 +183,7 @@ const leaseLostCode = "22012"
 // happen. The notification runs in a transaction of its own, after the commit.
 // ErrLeaseLost means bt was rolled back; another error may have left it open, and committed or
 // not (a lost connection): the caller releases what it holds, as after a failed commit.
-func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl time.Duration) (completeErr, commitErr error) {
+func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl, ran time.Duration) (completeErr, commitErr error) {
 	args, err := s.completeArgs(c, o, ttl)
 	if err != nil {
 		return err, nil
@@ -208,10 +208,20 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		committed = tag.String() == "COMMIT"
 		return nil
 	})
-	if channel, payload := s.note(c); channel != "" && c.locked {
-		// Duplicates wait on the lock: only one whose wait ran out needs telling.
+	switch {
+	case !c.notify:
+	case c.locked && ran < s.notifyAfter/2:
+		// Duplicates wait on the lock, and the commit that releases it wakes them: only one whose
+		// bounded wait ran out sleeps until a notification, and a wait runs out only after
+		// notifyAfter (Store.claimLocked). The handler returned within half of that, so the
+		// hold reaches it at the commit only if the completion itself stalls for the other half;
+		// a duplicate asleep then wakes at its fallback poll. Nothing is sent: the common short
+		// hold costs no statement (sql/notify_locked.sql would find it too short anyway).
+	case c.locked:
+		channel, payload := s.note(c)
 		b.Queue(s.sql.notifyLocked, channel, payload, c.lockedAt, millis(s.notifyAfter))
-	} else if channel != "" {
+	default:
+		channel, payload := s.note(c)
 		b.Queue(s.sql.notify, channel, payload)
 	}
 	err = bt.conn.SendBatch(ctx, b).Close()

@@ -357,7 +357,7 @@ func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMod
 // commitOutcome completes c with res's outcome inside tx and commits both.
 func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res *execResult, start time.Time) (*execResult, error) {
 	sent := time.Now() // before the database computes the key's expiry
-	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p))
+	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start))
 	switch {
 	case errors.Is(completeErr, ErrLeaseLost):
 		if mode == ClaimLease {

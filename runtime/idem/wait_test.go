@@ -216,6 +216,9 @@ func TestDuplicateStormWithWait(t *testing.T) {
 			p := policy()
 			p.Claim = mode
 			p.Wait = 20 * time.Second
+			// The first request is held until every duplicate has claimed, which takes seconds
+			// on a loaded machine: its handler must not time out meanwhile.
+			p.Timeout = 60 * time.Second
 			var calls atomic.Int32
 			started, letGo := make(chan struct{}), make(chan struct{})
 			fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
