@@ -44,13 +44,17 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 		}
 		return res, nil
 	}
-	pages, err := s.purgePages(ctx)
+	pages, citus, err := s.purgePages(ctx)
 	if err != nil {
 		return res, err
 	}
+	stmt := s.sql.purge
+	if citus {
+		stmt = s.sql.purgeCitus
+	}
 	window := max(1, int64(batch)/purgeRowsPerPage)
 	for from := int64(0); from < pages; {
-		tag, err := s.db.Exec(ctx, s.sql.purge, batch, from, from+window)
+		tag, err := s.db.Exec(ctx, stmt, batch, from, from+window)
 		if err != nil {
 			return res, storeError(ctx, "purge", err)
 		}
@@ -79,12 +83,13 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 const purgeRowsPerPage = 8
 
 // purgePages is how many pages of the key table Purge walks: its size when the run starts (rows
-// written later have not expired). On Citus each purge statement reads the same window on every
-// shard, so the walk goes as far as the largest shard.
-func (s *Store) purgePages(ctx context.Context) (int64, error) {
-	var citus bool
+// written later have not expired), and whether the database has Citus, asked anew (unlike the
+// Store's own check at NewStore, which a database not yet reachable leaves false). On Citus each
+// purge statement reads the same window on every shard, so the walk goes as far as the largest
+// shard.
+func (s *Store) purgePages(ctx context.Context) (pages int64, citus bool, err error) {
 	if err := s.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')").Scan(&citus); err != nil {
-		return 0, storeError(ctx, "purge: look for Citus", err)
+		return 0, false, storeError(ctx, "purge: look for Citus", err)
 	}
 	sql := "SELECT pg_relation_size($1::text::regclass) / current_setting('block_size')::bigint"
 	if citus {
@@ -93,11 +98,10 @@ func (s *Store) purgePages(ctx context.Context) (int64, error) {
 			/ current_setting('block_size')::bigint
 			FROM (SELECT $1::text::regclass AS t) AS r`
 	}
-	var pages int64
 	if err := s.db.QueryRow(ctx, sql, s.table).Scan(&pages); err != nil {
-		return 0, storeError(ctx, "purge: size of the key table", err)
+		return 0, false, storeError(ctx, "purge: size of the key table", err)
 	}
-	return pages, nil
+	return pages, citus, nil
 }
 
 // PurgeEvery runs Purge now and then every interval until ctx ends; it returns ctx's error.
