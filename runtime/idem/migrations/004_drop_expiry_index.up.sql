@@ -1,5 +1,5 @@
 -- Drop the btree on expires_at: every first execution paid one entry in it (an index insert, a
--- WAL record of about 80 bytes, and its share of page splits) for the benefit of Purge alone, a
+-- WAL record of 70 to 90 bytes, and its share of page splits) for the benefit of Purge alone, a
 -- maintenance job. Purge now walks the table in its physical order, a window of pages per
 -- statement (a TID range scan, sql/purge.sql), so it needs no index of its own; the request path
 -- reads and writes keys by the primary key only.
