@@ -28,7 +28,7 @@ func CitusStatements(s *Store, tenant, scope, key, token string) map[string]Citu
 		"lockWaitSave":    {lockWaitSave, nil, false},
 		"lockWaitDefault": {lockWaitDefault, nil, false},
 		"lockWaitRestore": {lockWaitRestore, nil, false},
-		"purge":           {s.sql.purge, []any{int64(1000)}, true},
+		"purge":           {s.sql.purgeCitus, []any{int64(1000), int64(0), int64(125)}, true},
 		"purgeCount":      {s.sql.purgeCount, nil, true},
 	}
 	for i, sql := range lockWaitSQL {

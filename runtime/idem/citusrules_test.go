@@ -43,7 +43,7 @@ var knownCitusViolations = []string{}
 
 // citusMaintenance are the statements off the request path that span tenants on purpose (the
 // purge): they need not name one, but must still take no row lock without one.
-var citusMaintenance = map[string]bool{"purge": true, "purgeCount": true}
+var citusMaintenance = map[string]bool{"purge": true, "purgeCitus": true, "purgeCount": true}
 
 // citusSkipped are the guards the Store does not send on Citus (see citus.go); citusFence is the
 // one statement that fails on a shard, and only when a lease was lost.
@@ -62,7 +62,7 @@ func TestCitusRules(t *testing.T) {
 		"claimFast": st.claimFast, "claimRead": st.claimRead, "claimGuard": st.claimGuard, "claim": st.claim,
 		"complete": st.complete, "release": st.release, "renew": st.renew, "replay": st.replay,
 		"replayGuard": st.replayGuard, "notify": st.notify, "ownerGuard": st.ownerGuard,
-		"purge": st.purge, "purgeCount": st.purgeCount,
+		"purge": st.purge, "purgeCitus": st.purgeCitus, "purgeCount": st.purgeCount,
 		"propagateSet": propagateSetSQL, "asyncCommit": asyncCommitSQL, "lockWaitSave": lockWaitSave,
 		"lockWaitDefault": lockWaitDefault, "lockWaitRestore": lockWaitRestore,
 	}

@@ -70,6 +70,7 @@ type Migration struct {
 // identifier, so schema and table names need no quoting by the caller.
 type migrationVars struct {
 	Table        string // "schema"."table"
+	Schema       string // "schema": qualifies an index's name where a statement would look it up on the search_path
 	ExpiresIndex string // "table_expires_at_idx" (an index lives in its table's schema)
 }
 
@@ -79,6 +80,7 @@ func (m *Migrator) Migrations() ([]Migration, error) {
 	schema, table := m.schema, m.table
 	vars := migrationVars{
 		Table:        pgx.Identifier{schema, table}.Sanitize(),
+		Schema:       pgx.Identifier{schema}.Sanitize(),
 		ExpiresIndex: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
 	}
 	files, err := fs.Glob(migrationFS, "migrations/*.up.sql")

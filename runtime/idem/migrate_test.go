@@ -73,8 +73,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		}
 		total += len(applied[i])
 	}
-	if total != 3 {
-		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 3 applied exactly once", applied)
+	if total != 4 {
+		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 4 applied exactly once", applied)
 	}
 	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || len(r.Versions) != 0 {
 		t.Fatalf("second Migrate = %+v, %v; want a no-op", r, err)
@@ -98,10 +98,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		t.Fatalf("created_at is %s before the database's now()", skew)
 	}
 
-	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[3 2 1]" {
-		t.Fatalf("dry run down = %+v, %v; want versions 3, 2 and 1 listed", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[4 3 2 1]" {
+		t.Fatalf("dry run down = %+v, %v; want versions 4, 3, 2 and 1 listed", r, err)
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[3 2 1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[4 3 2 1]" {
 		t.Fatalf("MigrateDown = %+v, %v", r, err)
 	}
 	var exists bool
@@ -109,8 +109,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if exists {
 		t.Fatal("MigrateDown left the table")
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3]" {
-		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 3 again", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4]" {
+		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 4 again", r, err)
 	}
 }
 
@@ -183,8 +183,8 @@ func TestMigrationEscapesStoredText(t *testing.T) {
 		}
 	}
 	replayed("after version 2")
-	// Back to version 1: version 3 (the key table's fillfactor) goes first.
-	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 2}); err != nil {
+	// Back to version 1: versions 4 (the expiry index) and 3 (the key table's fillfactor) go first.
+	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 3}); err != nil {
 		t.Fatalf("revert version 2: %v", err)
 	}
 	for tenant, stored := range old {
@@ -264,4 +264,74 @@ func countRows(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
+}
+
+// Version 4 drops the btree on expires_at (the request path never reads it, and Purge walks the
+// table instead); reverting it builds the btree again. The key table lives in a schema that is
+// not on the connections' search_path, beside one that is and holds an index of the same name:
+// the migration drops the key table's index and leaves the other alone.
+func TestMigrationDropsTheExpiryIndex(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := &idem.Config{Schema: sch.Name + "_keys", Table: "keys"}
+	t.Cleanup(func() {
+		sch.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{cfg.Schema}.Sanitize()+" CASCADE")
+	})
+	// The decoy, on the search_path: same index name, another table.
+	if _, err := sch.Pool.Exec(ctx, `CREATE TABLE decoy (expires_at timestamptz);
+		CREATE INDEX keys_expires_at_idx ON decoy (expires_at)`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := idem.NewMigrator(sch.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexes := func(schema, table string) string {
+		t.Helper()
+		rows, err := sch.Pool.Query(ctx, `SELECT indexname || ': ' || regexp_replace(indexdef, '^.* USING ', '')
+			FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 ORDER BY indexname`, schema, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(defs, "; ")
+	}
+	const pk, btree = "keys_pkey: btree (tenant, scope, key)", "keys_expires_at_idx: btree (expires_at)"
+	if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexes(cfg.Schema, "keys"); got != btree+"; "+pk {
+		t.Fatalf("version 3 indexes: %s", got)
+	}
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[4]" {
+		t.Fatalf("migrate to version 4 = %+v, %v", r, err)
+	}
+	if got := indexes(cfg.Schema, "keys"); got != pk {
+		t.Fatalf("after version 4 the key table's indexes are %q; want only its primary key", got)
+	}
+	if got := indexes(sch.Name, "decoy"); got != btree {
+		t.Fatalf("version 4 dropped an index of another schema: the decoy's indexes are %q", got)
+	}
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 1}); err != nil || fmt.Sprint(versions(r)) != "[4]" {
+		t.Fatalf("revert version 4 = %+v, %v", r, err)
+	}
+	if got := indexes(cfg.Schema, "keys"); got != btree+"; "+pk {
+		t.Fatalf("after reverting version 4 the key table's indexes are %q; want the btree on expires_at back", got)
+	}
+	// An index dropped beforehand by hand (DROP INDEX CONCURRENTLY, to avoid the migration's
+	// lock) leaves version 4 nothing to do.
+	if _, err := sch.Pool.Exec(ctx, "DROP INDEX CONCURRENTLY "+pgx.Identifier{cfg.Schema, "keys_expires_at_idx"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
+		t.Fatalf("migrate to version 4 with the index already gone: %v", err)
+	}
+	if got := indexes(cfg.Schema, "keys"); got != pk {
+		t.Fatalf("after version 4 again the key table's indexes are %q; want only its primary key", got)
+	}
 }

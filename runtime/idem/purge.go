@@ -19,12 +19,15 @@ type PurgeResult struct {
 }
 
 // Purge deletes expired completed keys (and in-flight rows whose lease and TTL are both long
-// gone) in batches until none is left or ctx ends.
+// gone) in batches, walking the key table once in its physical order, until the walk ends or
+// ctx does.
 //
-// Each batch is its own short DELETE of at most BatchSize rows, so purging never blocks claims
-// for long; it re-checks each row's expiry as it deletes it, so a key a request has just taken
-// over stays. It is safe to run from several processes at once (they then mostly wait for each
-// other's batches: one purger per database is enough). docs/deploy.md has the rates.
+// Each batch is its own short DELETE of at most BatchSize rows from a window of pages (a few
+// batches' worth of rows), so purging never blocks claims for long and no statement reads more
+// than its window; a window is read again while its batches come back full. It re-checks each
+// row's expiry as it deletes it, so a key a request has just taken over stays, and a row a
+// concurrent request moved behind the walk waits for the next run. It is safe to run from
+// several processes at once (one purger per database is enough). docs/deploy.md has the rates.
 func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error) {
 	batch := DefaultPurgeBatchSize
 	var o PurgeOpts
@@ -41,8 +44,17 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 		}
 		return res, nil
 	}
-	for {
-		tag, err := s.db.Exec(ctx, s.sql.purge, batch)
+	pages, citus, err := s.purgePages(ctx)
+	if err != nil {
+		return res, err
+	}
+	stmt := s.sql.purge
+	if citus {
+		stmt = s.sql.purgeCitus
+	}
+	window := max(1, int64(batch)/purgeRowsPerPage)
+	for from := int64(0); from < pages; {
+		tag, err := s.db.Exec(ctx, stmt, batch, from, from+window)
 		if err != nil {
 			return res, storeError(ctx, "purge", err)
 		}
@@ -56,12 +68,40 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 			}
 		}
 		if n < int64(batch) {
-			return res, nil
+			from += window // the window has no expired row left (or only rows a request holds)
 		}
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 	}
+	return res, nil
+}
+
+// purgeRowsPerPage sizes Purge's window of pages: a page of the key table holds a few dozen
+// rows, so a window of BatchSize/8 pages holds several batches' worth when most rows have
+// expired, and a statement reads at most BatchSize/8 pages (1 MB at the default) when few have.
+const purgeRowsPerPage = 8
+
+// purgePages is how many pages of the key table Purge walks: its size when the run starts (rows
+// written later have not expired), and whether the database has Citus, asked anew (unlike the
+// Store's own check at NewStore, which a database not yet reachable leaves false). On Citus each
+// purge statement reads the same window on every shard, so the walk goes as far as the largest
+// shard.
+func (s *Store) purgePages(ctx context.Context) (pages int64, citus bool, err error) {
+	if err := s.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')").Scan(&citus); err != nil {
+		return 0, false, storeError(ctx, "purge: look for Citus", err)
+	}
+	sql := "SELECT pg_relation_size($1::text::regclass) / current_setting('block_size')::bigint"
+	if citus {
+		sql = `SELECT greatest(pg_relation_size(t), CASE WHEN EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t)
+			THEN (SELECT coalesce(max(result::bigint), 0) FROM run_command_on_shards(t, $$SELECT pg_relation_size('%s')$$)) ELSE 0 END)
+			/ current_setting('block_size')::bigint
+			FROM (SELECT $1::text::regclass AS t) AS r`
+	}
+	if err := s.db.QueryRow(ctx, sql, s.table).Scan(&pages); err != nil {
+		return 0, false, storeError(ctx, "purge: size of the key table", err)
+	}
+	return pages, citus, nil
 }
 
 // PurgeEvery runs Purge now and then every interval until ctx ends; it returns ctx's error.

@@ -30,6 +30,9 @@ type statements struct {
 	// transaction, the key's row written once, with the outcome (inserted, or rewritten when the
 	// claim took an expired or abandoned row over), and the notification only a long hold needs.
 	claimLock, completeInsert, completeTakeover, notifyLocked string
+	// purgeCitus is Purge's batch on Citus (sql/purge_citus.sql), which refuses purge's window
+	// on the DELETE itself.
+	purgeCitus string
 
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
@@ -48,7 +51,7 @@ func newStatements(table string) (statements, error) {
 	}{
 		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard}, {"claim_fast", &st.claimFast},
 		{"complete", &st.complete}, {"release", &st.release},
-		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
+		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount}, {"purge_citus", &st.purgeCitus},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},

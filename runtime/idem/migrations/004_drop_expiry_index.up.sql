@@ -1,0 +1,18 @@
+-- Drop the btree on expires_at: every first execution paid one entry in it (an index insert, a
+-- WAL record of 70 to 90 bytes, and its share of page splits) for the benefit of Purge alone, a
+-- maintenance job. Purge now walks the table in its physical order, a window of pages per
+-- statement (a TID range scan, sql/purge.sql), so it needs no index of its own; the request path
+-- reads and writes keys by the primary key only.
+--
+-- A BRIN index on expires_at would be cheap only while rows are appended at the end of the
+-- table: once purged pages are reused, nearly every insert raises its page range's maximum and
+-- writes the summary again, and the ranges' minimums never move up again, so purge would match
+-- most of the table anyway.
+--
+-- DROP INDEX takes an ACCESS EXCLUSIVE lock on the table for a moment: it waits for transactions
+-- that use the key table (a transaction-mode request holds it for its handler's duration), and
+-- requests that start meanwhile wait behind it. Where that pause matters, run
+-- DROP INDEX CONCURRENTLY on the index first: this migration then finds nothing to drop.
+-- Instances of an older version keep serving requests beside the migrated table; only their
+-- Purge becomes a scan of the whole table per batch, so run purge from the new version.
+DROP INDEX IF EXISTS {{.Schema}}.{{.ExpiresIndex}};
