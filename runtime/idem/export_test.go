@@ -138,6 +138,8 @@ func ClaimUnderTenant(c *Claim, tenant string) *Claim {
 	cc := *c
 	cc.Tenant = tenant
 	cc.row.tenant = storedText(tenant)
+	cc.argv = append([]any(nil), c.argv...)
+	cc.argv[0] = cc.row.tenant
 	return &cc
 }
 
