@@ -352,12 +352,13 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
-// check and its guard (sql/replay.sql, sql/replay_guard.sql: a remembered completed row is the
-// answer, and nothing begins), then BEGIN and its settings (synchronous_commit off for the
-// claim's own transaction; see claim for why that loses nothing), the fast claim
+// check and its guard (sql/replay.sql, sql/replay_guard_lease.sql: a remembered completed row is
+// the answer, and nothing begins; otherwise the guard also sets synchronous_commit off for the
+// claim's own transaction; see claim for why that loses nothing), then BEGIN, the fast claim
 // (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard (sql/owner_guard.sql), and the
-// business BEGIN. On Citus neither guard is sent (see citus.go), and a business BEGIN that was
-// not the owner's is rolled back. decided is false when the key has a row that
+// business BEGIN. On Citus neither guard is sent (see citus.go), the claim's transaction is set
+// by SET LOCAL statements behind the BEGIN, and a business BEGIN that was not the owner's is
+// rolled back. decided is false when the key has a row that
 // the replay check did not answer for: the insert then wrote nothing, the guard skipped the
 // business BEGIN, and the full claim must decide.
 //
@@ -376,10 +377,13 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			done, err = scanPeek(rows)
 			return err
 		})
-		if !s.citus {
-			b.Queue(s.sql.replayGuard, c.rowArgs()...)
+		if s.citus {
+			s.leaseSettings(b)
+		} else {
+			// The guard sets the claim's asynchronous commit itself (sql/replay_guard_lease.sql).
+			b.Queue(s.sql.replayGuardLease, c.rowArgs()...)
+			b.Queue(beginSQL)
 		}
-		s.leaseSettings(b)
 		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
 			won = tag.RowsAffected() == 1
 			return nil

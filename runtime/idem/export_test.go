@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,6 +132,14 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // SetOwnerGuard replaces s's lease-mode owner guard (sql/owner_guard.sql), so a test can make it
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
+
+// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql) store the value the
+// claim's transaction has for setting after the key's operation, so a test can see the claim's
+// own settings in the key's row.
+func RecordClaimSetting(s *Store, setting string) {
+	s.sql.claimFast = strings.Replace(s.sql.claimFast, "VALUES ($1, $2, $3, $5,",
+		"VALUES ($1, $2, $3, $5::text || ' ' || current_setting('"+setting+"'),", 1)
+}
 
 // ClaimUnderTenant is c presented under another tenant, for tests that check every statement
 // names the tenant.

@@ -18,6 +18,9 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
+	// replayGuardLease is replayGuard for lease mode's one-trip claim on plain PostgreSQL, which
+	// also sets the claim's asynchronous commit (sql/replay_guard_lease.sql).
+	replayGuardLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
@@ -49,7 +52,7 @@ func newStatements(table string) (statements, error) {
 		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard}, {"claim_fast", &st.claimFast},
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
-		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
+		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"replay_guard_lease", &st.replayGuardLease}, {"notify", &st.notify},
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
 	} {
@@ -68,7 +71,7 @@ func newStatements(table string) (statements, error) {
 		*s.dst = stripComments(b.String())
 	}
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
-		st.replay, st.replayGuard, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+		st.replay, st.replayGuard, st.replayGuardLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
