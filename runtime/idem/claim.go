@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // claimStatus is what a claim decided.
@@ -93,7 +94,10 @@ func (c *Claim) args(more ...any) []any {
 
 // readArgs are the parameters of the claim's read and its guard (sql/claim_read.sql,
 // sql/claim_guard.sql): tenant, scope, key, fingerprint.
-func (c *Claim) readArgs() []any { return []any{c.argv[0], c.argv[1], c.argv[2], c.argv[5]} }
+// fingerprint is the boxed fingerprint, argv's own when the claim has all its parameters.
+func (c *Claim) readArgs(fingerprint any) []any {
+	return []any{c.argv[0], c.argv[1], c.argv[2], fingerprint}
+}
 
 // rowArgs are the parameters of a statement about c's row alone: tenant, scope, key.
 func (c *Claim) rowArgs() []any { return c.argv[:3:3] }
@@ -154,17 +158,23 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // newClaim is the claim p would hold; its token is fresh.
-func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken()) }
+func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
 
-// newClaimWith is the claim p would hold with token, and its parameters (argv). The row's
-// expiry is set at the claim to the TTL plus the handler's timeout, the latest the outcome can
-// complete, so that the completion need not move it (see sql/complete.sql): the key is
-// remembered at least the TTL after it completes, and at most the timeout longer.
-func newClaimWith(p *DoParams, token string) *Claim {
+// newClaimWith is the claim p would hold with token, and its parameters (argv): all of the
+// claim statement's when full, only the leading four otherwise (a claim under the key's advisory
+// lock sends no claim statement). The row's expiry is set at the claim to the TTL plus the
+// handler's timeout, the latest the outcome can complete, so that the completion need not move
+// it (see sql/complete.sql): the key is remembered at least the TTL after it completes, and at
+// most the timeout longer.
+func newClaimWith(p *DoParams, token string, full bool) *Claim {
 	c := &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: token,
 		row: rowOf(p), notify: waits(p)}
-	c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token, p.Operation, p.Fingerprint,
-		millis(c.Lease), millis(ttl(p) + timeout(p))}
+	if full {
+		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token, p.Operation, p.Fingerprint,
+			millis(c.Lease), millis(ttl(p) + timeout(p))}
+	} else {
+		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token}
+	}
 	return c
 }
 
@@ -264,7 +274,7 @@ type claimTry struct {
 // skips the rest of b. On Citus there is no guard (see citus.go): the write runs, and writes
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
-	read := c.readArgs()
+	read := c.readArgs(c.argv[5])
 	b.Queue(s.sql.claimRead, read...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		t.readDone = err == nil
@@ -784,21 +794,22 @@ func (pk *peeked) result(fp string) (*claimResult, error) {
 	return &claimResult{status: claimReplayed, outcome: o, final: pk.expiresLeft}, nil
 }
 
-// storedOutcome is an outcome as its row stores it.
+// storedOutcome is an outcome as its row stores it. The nullable columns scan into pgtype
+// values, which need no allocation (a pointer target costs pgx one per scan).
 type storedOutcome struct {
-	status    *int32
+	status    pgtype.Int4
 	headers   []byte
 	body      []byte
-	reference *string
+	reference pgtype.Text
 }
 
 func (so *storedOutcome) decode() (*Outcome, error) {
 	o := &Outcome{Body: so.body}
-	if so.status != nil {
-		o.Status = int(*so.status)
+	if so.status.Valid {
+		o.Status = int(so.status.Int32)
 	}
-	if so.reference != nil {
-		o.Reference = *so.reference
+	if so.reference.Valid {
+		o.Reference = so.reference.String
 	}
 	if len(so.headers) > 0 {
 		var err error

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // lockClaims says whether a transaction-mode claim of s is the key's advisory lock
@@ -43,13 +44,13 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	for try := 1; ; try++ {
 		// The claim's batch sends no token: only an owner needs one (for its completion), and
 		// it gets it below, so a replay or a mismatch makes none.
-		c := newClaimWith(p, "")
+		c := newClaimWith(p, "", false)
 		c.locked, c.fingerprint = true, p.Fingerprint
 		sent := time.Now()
 		var t claimTry
 		var done *peeked // the lock statement's answer: the key's remembered completed row
 		// The read and its guard take the same parameters: one slice, each boxed once.
-		rowArgs := c.readArgs()
+		rowArgs := c.readArgs(p.Fingerprint)
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
 			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) (err error) {
 				done, err = scanLock(rows, c)
@@ -127,19 +128,19 @@ func scanLock(rows pgx.Rows, c *Claim) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
 		var (
-			fingerprint *string
+			fingerprint pgtype.Text
 			stored      storedOutcome
-			leftMS      *int64
-			lockedAt    *time.Time
+			leftMS      pgtype.Int8
+			lockedAt    pgtype.Timestamptz
 		)
 		if err := rows.Scan(&fingerprint, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &lockedAt, nil); err != nil {
 			return nil, err
 		}
 		switch {
-		case fingerprint != nil && leftMS != nil:
-			pk = &peeked{fingerprint: *fingerprint, outcome: stored, expiresLeft: time.Duration(*leftMS) * time.Millisecond}
-		case lockedAt != nil:
-			c.lockedAt = *lockedAt
+		case fingerprint.Valid && leftMS.Valid:
+			pk = &peeked{fingerprint: fingerprint.String, outcome: stored, expiresLeft: time.Duration(leftMS.Int64) * time.Millisecond}
+		case lockedAt.Valid:
+			c.lockedAt = lockedAt.Time
 		}
 	}
 	return pk, rows.Err()
