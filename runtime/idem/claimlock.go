@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // lockClaims says whether a transaction-mode claim of s is the key's advisory lock
@@ -48,38 +47,29 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		c.locked, c.fingerprint = true, p.Fingerprint
 		sent := time.Now()
 		var t claimTry
-		var done *peeked // the lock statement's answer: the key's remembered completed row
 		// The read and its guard take the same parameters: one slice, each boxed once.
 		rowArgs := c.readArgs(p.Fingerprint)
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) (err error) {
-				done, err = scanLock(rows, c)
-				return err
+			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					if err := rows.Scan(nil, &c.lockedAt); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
 			})
-			b.Queue(s.sql.claimReadLocked, rowArgs...).Query(func(rows pgx.Rows) (err error) {
+			b.Queue(s.sql.claimRead, rowArgs...).Query(func(rows pgx.Rows) (err error) {
 				t.read, err = s.scanRead(rows, c, &t)
 				t.readDone = err == nil
 				return err
 			})
-			b.Queue(s.sql.claimGuardLocked, rowArgs...).Exec(func(pgconn.CommandTag) error {
+			b.Queue(s.sql.claimGuard, rowArgs...).Exec(func(pgconn.CommandTag) error {
 				t.guardPassed = true
 				return nil
 			})
 		}, nil)
 		var pgErr *pgconn.PgError
 		switch {
-		case done != nil && !t.guardPassed && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode:
-			// A remembered completed row, read by the lock statement, which took no lock: the read
-			// behind it looked at no row and its guard skipped the BEGIN. The row decides: a replay,
-			// or a mismatch.
-			s.putBack(ctx, tx)
-			if res, err = done.result(p.Fingerprint); err != nil {
-				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-				return nil, nil, false, storeError(ctx, "claim in transaction", err)
-			}
-			s.remember(p, res, sent)
-			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
-			return nil, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		case t.guardFailed(err):
@@ -120,30 +110,6 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, false, nil
 	}
-}
-
-// scanLock reads the lock statement's row (sql/claim_lock.sql): the key's remembered completed
-// row, when it has one (the statement then took no lock), or the claim's transaction start.
-func scanLock(rows pgx.Rows, c *Claim) (*peeked, error) {
-	var pk *peeked
-	for rows.Next() {
-		var (
-			fingerprint pgtype.Text
-			stored      storedOutcome
-			leftMS      pgtype.Int8
-			lockedAt    pgtype.Timestamptz
-		)
-		if err := rows.Scan(&fingerprint, &stored.status, &stored.headers, &stored.body, &stored.reference, &leftMS, &lockedAt, nil); err != nil {
-			return nil, err
-		}
-		switch {
-		case fingerprint.Valid && leftMS.Valid:
-			pk = &peeked{fingerprint: fingerprint.String, outcome: stored, expiresLeft: time.Duration(leftMS.Int64) * time.Millisecond}
-		case lockedAt.Valid:
-			c.lockedAt = lockedAt.Time
-		}
-	}
-	return pk, rows.Err()
 }
 
 // lockOf is the advisory lock id of the key row r: lockID, or one id for every key in the tests

@@ -229,13 +229,12 @@ func TestLockClaimShortHoldNotifiesNobody(t *testing.T) {
 	}
 }
 
-// A replay under the key's lock is answered by the lock statement, which then sets a flag for
-// its implicit transaction so that the read and the guard behind it skip the row: the flag must
-// end with that transaction. On one connection, after replays, mismatches and a storm of 64
-// replays of a completed key (all replays, nothing executed), the connection must still read a
-// key's row: a new key executes, a different request is refused while a lease-mode claim holds
-// its key (before in progress), the same request is told in progress and takes the key over once
-// the lease ran out, and an expired completed key runs anew.
+// A replay under the key's lock ends the batch's implicit transaction with a failed guard, and
+// nothing of it may stay on the connection. On one connection, after a storm of 64 replays and
+// mismatches of a completed key (all answered, nothing executed), the connection still claims
+// as it should: a new key executes, a different request is refused while a lease-mode claim
+// holds its key (before in progress), the same request is told in progress and takes the key
+// over once the lease ran out, and an expired completed key runs anew.
 func TestLockClaimReplayLeavesTheConnectionReadingRows(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 1})
@@ -316,8 +315,7 @@ func TestLockClaimReplayLeavesTheConnectionReadingRows(t *testing.T) {
 	if err != nil || r.Replayed || attempt != 2 {
 		t.Fatalf("after the lease-mode holder's lease, after a replay: %+v, %v, attempt %d; want taken over as attempt 2", r, err, attempt)
 	}
-	// A completed key whose TTL ran out is a new key again: the lock statement must not answer
-	// with its row.
+	// A completed key whose TTL ran out is a new key again: it must not be replayed.
 	tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" SET expires_at = statement_timestamp() - interval '1 second' WHERE key = 'done'")
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("expire key done: %v, %d rows", err, tag.RowsAffected())

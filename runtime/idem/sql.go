@@ -33,10 +33,6 @@ type statements struct {
 	// transaction, the key's row written once, with the outcome (inserted, or rewritten when the
 	// claim took an expired or abandoned row over), and the notification only a long hold needs.
 	claimLock, completeInsert, completeTakeover, notifyLocked string
-	// claimReadLocked and claimGuardLocked are the claim's read and guard behind that lock
-	// (sql/claim_read.sql and sql/claim_guard.sql with .Locked): they skip the key's row when the
-	// lock statement answered with its completed row.
-	claimReadLocked, claimGuardLocked string
 
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
@@ -60,45 +56,24 @@ func newStatements(table string) (statements, error) {
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
 	} {
-		var err error
-		if *s.dst, err = render(s.file, table, false); err != nil {
+		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
+		if err != nil {
 			return st, err
 		}
-	}
-	for _, s := range []struct {
-		file string
-		dst  *string
-	}{{"claim_read", &st.claimReadLocked}, {"claim_guard", &st.claimGuardLocked}} {
-		var err error
-		if *s.dst, err = render(s.file, table, true); err != nil {
-			return st, err
+		t, err := template.New(s.file).Option("missingkey=error").Parse(string(src))
+		if err != nil {
+			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
 		}
+		var b strings.Builder
+		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
+			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
+		}
+		*s.dst = stripComments(b.String())
 	}
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.replayGuardLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
-		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimReadLocked, st.claimGuardLocked, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
+		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
-}
-
-// render is sql/file.sql for table, without its comments; locked selects a statement's form
-// behind transaction mode's advisory lock (the template's .Locked).
-func render(file, table string, locked bool) (string, error) {
-	src, err := sqlFS.ReadFile("sql/" + file + ".sql")
-	if err != nil {
-		return "", err
-	}
-	t, err := template.New(file).Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return "", fmt.Errorf("idem: sql/%s.sql: %w", file, err)
-	}
-	var b strings.Builder
-	if err := t.Execute(&b, struct {
-		Table  string
-		Locked bool
-	}{table, locked}); err != nil {
-		return "", fmt.Errorf("idem: sql/%s.sql: %w", file, err)
-	}
-	return stripComments(b.String()), nil
 }
 
 // stripComments drops the files' whole-line comments: they are for readers of the .sql files,

@@ -3,10 +3,8 @@
 -- the batch: the read's row is then the answer. Without such a row it returns 1 and the write
 -- decides. The read and the guard see the row at different instants: when they disagree (the
 -- read found it takeable, the guard not), the caller claims again.
--- Sent with .Locked (behind claim_lock.sql) it also fails, without looking at the row, when the
--- lock statement answered with a remembered completed row (idem.claim_replayed, checked first).
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
-SELECT 1 / ({{if .Locked}}coalesce(current_setting('idem.claim_replayed', true), '') <> 'on' AND {{end}}NOT EXISTS (
+SELECT 1 / (NOT EXISTS (
 	SELECT FROM {{.Table}} AS k
 	WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3
 		AND NOT ((k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp()))

@@ -7,13 +7,9 @@
 -- two keys whose ids collide only wait for each other and never change each other's answers.
 --
 -- A key with a remembered completed row takes no lock: that row is final until it expires, so
--- this statement returns it (its first branch: the columns of replay.sql), which decides the
--- replay (or the mismatch) without waiting for anyone, and concurrent replays of one key never
--- queue on its lock. The key's row is read once: the first branch also sets
--- idem.claim_replayed for the transaction, so the read and the guard behind
--- (claim_read.sql, claim_guard.sql, sent with .Locked) look at no row, and the guard fails,
--- skipping the BEGIN. (The NOT EXISTS names nothing of the sub-selects, so PostgreSQL checks it
--- once, before running them; the MATERIALIZED CTE is the one probe of the key's row.)
+-- the read and the guard behind decide the replay (or the mismatch) without waiting for anyone,
+-- and concurrent replays of one key never queue on its lock. (The NOT EXISTS names nothing of
+-- the sub-selects, so PostgreSQL checks it once, before running them.)
 --
 -- The wait is bounded by a lock_timeout set for this statement alone: the inner sub-select saves
 -- the caller's value and sets the bound, the middle one takes the lock, the outer one puts the
@@ -28,23 +24,15 @@
 -- Advisory locks are per node: on Citus the Store claims with claim_fast.sql and claim.sql
 -- instead. Through pgbouncer in transaction mode a transaction-scoped lock is as good as on a
 -- direct connection.
--- Without a remembered completed row it returns the claim's transaction start, for
--- notify_locked.sql (and NULL for the completed row's columns).
+-- It returns the claim's transaction start, for notify_locked.sql.
 -- $1 the lock's id, $2 the wait's bound (a lock_timeout value, such as '50ms'); $3 tenant,
 -- $4 scope, $5 key.
-WITH done AS MATERIALIZED (
-	SELECT k.fingerprint, k.status, k.headers, k.body, k.reference,
-		greatest(0, floor(extract(epoch FROM k.expires_at - statement_timestamp()) * 1000))::bigint AS expires_left_ms
-	FROM {{.Table}} AS k
-	WHERE k.tenant = $3 AND k.scope = $4 AND k.key = $5 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
-)
-SELECT d.fingerprint, d.status, d.headers, d.body, d.reference, d.expires_left_ms, NULL::timestamptz,
-	set_config('idem.claim_replayed', 'on', true)
-FROM done AS d
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, transaction_timestamp(), set_config('lock_timeout', l.saved, true) FROM (
+SELECT set_config('lock_timeout', l.saved, true), transaction_timestamp() FROM (
 	SELECT w.saved, pg_advisory_xact_lock($1::bigint) FROM (
 		SELECT current_setting('lock_timeout') AS saved, set_config('lock_timeout', $2::text, true) OFFSET 0
 	) AS w OFFSET 0
 ) AS l
-WHERE NOT EXISTS (SELECT FROM done)
+WHERE NOT EXISTS (
+	SELECT FROM {{.Table}} AS k
+	WHERE k.tenant = $3 AND k.scope = $4 AND k.key = $5 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
+)

@@ -15,12 +15,7 @@
 -- how long a completed row stays remembered (for the replay cache), and whether the row is fresh
 -- (a takeover's attempt number starts again at 1).
 --
--- Behind the advisory lock (claim_lock.sql), the statement is sent with .Locked: when the lock
--- statement answered with a remembered completed row (it set idem.claim_replayed), it reads
--- nothing (a condition on no column, which PostgreSQL checks once, before the scan).
---
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
-{{define "unreplayed"}}coalesce(current_setting('idem.claim_replayed', true), '') <> 'on'{{end -}}
 {{define "fresh"}}(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp())){{end -}}
 SELECT k.attempt, k.fingerprint = $4 AS same_fingerprint, k.state, k.status, k.headers, k.body, k.reference,
 	greatest(0, ceil(extract(epoch FROM k.lease_expires_at - statement_timestamp()) * 1000))::bigint AS lease_left_ms,
@@ -29,4 +24,4 @@ SELECT k.attempt, k.fingerprint = $4 AS same_fingerprint, k.state, k.status, k.h
 	({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = $4)) AS takeable,
 	{{template "fresh"}} AS fresh
 FROM {{.Table}} AS k
-WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3{{if .Locked}} AND {{template "unreplayed"}}{{end}}
+WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3
