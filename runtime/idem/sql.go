@@ -52,9 +52,10 @@ func newStatements(table string) (statements, error) {
 		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard}, {"claim_fast", &st.claimFast},
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount},
-		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"replay_guard_lease", &st.replayGuardLease}, {"notify", &st.notify},
+		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
+		{"replay_guard_lease", &st.replayGuardLease},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
