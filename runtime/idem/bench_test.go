@@ -193,3 +193,7 @@ func BenchmarkClaimCompleteTransactionMode(b *testing.B) {
 // BenchmarkReplay is a retry of a completed request in lease mode: the claim returns the
 // stored outcome.
 func BenchmarkReplay(b *testing.B) { benchServe(b, idem.ClaimLease, true) }
+
+// BenchmarkReplayTransactionMode is a retry of a completed request in transaction mode: the
+// lock statement answers with the stored outcome, and nothing begins.
+func BenchmarkReplayTransactionMode(b *testing.B) { benchServe(b, idem.ClaimTransaction, true) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // claimStatus is what a claim decided.
@@ -62,9 +63,14 @@ type Claim struct {
 	Attempt int
 	Lease   time.Duration
 
-	token  string
-	row    rowID // the key's row: tenant, scope and key as the table stores them
-	notify bool  // its complete and release notify the duplicates that may wait for it
+	token string
+	row   rowID // the key's row: tenant, scope and key as the table stores them
+	// argv are the claim statement's parameters (claimArgs), each boxed once when the claim is
+	// made: every statement about c leads with a prefix of them (args), so a batch's statements
+	// share the one slice instead of boxing the same values again. Nothing appends to argv in
+	// place: args and claimArgs hand out slices capped at their length.
+	argv   []any
+	notify bool // its complete and release notify the duplicates that may wait for it
 	// locked: the claim is the key's advisory lock, held by the business transaction
 	// (sql/claim_lock.sql), and the key's row is written only at the completion, with the
 	// fingerprint: inserted (sql/complete_insert.sql), or rewritten when the claim takes over a
@@ -79,8 +85,22 @@ func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
 
 // args are the leading parameters of every statement about c: tenant, scope, key, token.
 func (c *Claim) args(more ...any) []any {
-	return append([]any{c.row.tenant, c.row.scope, c.row.key, c.token}, more...)
+	lead := c.argv[:4:4]
+	if len(more) == 0 {
+		return lead
+	}
+	return append(lead, more...)
 }
+
+// readArgs are the parameters of the claim's read and its guard (sql/claim_read.sql,
+// sql/claim_guard.sql): tenant, scope, key, fingerprint.
+// fingerprint is the boxed fingerprint, argv's own when the claim has all its parameters.
+func (c *Claim) readArgs(fingerprint any) []any {
+	return []any{c.argv[0], c.argv[1], c.argv[2], fingerprint}
+}
+
+// rowArgs are the parameters of a statement about c's row alone: tenant, scope, key.
+func (c *Claim) rowArgs() []any { return c.argv[:3:3] }
 
 type claimKey struct{}
 
@@ -106,13 +126,20 @@ type claimResult struct {
 	final time.Duration
 }
 
+// newToken is a random (version 4) UUID in its text form, written in one allocation.
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40 // version 4
 	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	var t [36]byte
+	hex.Encode(t[0:8], b[0:4])
+	hex.Encode(t[9:13], b[4:6])
+	hex.Encode(t[14:18], b[6:8])
+	hex.Encode(t[19:23], b[8:10])
+	hex.Encode(t[24:36], b[10:16])
+	t[8], t[13], t[18], t[23] = '-', '-', '-', '-'
+	return string(t[:])
 }
 
 func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
@@ -131,18 +158,28 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // newClaim is the claim p would hold; its token is fresh.
-func newClaim(p *DoParams) *Claim {
-	return &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: newToken(),
+func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
+
+// newClaimWith is the claim p would hold with token, and its parameters (argv): all of the
+// claim statement's when full, only the leading four otherwise (a claim under the key's advisory
+// lock sends no claim statement). The row's expiry is set at the claim to the TTL plus the
+// handler's timeout, the latest the outcome can complete, so that the completion need not move
+// it (see sql/complete.sql): the key is remembered at least the TTL after it completes, and at
+// most the timeout longer.
+func newClaimWith(p *DoParams, token string, full bool) *Claim {
+	c := &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: token,
 		row: rowOf(p), notify: waits(p)}
+	if full {
+		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token, p.Operation, p.Fingerprint,
+			millis(c.Lease), millis(ttl(p) + timeout(p))}
+	} else {
+		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token}
+	}
+	return c
 }
 
-// claimArgs are the claim statement's parameters. The row's expiry is set at the claim to the
-// TTL plus the handler's timeout, the latest the outcome can complete, so that the completion
-// need not move it (see sql/complete.sql): the key is remembered at least the TTL after it
-// completes, and at most the timeout longer.
-func (s *Store) claimArgs(c *Claim, p *DoParams) []any {
-	return c.args(p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)+timeout(p)))
-}
+// claimArgs are the claim statement's parameters (sql/claim.sql, sql/claim_fast.sql).
+func (s *Store) claimArgs(c *Claim, p *DoParams) []any { return c.argv }
 
 // claim claims p's key (claim: lease; it commits at once) in a transaction of its own: the path
 // for a DB that is not a pool (the Store cannot hold a connection for a batch that also begins
@@ -237,13 +274,14 @@ type claimTry struct {
 // skips the rest of b. On Citus there is no guard (see citus.go): the write runs, and writes
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
-	b.Queue(s.sql.claimRead, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Query(func(rows pgx.Rows) (err error) {
+	read := c.readArgs(c.argv[5])
+	b.Queue(s.sql.claimRead, read...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		t.readDone = err == nil
 		return err
 	})
 	if !s.citus {
-		b.Queue(s.sql.claimGuard, c.row.tenant, c.row.scope, c.row.key, p.Fingerprint).Exec(func(pgconn.CommandTag) error {
+		b.Queue(s.sql.claimGuard, read...).Exec(func(pgconn.CommandTag) error {
 			t.guardPassed = true
 			return nil
 		})
@@ -324,12 +362,13 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
-// check and its guard (sql/replay.sql, sql/replay_guard.sql: a remembered completed row is the
-// answer, and nothing begins), then BEGIN and its settings (synchronous_commit off for the
-// claim's own transaction; see claim for why that loses nothing), the fast claim
+// check and its guard (sql/replay.sql, sql/replay_guard_lease.sql: a remembered completed row is
+// the answer, and nothing begins; otherwise the guard also sets synchronous_commit off for the
+// claim's own transaction; see claim for why that loses nothing), then BEGIN, the fast claim
 // (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard (sql/owner_guard.sql), and the
-// business BEGIN. On Citus neither guard is sent (see citus.go), and a business BEGIN that was
-// not the owner's is rolled back. decided is false when the key has a row that
+// business BEGIN. On Citus neither guard is sent (see citus.go), the claim's transaction is set
+// by SET LOCAL statements behind the BEGIN, and a business BEGIN that was not the owner's is
+// rolled back. decided is false when the key has a row that
 // the replay check did not answer for: the insert then wrote nothing, the guard skipped the
 // business BEGIN, and the full claim must decide.
 //
@@ -344,14 +383,17 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-		b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
+		b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanPeek(rows)
 			return err
 		})
-		if !s.citus {
-			b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key)
+		if s.citus {
+			s.leaseSettings(b)
+		} else {
+			// The guard sets the claim's asynchronous commit itself (sql/replay_guard_lease.sql).
+			b.Queue(s.sql.replayGuardLease, c.rowArgs()...)
+			b.Queue(beginSQL)
 		}
-		s.leaseSettings(b)
 		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
 			won = tag.RowsAffected() == 1
 			return nil
@@ -394,7 +436,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		tx, res = nil, &claimResult{status: claimAcquired, claim: c}
 	case guarded && !committed && done != nil:
 		// A remembered completed row: the replay guard skipped the rest.
-		s.rollback(ctx, tx) // hands the idle connection back
+		s.putBack(ctx, tx)
 		tx = nil
 		if res, err = done.result(p.Fingerprint); err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
@@ -527,6 +569,17 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	}
 }
 
+// putBack hands back the connection of a batch whose BEGIN a guard skipped: the connection is
+// then outside any transaction, with nothing to roll back (pgx has closed tx), and goes straight
+// back to the pool. A connection still in a transaction is rolled back (Store.rollback).
+func (s *Store) putBack(ctx context.Context, tx *bizTx) {
+	if tx.conn != nil && tx.conn.Conn().PgConn().TxStatus() == 'I' {
+		tx.done()
+		return
+	}
+	s.rollback(ctx, tx)
+}
+
 // ownerGuardCode is the owner guard failing on purpose (sql/owner_guard.sql).
 const ownerGuardCode = "22012"
 
@@ -574,12 +627,12 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		won := -1                                          // -1: no fast claim was sent
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *pgx.Batch) {
-				b.Queue(s.sql.replay, c.row.tenant, c.row.scope, c.row.key).Query(func(rows pgx.Rows) (err error) {
+				b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
 				})
 				if !s.citus {
-					b.Queue(s.sql.replayGuard, c.row.tenant, c.row.scope, c.row.key).Exec(func(pgconn.CommandTag) error {
+					b.Queue(s.sql.replayGuard, c.rowArgs()...).Exec(func(pgconn.CommandTag) error {
 						replayPassed = true
 						return nil
 					})
@@ -741,21 +794,22 @@ func (pk *peeked) result(fp string) (*claimResult, error) {
 	return &claimResult{status: claimReplayed, outcome: o, final: pk.expiresLeft}, nil
 }
 
-// storedOutcome is an outcome as its row stores it.
+// storedOutcome is an outcome as its row stores it. The nullable columns scan into pgtype
+// values, which need no allocation (a pointer target costs pgx one per scan).
 type storedOutcome struct {
-	status    *int32
+	status    pgtype.Int4
 	headers   []byte
 	body      []byte
-	reference *string
+	reference pgtype.Text
 }
 
 func (so *storedOutcome) decode() (*Outcome, error) {
 	o := &Outcome{Body: so.body}
-	if so.status != nil {
-		o.Status = int(*so.status)
+	if so.status.Valid {
+		o.Status = int(so.status.Int32)
 	}
-	if so.reference != nil {
-		o.Reference = *so.reference
+	if so.reference.Valid {
+		o.Reference = so.reference.String
 	}
 	if len(so.headers) > 0 {
 		var err error

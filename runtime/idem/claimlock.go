@@ -41,12 +41,14 @@ func (s *Store) lockClaims() bool {
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	for try := 1; ; try++ {
-		c := newClaim(p)
+		// The claim's batch sends no token: only an owner needs one (for its completion), and
+		// it gets it below, so a replay or a mismatch makes none.
+		c := newClaimWith(p, "", false)
 		c.locked, c.fingerprint = true, p.Fingerprint
 		sent := time.Now()
 		var t claimTry
 		// The read and its guard take the same parameters: one slice, each boxed once.
-		rowArgs := []any{c.row.tenant, c.row.scope, c.row.key, p.Fingerprint}
+		rowArgs := c.readArgs(p.Fingerprint)
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
 			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
@@ -70,9 +72,14 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-		case t.guardFailed(err), err == nil && t.read != nil:
-			// A row nobody may take: the read's answer (the caller rolls tx back). When the guard
-			// passed, the row became takeable between the two; the read's answer stands.
+		case t.guardFailed(err):
+			// A row nobody may take: the read's answer. The guard skipped the BEGIN, so the
+			// connection is idle and goes back at once.
+			s.putBack(ctx, tx)
+			tx, res = nil, t.read
+		case err == nil && t.read != nil:
+			// The guard passed: the row became takeable between the read and the guard; the
+			// read's answer stands (the caller rolls tx back).
 			res = t.read
 		case t.raced(err):
 			// The row changed between the read and the guard (a lease-mode claim, which takes
@@ -94,6 +101,10 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
 			c.Attempt, c.takeover = 1, t.found
 			res = &claimResult{status: claimAcquired, claim: c}
+		}
+		if res.status.owns() {
+			c.token = newToken()
+			c.argv[3] = c.token
 		}
 		s.remember(p, res, sent)
 		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})

@@ -3,12 +3,15 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
 // In transaction mode on plain PostgreSQL the claim is an advisory lock on the key, held by the
@@ -223,5 +226,104 @@ func TestLockClaimShortHoldNotifiesNobody(t *testing.T) {
 	n, err := listen.WaitForNotification(ctx)
 	if err != nil || n.Payload != "sentinel" {
 		t.Fatalf("first notification after a short hold: %+v, %v; want the test's sentinel (the completion notified)", n, err)
+	}
+}
+
+// A replay under the key's lock ends the batch's implicit transaction with a failed guard, and
+// nothing of it may stay on the connection. On one connection, after a storm of 64 replays and
+// mismatches of a completed key (all answered, nothing executed), the connection still claims
+// as it should: a new key executes, a different request is refused while a lease-mode claim
+// holds its key (before in progress), the same request is told in progress and takes the key
+// over once the lease ran out, and an expired completed key runs anew.
+func TestLockClaimReplayLeavesTheConnectionReadingRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	do := func(key, fp string, fn idem.HandlerFunc) (*idem.DoResult, error) {
+		return e.Store.Do(ctx, &idem.DoParams{Scope: "s", Key: key, Operation: "op", Fingerprint: fp, Claim: idem.ClaimTransaction, Wait: time.Millisecond}, fn)
+	}
+	if r, err := do("done", "fp", pay(1, "done")); err != nil || r.Replayed {
+		t.Fatalf("first: %+v, %v; want executed", r, err)
+	}
+	var (
+		mu                  sync.Mutex
+		replays, mismatches int
+		wg                  sync.WaitGroup
+		start               = make(chan struct{})
+	)
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			<-start
+			fp := "fp"
+			if i%8 == 0 {
+				fp = "other"
+			}
+			r, err := do("done", fp, pay(1, "again"))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case fp == "other" && errors.Is(err, idem.ErrKeyReused):
+				mismatches++
+			case fp == "fp" && err == nil && r.Replayed && string(r.Outcome.Body) == "done":
+				replays++
+			default:
+				errs <- fmt.Errorf("a request with fingerprint %s: %+v, %v; want the replay of done, or ErrKeyReused for another request", fp, r, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if replays != 56 || mismatches != 8 || e.Payments() != 1 {
+		t.Fatalf("64 requests of a completed key: %d replays, %d refused, %d payments; want 56, 8, 1", replays, mismatches, e.Payments())
+	}
+	// The same connection, after all those replays.
+	if r, err := do("new", "fp", pay(1, "new")); err != nil || r.Replayed || string(r.Outcome.Body) != "new" {
+		t.Fatalf("a new key after replays: %+v, %v; want executed", r, err)
+	}
+	held, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "held", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
+	if err != nil || held.Status != idem.ClaimAcquired {
+		t.Fatalf("lease-mode claim = %+v, %v", held, err)
+	}
+	if _, err := do("done", "fp", pay(1, "again")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := do("held", "other", pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("another request while a lease-mode claim holds the key, after a replay: %v; want ErrKeyReused", err)
+	}
+	if _, err := do("done", "fp", pay(1, "again")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := do("held", "fp", pay(1, "x")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("the same request while a lease-mode claim holds the key, after a replay: %v; want ErrInProgress", err)
+	}
+	expireLease(t, e, "held")
+	if _, err := do("done", "fp", pay(1, "again")); err != nil {
+		t.Fatal(err)
+	}
+	var attempt int
+	r, err := do("held", "fp", func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		attempt = c.Attempt
+		return pay(1, "taken over")(ctx, tx)
+	})
+	if err != nil || r.Replayed || attempt != 2 {
+		t.Fatalf("after the lease-mode holder's lease, after a replay: %+v, %v, attempt %d; want taken over as attempt 2", r, err, attempt)
+	}
+	// A completed key whose TTL ran out is a new key again: it must not be replayed.
+	tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" SET expires_at = statement_timestamp() - interval '1 second' WHERE key = 'done'")
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("expire key done: %v, %d rows", err, tag.RowsAffected())
+	}
+	if r, err := do("done", "other", pay(1, "anew")); err != nil || r.Replayed || string(r.Outcome.Body) != "anew" {
+		t.Fatalf("an expired completed key: %+v, %v; want executed anew", r, err)
+	}
+	if n := e.Payments(); n != 4 {
+		t.Fatalf("%d payments; want 4 (done, new, taken over, anew)", n)
 	}
 }

@@ -552,6 +552,7 @@ func TestAsyncClaimLeavesTheBusinessCommitDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	idem.RecordClaimSetting(s, "synchronous_commit")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var inside string
@@ -567,6 +568,13 @@ func TestAsyncClaimLeavesTheBusinessCommitDurable(t *testing.T) {
 	}
 	if inside != "on" || after != "on" {
 		t.Fatalf("synchronous_commit: %q in the business transaction, %q on the connection after it; want \"on\" for both: the claim's asynchronous commit must stay the claim's", inside, after)
+	}
+	var claimed string
+	if err := pool.QueryRow(ctx, "SELECT operation FROM "+pgx.Identifier{sch.Name, sch.Table}.Sanitize()+" WHERE key = 'k'").Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if claimed != " off" {
+		t.Fatalf("synchronous_commit in the claim's own transaction: %q; want \"off\" (the claim commits without waiting for its flush)", strings.TrimSpace(claimed))
 	}
 }
 

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -132,12 +133,22 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
 
+// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql) store the value the
+// claim's transaction has for setting after the key's operation, so a test can see the claim's
+// own settings in the key's row.
+func RecordClaimSetting(s *Store, setting string) {
+	s.sql.claimFast = strings.Replace(s.sql.claimFast, "VALUES ($1, $2, $3, $5,",
+		"VALUES ($1, $2, $3, $5::text || ' ' || current_setting('"+setting+"'),", 1)
+}
+
 // ClaimUnderTenant is c presented under another tenant, for tests that check every statement
 // names the tenant.
 func ClaimUnderTenant(c *Claim, tenant string) *Claim {
 	cc := *c
 	cc.Tenant = tenant
 	cc.row.tenant = storedText(tenant)
+	cc.argv = append([]any(nil), c.argv...)
+	cc.argv[0] = cc.row.tenant
 	return &cc
 }
 

@@ -18,6 +18,9 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
+	// replayGuardLease is replayGuard for lease mode's one-trip claim on plain PostgreSQL, which
+	// also sets the claim's asynchronous commit (sql/replay_guard_lease.sql).
+	replayGuardLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
@@ -55,6 +58,7 @@ func newStatements(table string) (statements, error) {
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
+		{"replay_guard_lease", &st.replayGuardLease},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -71,7 +75,7 @@ func newStatements(table string) (statements, error) {
 		*s.dst = stripComments(b.String())
 	}
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
-		st.replay, st.replayGuard, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+		st.replay, st.replayGuard, st.replayGuardLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
