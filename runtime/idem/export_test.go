@@ -170,3 +170,10 @@ func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }
 // TxLockWait is the shortest wait on a transaction-mode claim's advisory lock that can run out
 // while its waiter still waits.
 const TxLockWait = txLockWait
+
+// ClaimLockSQL is transaction mode's lock statement (sql/claim_lock.sql) and LockID the lock id
+// it takes for p's key, for tests that send it themselves.
+func ClaimLockSQL(s *Store) string { return s.sql.claimLock }
+func LockID(s *Store, p *DoParams) int64 {
+	return s.lockOf(rowOf(p))
+}

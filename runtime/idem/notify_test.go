@@ -46,3 +46,70 @@ func TestLockClaimLongHoldNotifies(t *testing.T) {
 		t.Fatalf("first notification after a hold of %s: %+v, %v; want the key's (%s), ahead of the test's sentinel", 4*wait, n, err, idem.NotifyPayload(p))
 	}
 }
+
+// The lock statement leaves the caller's lock_timeout as it found it for the transaction its
+// BEGIN opens, whether it took a free lock at once or waited for a held one under its bound: the
+// handler's own statements must not inherit the claim's short bound. Both paths are driven at
+// the SQL level, in one pipeline as the Store sends it (lock statement, BEGIN, then a read of
+// the setting); the held lock is released only once the claim is seen waiting for it, and the
+// wait's bound is long, so the wait path is the one taken.
+func TestLockStatementRestoresTheCallersLockTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "restore", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	id := idem.LockID(e.Store, p)
+	claim := func(conn *pgx.Conn) (string, error) {
+		var setting string
+		b := &pgx.Batch{}
+		b.Queue(idem.ClaimLockSQL(e.Store), id, "15s", "", p.Scope, p.Key)
+		b.Queue("begin")
+		b.Queue("SELECT current_setting('lock_timeout')").QueryRow(func(row pgx.Row) error { return row.Scan(&setting) })
+		b.Queue("rollback")
+		return setting, conn.SendBatch(ctx, b).Close()
+	}
+	connect := func() *pgx.Conn {
+		t.Helper()
+		c, err := pgx.Connect(ctx, e.Sch.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		if _, err := c.Exec(ctx, "SET lock_timeout = '7s'"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waiter, holder := connect(), connect()
+
+	if got, err := claim(waiter); err != nil || got != "7s" {
+		t.Fatalf("a free lock: lock_timeout in the transaction = %q, %v; want the caller's 7s", got, err)
+	}
+
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		setting string
+		err     error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		s, err := claim(waiter)
+		got <- answer{s, err}
+	}()
+	waitFor(t, 10*time.Second, "the claim never waited for the held lock", func() bool {
+		var waiting bool
+		err := holder.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND objid = ($1::bigint & 4294967295)::oid)`, id).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", id); err != nil {
+		t.Fatal(err)
+	}
+	a := recv(t, got, 10*time.Second, "the claim did not answer after the lock was released")
+	if a.err != nil || a.setting != "7s" {
+		t.Fatalf("a held lock, waited for: lock_timeout in the transaction = %q, %v; want the caller's 7s", a.setting, a.err)
+	}
+}

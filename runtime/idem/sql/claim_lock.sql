@@ -11,10 +11,13 @@
 -- and concurrent replays of one key never queue on its lock. (The NOT EXISTS names nothing of
 -- the sub-selects, so PostgreSQL checks it once, before running them.)
 --
--- The wait is bounded by a lock_timeout set for this statement alone: the inner sub-select saves
--- the caller's value and sets the bound, the middle one takes the lock, the outer one puts the
--- caller's value back (OFFSET 0 keeps each level from being merged into the next, so they run in
--- that order). A wait that runs out fails with lock_not_available (SQLSTATE 55P03).
+-- A free lock is taken at once (pg_try_advisory_xact_lock), with no setting touched: the common
+-- case, a key nobody else holds. Only a held one is waited for, and that wait is bounded by a
+-- lock_timeout set for the waiting alone: the inner sub-select saves the caller's value and sets
+-- the bound, the middle one takes the lock, the outer one puts the caller's value back (OFFSET 0
+-- keeps each level from being merged into the next, so they run in that order; OR evaluates the
+-- scalar sub-select, whose target list, unlike an EXISTS's, is kept, only when the try failed). A wait that runs out fails with lock_not_available (SQLSTATE
+-- 55P03).
 --
 -- It is sent ahead of the BEGIN, in the implicit transaction that the BEGIN turns into the
 -- business transaction, so the lock is held until the business transaction ends; when the guard
@@ -27,10 +30,14 @@
 -- It returns the claim's transaction start, for notify_locked.sql.
 -- $1 the lock's id, $2 the wait's bound (a lock_timeout value, such as '50ms'); $3 tenant,
 -- $4 scope, $5 key.
-SELECT set_config('lock_timeout', l.saved, true), transaction_timestamp() FROM (
-	SELECT w.saved, pg_advisory_xact_lock($1::bigint) FROM (
-		SELECT current_setting('lock_timeout') AS saved, set_config('lock_timeout', $2::text, true) OFFSET 0
-	) AS w OFFSET 0
+SELECT l.held, transaction_timestamp() FROM (
+	SELECT pg_try_advisory_xact_lock($1::bigint) OR (
+		SELECT set_config('lock_timeout', w.saved, true) FROM (
+			SELECT v.saved, pg_advisory_xact_lock($1::bigint) FROM (
+				SELECT current_setting('lock_timeout') AS saved, set_config('lock_timeout', $2::text, true) OFFSET 0
+			) AS v OFFSET 0
+		) AS w
+	) IS NOT NULL AS held OFFSET 0
 ) AS l
 WHERE NOT EXISTS (
 	SELECT FROM {{.Table}} AS k
