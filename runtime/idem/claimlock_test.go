@@ -207,15 +207,7 @@ func TestLockClaimShortHoldNotifiesNobody(t *testing.T) {
 	idem.SetNotifyAfter(e.Store, time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	listen, err := pgx.Connect(ctx, e.Sch.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listen.Close(context.Background())
-	channel := pgx.Identifier{idem.Channel(e.Store)}.Sanitize()
-	if _, err := listen.Exec(ctx, "LISTEN "+channel); err != nil {
-		t.Fatal(err)
-	}
+	listen, channel := listenTo(t, ctx, e)
 	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
 	if _, err := e.Store.Do(ctx, p, pay(1, "quick")); err != nil {
 		t.Fatal(err)

@@ -21,15 +21,7 @@ func TestLockClaimLongHoldNotifies(t *testing.T) {
 	idem.SetNotifyAfter(e.Store, wait)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	listen, err := pgx.Connect(ctx, e.Sch.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listen.Close(context.Background())
-	channel := pgx.Identifier{idem.Channel(e.Store)}.Sanitize()
-	if _, err := listen.Exec(ctx, "LISTEN "+channel); err != nil {
-		t.Fatal(err)
-	}
+	listen, channel := listenTo(t, ctx, e)
 	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
 	slow := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		time.Sleep(4 * wait)
@@ -112,4 +104,20 @@ func TestLockStatementRestoresTheCallersLockTimeout(t *testing.T) {
 	if a.err != nil || a.setting != "7s" {
 		t.Fatalf("a held lock, waited for: lock_timeout in the transaction = %q, %v; want the caller's 7s", a.setting, a.err)
 	}
+}
+
+// listenTo opens a connection of its own that listens on e's Store's channel, closed when the
+// test ends, and returns it with the channel's name as SQL writes it.
+func listenTo(t *testing.T, ctx context.Context, e *env) (*pgx.Conn, string) {
+	t.Helper()
+	listen, err := pgx.Connect(ctx, e.Sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { listen.Close(context.Background()) })
+	channel := pgx.Identifier{idem.Channel(e.Store)}.Sanitize()
+	if _, err := listen.Exec(ctx, "LISTEN "+channel); err != nil {
+		t.Fatal(err)
+	}
+	return listen, channel
 }

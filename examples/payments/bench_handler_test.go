@@ -1,9 +1,10 @@
 package main
 
-// BenchmarkFirstHandler: one first execution (a new key each time) served in process through a
-// bench server's real HTTP handler on real PostgreSQL, so that its CPU and allocation profile is
-// the server's own work per first execution (go test -bench FirstHandler -cpuprofile,
-// -memprofile). make bench-http measures the same over loopback.
+// BenchmarkFirstHandler and BenchmarkReplayHandler: one first execution (a new key each time),
+// or one replay, served in process through a bench server's real HTTP handler on real
+// PostgreSQL, without sockets between client and server, so that its CPU and allocation profile
+// is the server's own work per request (go test -bench 'FirstHandler|ReplayHandler'
+// -cpuprofile, -memprofile). make bench-http measures the same over loopback.
 
 import (
 	"bytes"
@@ -18,16 +19,52 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
 func BenchmarkFirstHandler(b *testing.B) {
 	for _, mode := range []string{serverCeiling, serverPeer, serverLease, serverTransaction} {
-		b.Run(mode, func(b *testing.B) { benchFirstHandler(b, mode) })
+		b.Run(mode, func(b *testing.B) {
+			serve := inProcess(b, mode)
+			n := 0
+			first := func() {
+				n++
+				if rec := serve("first-" + strconv.Itoa(n)); rec.Code != http.StatusCreated {
+					b.Fatalf("first execution: status %d, want 201: %s", rec.Code, rec.Body)
+				}
+			}
+			first()
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				first()
+			}
+		})
 	}
 }
 
-func benchFirstHandler(b *testing.B, mode string) {
+func BenchmarkReplayHandler(b *testing.B) {
+	for _, mode := range []string{serverPeer, serverLease, serverTransaction} {
+		b.Run(mode, func(b *testing.B) {
+			serve := inProcess(b, mode)
+			if rec := serve("replayed"); rec.Code != http.StatusCreated {
+				b.Fatalf("first execution: status %d, want 201: %s", rec.Code, rec.Body)
+			}
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				if rec := serve("replayed"); rec.Code != http.StatusCreated || rec.Header().Get(idemhttp.HeaderReplayed) != "true" {
+					b.Fatalf("replay: status %d, replayed %q; want 201, replayed", rec.Code, rec.Header().Get(idemhttp.HeaderReplayed))
+				}
+			}
+		})
+	}
+}
+
+// inProcess builds bench server mode's HTTP stack on a schema and pool of its own and returns
+// the function that serves it one create with the given key.
+func inProcess(b *testing.B, mode string) func(key string) *httptest.ResponseRecorder {
 	ctx := context.Background()
 	sch := idemtest.TestSchema(b, &idemtest.SchemaOpts{MaxConns: 2})
 	if err := migrate(ctx, sch.Pool); err != nil {
@@ -48,13 +85,11 @@ func benchFirstHandler(b *testing.B, mode string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := 0
-	serve := func() *httptest.ResponseRecorder {
-		n++
+	return func(key string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/v1/payments", bytes.NewReader(benchBodyBytes))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(tenantHeader, benchTenant)
-		req.Header.Set("Idempotency-Key", "first-"+strconv.Itoa(n))
+		req.Header.Set("Idempotency-Key", key)
 		// A served request's context can be cancelled (the client may leave), and pgx watches
 		// such a context for every statement: so does this one.
 		rctx, cancel := context.WithCancel(ctx)
@@ -62,16 +97,6 @@ func benchFirstHandler(b *testing.B, mode string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req.WithContext(rctx))
 		return rec
-	}
-	if rec := serve(); rec.Code != http.StatusCreated {
-		b.Fatalf("first execution: status %d, want 201: %s", rec.Code, rec.Body)
-	}
-	b.ReportAllocs()
-	defer reportCPU(b)()
-	for b.Loop() {
-		if rec := serve(); rec.Code != http.StatusCreated {
-			b.Fatalf("first execution: status %d, want 201: %s", rec.Code, rec.Body)
-		}
 	}
 }
 
