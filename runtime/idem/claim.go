@@ -179,7 +179,7 @@ func newClaimWith(p *DoParams, token string, full bool) *Claim {
 }
 
 // claimArgs are the claim statement's parameters (sql/claim.sql, sql/claim_fast.sql).
-func (s *Store) claimArgs(c *Claim, p *DoParams) []any { return c.argv }
+func (c *Claim) claimArgs() []any { return c.argv }
 
 // claim claims p's key (claim: lease; it commits at once) in a transaction of its own: the path
 // for a DB that is not a pool (the Store cannot hold a connection for a batch that also begins
@@ -289,7 +289,7 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 	if mid != nil {
 		mid(b)
 	}
-	b.Queue(s.sql.claim, s.claimArgs(c, p)...).Query(func(rows pgx.Rows) error {
+	b.Queue(s.sql.claim, c.claimArgs()...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			t.wrote = true
 			if err := rows.Scan(&t.attempt); err != nil {
@@ -380,7 +380,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	sent := time.Now()
 	var done *peeked
 	won, committed := false, false
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
 		b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
@@ -394,7 +394,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			b.Queue(s.sql.replayGuardLease, c.rowArgs()...)
 			b.Queue(beginSQL)
 		}
-		b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
 			won = tag.RowsAffected() == 1
 			return nil
 		})
@@ -501,7 +501,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		sent := time.Now()
 		var t claimTry
 		committed := false
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
@@ -641,7 +641,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			if !s.noFastPath {
 				claim = func(b *pgx.Batch) {
 					bounded(b, true, func(b *pgx.Batch) {
-						b.Queue(s.sql.claimFast, s.claimArgs(c, p)...).Exec(func(tag pgconn.CommandTag) error {
+						b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
 							won = int(tag.RowsAffected())
 							return nil
 						})
