@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -72,6 +73,9 @@ type migrationVars struct {
 	Table        string // "schema"."table"
 	Schema       string // "schema": qualifies an index's name where a statement would look it up on the search_path
 	ExpiresIndex string // "table_expires_at_idx" (an index lives in its table's schema)
+	// StateCheck and AttemptCheck are the names PostgreSQL gave version 1's CHECK constraints
+	// on state and attempt, which version 5 drops.
+	StateCheck, AttemptCheck string
 }
 
 // Migrations returns the migrations rendered for m's table, in version order: the SQL to review
@@ -82,6 +86,8 @@ func (m *Migrator) Migrations() ([]Migration, error) {
 		Table:        pgx.Identifier{schema, table}.Sanitize(),
 		Schema:       pgx.Identifier{schema}.Sanitize(),
 		ExpiresIndex: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
+		StateCheck:   pgx.Identifier{autoConstraintName(table, "state", "check")}.Sanitize(),
+		AttemptCheck: pgx.Identifier{autoConstraintName(table, "attempt", "check")}.Sanitize(),
 	}
 	files, err := fs.Glob(migrationFS, "migrations/*.up.sql")
 	if err != nil {
@@ -112,6 +118,40 @@ func (m *Migrator) Migrations() ([]Migration, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxIdentifierBytes is the longest name PostgreSQL keeps (NAMEDATALEN - 1); it cuts longer
+// names short.
+const maxIdentifierBytes = 63
+
+// autoConstraintName is the name PostgreSQL gives a constraint declared without one on column
+// of table (its makeObjectName): table_column_label, where a name over 63 bytes loses bytes
+// from the longer of table and column first, each cut at a character boundary. The table's name
+// is itself as PostgreSQL stored it: cut to 63 bytes.
+func autoConstraintName(table, column, label string) string {
+	table = clipUTF8(table, maxIdentifierBytes)
+	avail := maxIdentifierBytes - len(label) - 2
+	t, c := len(table), len(column)
+	for t+c > avail {
+		if t > c {
+			t--
+		} else {
+			c--
+		}
+	}
+	return clipUTF8(table, t) + "_" + clipUTF8(column, c) + "_" + label
+}
+
+// clipUTF8 is the longest prefix of s of at most n bytes that ends at a character boundary
+// (PostgreSQL's pg_mbcliplen in a UTF-8 database).
+func clipUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func renderMigration(file string, vars migrationVars) (string, error) {

@@ -73,8 +73,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		}
 		total += len(applied[i])
 	}
-	if total != 4 {
-		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 4 applied exactly once", applied)
+	if total != 5 {
+		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 5 applied exactly once", applied)
 	}
 	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || len(r.Versions) != 0 {
 		t.Fatalf("second Migrate = %+v, %v; want a no-op", r, err)
@@ -98,10 +98,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		t.Fatalf("created_at is %s before the database's now()", skew)
 	}
 
-	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[4 3 2 1]" {
-		t.Fatalf("dry run down = %+v, %v; want versions 4, 3, 2 and 1 listed", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[5 4 3 2 1]" {
+		t.Fatalf("dry run down = %+v, %v; want versions 5, 4, 3, 2 and 1 listed", r, err)
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[4 3 2 1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[5 4 3 2 1]" {
 		t.Fatalf("MigrateDown = %+v, %v", r, err)
 	}
 	var exists bool
@@ -109,8 +109,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if exists {
 		t.Fatal("MigrateDown left the table")
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4]" {
-		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 4 again", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4 5]" {
+		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 5 again", r, err)
 	}
 }
 
@@ -183,8 +183,9 @@ func TestMigrationEscapesStoredText(t *testing.T) {
 		}
 	}
 	replayed("after version 2")
-	// Back to version 1: versions 4 (the expiry index) and 3 (the key table's fillfactor) go first.
-	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 3}); err != nil {
+	// Back to version 1: versions 5 (the checks), 4 (the expiry index) and 3 (the key table's
+	// fillfactor) go first.
+	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 4}); err != nil {
 		t.Fatalf("revert version 2: %v", err)
 	}
 	for tenant, stored := range old {
@@ -308,7 +309,7 @@ func TestMigrationDropsTheExpiryIndex(t *testing.T) {
 	if got := indexes(cfg.Schema, "keys"); got != btree+"; "+pk {
 		t.Fatalf("version 3 indexes: %s", got)
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[4]" {
+	if r, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 1}); err != nil || fmt.Sprint(versions(r)) != "[4]" {
 		t.Fatalf("migrate to version 4 = %+v, %v", r, err)
 	}
 	if got := indexes(cfg.Schema, "keys"); got != pk {
@@ -333,5 +334,79 @@ func TestMigrationDropsTheExpiryIndex(t *testing.T) {
 	}
 	if got := indexes(cfg.Schema, "keys"); got != pk {
 		t.Fatalf("after version 4 again the key table's indexes are %q; want only its primary key", got)
+	}
+}
+
+// Version 5 drops version 1's CHECK constraints by the names PostgreSQL gave them, which it
+// shortens for long table names; reverting puts them back under the same names, and they check
+// again.
+func TestMigrationDropsTheCheckConstraints(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, table := range []string{
+		"keys",
+		strings.Repeat("k", 50),          // state_check fits, attempt_check does not
+		"kk" + strings.Repeat("ключ", 6), // 50 bytes, attempt_check's cut inside a character
+		"Keys \"quoted\"",
+	} {
+		cfg := &idem.Config{Schema: sch.Name + "_checks", Table: table}
+		m, err := idem.NewMigrator(sch.Pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks := func() string {
+			t.Helper()
+			rows, err := sch.Pool.Query(ctx, `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint AS c
+				JOIN pg_class AS r ON r.oid = c.conrelid JOIN pg_namespace AS n ON n.oid = r.relnamespace
+				WHERE n.nspname = $1 AND c.contype = 'c' ORDER BY 1`, cfg.Schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.Join(defs, "; ")
+		}
+		const both = "CHECK ((attempt >= 1)); CHECK ((state = ANY (ARRAY['in_flight'::text, 'complete'::text])))"
+		if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 4}); err != nil {
+			t.Fatalf("table %q: %v", table, err)
+		}
+		if got := checks(); got != both {
+			t.Fatalf("table %q at version 4 has the checks %q; want %q", table, got, both)
+		}
+		if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[5]" {
+			t.Fatalf("table %q: migrate to version 5 = %+v, %v", table, r, err)
+		}
+		if got := checks(); got != "" {
+			t.Fatalf("table %q: version 5 left the checks %q: their names are not the ones PostgreSQL chose", table, got)
+		}
+		if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 1}); err != nil || fmt.Sprint(versions(r)) != "[5]" {
+			t.Fatalf("table %q: revert version 5 = %+v, %v", table, r, err)
+		}
+		if got := checks(); got != both {
+			t.Fatalf("table %q: after reverting version 5 the checks are %q; want %q", table, got, both)
+		}
+		s, err := idem.NewStore(sch.Pool, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sch.Pool.Exec(ctx, "INSERT INTO "+s.Table()+` (tenant, scope, key, operation, fingerprint, state, owner_token,
+			lease_expires_at, expires_at) VALUES ('', '', 'k', 'op', 'fp', 'lost', gen_random_uuid(), now(), now())`)
+		if err == nil || !strings.Contains(err.Error(), "23514") {
+			t.Fatalf("table %q: after reverting version 5 a row in state \"lost\" was accepted (%v); want a check violation", table, err)
+		}
+		// Up again, and the next table in a fresh schema.
+		if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := checks(); got != "" {
+			t.Fatalf("table %q: version 5 again left the checks %q", table, got)
+		}
+		if _, err := sch.Pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{cfg.Schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
