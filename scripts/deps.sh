@@ -26,6 +26,20 @@ found() {
 	command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" || -x "/usr/bin/$1" ]]
 }
 
+# Tests run in parallel, and several may find the same command missing at once: one installs while
+# the others wait for it here and then find the command (apt-get itself refuses to run beside
+# another apt-get). The lock is released when this script exits.
+lockfile=${TMPDIR:-/tmp}/idemgen-deps.lock
+if [[ -e "$lockfile" && ! -w "$lockfile" ]]; then
+	exec 9<"$lockfile" # another user's lock file: a read-only descriptor locks as well
+else
+	exec 9>>"$lockfile"
+	chmod a+rw "$lockfile" 2>/dev/null || true
+fi
+if command -v flock >/dev/null 2>&1; then
+	flock -w 600 9 || { echo "deps.sh: waited 10 minutes for another deps.sh ($lockfile) to finish installing" >&2; exit 1; }
+fi
+
 missing=()
 for cmd in "$@"; do
 	found "$cmd" && continue
@@ -44,8 +58,10 @@ fi
 echo "deps.sh: installing ${missing[*]} (Debian packages)" >&2
 export DEBIAN_FRONTEND=noninteractive
 # A package list that is old or absent cannot find the package: refresh it once, then install.
-"${sudo[@]}" apt-get update -qq >/dev/null
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# DPkg::Lock::Timeout waits for an apt-get run by something else (an unattended upgrade, say)
+# instead of failing at once.
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts services its packages ship; the tests start their own, on their own sockets.
 for p in "${missing[@]}"; do
 	case "$p" in
