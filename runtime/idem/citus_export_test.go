@@ -14,7 +14,6 @@ func CitusStatements(s *Store, tenant, scope, key, token string) map[string]Citu
 	st := map[string]CitusStatement{
 		"claimFast":       {s.sql.claimFast, claim, false},
 		"claimRead":       {s.sql.claimRead, []any{t, scope, key, "fp"}, false},
-		"claimGuard":      {s.sql.claimGuard, []any{t, scope, key, "fp"}, false},
 		"claim":           {s.sql.claim, claim, false},
 		"complete":        {s.sql.complete, with(int32(201), nil, []byte("ok"), nil, int64(86400000)), false},
 		"release":         {s.sql.release, with(), false},

@@ -48,7 +48,7 @@ var citusMaintenance = map[string]bool{"purge": true, "purgeCitus": true, "purge
 // citusSkipped are the guards the Store does not send on Citus (see citus.go); citusFence is the
 // one statement that fails on a shard, and only when a lease was lost.
 var (
-	citusSkipped = map[string]bool{"replayGuard": true, "claimGuard": true, "ownerGuard": true}
+	citusSkipped = map[string]bool{"replayGuard": true, "claimReadGuarded": true, "ownerGuard": true}
 	citusFence   = map[string]bool{"complete": true}
 )
 
@@ -59,7 +59,7 @@ func TestCitusRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	stmts := map[string]string{
-		"claimFast": st.claimFast, "claimRead": st.claimRead, "claimGuard": st.claimGuard, "claim": st.claim,
+		"claimFast": st.claimFast, "claimRead": st.claimRead, "claimReadGuarded": st.claimReadGuarded, "claim": st.claim,
 		"complete": st.complete, "release": st.release, "renew": st.renew, "replay": st.replay,
 		"replayGuard": st.replayGuard, "notify": st.notify, "ownerGuard": st.ownerGuard,
 		"purge": st.purge, "purgeCitus": st.purgeCitus, "purgeCount": st.purgeCount,

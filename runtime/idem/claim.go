@@ -92,8 +92,8 @@ func (c *Claim) args(more ...any) []any {
 	return append(lead, more...)
 }
 
-// readArgs are the parameters of the claim's read and its guard (sql/claim_read.sql,
-// sql/claim_guard.sql): tenant, scope, key, fingerprint.
+// readArgs are the parameters of the claim's guarded read (sql/claim_read_guarded.sql, or
+// sql/claim_read.sql on Citus): tenant, scope, key, fingerprint.
 // fingerprint is the boxed fingerprint, argv's own when the claim has all its parameters.
 func (c *Claim) readArgs(fingerprint any) []any {
 	return []any{c.argv[0], c.argv[1], c.argv[2], fingerprint}
@@ -243,8 +243,6 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 		return t.owned(c), nil
 	case err == nil, t.guardFailed(err):
 		return t.read, nil // nil when the row changed under the claim: claim again
-	case t.raced(err):
-		return nil, nil
 	}
 	return nil, err
 }
@@ -253,8 +251,8 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 // read and its write (requests racing for it): past it, the answer is in progress.
 const claimTries = 5
 
-// claimTry is one try of the claim (sql/claim_read.sql, sql/claim_guard.sql, sql/claim.sql), as
-// its statements' answers left it.
+// claimTry is one try of the claim (sql/claim_read_guarded.sql, sql/claim.sql), as its
+// statements' answers left it.
 type claimTry struct {
 	readDone, guardPassed bool
 	// read is the read's answer when the key has a row nobody may take (then the guard fails
@@ -275,16 +273,14 @@ type claimTry struct {
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
 	read := c.readArgs(c.argv[5])
-	b.Queue(s.sql.claimRead, read...).Query(func(rows pgx.Rows) (err error) {
-		t.read, err = s.scanRead(rows, c, t)
-		t.readDone = err == nil
-		return err
-	})
-	if !s.citus {
-		b.Queue(s.sql.claimGuard, read...).Exec(func(pgconn.CommandTag) error {
-			t.guardPassed = true
-			return nil
+	if s.citus {
+		b.Queue(s.sql.claimRead, read...).Query(func(rows pgx.Rows) (err error) {
+			t.read, err = s.scanRead(rows, c, t)
+			t.readDone = err == nil
+			return err
 		})
+	} else {
+		s.queueGuardedRead(b, c, t, read)
 	}
 	if mid != nil {
 		mid(b)
@@ -300,18 +296,28 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 	})
 }
 
-// guardFailed says err is the claim's guard failing on purpose on a row the read also found
-// nobody may take: t.read is the answer. When the two disagree (the row changed between them),
-// it is false and raced is true: the claim is tried again.
+// queueGuardedRead queues the claim's read and its guard in one statement
+// (sql/claim_read_guarded.sql): the key's row, then, when nobody may take it, the guard's error,
+// which skips the rest of b and leaves t.read as the answer.
+func (s *Store) queueGuardedRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
+	b.Queue(s.sql.claimReadGuarded, args...).Query(func(rows pgx.Rows) (err error) {
+		t.read, err = s.scanRead(rows, c, t)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			t.readDone, t.guardPassed = true, true
+		case t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode:
+			t.readDone = true // the row, then the guard failing on it: t.read is the answer
+		}
+		return err
+	})
+}
+
+// guardFailed says err is the claim's guard failing on purpose on the row the read returned,
+// which nobody may take: t.read is the answer.
 func (t *claimTry) guardFailed(err error) bool {
 	var pgErr *pgconn.PgError
 	return t.readDone && !t.guardPassed && t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
-}
-
-// raced: the guard failed where the read found the row free to take.
-func (t *claimTry) raced(err error) bool {
-	var pgErr *pgconn.PgError
-	return t.readDone && !t.guardPassed && t.read == nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
 }
 
 // owned is the result of a write that returned the row: c holds the key.
@@ -323,7 +329,7 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 	return &claimResult{status: claimAcquired, claim: c}
 }
 
-// claimGuardCode is the claim's guard failing on purpose (sql/claim_guard.sql).
+// claimGuardCode is the claim's guard failing on purpose (sql/claim_read_guarded.sql).
 const claimGuardCode = "22012"
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
@@ -479,7 +485,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 }
 
 // fullClaimAndBegin is claimAndBegin with the full claim, which decides all five outcomes. The
-// batch is: the claim's read and guard (sql/claim_read.sql, sql/claim_guard.sql: a
+// batch is: the claim's guarded read (sql/claim_read_guarded.sql: a
 // row nobody may take is the answer, and nothing begins), BEGIN and its settings, the claim's
 // write (sql/claim.sql, which commits asynchronously, as in claim), COMMIT, a guard that fails
 // unless the committed claim is this request's (sql/owner_guard.sql), and the business BEGIN. A
@@ -531,7 +537,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			// A row nobody may take: the read's answer, and nothing was begun.
 			s.rollback(ctx, tx)
 			tx, res = nil, t.read
-		case t.raced(err) || guarded && committed || err == nil:
+		case guarded && committed || err == nil:
 			// The row changed between the read and the write: nothing was written; claim again.
 			s.rollback(ctx, tx)
 			tx = nil
@@ -691,7 +697,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		case t.guardFailed(err), err == nil && won != 1 && !t.wrote && t.read != nil:
 			// A row nobody may take: the read's answer (the caller rolls tx back).
 			res = t.read
-		case t.raced(err) || err == nil && won != 1 && !t.wrote:
+		case err == nil && won != 1 && !t.wrote:
 			// The row changed between the read and the write: claim again, in a new transaction.
 			s.rollback(ctx, tx)
 			if try < claimTries {

@@ -24,7 +24,7 @@ func (s *Store) lockClaims() bool {
 // advisory lock on the key, and the key's row is written once, at the completion, with the
 // outcome (sql/complete_insert.sql) — where the row-lock claim inserts the row at the claim and
 // updates it at the completion. One round trip sends the lock (its wait bounded by wait), the
-// claim's read and its guard (sql/claim_read.sql, sql/claim_guard.sql: the row is authoritative),
+// claim's guarded read (sql/claim_read_guarded.sql: the row is authoritative),
 // and the BEGIN that makes the implicit transaction holding the lock the business transaction:
 //
 //   - no row, or one this request may take (expired, or an abandoned lease of the same request):
@@ -40,76 +40,54 @@ func (s *Store) lockClaims() bool {
 // (sql/notify_locked.sql).
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
-	for try := 1; ; try++ {
-		// The claim's batch sends no token: only an owner needs one (for its completion), and
-		// it gets it below, so a replay or a mismatch makes none.
-		c := newClaimWith(p, "", false)
-		c.locked, c.fingerprint = true, p.Fingerprint
-		sent := time.Now()
-		var t claimTry
-		// The read and its guard take the same parameters: one slice, each boxed once.
-		rowArgs := c.readArgs(p.Fingerprint)
-		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					if err := rows.Scan(nil, &c.lockedAt); err != nil {
-						return err
-					}
+	// The claim's batch sends no token: only an owner needs one (for its completion), and
+	// it gets it below, so a replay or a mismatch makes none.
+	c := newClaimWith(p, "", false)
+	c.locked, c.fingerprint = true, p.Fingerprint
+	sent := time.Now()
+	var t claimTry
+	// The lock and the guarded read share tenant, scope and key: one slice, each boxed once.
+	rowArgs := c.readArgs(p.Fingerprint)
+	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
+		b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(nil, &c.lockedAt); err != nil {
+					return err
 				}
-				return rows.Err()
-			})
-			b.Queue(s.sql.claimRead, rowArgs...).Query(func(rows pgx.Rows) (err error) {
-				t.read, err = s.scanRead(rows, c, &t)
-				t.readDone = err == nil
-				return err
-			})
-			b.Queue(s.sql.claimGuard, rowArgs...).Exec(func(pgconn.CommandTag) error {
-				t.guardPassed = true
-				return nil
-			})
-		}, nil)
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
-			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-		case t.guardFailed(err):
-			// A row nobody may take: the read's answer. The guard skipped the BEGIN, so the
-			// connection is idle and goes back at once.
-			s.putBack(ctx, tx)
-			tx, res = nil, t.read
-		case err == nil && t.read != nil:
-			// The guard passed: the row became takeable between the read and the guard; the
-			// read's answer stands (the caller rolls tx back).
-			res = t.read
-		case t.raced(err):
-			// The row changed between the read and the guard (a lease-mode claim, which takes
-			// no advisory lock): claim again.
-			s.rollback(ctx, tx)
-			if try < claimTries {
-				continue
 			}
-			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-		case err != nil:
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-			return tx, nil, false, storeError(ctx, "claim in transaction", err)
-		case t.found && !t.fresh:
-			// An abandoned lease of the same request: taken over. Its row is rewritten at the
-			// completion, and only if nobody took it meanwhile.
-			c.Attempt, c.takeover = int(t.rowAttempt)+1, true
-			res = &claimResult{status: claimTakenOver, claim: c}
-		default:
-			// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
-			c.Attempt, c.takeover = 1, t.found
-			res = &claimResult{status: claimAcquired, claim: c}
-		}
-		if res.status.owns() {
-			c.token = newToken()
-			c.argv[3] = c.token
-		}
-		s.remember(p, res, sent)
-		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
-		return tx, res, false, nil
+			return rows.Err()
+		})
+		s.queueGuardedRead(b, c, &t, rowArgs)
+	}, nil)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
+	case t.guardFailed(err):
+		// A row nobody may take: the read's answer. The guard skipped the BEGIN, so the
+		// connection is idle and goes back at once.
+		s.putBack(ctx, tx)
+		tx, res = nil, t.read
+	case err != nil:
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		return tx, nil, false, storeError(ctx, "claim in transaction", err)
+	case t.found && !t.fresh:
+		// An abandoned lease of the same request: taken over. Its row is rewritten at the
+		// completion, and only if nobody took it meanwhile.
+		c.Attempt, c.takeover = int(t.rowAttempt)+1, true
+		res = &claimResult{status: claimTakenOver, claim: c}
+	default:
+		// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
+		c.Attempt, c.takeover = 1, t.found
+		res = &claimResult{status: claimAcquired, claim: c}
 	}
+	if res.status.owns() {
+		c.token = newToken()
+		c.argv[3] = c.token
+	}
+	s.remember(p, res, sent)
+	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+	return tx, res, false, nil
 }
 
 // lockOf is the advisory lock id of the key row r: lockID, or one id for every key in the tests

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -317,5 +318,88 @@ func TestLockClaimReplayLeavesTheConnectionReadingRows(t *testing.T) {
 	}
 	if n := e.Payments(); n != 4 {
 		t.Fatalf("%d payments; want 4 (done, new, taken over, anew)", n)
+	}
+}
+
+// The claim's read and its guard are one statement (sql/claim_read_guarded.sql) whose answer is
+// the key's row followed, when nobody may take it, by the guard's error: it relies on the row
+// reaching the client before the error. With the planner pushed to parallel plans everywhere
+// (parallel costs of zero, and the setting that forces a parallel plan where one is allowed), a
+// replay, a mismatch and an in-progress answer still come from the row, in both modes.
+func TestGuardedReadAnswersUnderParallelPlans(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var version int
+	if err := e.Sch.Pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	force := "force_parallel_mode" // debug_parallel_query from PostgreSQL 16 on
+	if version >= 160000 {
+		force = "debug_parallel_query"
+	}
+	cfg, err := pgxpool.ParseConfig(e.Sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"search_path": e.Sch.Name, force: "on", "parallel_setup_cost": "0",
+		"parallel_tuple_cost": "0", "min_parallel_table_scan_size": "0", "min_parallel_index_scan_size": "0"} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := idem.NewStore(pool, e.Sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+
+	// A lease-mode holder still running, for the in-progress answers.
+	started, gate := make(chan struct{}), make(chan struct{})
+	release := letGo(t, gate)
+	holder := make(chan error, 1)
+	go func() {
+		_, err := s.Do(ctx, &idem.DoParams{Scope: "s", Key: "held", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimLease},
+			func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				close(started)
+				<-gate
+				return pay(1, "held")(ctx, tx)
+			})
+		holder <- err
+	}()
+	recv(t, started, 10*time.Second, "the lease-mode holder's handler never started")
+
+	for _, mode := range []idem.ClaimMode{idem.ClaimTransaction, idem.ClaimLease} {
+		do := func(key, fp, body string) (*idem.DoResult, error) {
+			return s.Do(ctx, &idem.DoParams{Scope: "s", Key: key, Operation: "op", Fingerprint: fp, Claim: mode}, pay(1, body))
+		}
+		key := fmt.Sprintf("done-%d", mode)
+		if r, err := do(key, "fp", "first"); err != nil || r.Replayed {
+			t.Fatalf("mode %v: first request: %+v, %v; want executed", mode, r, err)
+		}
+		if r, err := do(key, "fp", "again"); err != nil || !r.Replayed || string(r.Outcome.Body) != "first" {
+			t.Fatalf("mode %v: the same request again: %+v, %v; want the replay of first", mode, r, err)
+		}
+		if _, err := do(key, "other", "other"); !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("mode %v: a different request with the key: %v; want ErrKeyReused", mode, err)
+		}
+		var inProgress *idem.InProgressError
+		if _, err := do("held", "fp", "dup"); !errors.As(err, &inProgress) {
+			t.Fatalf("mode %v: a duplicate of the running holder: %v; want an InProgressError", mode, err)
+		}
+		if _, err := do("held", "other", "dup"); !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("mode %v: a different request with the running holder's key: %v; want ErrKeyReused", mode, err)
+		}
+	}
+	release()
+	if err := recv(t, holder, 10*time.Second, "the holder never finished"); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	if n := countRows(t, e.Sch.Pool, "SELECT count(*) FROM payments"); n != 3 {
+		t.Fatalf("%d payments; want 3 (each first request once, the holder once)", n)
 	}
 }

@@ -24,10 +24,11 @@ type statements struct {
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
-	// claimRead, claimGuard and claim are the full claim (sql/claim_read.sql,
-	// sql/claim_guard.sql, sql/claim.sql): the row's answer, the guard that skips the write when
-	// nobody may take the row, and the write that inserts the key or takes it over.
-	claimRead, claimGuard, claim string
+	// claimReadGuarded and claim are the full claim (sql/claim_read_guarded.sql, sql/claim.sql):
+	// the row's answer with the guard that skips the write when nobody may take the row, and the
+	// write that inserts the key or takes it over. Citus sends claimRead (sql/claim_read.sql),
+	// the same read without the guard, in claimReadGuarded's place.
+	claimRead, claimReadGuarded, claim string
 	// claimLock, completeInsert, completeTakeover and notifyLocked are transaction mode's claim
 	// on plain PostgreSQL (sql/claim_lock.sql, …): an advisory lock on the key for the business
 	// transaction, the key's row written once, with the outcome (inserted, or rewritten when the
@@ -52,7 +53,7 @@ func newStatements(table string) (statements, error) {
 		file string
 		dst  *string
 	}{
-		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_guard", &st.claimGuard}, {"claim_fast", &st.claimFast},
+		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_fast", &st.claimFast},
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount}, {"purge_citus", &st.purgeCitus},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
@@ -74,7 +75,21 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimGuard, st.claim, st.ownerGuard,
+	// claim_read_guarded.sql wraps claim_read.sql's statement.
+	src, err := sqlFS.ReadFile("sql/claim_read_guarded.sql")
+	if err != nil {
+		return st, err
+	}
+	t, err := template.New("claim_read_guarded").Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		return st, fmt.Errorf("idem: sql/claim_read_guarded.sql: %w", err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, struct{ Read string }{st.claimRead}); err != nil {
+		return st, fmt.Errorf("idem: sql/claim_read_guarded.sql: %w", err)
+	}
+	st.claimReadGuarded = stripComments(b.String())
+	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.replayGuardLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil

@@ -1,6 +1,6 @@
 -- The claim's write: it inserts the key in flight, or takes over a row nobody may keep (see
--- claim_read.sql for "fresh" and "takeable"). It is sent behind the claim's guard
--- (claim_guard.sql), which fails when the row is there and nobody may take it, so a replay, an
+-- claim_read.sql for "fresh" and "takeable"). It is sent behind the claim's guarded read
+-- (claim_read_guarded.sql), which fails when the row is there and nobody may take it, so a replay, an
 -- in-progress answer or a mismatch never writes or locks anything. (On Citus the Store sends no
 -- guard, see citus.go: the write then runs, and for such a row its WHERE writes nothing.)
 --
