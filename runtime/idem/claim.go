@@ -368,7 +368,7 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
-// check and its guard (sql/replay.sql, sql/replay_guard_lease.sql: a remembered completed row is
+// check with its guard (sql/replay_guarded_lease.sql: a remembered completed row is
 // the answer, and nothing begins; otherwise the guard also sets synchronous_commit off for the
 // claim's own transaction; see claim for why that loses nothing), then BEGIN, the fast claim
 // (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard (sql/owner_guard.sql), and the
@@ -389,15 +389,19 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-		b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
+		// On plain PostgreSQL the replay check carries its guard, which also sets the claim's
+		// asynchronous commit (sql/replay_guarded_lease.sql).
+		check := s.sql.replayGuardedLease
+		if s.citus {
+			check = s.sql.replay
+		}
+		b.Queue(check, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanPeek(rows)
 			return err
 		})
 		if s.citus {
 			s.leaseSettings(b)
 		} else {
-			// The guard sets the claim's asynchronous commit itself (sql/replay_guard_lease.sql).
-			b.Queue(s.sql.replayGuardLease, c.rowArgs()...)
 			b.Queue(beginSQL)
 		}
 		b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
@@ -450,8 +454,8 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		}
 	case guarded:
 		// The key has a row the replay check did not answer for (the insert wrote nothing, and
-		// the owner guard skipped the BEGIN), or it completed between the check and its guard
-		// (nothing ran): nothing was written or begun, and the full claim decides.
+		// the owner guard skipped the BEGIN): nothing was written or begun, and the full claim
+		// decides.
 		s.rollback(ctx, tx)
 		return nil, nil, false, nil
 	default:

@@ -18,9 +18,10 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
-	// replayGuardLease is replayGuard for lease mode's one-trip claim on plain PostgreSQL, which
-	// also sets the claim's asynchronous commit (sql/replay_guard_lease.sql).
-	replayGuardLease string
+	// replayGuardedLease is the replay check with its guard in one statement, for lease mode's
+	// one-trip claim on plain PostgreSQL, which also sets the claim's asynchronous commit
+	// (sql/replay_guarded_lease.sql).
+	replayGuardedLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
@@ -59,7 +60,6 @@ func newStatements(table string) (statements, error) {
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
-		{"replay_guard_lease", &st.replayGuardLease},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -75,22 +75,30 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
-	// claim_read_guarded.sql wraps claim_read.sql's statement.
-	src, err := sqlFS.ReadFile("sql/claim_read_guarded.sql")
-	if err != nil {
-		return st, err
+	// The guarded reads wrap a read's statement.
+	for _, s := range []struct {
+		file      string
+		read, dst *string
+	}{
+		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
+		{"replay_guarded_lease", &st.replay, &st.replayGuardedLease},
+	} {
+		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
+		if err != nil {
+			return st, err
+		}
+		t, err := template.New(s.file).Option("missingkey=error").Parse(string(src))
+		if err != nil {
+			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
+		}
+		var b strings.Builder
+		if err := t.Execute(&b, struct{ Read string }{*s.read}); err != nil {
+			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
+		}
+		*s.dst = stripComments(b.String())
 	}
-	t, err := template.New("claim_read_guarded").Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return st, fmt.Errorf("idem: sql/claim_read_guarded.sql: %w", err)
-	}
-	var b strings.Builder
-	if err := t.Execute(&b, struct{ Read string }{st.claimRead}); err != nil {
-		return st, fmt.Errorf("idem: sql/claim_read_guarded.sql: %w", err)
-	}
-	st.claimReadGuarded = stripComments(b.String())
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
-		st.replay, st.replayGuard, st.replayGuardLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+		st.replay, st.replayGuard, st.replayGuardedLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
