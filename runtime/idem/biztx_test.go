@@ -86,9 +86,11 @@ func TestLostLeaseAtCompletionLeavesNoConnectionBehind(t *testing.T) {
 	}
 }
 
-// A lease-mode claim begins the business transaction in its own batch, behind a guard. When the
-// guard disagrees with the claim, the request still runs once, beginning on its own; when the
-// batch fails after the claim committed, the key is given back, so a retry runs at once.
+// A lease-mode full claim begins the business transaction in its own batch, behind an owner
+// guard. When the guard disagrees with the claim, the request still runs once, beginning on its
+// own; when the batch fails after the claim committed, the key is given back, so a retry runs at
+// once. (The fast path's insert carries its own guard and sends no owner guard: these stores
+// claim the full way.)
 func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
 	t.Parallel()
 	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 2})
@@ -101,6 +103,7 @@ func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
 	}
 
 	disagrees, _ := idem.NewStore(sch.Pool, sch.Config())
+	idem.DisableFastPath(disagrees)
 	// As if the claim were not this request's: the guard divides by zero.
 	idem.SetOwnerGuard(disagrees, guardSQL("1 / (length($1::text) * 0)"))
 	p := &idem.DoParams{Scope: "s", Key: "disagree", Fingerprint: "fp"}
@@ -112,6 +115,7 @@ func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
 	}
 
 	fails, _ := idem.NewStore(sch.Pool, sch.Config())
+	idem.DisableFastPath(fails)
 	// Fails otherwise, after the claim committed.
 	idem.SetOwnerGuard(fails, guardSQL("($1::text || ' is not a number')::int"))
 	p = &idem.DoParams{Scope: "s", Key: "fails", Fingerprint: "fp"}

@@ -371,12 +371,12 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 // check with its guard (sql/replay_guarded_lease.sql: a remembered completed row is
 // the answer, and nothing begins; otherwise the guard also sets synchronous_commit off for the
 // claim's own transaction; see claim for why that loses nothing), then BEGIN, the fast claim
-// (sql/claim_fast.sql: a plain insert), COMMIT, the owner guard (sql/owner_guard.sql), and the
-// business BEGIN. On Citus neither guard is sent (see citus.go), the claim's transaction is set
-// by SET LOCAL statements behind the BEGIN, and a business BEGIN that was not the owner's is
-// rolled back. decided is false when the key has a row that
-// the replay check did not answer for: the insert then wrote nothing, the guard skipped the
-// business BEGIN, and the full claim must decide.
+// with its guard (sql/claim_fast_guarded.sql: a plain insert, which fails when it inserted
+// nothing), COMMIT, and the business BEGIN. On Citus neither guard is sent (see citus.go), the
+// claim's transaction is set by SET LOCAL statements behind the BEGIN, and a business BEGIN that
+// was not the owner's is rolled back. decided is false when the key has a row that the replay
+// check did not answer for: the insert then wrote nothing, its guard skipped the rest, and the
+// full claim must decide.
 //
 // As in fullClaimAndBegin, the batch is waited for even when ctx ends meanwhile (bounded by the
 // store timeout), and a caller that has gone gives back exactly the claim it made, if it made
@@ -404,20 +404,23 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		} else {
 			b.Queue(beginSQL)
 		}
-		b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-			won = tag.RowsAffected() == 1
+		// On plain PostgreSQL the insert carries its guard: it fails when it inserted nothing
+		// (sql/claim_fast_guarded.sql), which skips the COMMIT and the business BEGIN.
+		insert := s.sql.claimFastGuarded
+		if s.citus {
+			insert = s.sql.claimFast
+		}
+		b.Queue(insert, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
+			won = tag.RowsAffected() == 1 // INSERT 0 1, or the guard's SELECT 1
 			return nil
 		})
 		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 			committed = tag.String() == "COMMIT"
 			return nil
 		})
-		if !s.citus {
-			b.Queue(s.sql.ownerGuard, c.args()...)
-		}
 	}, nil)
 	var pgErr *pgconn.PgError
-	guarded := errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode // or replayGuardCode: the same
+	guarded := errors.As(err, &pgErr) && pgErr.Code == replayGuardCode // or the fast claim's guard: the same
 	switch {
 	case err == nil && won && committed:
 		// Claimed and begun.
@@ -437,14 +440,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		// written, the business BEGIN is taken back, and the full claim decides.
 		s.rollback(ctx, tx)
 		return nil, nil, false, nil
-	case guarded && committed && won:
-		// Claimed and committed, but the owner guard disagrees (a lease shorter than a round
-		// trip, taken over already): the caller begins on its own, and its completion's fence
-		// decides.
-		s.rollback(ctx, tx)
-		c.Attempt = 1
-		tx, res = nil, &claimResult{status: claimAcquired, claim: c}
-	case guarded && !committed && done != nil:
+	case guarded && done != nil:
 		// A remembered completed row: the replay guard skipped the rest.
 		s.putBack(ctx, tx)
 		tx = nil
@@ -453,9 +449,9 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
 	case guarded:
-		// The key has a row the replay check did not answer for (the insert wrote nothing, and
-		// the owner guard skipped the BEGIN): nothing was written or begun, and the full claim
-		// decides.
+		// The key has a row the replay check did not answer for: the insert wrote nothing,
+		// its guard skipped the COMMIT and the business BEGIN, and the claim's empty
+		// transaction is rolled back; the full claim decides.
 		s.rollback(ctx, tx)
 		return nil, nil, false, nil
 	default:

@@ -25,6 +25,9 @@ type statements struct {
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
+	// claimFastGuarded is lease mode's fast claim on plain PostgreSQL: claimFast failing when it
+	// inserted nothing (sql/claim_fast_guarded.sql).
+	claimFastGuarded string
 	// claimReadGuarded and claim are the full claim (sql/claim_read_guarded.sql, sql/claim.sql):
 	// the row's answer with the guard that skips the write when nobody may take the row, and the
 	// write that inserts the key or takes it over. Citus sends claimRead (sql/claim_read.sql),
@@ -82,6 +85,7 @@ func newStatements(table string) (statements, error) {
 	}{
 		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
 		{"replay_guarded_lease", &st.replay, &st.replayGuardedLease},
+		{"claim_fast_guarded", &st.claimFast, &st.claimFastGuarded},
 	} {
 		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
 		if err != nil {
@@ -97,7 +101,7 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = stripComments(b.String())
 	}
-	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
+	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimFastGuarded, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.replayGuardedLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
