@@ -401,11 +401,12 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		})
 		if s.citus {
 			s.leaseSettings(b)
-		} else {
-			b.Queue(beginSQL)
 		}
 		// On plain PostgreSQL the insert carries its guard: it fails when it inserted nothing
-		// (sql/claim_fast_guarded.sql), which skips the COMMIT and the business BEGIN.
+		// (sql/claim_fast_guarded.sql), which skips the COMMIT and the business BEGIN. It runs
+		// with the check in the batch's implicit transaction, which the COMMIT commits (no
+		// BEGIN: a failure then aborts only the implicit transaction, and the connection is idle
+		// again when the batch ends, with nothing to roll back).
 		insert := s.sql.claimFastGuarded
 		if s.citus {
 			insert = s.sql.claimFast
@@ -449,10 +450,10 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
 	case guarded:
-		// The key has a row the replay check did not answer for: the insert wrote nothing,
-		// its guard skipped the COMMIT and the business BEGIN, and the claim's empty
-		// transaction is rolled back; the full claim decides.
-		s.rollback(ctx, tx)
+		// The key has a row the replay check did not answer for: the insert wrote nothing, and
+		// its guard skipped the COMMIT and the business BEGIN and ended the batch's implicit
+		// transaction, so the connection is idle and goes back at once; the full claim decides.
+		s.putBack(ctx, tx)
 		return nil, nil, false, nil
 	default:
 		if tx != nil {

@@ -216,3 +216,60 @@ func TestClaimPathsFenceALostLease(t *testing.T) {
 		})
 	}
 }
+
+// A lease-mode duplicate of a key in flight is refused by the fast claim's guard and then
+// answered by the full claim: two round trips, one on the full claim alone, with no rollback in
+// between (the fast claim's failure leaves the connection idle). Twenty duplicates, one after the
+// other, on a pool of two, take exactly that many round trips and open no connection.
+func TestInFlightDuplicatesKeepTheirConnections(t *testing.T) {
+	t.Parallel()
+	for _, path := range claimPaths[:2] { // the paths with guards: without them, rollbacks
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			trips := &queryCounter{}
+			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 2, Tracer: trips})
+			if path.full {
+				idem.DisableFastPath(e.Store)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "held", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimLease}
+			started, gate := make(chan struct{}), make(chan struct{})
+			release := letGo(t, gate)
+			holder := make(chan error, 1)
+			go func() {
+				_, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					close(started)
+					<-gate
+					return pay(1, "held")(ctx, tx)
+				})
+				holder <- err
+			}()
+			recv(t, started, 10*time.Second, "the holder's handler never started")
+			// One duplicate first, so that the pool's second connection is open.
+			if _, err := e.Store.Do(ctx, p, pay(1, "dup")); !errors.Is(err, idem.ErrInProgress) {
+				t.Fatalf("duplicate: %v; want ErrInProgress", err)
+			}
+			opened, sent := e.Sch.Pool.Stat().NewConnsCount(), trips.n.Load()
+			for i := range 20 {
+				if _, err := e.Store.Do(ctx, p, pay(1, "dup")); !errors.Is(err, idem.ErrInProgress) {
+					t.Fatalf("duplicate %d: %v; want ErrInProgress", i, err)
+				}
+			}
+			want := int64(2 * 20) // the fast batch, the full claim
+			if path.full {
+				want = 20
+			}
+			if n := trips.n.Load() - sent; n != want {
+				t.Errorf("20 duplicates of a key in flight took %d round trips; want %d", n, want)
+			}
+			if n := e.Sch.Pool.Stat().NewConnsCount() - opened; n != 0 {
+				t.Errorf("20 duplicates of a key in flight opened %d connections; want 0 (each should give its connection back idle)", n)
+			}
+			release()
+			if err := recv(t, holder, 10*time.Second, "the holder never finished"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -8,8 +8,9 @@
 --
 -- Without a completed row it returns nothing and turns off synchronous_commit for the claim's own
 -- transaction (see Store.claim for why that loses nothing), which saves the batch a statement of
--- its own for it: the statement runs in the implicit transaction that the BEGIN behind it turns
--- into the claim's transaction, so the setting holds until the claim's COMMIT, and the business
+-- its own for it: the statement runs in the batch's implicit transaction, which is the claim's
+-- transaction (the fast claim's insert runs in it too), so the setting holds until the claim's
+-- COMMIT, and the business
 -- transaction after it commits synchronously again. The second branch has no FROM, so its
 -- condition is evaluated exactly once, whether or not there is a row; OR evaluates set_config
 -- only when the division did not fail. (On Citus a set_config would run on the worker the
