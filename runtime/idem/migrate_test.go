@@ -291,16 +291,8 @@ func TestMigrationDropsTheExpiryIndex(t *testing.T) {
 	}
 	indexes := func(schema, table string) string {
 		t.Helper()
-		rows, err := sch.Pool.Query(ctx, `SELECT indexname || ': ' || regexp_replace(indexdef, '^.* USING ', '')
+		return joinedRows(t, ctx, sch.Pool, `SELECT indexname || ': ' || regexp_replace(indexdef, '^.* USING ', '')
 			FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 ORDER BY indexname`, schema, table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(defs, "; ")
 	}
 	const pk, btree = "keys_pkey: btree (tenant, scope, key)", "keys_expires_at_idx: btree (expires_at)"
 	if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 3}); err != nil {
@@ -358,17 +350,9 @@ func TestMigrationDropsTheCheckConstraints(t *testing.T) {
 		}
 		checks := func() string {
 			t.Helper()
-			rows, err := sch.Pool.Query(ctx, `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint AS c
+			return joinedRows(t, ctx, sch.Pool, `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint AS c
 				JOIN pg_class AS r ON r.oid = c.conrelid JOIN pg_namespace AS n ON n.oid = r.relnamespace
 				WHERE n.nspname = $1 AND c.contype = 'c' ORDER BY 1`, cfg.Schema)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return strings.Join(defs, "; ")
 		}
 		const both = "CHECK ((attempt >= 1)); CHECK ((state = ANY (ARRAY['in_flight'::text, 'complete'::text])))"
 		if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 4}); err != nil {
@@ -409,4 +393,18 @@ func TestMigrationDropsTheCheckConstraints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// joinedRows is the one text column of sql's rows, joined by "; ".
+func joinedRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) string {
+	t.Helper()
+	rows, err := pool.Query(ctx, sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(defs, "; ")
 }

@@ -64,47 +64,52 @@ func newStatements(table string) (statements, error) {
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
 	} {
-		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
+		sql, err := renderSQL(s.file, sqlVars{Table: table})
 		if err != nil {
 			return st, err
 		}
-		t, err := template.New(s.file).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
-		}
-		var b strings.Builder
-		if err := t.Execute(&b, struct{ Table string }{table}); err != nil {
-			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
-		}
-		*s.dst = stripComments(b.String())
+		*s.dst = sql
 	}
-	// The guarded reads wrap a read's statement.
+	// The guarded statements wrap another statement (its Inner), with the guard that fails.
 	for _, s := range []struct {
-		file      string
-		read, dst *string
+		file       string
+		inner, dst *string
 	}{
 		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
 		{"replay_guarded_lease", &st.replay, &st.replayGuardedLease},
 		{"claim_fast_guarded", &st.claimFast, &st.claimFastGuarded},
 	} {
-		src, err := sqlFS.ReadFile("sql/" + s.file + ".sql")
+		sql, err := renderSQL(s.file, sqlVars{Table: table, Inner: *s.inner})
 		if err != nil {
 			return st, err
 		}
-		t, err := template.New(s.file).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
-		}
-		var b strings.Builder
-		if err := t.Execute(&b, struct{ Read string }{*s.read}); err != nil {
-			return st, fmt.Errorf("idem: sql/%s.sql: %w", s.file, err)
-		}
-		*s.dst = stripComments(b.String())
+		*s.dst = sql
 	}
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimFastGuarded, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.replayGuardedLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
+}
+
+// sqlVars are what a sql/*.sql file may use: the key table's sanitised name, and for a guarded
+// statement the statement it wraps.
+type sqlVars struct{ Table, Inner string }
+
+// renderSQL is sql/file.sql rendered with v, without its comments.
+func renderSQL(file string, v sqlVars) (string, error) {
+	src, err := sqlFS.ReadFile("sql/" + file + ".sql")
+	if err != nil {
+		return "", err
+	}
+	t, err := template.New(file).Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		return "", fmt.Errorf("idem: sql/%s.sql: %w", file, err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, v); err != nil {
+		return "", fmt.Errorf("idem: sql/%s.sql: %w", file, err)
+	}
+	return stripComments(b.String()), nil
 }
 
 // stripComments drops the files' whole-line comments: they are for readers of the .sql files,

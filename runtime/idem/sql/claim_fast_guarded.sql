@@ -15,7 +15,7 @@
 -- no guard.
 -- Parameters as claim_fast.sql's.
 WITH ins AS (
-{{.Read}}
+{{.Inner}}
 	RETURNING 1
 )
 SELECT 1 / count(*)::int FROM ins

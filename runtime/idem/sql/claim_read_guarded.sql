@@ -15,7 +15,7 @@
 -- Citus, whose claim has no guard (citus.go), sends claim_read.sql alone.
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
 WITH r AS MATERIALIZED (
-{{.Read}}
+{{.Inner}}
 )
 SELECT * FROM r
 UNION ALL

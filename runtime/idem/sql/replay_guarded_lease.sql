@@ -18,7 +18,7 @@
 -- LOCAL statements instead.)
 -- $1 tenant, $2 scope, $3 key.
 WITH r AS MATERIALIZED (
-{{.Read}}
+{{.Inner}}
 )
 SELECT * FROM r
 UNION ALL
