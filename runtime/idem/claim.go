@@ -370,11 +370,11 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
 // check with its guard (sql/replay_guarded_lease.sql: a remembered completed row is
 // the answer, and nothing begins; otherwise the guard also sets synchronous_commit off for the
-// claim's own transaction; see claim for why that loses nothing), then BEGIN, the fast claim
-// with its guard (sql/claim_fast_guarded.sql: a plain insert, which fails when it inserted
-// nothing), COMMIT, and the business BEGIN. On Citus neither guard is sent (see citus.go), the
-// claim's transaction is set by SET LOCAL statements behind the BEGIN, and a business BEGIN that
-// was not the owner's is rolled back. decided is false when the key has a row that the replay
+// claim's own transaction; see claim for why that loses nothing), then the fast claim with its
+// guard (sql/claim_fast_guarded.sql: a plain insert, which fails when it inserted nothing), both
+// in the batch's implicit transaction, the COMMIT that commits it, and the business BEGIN. On
+// Citus neither guard is sent (see citus.go), the claim's transaction is a BEGIN with SET LOCAL
+// statements behind it, and a business BEGIN that was not the owner's is rolled back. decided is false when the key has a row that the replay
 // check did not answer for: the insert then wrote nothing, its guard skipped the rest, and the
 // full claim must decide.
 //
