@@ -26,9 +26,19 @@ found() {
 	command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" || -x "/usr/bin/$1" ]]
 }
 
-# Tests run in parallel, and several may find the same command missing at once: one installs while
-# the others wait for it here and then find the command (apt-get itself refuses to run beside
-# another apt-get). The lock is released when this script exits.
+missing_packages() {
+	missing=()
+	for cmd in "$@"; do
+		found "$cmd" && continue
+		missing+=("$(pkg_for "$cmd")")
+	done
+}
+missing_packages "$@"
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+# Tests run in parallel, and several may find the same command missing at once (apt-get itself
+# refuses to run beside another apt-get): one installs while the others wait for the lock here,
+# then check again and find the command. The lock is released when this script exits.
 lockfile=${TMPDIR:-/tmp}/idemgen-deps.lock
 if [[ -e "$lockfile" && ! -w "$lockfile" ]]; then
 	exec 9<"$lockfile" # another user's lock file: a read-only descriptor locks as well
@@ -40,11 +50,7 @@ if command -v flock >/dev/null 2>&1; then
 	flock -w 600 9 || { echo "deps.sh: waited 10 minutes for another deps.sh ($lockfile) to finish installing" >&2; exit 1; }
 fi
 
-missing=()
-for cmd in "$@"; do
-	found "$cmd" && continue
-	missing+=("$(pkg_for "$cmd")")
-done
+missing_packages "$@"
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 sudo=()

@@ -241,7 +241,7 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 			return nil, err
 		}
 		return t.owned(c), nil
-	case err == nil, t.guardFailed(err):
+	case err == nil, t.refused:
 		return t.read, nil // nil when the row changed under the claim: claim again
 	}
 	return nil, err
@@ -254,7 +254,9 @@ const claimTries = 5
 // claimTry is one try of the claim (sql/claim_read_guarded.sql, sql/claim.sql), as its
 // statements' answers left it.
 type claimTry struct {
-	readDone, guardPassed bool
+	// refused says the guarded read returned a row nobody may take and its guard failed on it,
+	// skipping the rest of the batch: read is the answer.
+	refused bool
 	// read is the read's answer when the key has a row nobody may take (then the guard fails
 	// and the write is skipped); nil without a row, or for one that may be taken.
 	read *claimResult
@@ -276,7 +278,6 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 	if s.citus {
 		b.Queue(s.sql.claimRead, read...).Query(func(rows pgx.Rows) (err error) {
 			t.read, err = s.scanRead(rows, c, t)
-			t.readDone = err == nil
 			return err
 		})
 	} else {
@@ -303,21 +304,9 @@ func (s *Store) queueGuardedRead(b *pgx.Batch, c *Claim, t *claimTry, args []any
 	b.Queue(s.sql.claimReadGuarded, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		var pgErr *pgconn.PgError
-		switch {
-		case err == nil:
-			t.readDone, t.guardPassed = true, true
-		case t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode:
-			t.readDone = true // the row, then the guard failing on it: t.read is the answer
-		}
+		t.refused = t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
 		return err
 	})
-}
-
-// guardFailed says err is the claim's guard failing on purpose on the row the read returned,
-// which nobody may take: t.read is the answer.
-func (t *claimTry) guardFailed(err error) bool {
-	var pgErr *pgconn.PgError
-	return t.readDone && !t.guardPassed && t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
 }
 
 // owned is the result of a write that returned the row: c holds the key.
@@ -534,7 +523,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			// Claimed and committed, but the owner guard disagrees: the caller begins on its own.
 			s.rollback(ctx, tx)
 			tx, res = nil, t.owned(c)
-		case t.guardFailed(err):
+		case t.refused:
 			// A row nobody may take: the read's answer, and nothing was begun.
 			s.rollback(ctx, tx)
 			tx, res = nil, t.read
@@ -695,7 +684,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			return tx, res, false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-		case t.guardFailed(err), err == nil && won != 1 && !t.wrote && t.read != nil:
+		case t.refused, err == nil && won != 1 && !t.wrote && t.read != nil:
 			// A row nobody may take: the read's answer (the caller rolls tx back).
 			res = t.read
 		case err == nil && won != 1 && !t.wrote:

@@ -63,7 +63,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
 		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-	case t.guardFailed(err):
+	case t.refused:
 		// A row nobody may take: the read's answer. The guard skipped the BEGIN, so the
 		// connection is idle and goes back at once.
 		s.putBack(ctx, tx)

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -155,17 +154,23 @@ func clipUTF8(s string, n int) string {
 }
 
 func renderMigration(file string, vars migrationVars) (string, error) {
-	src, err := migrationFS.ReadFile(file)
+	return renderEmbedded(migrationFS, file, vars)
+}
+
+// renderEmbedded is the template in file of fsys executed with data; a key data lacks is an
+// error.
+func renderEmbedded(fsys embed.FS, file string, data any) (string, error) {
+	src, err := fsys.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("idem: migration %s: %w", file, err)
+		return "", fmt.Errorf("idem: %s: %w", file, err)
 	}
 	t, err := template.New(file).Option("missingkey=error").Parse(string(src))
 	if err != nil {
-		return "", fmt.Errorf("idem: migration %s: %w", file, err)
+		return "", fmt.Errorf("idem: %s: %w", file, err)
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, vars); err != nil {
-		return "", fmt.Errorf("idem: migration %s: %w", file, err)
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("idem: %s: %w", file, err)
 	}
 	return b.String(), nil
 }

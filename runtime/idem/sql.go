@@ -2,9 +2,7 @@ package idem
 
 import (
 	"embed"
-	"fmt"
 	"strings"
-	"text/template"
 )
 
 // The statements live in sql/*.sql, one file each, with the key table's name filled in once
@@ -97,19 +95,8 @@ type sqlVars struct{ Table, Inner string }
 
 // renderSQL is sql/file.sql rendered with v, without its comments.
 func renderSQL(file string, v sqlVars) (string, error) {
-	src, err := sqlFS.ReadFile("sql/" + file + ".sql")
-	if err != nil {
-		return "", err
-	}
-	t, err := template.New(file).Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return "", fmt.Errorf("idem: sql/%s.sql: %w", file, err)
-	}
-	var b strings.Builder
-	if err := t.Execute(&b, v); err != nil {
-		return "", fmt.Errorf("idem: sql/%s.sql: %w", file, err)
-	}
-	return stripComments(b.String()), nil
+	sql, err := renderEmbedded(sqlFS, "sql/"+file+".sql", v)
+	return stripComments(sql), err
 }
 
 // stripComments drops the files' whole-line comments: they are for readers of the .sql files,
