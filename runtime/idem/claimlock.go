@@ -23,42 +23,60 @@ func (s *Store) lockClaims() bool {
 // claimLocked is claimTx on plain PostgreSQL (lockClaims): the claim is a transaction-scoped
 // advisory lock on the key, and the key's row is written once, at the completion, with the
 // outcome (sql/complete_insert.sql) — where the row-lock claim inserts the row at the claim and
-// updates it at the completion. One round trip sends the lock (its wait bounded by wait), the
-// claim's guarded read (sql/claim_read_guarded.sql: the row is authoritative),
-// and the BEGIN that makes the implicit transaction holding the lock the business transaction:
+// updates it at the completion. One round trip sends the lock's try (sql/claim_lock.sql), the
+// claim's guarded read (sql/claim_read_guarded.sql: the row is authoritative), and the BEGIN that
+// makes the implicit transaction holding the lock the business transaction:
 //
 //   - no row, or one this request may take (expired, or an abandoned lease of the same request):
 //     tx is open, the lock held, and the caller owns the key;
 //   - a row nobody may take (completed: a replay or a mismatch; a lease-mode claim in flight):
 //     the guard fails, the BEGIN is skipped and the lock released with the implicit transaction,
-//     and the read's row is the answer;
-//   - a concurrent holder's lock outlasting wait: locked is true (lock_not_available).
+//     and the read's row is the answer. A key with a remembered completed row is read past a
+//     held lock: a replay never waits for one;
+//   - the lock held by somebody else, and no completed row: the try fails, skipping the rest, and
+//     the contended claim (claimContended) follows in a second round trip.
 //
-// Duplicates wait on the lock itself, so a holder's commit or rollback wakes them at once. A
-// duplicate whose wait ran out (after txLockWait at least, unless its own wait was about to end)
-// sleeps until the holder's notification, which the holder sends only after a hold that long
-// (sql/notify_locked.sql).
+// So a new key and a replay, the common cases, pay one statement for the lock and no setting;
+// only a key somebody holds pays the wait's.
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
-	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	// The claim's batch sends no token: only an owner needs one (for its completion), and
 	// it gets it below, so a replay or a mismatch makes none.
 	c := newClaimWith(p, "", false)
 	c.locked, c.fingerprint = true, p.Fingerprint
 	sent := time.Now()
 	var t claimTry
-	// The lock and the guarded read share tenant, scope and key: one slice, each boxed once.
+	// The statements share tenant, scope and key: one slice, each boxed once.
 	rowArgs := c.readArgs(p.Fingerprint)
+	lock := s.lockOf(c.row)
+	var got int32 // claim_lock.sql's answer: lockTaken, or lockSkipped for a completed key
+	busy := false
 	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-		b.Queue(s.sql.claimLock, s.lockOf(c.row), bound, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
+		b.Queue(s.sql.claimLock, lock, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				if err := rows.Scan(nil, &c.lockedAt); err != nil {
+				if err := rows.Scan(&c.lockedAt, &got); err != nil {
 					return err
 				}
 			}
+			var pgErr *pgconn.PgError
+			busy = errors.As(rows.Err(), &pgErr) && pgErr.Code == claimGuardCode
 			return rows.Err()
 		})
 		s.queueGuardedRead(b, c, &t, rowArgs)
 	}, nil)
+	if err == nil && got == lockSkipped {
+		// The lock statement saw a completed row and took no lock, but the read found the key
+		// takeable (the row expired or was purged in between): nothing is owned without the
+		// lock, so the begun transaction goes back and the claim contends for the lock.
+		s.rollback(ctx, tx)
+		tx, busy = nil, true
+	}
+	if busy {
+		if tx != nil {
+			s.putBack(ctx, tx)
+		}
+		t = claimTry{}
+		tx, err = s.claimContended(ctx, c, &t, lock, rowArgs, wait)
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
@@ -90,11 +108,41 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	return tx, res, false, nil
 }
 
-// lockOf is the advisory lock id of the key row r: lockID, or one id for every key in the tests
-// that check that keys sharing an id only wait for each other.
+// What sql/claim_lock.sql returns when it does not fail: the lock taken, or no lock taken
+// because the key has a remembered completed row.
+const (
+	lockSkipped = 1
+	lockTaken   = 2
+)
+
+// claimContended is claimLocked's second round trip, when the key's lock was held: the lock with
+// its wait bounded by wait (sql/claim_lock_wait.sql), the guarded read behind it and the BEGIN,
+// as in the first. A concurrent holder's commit or rollback wakes the wait at once, and the read
+// then sees the holder's outcome; a wait that runs out (after txLockWait at least, unless the
+// duplicate's own wait was about to end) fails with lock_not_available, and the duplicate then
+// sleeps until the holder's notification, which the holder sends only after a hold that long
+// (sql/notify_locked.sql).
+func (s *Store) claimContended(ctx context.Context, c *Claim, t *claimTry, lock int64, rowArgs []any, wait time.Duration) (*bizTx, error) {
+	bound := strconv.FormatInt(millis(wait), 10) + "ms"
+	return s.beginWith(ctx, func(b *pgx.Batch) {
+		b.Queue(s.sql.claimLockWait, lock, bound).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(nil, &c.lockedAt); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+		s.queueGuardedRead(b, c, t, rowArgs)
+	}, nil)
+}
+
+// lockOf is the advisory lock id of the key row r: lockID, or in the tests that check that keys
+// sharing an id only wait for each other, one id for every key of the Store (its table's, so
+// that tests running at once on their own tables do not share it).
 func (s *Store) lockOf(r rowID) int64 {
 	if s.oneLock {
-		return 1
+		return lockID(s.table, rowID{})
 	}
 	return lockID(s.table, r)
 }

@@ -161,8 +161,9 @@ func TestLockClaimCompletionIsFencedByTheRow(t *testing.T) {
 	}
 }
 
-// A replay takes no lock: a completed row is final until it expires, so replays of a key never
-// queue behind each other or behind the key's lock.
+// A replay never waits for the key's lock: a completed row is final until it expires, so when the
+// lock is held (by another replay of the key for an instant, or here by a holder of a colliding
+// id) the lock statement reads past it and the read behind answers, before any wait.
 func TestLockClaimReplayTakesNoLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
@@ -179,7 +180,7 @@ func TestLockClaimReplayTakesNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(1)"); err != nil {
+	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := e.Store.Do(ctx, p, pay(1, "again")); err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
@@ -195,6 +196,88 @@ func TestLockClaimReplayTakesNoLock(t *testing.T) {
 	if _, err := e.Store.Do(ctx, &q, pay(1, "new")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress (it waits on the lock)", err)
 	}
+}
+
+// The lock statement reads past a held lock for a key with a remembered completed row, leaving
+// the read behind it to answer the replay. Should that row be gone by the read (expired or
+// purged in between), the read finds the key takeable, and the claim must not take it without
+// the lock: it rolls back and waits for the lock like any duplicate. Here the lock statement is
+// made to see a completed row for every key, and the lock is held: the new key must wait and be
+// told it is in progress, and nothing may execute.
+func TestLockClaimWithoutTheLockNeverOwns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	idem.SameLockForEveryKey(e.Store)
+	idem.ClaimLockSeesCompletedRows(e.Store)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tx, err := e.Sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
+		t.Fatal(err)
+	}
+	p := &idem.DoParams{Scope: "s", Key: "new", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
+	if _, err := e.Store.Do(ctx, p, pay(1, "new")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress", err)
+	}
+	if n := e.Payments(); n != 0 {
+		t.Fatalf("%d payments while the key's lock was held; want 0", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Store.Do(ctx, p, pay(1, "new")); err != nil || r.Replayed {
+		t.Fatalf("the new key once the lock is free: %+v, %v; want its execution", r, err)
+	}
+	if n := e.Payments(); n != 1 {
+		t.Fatalf("%d payments; want 1", n)
+	}
+}
+
+// A replay is one round trip (the lock's try, the guarded read and the skipped BEGIN in one
+// batch), whether the key's lock is free or held (the lock statement then reads past it: the key
+// has a completed row), and opens no connection: each gives its connection back idle.
+func TestLockClaimReplayRoundTrips(t *testing.T) {
+	t.Parallel()
+	trips := &queryCounter{}
+	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 2, Tracer: trips})
+	e.Warm(2) // the holder below takes one, the replays have the other
+	idem.SameLockForEveryKey(e.Store)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "done", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 10 * time.Second}
+	if _, err := e.Store.Do(ctx, p, pay(1, "done")); err != nil {
+		t.Fatal(err)
+	}
+	replays := func(what string, want int64) {
+		t.Helper()
+		opened, sent := e.Sch.Pool.Stat().NewConnsCount(), trips.n.Load()
+		for i := range 20 {
+			if r, err := e.Store.Do(ctx, p, pay(1, "again")); err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
+				t.Fatalf("replay %d %s: %+v, %v; want the replay of done", i, what, r, err)
+			}
+		}
+		if n := trips.n.Load() - sent; n != want {
+			t.Errorf("20 replays %s took %d round trips; want %d", what, n, want)
+		}
+		if n := e.Sch.Pool.Stat().NewConnsCount() - opened; n != 0 {
+			t.Errorf("20 replays %s opened %d connections; want 0", what, n)
+		}
+	}
+	replays("with the lock free", 20)
+	// Someone holds the lock every key of this Store has, on the pool's other connection.
+	tx, err := e.Sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
+		t.Fatal(err)
+	}
+	replays("with the lock held", 20)
 }
 
 // A transaction-mode completion under the key's lock notifies nobody when the lock was held for

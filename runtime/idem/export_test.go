@@ -15,6 +15,13 @@ func DisableRenewal(s *Store) { s.noRenew = true }
 // SameLockForEveryKey gives every key of s one advisory lock id, as if all their ids collided.
 func SameLockForEveryKey(s *Store) { s.oneLock = true }
 
+// HoldTheLockOfEveryKey takes, in tx, the one advisory lock id every key of s has after
+// SameLockForEveryKey.
+func HoldTheLockOfEveryKey(ctx context.Context, s *Store, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockOf(rowID{}))
+	return err
+}
+
 // SetNotifyAfter sets how long a transaction-mode claim under the key's lock must have been held
 // for its completion to notify waiters.
 func SetNotifyAfter(s *Store, d time.Duration) { s.notifyAfter = d }
@@ -176,9 +183,17 @@ func NotifyPayload(p *DoParams) string { return notifyID(rowOf(p)) }
 // while its waiter still waits.
 const TxLockWait = txLockWait
 
-// ClaimLockSQL is transaction mode's lock statement (sql/claim_lock.sql) and LockID the lock id
+// ClaimLockSQL is transaction mode's lock statement with its bounded wait (sql/claim_lock_wait.sql) and LockID the lock id
 // it takes for p's key, for tests that send it themselves.
-func ClaimLockSQL(s *Store) string { return s.sql.claimLock }
+func ClaimLockSQL(s *Store) string { return s.sql.claimLockWait }
+
+// ClaimLockSeesCompletedRows makes s's lock statement (sql/claim_lock.sql) take every key whose
+// lock is held for one with a remembered completed row, as it would when such a row expires or
+// is purged between the lock statement and the read behind it.
+func ClaimLockSeesCompletedRows(s *Store) {
+	s.sql.claimLock = strings.Replace(s.sql.claimLock, "1 / (EXISTS (", "1 / (true OR EXISTS (", 1)
+}
+
 func LockID(s *Store, p *DoParams) int64 {
 	return s.lockOf(rowOf(p))
 }

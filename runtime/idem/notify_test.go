@@ -55,7 +55,7 @@ func TestLockStatementRestoresTheCallersLockTimeout(t *testing.T) {
 	claim := func(conn *pgx.Conn) (string, error) {
 		var setting string
 		b := &pgx.Batch{}
-		b.Queue(idem.ClaimLockSQL(e.Store), id, "15s", "", p.Scope, p.Key)
+		b.Queue(idem.ClaimLockSQL(e.Store), id, "15s")
 		b.Queue("begin")
 		b.Queue("SELECT current_setting('lock_timeout')").QueryRow(func(row pgx.Row) error { return row.Scan(&setting) })
 		b.Queue("rollback")

@@ -36,6 +36,9 @@ type statements struct {
 	// transaction, the key's row written once, with the outcome (inserted, or rewritten when the
 	// claim took an expired or abandoned row over), and the notification only a long hold needs.
 	claimLock, completeInsert, completeTakeover, notifyLocked string
+	// claimLockWait is the lock of transaction mode's contended claim on plain PostgreSQL, sent
+	// when claimLock found the key's lock held: its wait bounded (sql/claim_lock_wait.sql).
+	claimLockWait string
 	// purgeCitus is Purge's batch on Citus (sql/purge_citus.sql), which refuses purge's window
 	// on the DELETE itself.
 	purgeCitus string
@@ -59,7 +62,7 @@ func newStatements(table string) (statements, error) {
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount}, {"purge_citus", &st.purgeCitus},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
-		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"complete_insert", &st.completeInsert},
+		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"claim_lock_wait", &st.claimLockWait}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table})
@@ -85,7 +88,7 @@ func newStatements(table string) (statements, error) {
 	}
 	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimFastGuarded, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.replayGuardedLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
-		lockWaitDefault, lockWaitRestore, st.claimLock, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
+		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimLockWait, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
 
