@@ -39,6 +39,9 @@ func NewMigrator(db DB, cfg *Config) (*Migrator, error) {
 	if cfg != nil && cfg.Table != "" {
 		m.table = cfg.Table
 	}
+	if err := checkTable(m.table); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -122,6 +125,21 @@ func (m *Migrator) Migrations() ([]Migration, error) {
 // maxIdentifierBytes is the longest name PostgreSQL keeps (NAMEDATALEN - 1); it cuts longer
 // names short.
 const maxIdentifierBytes = 63
+
+// MaxTableBytes is the longest key table name a Store and a Migrator take. PostgreSQL cuts a
+// name to 63 bytes, and the table has companions named after it: its migration log
+// (<table>_migrations) and, until migration 4 drops it, its expiry index
+// (<table>_expires_at_idx). With a longer name two of them would be cut to one name.
+const MaxTableBytes = 61
+
+// checkTable refuses a key table name that PostgreSQL would cut to a name it already uses
+// (MaxTableBytes).
+func checkTable(table string) error {
+	if len(table) > MaxTableBytes {
+		return fmt.Errorf("idem: table name %q is %d bytes; at most %d: PostgreSQL keeps 63 bytes of a name, and %s_migrations and %s_expires_at_idx must stay distinct", table, len(table), MaxTableBytes, table, table)
+	}
+	return nil
+}
 
 // autoConstraintName is the name PostgreSQL gives a constraint declared without one on column
 // of table (its makeObjectName): table_column_label, where a name over 63 bytes loses bytes

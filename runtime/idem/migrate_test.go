@@ -408,3 +408,65 @@ func joinedRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql strin
 	}
 	return strings.Join(defs, "; ")
 }
+
+// A key table name may be as long as PostgreSQL keeps names with room for its companions'
+// suffixes (idem.MaxTableBytes): such a table migrates up, serves, and migrates down. A longer
+// one is refused by NewMigrator and NewStore with an error that says the limit, before
+// anything is created: PostgreSQL would cut <table>_migrations and <table>_expires_at_idx (or the
+// table itself) to one name, and migration 1 would fail with a bare "already exists".
+func TestTableNameLengthLimit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	longest := []string{
+		strings.Repeat("k", idem.MaxTableBytes),
+		"k" + strings.Repeat("ю", (idem.MaxTableBytes-1)/2), // two-byte characters up to the limit
+	}
+	for _, table := range longest {
+		if len(table) != idem.MaxTableBytes {
+			t.Fatalf("test table %q is %d bytes; want %d", table, len(table), idem.MaxTableBytes)
+		}
+		sch := idemtest.TestSchema(t, nil)
+		cfg := &idem.Config{Schema: sch.Name, Table: table}
+		m, err := idem.NewMigrator(sch.Pool, cfg)
+		if err != nil {
+			t.Fatalf("NewMigrator(%d-byte table): %v", len(table), err)
+		}
+		if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
+			t.Fatalf("migrate up a %d-byte table: %v", len(table), err)
+		}
+		s, err := idem.NewStore(sch.Pool, cfg)
+		if err != nil {
+			t.Fatalf("NewStore(%d-byte table): %v", len(table), err)
+		}
+		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+			p := &idem.DoParams{Scope: "s", Key: "k-" + mode.String(), Operation: "op", Fingerprint: "fp", Claim: mode}
+			for i := range 2 {
+				r, err := s.Do(ctx, p, func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+					return &idem.Outcome{Status: 201, Body: []byte("done")}, nil
+				})
+				if err != nil || r.Replayed != (i == 1) {
+					t.Fatalf("%s request %d on a %d-byte table: %+v, %v; want executed, then replayed", mode, i+1, len(table), r, err)
+				}
+			}
+		}
+		if _, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil {
+			t.Fatalf("migrate down a %d-byte table: %v", len(table), err)
+		}
+	}
+	for _, n := range []int{idem.MaxTableBytes + 1, 63, 64, 100} {
+		sch := idemtest.TestSchema(t, nil)
+		cfg := &idem.Config{Schema: sch.Name, Table: strings.Repeat("k", n)}
+		want := fmt.Sprintf("at most %d", idem.MaxTableBytes)
+		if _, err := idem.NewMigrator(sch.Pool, cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewMigrator with a %d-byte table: %v; want an error saying %q", n, err, want)
+		}
+		if _, err := idem.NewStore(sch.Pool, cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewStore with a %d-byte table: %v; want an error saying %q", n, err, want)
+		}
+		var objects int
+		if err := sch.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'kk%'", sch.Name).Scan(&objects); err != nil || objects != 0 {
+			t.Errorf("after refusing a %d-byte table, the schema has %d objects named after it (%v); want none", n, objects, err)
+		}
+	}
+}

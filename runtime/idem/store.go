@@ -61,7 +61,8 @@ const (
 
 // Config configures a Store. The zero value of every field means its default.
 type Config struct {
-	// Schema and Table name the key table; defaults "public" and "idempotency_keys".
+	// Schema and Table name the key table; defaults "public" and "idempotency_keys". Table is
+	// at most MaxTableBytes long.
 	Schema string
 	Table  string
 	// Tenant returns the tenant of a request, for policies whose scope includes "tenant".
@@ -220,6 +221,9 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	}
 	if c.Table == "" {
 		c.Table = DefaultTable
+	}
+	if err := checkTable(c.Table); err != nil {
+		return nil, err
 	}
 	if c.MaxStoredBody <= 0 {
 		c.MaxStoredBody = DefaultMaxStoredBody
