@@ -1277,6 +1277,8 @@ type dbProfile struct {
 	Connections float64 `json:"server_connections"`
 
 	statements  []stmtProfile
+	// evicted: pg_stat_statements dropped entries while the load ran, so statements may be missing.
+	evicted bool
 	waits       map[waitState]int
 	samples     int
 	schema, app string
@@ -1428,6 +1430,7 @@ func (prof *dbProfile) fill(seg *segment, before, after *dbSnapshot, p *dbProfil
 	slices.SortFunc(prof.statements, func(x, y stmtProfile) int { return cmp.Compare(y.execMS, x.execMS) })
 	prof.ExecMS, prof.PlanMS, prof.StmtWALB = ptr(exec/n), ptr(plan/n), ptr(wal/n)
 	if len(after.statements) < len(before.statements) {
+		prof.evicted = true
 		prof.notes = append(prof.notes, "pg_stat_statements: entries were evicted while the load ran (raise pg_stat_statements.max): some statements may be missing")
 	}
 }
@@ -1768,27 +1771,40 @@ func TestDatabaseProfile(t *testing.T) {
 			}
 			continue
 		}
+		if prof.evicted {
+			// A server shared with many other tests (each on its own schema, so with statements
+			// of its own) can outgrow pg_stat_statements.max: the counts below may then miss
+			// entries through no fault of the runtime.
+			t.Logf("%s: pg_stat_statements evicted entries while the load ran; the statement counts are not checked", tc.row.label())
+			continue
+		}
 		// With pg_stat_statements: the replay check, which names this schema's key table, ran
-		// once per request, and the claim (its fast path, a plain insert into the key table)
-		// once per first execution, whatever other tests ran on the server meanwhile.
+		// once per request, and the claim (its fast path: an insert into the key table, with or
+		// without its guard around it) once per first execution, whatever other tests ran on the
+		// server meanwhile. The replay check is sql/replay.sql, alone or wrapped in its guard.
 		checks, claims := int64(0), int64(0)
 		for _, st := range prof.statements {
 			text := strings.TrimSpace(st.text)
 			switch {
 			case !strings.Contains(text, sch.Name):
-			case strings.HasPrefix(text, "INSERT INTO") && strings.Contains(text, idem.DefaultTable), strings.HasPrefix(text, "WITH cur AS"):
+			case strings.HasPrefix(text, "INSERT INTO") && strings.Contains(text, idem.DefaultTable),
+				strings.HasPrefix(text, "WITH ins AS") && strings.Contains(text, "INSERT INTO"),
+				strings.HasPrefix(text, "WITH cur AS"):
 				claims += st.calls
-			case strings.HasPrefix(text, "SELECT k.fingerprint"):
+			case strings.Contains(text, "SELECT k.fingerprint, k.status"):
 				checks += st.calls
 			}
 		}
-		wantClaims := int64(prof.Requests)
+		// pg_stat_statements records only statements that finish, and a replay's check fails on
+		// purpose once it has returned the row (its guard skips the rest of the batch): so a
+		// first execution's check is counted, and a replay's is not, nor any claim.
+		wantChecks, wantClaims := int64(prof.Requests), int64(prof.Requests)
 		if tc.row.kind == kindReplay {
-			wantClaims = 0
+			wantChecks, wantClaims = 0, 0
 		}
-		if checks != int64(prof.Requests) || claims != wantClaims {
-			t.Errorf("%s: %d requests but %d replay checks and %d claims in pg_stat_statements; want one check per request and %d claims:\n%s",
-				tc.row.label(), prof.Requests, checks, claims, wantClaims, out)
+		if checks != wantChecks || claims != wantClaims {
+			t.Errorf("%s: %d requests but %d finished replay checks and %d claims in pg_stat_statements; want %d and %d:\n%s",
+				tc.row.label(), prof.Requests, checks, claims, wantChecks, wantClaims, out)
 		}
 	}
 }

@@ -63,10 +63,10 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		})
 		s.queueGuardedRead(b, c, &t, rowArgs)
 	}, nil)
-	if err == nil && got == lockSkipped {
-		// The lock statement saw a completed row and took no lock, but the read found the key
-		// takeable (the row expired or was purged in between): nothing is owned without the
-		// lock, so the begun transaction goes back and the claim contends for the lock.
+	if err == nil && got != lockTaken {
+		// The lock statement saw a completed row and took no lock (lockSkipped), but the read
+		// found the key takeable (the row expired or was purged in between): nothing is owned
+		// without the lock, so the begun transaction goes back and the claim contends for it.
 		s.rollback(ctx, tx)
 		tx, busy = nil, true
 	}

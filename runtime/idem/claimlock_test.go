@@ -164,7 +164,7 @@ func TestLockClaimCompletionIsFencedByTheRow(t *testing.T) {
 // A replay never waits for the key's lock: a completed row is final until it expires, so when the
 // lock is held (by another replay of the key for an instant, or here by a holder of a colliding
 // id) the lock statement reads past it and the read behind answers, before any wait.
-func TestLockClaimReplayTakesNoLock(t *testing.T) {
+func TestLockClaimReplayNeverWaitsForTheLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	idem.SameLockForEveryKey(e.Store)

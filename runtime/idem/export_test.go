@@ -191,7 +191,11 @@ func ClaimLockSQL(s *Store) string { return s.sql.claimLockWait }
 // lock is held for one with a remembered completed row, as it would when such a row expires or
 // is purged between the lock statement and the read behind it.
 func ClaimLockSeesCompletedRows(s *Store) {
-	s.sql.claimLock = strings.Replace(s.sql.claimLock, "1 / (EXISTS (", "1 / (true OR EXISTS (", 1)
+	const check = "1 / (EXISTS ("
+	if !strings.Contains(s.sql.claimLock, check) {
+		panic("ClaimLockSeesCompletedRows: sql/claim_lock.sql has no " + check)
+	}
+	s.sql.claimLock = strings.Replace(s.sql.claimLock, check, "1 / (true OR EXISTS (", 1)
 }
 
 func LockID(s *Store, p *DoParams) int64 {

@@ -7,18 +7,19 @@
 -- so two keys whose ids collide only wait for each other and never change each other's answers.
 --
 -- This statement only tries the lock, which a key nobody else holds (the common case: a new key,
--- or a replay) gets at once: it returns 2. A held lock is not waited for here. When the key has
--- a remembered completed row, which is final until it expires, it returns 1 with no lock taken,
--- and the read behind answers the replay (or the mismatch) without waiting for anyone; otherwise
--- it divides by zero (SQLSTATE 22012), which skips the rest of the batch (the read and the BEGIN)
--- and ends the implicit transaction: nothing was taken, nothing is rolled back, and the Store
--- sends the contended claim (claim_lock_wait.sql) in a second round trip. So the claim the
--- common case pays has neither the bounded wait's settings nor a check for a completed row (the
--- EXISTS names nothing of the outer query, so PostgreSQL runs it only when the CASE needs it,
--- after a failed try), and a replay never waits on a key's lock: it takes the free lock for the
--- length of its one batch, or reads past a held one. Should the completed row expire or be purged
--- between this statement and the read (so that the read finds the key takeable without the lock),
--- the Store rolls the begun transaction back and sends the contended claim instead.
+-- or a replay) gets at once: it returns 2. A held lock is not waited for here. When the key has a
+-- remembered completed row, which is final until it expires, it returns 1 with no lock taken, and
+-- the read behind answers the replay (or the mismatch) without waiting for anyone; otherwise it
+-- divides by zero (SQLSTATE 22012), which skips the rest of the batch (the read and the BEGIN) and
+-- ends the implicit transaction: it holds nothing, so there is nothing to roll back, and the Store
+-- sends the contended claim (claim_lock_wait.sql) in a second round trip. So the claim the common
+-- case pays has neither the bounded wait's settings nor a check for a completed row (the EXISTS
+-- names nothing of the outer query: PostgreSQL plans it as an initplan, run only when the CASE
+-- needs it, after a failed try), and a replay of a key whose completion is visible never waits on
+-- its lock: it takes the free lock for the length of its one batch, or reads past a held one.
+-- Should the completed row expire or be purged between this statement and the read (so that the
+-- read finds the key takeable without the lock), the Store rolls the begun transaction back and
+-- sends the contended claim instead.
 --
 -- It is sent ahead of the BEGIN, in the implicit transaction that the BEGIN turns into the
 -- business transaction, so the lock is held until the business transaction ends; when the guard
