@@ -123,6 +123,26 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 	if err != nil {
 		return nil, storeError(ctx, "begin", err)
 	}
+	return bt, bt.send(ctx, ahead, batch)
+}
+
+// again sends another beginWith batch on bt's connection, which a batch whose BEGIN was
+// skipped left idle: the same connection, so no second acquisition from the pool. A connection
+// that is not idle is given back (rolled back, or closed by the pool), and a new one acquired.
+func (s *Store) again(ctx context.Context, bt *bizTx, ahead, batch func(b *pgx.Batch)) (*bizTx, error) {
+	if bt == nil || bt.conn == nil || bt.conn.Conn().PgConn().TxStatus() != 'I' {
+		if bt != nil {
+			s.putBack(ctx, bt)
+		}
+		return s.beginWith(ctx, ahead, batch)
+	}
+	next := &bizTx{conn: bt.conn}
+	bt.conn = nil
+	return next, next.send(ctx, ahead, batch)
+}
+
+// send is beginWith's batch on bt's connection: ahead, the BEGIN, then batch.
+func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
 	if ahead != nil {
@@ -138,10 +158,7 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 	}
 	br := bt.conn.SendBatch(ctx, b)
 	bt.Tx = br.Tx()
-	if err := br.Close(); err != nil {
-		return bt, err
-	}
-	return bt, nil
+	return br.Close()
 }
 
 // rollback ends the transaction without its work, and gives its connection back. A failed

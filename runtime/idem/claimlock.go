@@ -66,16 +66,16 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	if err == nil && got != lockTaken {
 		// The lock statement saw a completed row and took no lock (lockSkipped), but the read
 		// found the key takeable (the row expired or was purged in between): nothing is owned
-		// without the lock, so the begun transaction goes back and the claim contends for it.
-		s.rollback(ctx, tx)
-		tx, busy = nil, true
+		// without the lock, so the begun transaction is rolled back and the claim contends for
+		// the lock.
+		rctx, cancel := detached(ctx)
+		_ = tx.Rollback(rctx)
+		cancel()
+		busy = true
 	}
 	if busy {
-		if tx != nil {
-			s.putBack(ctx, tx)
-		}
 		t = claimTry{}
-		tx, err = s.claimContended(ctx, c, &t, lock, rowArgs, wait)
+		tx, err = s.claimContended(ctx, tx, c, &t, lock, rowArgs, wait)
 	}
 	var pgErr *pgconn.PgError
 	switch {
@@ -122,9 +122,10 @@ const (
 // duplicate's own wait was about to end) fails with lock_not_available, and the duplicate then
 // sleeps until the holder's notification, which the holder sends only after a hold that long
 // (sql/notify_locked.sql).
-func (s *Store) claimContended(ctx context.Context, c *Claim, t *claimTry, lock int64, rowArgs []any, wait time.Duration) (*bizTx, error) {
+// It goes on the first round trip's connection (first), idle again once its batch failed.
+func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *claimTry, lock int64, rowArgs []any, wait time.Duration) (*bizTx, error) {
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
-	return s.beginWith(ctx, func(b *pgx.Batch) {
+	return s.again(ctx, first, func(b *pgx.Batch) {
 		b.Queue(s.sql.claimLockWait, lock, bound).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				if err := rows.Scan(nil, &c.lockedAt); err != nil {

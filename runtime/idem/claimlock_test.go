@@ -237,6 +237,38 @@ func TestLockClaimWithoutTheLockNeverOwns(t *testing.T) {
 	}
 }
 
+// A duplicate of a key in flight pays the failed try and then the contended claim, both on one
+// connection: the first batch's failure leaves it idle, and the second goes out on it without a
+// second acquisition from the pool (two round trips per pool acquisition, per claim try), and
+// no connection is opened.
+func TestLockClaimContendedKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	trips := &queryCounter{}
+	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 2, Tracer: trips})
+	e.Warm(2)
+	release, done := held(t, e, "k")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opened, acquired, sent := e.Sch.Pool.Stat().NewConnsCount(), e.Sch.Pool.Stat().AcquireCount(), trips.n.Load()
+	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: time.Millisecond}
+	for i := range 10 {
+		if _, err := e.Store.Do(ctx, p, pay(1, "dup")); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("duplicate %d: %v; want ErrInProgress", i, err)
+		}
+	}
+	n, a := trips.n.Load()-sent, e.Sch.Pool.Stat().AcquireCount()-acquired
+	if a == 0 || n != 2*a {
+		t.Errorf("10 duplicates of a key in flight took %d round trips on %d pool acquisitions; want two round trips (the failed try, the contended claim) per acquisition", n, a)
+	}
+	if n := e.Sch.Pool.Stat().NewConnsCount() - opened; n != 0 {
+		t.Errorf("10 duplicates opened %d connections; want 0", n)
+	}
+	release()
+	if err := recv(t, done, 10*time.Second, "the holder never finished"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A replay is one round trip (the lock's try, the guarded read and the skipped BEGIN in one
 // batch), whether the key's lock is free or held (the lock statement then reads past it: the key
 // has a completed row), and opens no connection: each gives its connection back idle.
