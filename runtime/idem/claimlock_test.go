@@ -51,6 +51,22 @@ func held(t *testing.T, e *env, key string) (release func(), done <-chan error) 
 	return release, errc
 }
 
+// holdEveryKeysLock takes, in a transaction of its own on e's pool, the one lock every key of
+// e.Store has after SameLockForEveryKey; the transaction ends with the test unless the caller
+// ends it first.
+func holdEveryKeysLock(ctx context.Context, t *testing.T, e *env) pgx.Tx {
+	t.Helper()
+	tx, err := e.Sch.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // A duplicate of a holder that never commits gets its in-progress answer once its wait on the
 // lock runs out, not a hang; a different request too (the row does not exist yet, so nothing
 // can tell it apart before the holder completes), and once the holder has committed, the
@@ -175,14 +191,7 @@ func TestLockClaimReplayNeverWaitsForTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Someone holds the lock every key of this Store has.
-	tx, err := e.Sch.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
-		t.Fatal(err)
-	}
+	holdEveryKeysLock(ctx, t, e)
 	if r, err := e.Store.Do(ctx, p, pay(1, "again")); err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
 		t.Fatalf("a replay while the key's lock is held: %+v, %v; want the replay of done", r, err)
 	}
@@ -211,14 +220,7 @@ func TestLockClaimWithoutTheLockNeverOwns(t *testing.T) {
 	idem.ClaimLockSeesCompletedRows(e.Store)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tx, err := e.Sch.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdEveryKeysLock(ctx, t, e)
 	p := &idem.DoParams{Scope: "s", Key: "new", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
 	if _, err := e.Store.Do(ctx, p, pay(1, "new")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress", err)
@@ -301,14 +303,7 @@ func TestLockClaimReplayRoundTrips(t *testing.T) {
 	}
 	replays("with the lock free", 20)
 	// Someone holds the lock every key of this Store has, on the pool's other connection.
-	tx, err := e.Sch.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := idem.HoldTheLockOfEveryKey(ctx, e.Store, tx); err != nil {
-		t.Fatal(err)
-	}
+	holdEveryKeysLock(ctx, t, e)
 	replays("with the lock held", 20)
 }
 
