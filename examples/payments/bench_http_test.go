@@ -1276,9 +1276,9 @@ type dbProfile struct {
 	// notification it reads, which the commits then include).
 	Connections float64 `json:"server_connections"`
 
-	statements  []stmtProfile
+	statements []stmtProfile
 	// evicted: pg_stat_statements dropped entries while the load ran, so statements may be missing.
-	evicted bool
+	evicted     bool
 	waits       map[waitState]int
 	samples     int
 	schema, app string
