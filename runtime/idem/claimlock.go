@@ -117,12 +117,12 @@ const (
 
 // claimContended is claimLocked's second round trip, when the key's lock was held: the lock with
 // its wait bounded by wait (sql/claim_lock_wait.sql), the guarded read behind it and the BEGIN,
-// as in the first. A concurrent holder's commit or rollback wakes the wait at once, and the read
+// as in the first, on the first round trip's connection (first), which its failed batch left
+// idle. A concurrent holder's commit or rollback wakes the wait at once, and the read
 // then sees the holder's outcome; a wait that runs out (after txLockWait at least, unless the
 // duplicate's own wait was about to end) fails with lock_not_available, and the duplicate then
 // sleeps until the holder's notification, which the holder sends only after a hold that long
 // (sql/notify_locked.sql).
-// It goes on the first round trip's connection (first), idle again once its batch failed.
 func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *claimTry, lock int64, rowArgs []any, wait time.Duration) (*bizTx, error) {
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	return s.again(ctx, first, func(b *pgx.Batch) {
