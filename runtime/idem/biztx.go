@@ -130,10 +130,8 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 // skipped left idle: the same connection, so no second acquisition from the pool. A connection
 // that is not idle is given back (rolled back, or closed by the pool), and a new one acquired.
 func (s *Store) again(ctx context.Context, bt *bizTx, ahead, batch func(b *pgx.Batch)) (*bizTx, error) {
-	if bt == nil || bt.conn == nil || bt.conn.Conn().PgConn().TxStatus() != 'I' {
-		if bt != nil {
-			s.putBack(ctx, bt)
-		}
+	if bt.conn.Conn().PgConn().TxStatus() != 'I' {
+		s.putBack(ctx, bt)
 		return s.beginWith(ctx, ahead, batch)
 	}
 	next := &bizTx{conn: bt.conn}

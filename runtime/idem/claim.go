@@ -303,8 +303,7 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 func (s *Store) queueGuardedRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
 	b.Queue(s.sql.claimReadGuarded, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
-		var pgErr *pgconn.PgError
-		t.refused = t.read != nil && errors.As(err, &pgErr) && pgErr.Code == claimGuardCode
+		t.refused = t.read != nil && failedOnPurpose(err)
 		return err
 	})
 }
@@ -318,8 +317,15 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 	return &claimResult{status: claimAcquired, claim: c}
 }
 
-// claimGuardCode is the claim's guard failing on purpose (sql/claim_read_guarded.sql).
-const claimGuardCode = "22012"
+// failedOnPurpose says err is one of the claim's statements failing on purpose to skip the rest
+// of its batch: every claim guard in sql/ (the guarded read and replay checks, the fast claim's
+// guard, the owner guard, transaction mode's lock try) divides by zero (SQLSTATE 22012,
+// division_by_zero), which nothing else in a claim's batch can raise. (The completion's fence
+// fails the same way: leaseLostCode.)
+func failedOnPurpose(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
+}
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
 // Store.claim).
@@ -357,15 +363,15 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
-// check with its guard (sql/replay_guarded_lease.sql: a remembered completed row is
-// the answer, and nothing begins; otherwise the guard also sets synchronous_commit off for the
-// claim's own transaction; see claim for why that loses nothing), then the fast claim with its
-// guard (sql/claim_fast_guarded.sql: a plain insert, which fails when it inserted nothing), both
-// in the batch's implicit transaction, the COMMIT that commits it, and the business BEGIN. On
-// Citus neither guard is sent (see citus.go), the claim's transaction is a BEGIN with SET LOCAL
-// statements behind it, and a business BEGIN that was not the owner's is rolled back. decided is false when the key has a row that the replay
-// check did not answer for: the insert then wrote nothing, its guard skipped the rest, and the
-// full claim must decide.
+// check with its guard (sql/replay_guarded_lease.sql: a remembered completed row is the answer,
+// and nothing begins; otherwise the guard also sets synchronous_commit off for the claim's own
+// transaction; see claim for why that loses nothing), then the fast claim with its guard
+// (sql/claim_fast_guarded.sql: a plain insert, which fails when it inserted nothing), both in the
+// batch's implicit transaction, the COMMIT that commits it, and the business BEGIN. On Citus
+// neither guard is sent (see citus.go), the claim's transaction is a BEGIN with SET LOCAL
+// statements behind it, and a business BEGIN that was not the owner's is rolled back. decided is
+// false when the key has a row that the replay check did not answer for: the insert then wrote
+// nothing, its guard skipped the rest, and the full claim must decide.
 //
 // As in fullClaimAndBegin, the batch is waited for even when ctx ends meanwhile (bounded by the
 // store timeout), and a caller that has gone gives back exactly the claim it made, if it made
@@ -409,8 +415,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			return nil
 		})
 	}, nil)
-	var pgErr *pgconn.PgError
-	guarded := errors.As(err, &pgErr) && pgErr.Code == replayGuardCode // or the fast claim's guard: the same
+	guarded := failedOnPurpose(err) // the replay check's guard or the fast claim's
 	switch {
 	case err == nil && won && committed:
 		// Claimed and begun.
@@ -509,8 +514,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			}
 		}, nil)
 		cancel()
-		var pgErr *pgconn.PgError
-		guarded := errors.As(err, &pgErr) && pgErr.Code == ownerGuardCode
+		guarded := failedOnPurpose(err)
 		switch {
 		case err == nil && t.wrote:
 			// Claimed and begun.
@@ -575,9 +579,6 @@ func (s *Store) putBack(ctx context.Context, tx *bizTx) {
 	}
 	s.rollback(ctx, tx)
 }
-
-// ownerGuardCode is the owner guard failing on purpose (sql/owner_guard.sql).
-const ownerGuardCode = "22012"
 
 // claimTx begins the business transaction and claims in it (claim: transaction), in one
 // round trip when the Store holds the connection: the begin, a transaction-local lock_timeout
@@ -667,7 +668,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		}
 		var pgErr *pgconn.PgError
 		switch {
-		case !s.citus && ahead != nil && !replayPassed && errors.As(err, &pgErr) && pgErr.Code == replayGuardCode:
+		case !s.citus && ahead != nil && !replayPassed && failedOnPurpose(err):
 			// The guard found a completed row: the begin and the claim were skipped.
 			if done == nil {
 				// It completed between the check and its guard: check again, the plain way.
@@ -753,9 +754,6 @@ func lockWaitFor(d time.Duration) string {
 	}
 	return lockWaitSQL[0]
 }
-
-// replayGuardCode is the replay check's guard failing on purpose (sql/replay_guard.sql).
-const replayGuardCode = "22012"
 
 // peeked is a remembered completed row, as the replay check read it.
 type peeked struct {

@@ -48,7 +48,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	// The statements share tenant, scope and key: one slice, each boxed once.
 	rowArgs := c.readArgs(p.Fingerprint)
 	lock := s.lockOf(c.row)
-	var got int32 // claim_lock.sql's answer: lockTaken, or lockSkipped for a completed key
+	var got int32 // claim_lock.sql's answer: lockTaken, or 1 for a completed key (no lock taken)
 	busy := false
 	tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
 		b.Queue(s.sql.claimLock, lock, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
@@ -57,14 +57,13 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 					return err
 				}
 			}
-			var pgErr *pgconn.PgError
-			busy = errors.As(rows.Err(), &pgErr) && pgErr.Code == claimGuardCode
+			busy = failedOnPurpose(rows.Err())
 			return rows.Err()
 		})
 		s.queueGuardedRead(b, c, &t, rowArgs)
 	}, nil)
 	if err == nil && got != lockTaken {
-		// The lock statement saw a completed row and took no lock (lockSkipped), but the read
+		// The lock statement saw a completed row and took no lock, but the read
 		// found the key takeable (the row expired or was purged in between): nothing is owned
 		// without the lock, so the begun transaction is rolled back and the claim contends for
 		// the lock.
@@ -108,12 +107,9 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	return tx, res, false, nil
 }
 
-// What sql/claim_lock.sql returns when it does not fail: the lock taken, or no lock taken
-// because the key has a remembered completed row.
-const (
-	lockSkipped = 1
-	lockTaken   = 2
-)
+// lockTaken is what sql/claim_lock.sql returns when it took the lock; it returns 1 when it took
+// none because the key has a remembered completed row.
+const lockTaken = 2
 
 // claimContended is claimLocked's second round trip, when the key's lock was held: the lock with
 // its wait bounded by wait (sql/claim_lock_wait.sql), the guarded read behind it and the BEGIN,
