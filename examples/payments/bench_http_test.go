@@ -39,7 +39,7 @@ import (
 // The benchmark's knobs, from the environment (make bench-http passes its variables on).
 const (
 	envJSON           = "BENCH_HTTP_JSON"            // where the JSON goes; default bench-http.json here
-	envProfile        = "BENCH_HTTP_PROFILE"         // a directory: write lease-mode CPU and alloc profiles and the database profiles there
+	envProfile        = "BENCH_HTTP_PROFILE"         // a directory: write the lease, transaction and peer servers' CPU and alloc profiles and the database profiles there
 	envProfileSeconds = "BENCH_HTTP_PROFILE_SECONDS" // how long each profiled load runs; default 10
 	envRounds         = "BENCH_HTTP_ROUNDS"          // rounds; default 5
 	envSegment        = "BENCH_HTTP_SEGMENT"         // each row's time in a round; default 2s
@@ -361,7 +361,12 @@ func BenchmarkHTTP(b *testing.B) {
 	var dbProfiles []*dbProfile
 	if dir := os.Getenv(envProfile); dir != "" {
 		secs := envInt(b, envProfileSeconds, 10)
-		rep.Profiles = profileLease(ctx, b, l, servers[serverLease], dir, secs)
+		rep.Profiles = map[string]string{}
+		for _, mode := range goProfiled {
+			for k, f := range profileServer(ctx, b, l, servers[mode], mode, dir, secs) {
+				rep.Profiles[k] = f
+			}
+		}
 		dbProfiles = profileDatabase(ctx, b, l, servers, schemas, rep.Postgres, dir, secs, rep.Profiles)
 	}
 
@@ -686,20 +691,25 @@ func generatorFromEnv(tb testing.TB) *generatorResult {
 	return g
 }
 
-// profileLease loads the lease server with first executions for secs seconds while it records a
-// CPU profile and an allocation profile (a delta over the same seconds), and writes both to dir.
-func profileLease(ctx context.Context, tb testing.TB, l *load, s *benchServer, dir string, secs int) map[string]string {
+// goProfiled are the servers whose Go profiles BENCH_HTTP_PROFILE records: both claim modes and
+// the hand-written peer they are compared with.
+var goProfiled = []string{serverLease, serverTransaction, serverPeer}
+
+// profileServer loads server s (mode) with first executions for secs seconds while it records a
+// CPU profile and an allocation profile (a delta over the same seconds), and writes both to dir
+// as <mode>-cpu.pprof and <mode>-allocs.pprof.
+func profileServer(ctx context.Context, tb testing.TB, l *load, s *benchServer, mode, dir string, secs int) map[string]string {
 	tb.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatalf("profile directory: %v", err)
 	}
 	files := map[string]string{
-		"cpu":    filepath.Join(dir, "lease-cpu.pprof"),
-		"allocs": filepath.Join(dir, "lease-allocs.pprof"),
+		mode + "-cpu":    filepath.Join(dir, mode+"-cpu.pprof"),
+		mode + "-allocs": filepath.Join(dir, mode+"-allocs.pprof"),
 	}
 	urls := map[string]string{
-		"cpu":    fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.ctl, secs),
-		"allocs": fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", s.ctl, secs),
+		mode + "-cpu":    fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.ctl, secs),
+		mode + "-allocs": fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", s.ctl, secs),
 	}
 	// The load starts first and outlasts the profiles by a second on each side.
 	loadDone := make(chan error, 1)
@@ -739,10 +749,10 @@ func profileLease(ctx context.Context, tb testing.TB, l *load, s *benchServer, d
 	select {
 	case err := <-loadDone:
 		if err != nil {
-			tb.Fatalf("the profiled lease-mode load: %v", err)
+			tb.Fatalf("the profiled load of the %s server: %v", mode, err)
 		}
 	case <-time.After(time.Minute):
-		tb.Fatal("the profiled lease-mode load did not end within a minute of its profiles")
+		tb.Fatalf("the profiled load of the %s server did not end within a minute of its profiles", mode)
 	}
 	return files
 }
@@ -782,9 +792,13 @@ func printTable(w io.Writer, rep *report) {
 	if g := rep.Gen; g != nil {
 		fmt.Fprintf(w, "\ngenerator: %s, median of %d alternating iterations (BenchmarkGenerate)\n", g.Spec, g.Iterations)
 	}
-	if len(rep.Profiles) > 0 {
-		fmt.Fprintf(w, "\nlease-mode server profiles: %s, %s\n  go tool pprof -top %s\n  go tool pprof -sample_index=alloc_space -top %s\n",
-			rep.Profiles["cpu"], rep.Profiles["allocs"], rep.Profiles["cpu"], rep.Profiles["allocs"])
+	for _, mode := range goProfiled {
+		cpu, allocs := rep.Profiles[mode+"-cpu"], rep.Profiles[mode+"-allocs"]
+		if cpu == "" {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s server profiles (first executions): %s, %s\n  go tool pprof -top %s\n  go tool pprof -sample_index=alloc_space -top %s\n",
+			mode, cpu, allocs, cpu, allocs)
 	}
 }
 
