@@ -19,6 +19,9 @@ import (
 type bizTx struct {
 	pgx.Tx
 	conn *pgxpool.Conn // nil when the DB is not a pool: the transaction then ends the plain way
+	// owed: conn still has the transaction of an earlier request open (owed.go), which the next
+	// batch sent on it rolls back first.
+	owed bool
 }
 
 // acquirer is what *pgxpool.Pool offers beyond DB.
@@ -116,39 +119,34 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 		return bt, bt.SendBatch(ctx, b).Close()
 	}
 	bt := &bizTx{}
-	err := s.bounded(ctx, 0, func(bctx context.Context) (err error) {
+	if bt.conn = s.owed.pop(); bt.conn != nil {
+		bt.owed = true
+	} else if err := s.bounded(ctx, 0, func(bctx context.Context) (err error) {
 		bt.conn, err = s.acquire(bctx, pool)
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, storeError(ctx, "begin", err)
 	}
 	return bt, bt.send(ctx, ahead, batch)
 }
 
-// again sends another beginWith batch on bt's connection, which a batch whose BEGIN was
-// skipped left idle: the same connection, so no second acquisition from the pool. A connection
-// that is not idle is given back (rolled back, or closed by the pool), and a new one acquired.
-func (s *Store) again(ctx context.Context, bt *bizTx, ahead, batch func(b *pgx.Batch)) (*bizTx, error) {
-	if bt.conn.Conn().PgConn().TxStatus() != 'I' {
-		s.putBack(ctx, bt)
-		return s.beginWith(ctx, ahead, batch)
-	}
-	next := &bizTx{conn: bt.conn}
-	bt.conn = nil
-	return next, next.send(ctx, ahead, batch)
-}
-
-// send is beginWith's batch on bt's connection: ahead, the BEGIN, then batch.
+// send is beginWith's batch on bt's connection: the ROLLBACK it owes (owed.go), ahead, the
+// BEGIN, then batch.
 func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
-	if ahead != nil {
+	if ahead != nil || bt.owed {
 		// Batch.BeginTx wants the begin first when it is called, so the statements that go ahead
 		// of it are put in front afterwards: the batch's transaction is the connection's, whatever
 		// ran before the begin, and pgx closes it when the begin was skipped.
 		a := &pgx.Batch{}
-		ahead(a)
+		if bt.owed {
+			a.Queue(rollbackSQL)
+			bt.owed = false
+		}
+		if ahead != nil {
+			ahead(a)
+		}
 		b.QueuedQueries = append(a.QueuedQueries, b.QueuedQueries...)
 	}
 	if batch != nil {

@@ -276,10 +276,7 @@ type claimTry struct {
 func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
 	read := c.readArgs(c.argv[5])
 	if s.citus {
-		b.Queue(s.sql.claimRead, read...).Query(func(rows pgx.Rows) (err error) {
-			t.read, err = s.scanRead(rows, c, t)
-			return err
-		})
+		s.queueRead(b, c, t, read)
 	} else {
 		s.queueGuardedRead(b, c, t, read)
 	}
@@ -294,6 +291,15 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 			}
 		}
 		return rows.Err()
+	})
+}
+
+// queueRead queues the claim's read (sql/claim_read.sql) alone: t.read is its answer when the
+// key has a row nobody may take, and nil without a row or for one that may be taken.
+func (s *Store) queueRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
+	b.Queue(s.sql.claimRead, args...).Query(func(rows pgx.Rows) (err error) {
+		t.read, err = s.scanRead(rows, c, t)
+		return err
 	})
 }
 
@@ -318,10 +324,11 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 }
 
 // failedOnPurpose says err is one of the claim's statements failing on purpose to skip the rest
-// of its batch: every claim guard in sql/ (the guarded read and replay checks, the fast claim's
-// guard, the owner guard, transaction mode's lock try) divides by zero (SQLSTATE 22012,
+// of its batch: every claim guard in sql/ (the full claim's guarded read and its owner guard, the
+// replay check's guard of a transaction-mode row claim) divides by zero (SQLSTATE 22012,
 // division_by_zero), which nothing else in a claim's batch can raise. (The completion's fence
-// fails the same way: leaseLostCode.)
+// fails the same way: leaseLostCode.) None of them is on the path of a new key, a replay or a
+// mismatch through a pool on plain PostgreSQL (TestClaimsRaiseNothing).
 func failedOnPurpose(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
@@ -362,16 +369,17 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 	return s.fullClaimAndBegin(ctx, p)
 }
 
-// fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is: the replay
-// check with its guard (sql/replay_guarded_lease.sql: a remembered completed row is the answer,
-// and nothing begins; otherwise the guard also sets synchronous_commit off for the claim's own
-// transaction; see claim for why that loses nothing), then the fast claim with its guard
-// (sql/claim_fast_guarded.sql: a plain insert, which fails when it inserted nothing), both in the
-// batch's implicit transaction, the COMMIT that commits it, and the business BEGIN. On Citus
-// neither guard is sent (see citus.go), the claim's transaction is a BEGIN with SET LOCAL
-// statements behind it, and a business BEGIN that was not the owner's is rolled back. decided is
-// false when the key has a row that the replay check did not answer for: the insert then wrote
-// nothing, its guard skipped the rest, and the full claim must decide.
+// fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is the claim's
+// own transaction (BEGIN; the replay check, sql/replay_lease.sql, which also sets the claim's
+// asynchronous commit, see claim for why that loses nothing; the fast claim, sql/claim_fast.sql,
+// a plain insert; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
+// claim's transaction and the settings are SET LOCAL statements (see citus.go). No statement
+// fails on purpose: a remembered completed row is the replay check's answer, and the insert
+// behind it writes nothing; the business transaction begun for nothing is rolled back by the
+// connection's next batch (owed.go), which costs the server less than an error would (see
+// sql/claim_lock.sql) and the request no round trip. decided is false when the key has a row
+// that the replay check did not answer for: the insert wrote nothing, and the full claim must
+// decide.
 //
 // As in fullClaimAndBegin, the batch is waited for even when ctx ends meanwhile (bounded by the
 // store timeout), and a caller that has gone gives back exactly the claim it made, if it made
@@ -384,11 +392,11 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-		// On plain PostgreSQL the replay check carries its guard, which also sets the claim's
-		// asynchronous commit (sql/replay_guarded_lease.sql).
-		check := s.sql.replayGuardedLease
+		check := s.sql.replayLease
 		if s.citus {
 			check = s.sql.replay
+		} else {
+			b.Queue(beginSQL)
 		}
 		b.Queue(check, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanPeek(rows)
@@ -397,17 +405,8 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		if s.citus {
 			s.leaseSettings(b)
 		}
-		// On plain PostgreSQL the insert carries its guard: it fails when it inserted nothing
-		// (sql/claim_fast_guarded.sql), which skips the COMMIT and the business BEGIN. It runs
-		// with the check in the batch's implicit transaction, which the COMMIT commits (no
-		// BEGIN: a failure then aborts only the implicit transaction, and the connection is idle
-		// again when the batch ends, with nothing to roll back).
-		insert := s.sql.claimFastGuarded
-		if s.citus {
-			insert = s.sql.claimFast
-		}
-		b.Queue(insert, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-			won = tag.RowsAffected() == 1 // INSERT 0 1, or the guard's SELECT 1
+		b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
+			won = tag.RowsAffected() == 1
 			return nil
 		})
 		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
@@ -415,39 +414,25 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			return nil
 		})
 	}, nil)
-	guarded := failedOnPurpose(err) // the replay check's guard or the fast claim's
 	switch {
 	case err == nil && won && committed:
 		// Claimed and begun.
 		c.Attempt = 1
 		res = &claimResult{status: claimAcquired, claim: c}
-	case s.citus && err == nil && done != nil:
-		// Without guards (Citus): a remembered completed row (the insert wrote nothing), and a
-		// business BEGIN to take back.
-		s.rollback(ctx, tx)
+	case err == nil && done != nil:
+		// A remembered completed row (the insert wrote nothing), and a business BEGIN to take
+		// back: the connection's next batch does (owed.go).
+		s.owe(ctx, tx)
 		tx = nil
 		if res, err = done.result(p.Fingerprint); err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
-	case s.citus && err == nil && !won:
-		// Without guards: the key has a row the replay check did not answer for; nothing was
-		// written, the business BEGIN is taken back, and the full claim decides.
-		s.rollback(ctx, tx)
-		return nil, nil, false, nil
-	case guarded && done != nil:
-		// A remembered completed row: the replay guard skipped the rest.
-		s.putBack(ctx, tx)
-		tx = nil
-		if res, err = done.result(p.Fingerprint); err != nil {
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
-			return nil, nil, true, storeError(ctx, "replay check", err)
-		}
-	case guarded:
-		// The key has a row the replay check did not answer for: the insert wrote nothing, and
-		// its guard skipped the COMMIT and the business BEGIN and ended the batch's implicit
-		// transaction, so the connection is idle and goes back at once; the full claim decides.
-		s.putBack(ctx, tx)
+	case err == nil && !won:
+		// The key has a row the replay check did not answer for: nothing was written, and the
+		// full claim decides, on this connection first of all (owed.go), whose business BEGIN
+		// its batch takes back.
+		s.owe(ctx, tx)
 		return nil, nil, false, nil
 	default:
 		if tx != nil {
@@ -456,8 +441,8 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			// claim may have committed; only a row in flight with this request's token goes.
 			s.releaseLost(ctx, c)
 		}
-		if err == nil { // the batch succeeded without winning: cannot be, but never begin unowned
-			err = errors.New("the fast claim's owner guard passed for a key it did not win")
+		if err == nil { // the insert won but its commit did not say so: never begin unowned
+			err = errors.New("the fast claim's transaction did not commit")
 		}
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		if ctx.Err() != nil {
@@ -567,17 +552,6 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 		return tx, res, nil
 	}
-}
-
-// putBack hands back the connection of a batch whose BEGIN a guard skipped: the connection is
-// then outside any transaction, with nothing to roll back (pgx has closed tx), and goes straight
-// back to the pool. A connection still in a transaction is rolled back (Store.rollback).
-func (s *Store) putBack(ctx context.Context, tx *bizTx) {
-	if tx.conn != nil && tx.conn.Conn().PgConn().TxStatus() == 'I' {
-		tx.done()
-		return
-	}
-	s.rollback(ctx, tx)
 }
 
 // claimTx begins the business transaction and claims in it (claim: transaction), in one

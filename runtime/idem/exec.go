@@ -96,11 +96,14 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 		if err == nil && res.status.owns() {
 			return tx, res, nil
 		}
-		if tx != nil {
-			s.rollback(ctx, tx)
-		}
 		if err != nil {
+			if tx != nil {
+				s.rollback(ctx, tx)
+			}
 			return nil, nil, err
+		}
+		if tx != nil {
+			s.owe(ctx, tx) // begun for nothing: the connection's next batch rolls it back
 		}
 		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
 			return nil, res, nil

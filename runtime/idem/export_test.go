@@ -113,10 +113,7 @@ func ClaimSQL(s *Store, m ClaimMode) string {
 	if m == ClaimTransaction && s.lockClaims() {
 		return s.sql.claimLock
 	}
-	switch {
-	case !s.noFastPath && m == ClaimLease && !s.citus:
-		return s.sql.claimFastGuarded
-	case !s.noFastPath:
+	if !s.noFastPath {
 		return s.sql.claimFast
 	}
 	return s.sql.claimRead
@@ -143,14 +140,12 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
 
-// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql, and its guarded form
-// sql/claim_fast_guarded.sql) store the value the claim's transaction has for setting after the
-// key's operation, so a test can see the claim's own settings in the key's row.
+// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql) store the value the
+// claim's transaction has for setting after the key's operation, so a test can see the claim's
+// own settings in the key's row.
 func RecordClaimSetting(s *Store, setting string) {
-	for _, q := range []*string{&s.sql.claimFast, &s.sql.claimFastGuarded} {
-		*q = strings.Replace(*q, "VALUES ($1, $2, $3, $5,",
-			"VALUES ($1, $2, $3, $5::text || ' ' || current_setting('"+setting+"'),", 1)
-	}
+	s.sql.claimFast = strings.Replace(s.sql.claimFast, "VALUES ($1, $2, $3, $5,",
+		"VALUES ($1, $2, $3, $5::text || ' ' || current_setting('"+setting+"'),", 1)
 }
 
 // ClaimUnderTenant is c presented under another tenant, for tests that check every statement
@@ -191,11 +186,11 @@ func ClaimLockSQL(s *Store) string { return s.sql.claimLockWait }
 // lock is held for one with a remembered completed row, as it would when such a row expires or
 // is purged between the lock statement and the read behind it.
 func ClaimLockSeesCompletedRows(s *Store) {
-	const check = "1 / (EXISTS ("
+	const check = "WHEN EXISTS ("
 	if !strings.Contains(s.sql.claimLock, check) {
 		panic("ClaimLockSeesCompletedRows: sql/claim_lock.sql has no " + check)
 	}
-	s.sql.claimLock = strings.Replace(s.sql.claimLock, check, "1 / (true OR EXISTS (", 1)
+	s.sql.claimLock = strings.Replace(s.sql.claimLock, check, "WHEN true OR EXISTS (", 1)
 }
 
 func LockID(s *Store, p *DoParams) int64 {

@@ -65,12 +65,14 @@ func newBackground() *background {
 	}
 }
 
-// Close stops what the Store runs in the background: the connection that listens for finished
+// Close stops what the Store runs in the background: the connections kept for a rollback
+// (owed.go) are rolled back and given back to the pool, the connection that listens for finished
 // keys is closed (waiting duplicates fall back to polling), release retries not yet done are
 // dropped (their keys' leases run out on their own), and it waits for the ones running. Requests
 // may still be served after Close. Close is safe to call more than once.
 func (s *Store) Close() {
 	s.bg.closeOnce.Do(func() { close(s.bg.closing) })
+	s.closeOwed()
 	if s.ln != nil {
 		s.ln.close()
 	}

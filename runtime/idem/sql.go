@@ -16,20 +16,17 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
-	// replayGuardedLease is the replay check with its guard in one statement, for lease mode's
-	// one-trip claim on plain PostgreSQL, which also sets the claim's asynchronous commit
-	// (sql/replay_guarded_lease.sql).
-	replayGuardedLease string
+	// replayLease is the replay check of lease mode's one-trip claim on plain PostgreSQL, which
+	// also sets the claim's asynchronous commit (sql/replay_lease.sql).
+	replayLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
-	// claimFastGuarded is lease mode's fast claim on plain PostgreSQL: claimFast failing when it
-	// inserted nothing (sql/claim_fast_guarded.sql).
-	claimFastGuarded string
 	// claimReadGuarded and claim are the full claim (sql/claim_read_guarded.sql, sql/claim.sql):
 	// the row's answer with the guard that skips the write when nobody may take the row, and the
 	// write that inserts the key or takes it over. Citus sends claimRead (sql/claim_read.sql),
-	// the same read without the guard, in claimReadGuarded's place.
+	// the same read without the guard, in claimReadGuarded's place, and so does transaction
+	// mode's claim under the key's lock.
 	claimRead, claimReadGuarded, claim string
 	// claimLock, completeInsert, completeTakeover and notifyLocked are transaction mode's claim
 	// on plain PostgreSQL (sql/claim_lock.sql, …): an advisory lock on the key for the business
@@ -71,14 +68,14 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = sql
 	}
-	// The guarded statements wrap another statement (its Inner), with the guard that fails.
+	// These statements wrap another statement (its Inner): with the guard that fails, or with the
+	// setting lease mode's claim makes.
 	for _, s := range []struct {
 		file       string
 		inner, dst *string
 	}{
 		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
-		{"replay_guarded_lease", &st.replay, &st.replayGuardedLease},
-		{"claim_fast_guarded", &st.claimFast, &st.claimFastGuarded},
+		{"replay_lease", &st.replay, &st.replayLease},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table, Inner: *s.inner})
 		if err != nil {
@@ -86,8 +83,8 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = sql
 	}
-	st.batched = append([]string{beginSQL, commitSQL, st.claimFast, st.claimFastGuarded, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
-		st.replay, st.replayGuard, st.replayGuardedLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+	st.batched = append([]string{beginSQL, commitSQL, rollbackSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
+		st.replay, st.replayGuard, st.replayLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimLockWait, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
@@ -115,11 +112,13 @@ func stripComments(sql string) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// beginSQL and commitSQL are the Store's own BEGIN and COMMIT in its batches. Their texts are
+// beginSQL, commitSQL and rollbackSQL are the Store's own BEGIN, COMMIT and ROLLBACK in its
+// batches. Their texts are
 // the Store's alone: the Store prepares them by name on the connections it uses (see batched),
 // and pgx runs a prepared statement for any query with the same text, so a plain "begin" would
 // turn the application's own begins on those connections into prepared ones.
 const (
-	beginSQL  = "begin /* idem */"
-	commitSQL = "commit /* idem */"
+	beginSQL    = "begin /* idem */"
+	commitSQL   = "commit /* idem */"
+	rollbackSQL = "rollback /* idem */"
 )

@@ -192,6 +192,8 @@ type Store struct {
 
 	cache *replayCache // completed outcomes (cache.go); nil unless Config.ReplayCacheBytes
 
+	owed *owedConns // connections whose rollback the next batch sends (owed.go)
+
 	// citus: the database has the Citus extension, and the request path sends no statement that
 	// fails on purpose (see citus.go).
 	citus bool
@@ -243,7 +245,8 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, cfg: c, table: table, preparedMark: "idem.prepared " + table, log: c.Logger, sql: st, bg: newBackground(),
-		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes)}
+		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes),
+		owed: newOwedConns(db)}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
 		if pc := p.Config(); pc != nil && pc.ConnConfig != nil && pc.BeforeConnect == nil {
 			s.execMode, s.execModeKnown = pc.ConnConfig.DefaultQueryExecMode, true

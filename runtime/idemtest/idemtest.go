@@ -46,6 +46,9 @@ type SchemaOpts struct {
 	// DialFunc, when set, opens the pool's connections, and the cancel requests pgx sends when a
 	// statement's context ends (e.g. to delay those, as a slow network does).
 	DialFunc pgconn.DialFunc
+	// OnNotice, when set, receives every notice and warning the server sends the pool's
+	// connections.
+	OnNotice pgconn.NoticeHandler
 }
 
 // Schema is a test's own schema and a pool whose search_path points at it.
@@ -124,6 +127,9 @@ func TestSchema(tb testing.TB, opts *SchemaOpts) *Schema {
 	cfg.ConnConfig.Tracer = opts.Tracer
 	if opts.DialFunc != nil {
 		cfg.ConnConfig.DialFunc = opts.DialFunc
+	}
+	if opts.OnNotice != nil {
+		cfg.ConnConfig.OnNotice = opts.OnNotice
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -1,0 +1,115 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// serverSaid records what a pool's server said besides results, once started: every statement
+// that failed (a batch's statements one by one) and every notice or warning.
+type serverSaid struct {
+	mu   sync.Mutex
+	on   bool
+	said []string
+}
+
+var (
+	_ pgx.QueryTracer = (*serverSaid)(nil)
+	_ pgx.BatchTracer = (*serverSaid)(nil)
+)
+
+func (s *serverSaid) add(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.on {
+		s.said = append(s.said, what)
+	}
+}
+
+func (s *serverSaid) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.on, s.said = true, nil
+}
+
+func (s *serverSaid) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (s *serverSaid) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if d.Err != nil {
+		s.add("a statement failed: " + d.Err.Error())
+	}
+}
+
+func (s *serverSaid) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (s *serverSaid) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if d.Err != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(d.SQL), "\n")
+		s.add(fmt.Sprintf("a batch's statement failed: %v (%s…)", d.Err, first))
+	}
+}
+
+func (s *serverSaid) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (s *serverSaid) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	s.add(fmt.Sprintf("the server said %s: %s", n.Severity, n.Message))
+}
+
+// TestClaimsRaiseNothing: the requests every API serves every day (new keys, replays, a key
+// reused with another request) make the server raise no error and send no warning, in either
+// claim mode. PostgreSQL writes every error, with its statement's text, and every warning to
+// its log, so a claim that failed on purpose (to skip the rest of its batch) filled the
+// operator's log with a "division by zero" per replay, and a lease-mode claim committed without
+// a BEGIN logged "there is no transaction in progress" per first execution; an error also costs
+// the server more CPU than the ROLLBACK that replaces it.
+func TestClaimsRaiseNothing(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			said := &serverSaid{}
+			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 2, Tracer: said, OnNotice: said.notice})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			said.start()
+			for i := range 5 {
+				p := &idem.DoParams{Scope: "s", Key: fmt.Sprintf("k%d", i), Operation: "op", Fingerprint: "fp", Claim: mode}
+				if r, err := e.Store.Do(ctx, p, pay(1, "paid")); err != nil || r.Replayed {
+					t.Fatalf("key %d: %+v, %v; want its execution", i, r, err)
+				}
+				if r, err := e.Store.Do(ctx, p, pay(1, "again")); err != nil || !r.Replayed {
+					t.Fatalf("key %d again: %+v, %v; want the replay", i, r, err)
+				}
+				q := *p
+				q.Fingerprint = "other"
+				if _, err := e.Store.Do(ctx, &q, pay(1, "other")); !errors.Is(err, idem.ErrKeyReused) {
+					t.Fatalf("key %d with another request: %v; want ErrKeyReused", i, err)
+				}
+			}
+			said.mu.Lock()
+			defer said.mu.Unlock()
+			if len(said.said) > 0 {
+				t.Errorf("5 executions, 5 replays and 5 mismatches made the server say %d things; want none:\n%s",
+					len(said.said), strings.Join(said.said, "\n"))
+			}
+			if n := e.Payments(); n != 5 {
+				t.Errorf("%d payments; want 5", n)
+			}
+		})
+	}
+}
