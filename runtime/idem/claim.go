@@ -370,9 +370,9 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is the claim's
-// own transaction (BEGIN; the replay check, sql/replay_lease.sql, which also sets the claim's
-// asynchronous commit, see claim for why that loses nothing; the fast claim, sql/claim_fast.sql,
-// a plain insert; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
+// own transaction (BEGIN; the replay check and the fast claim's plain insert in one statement,
+// sql/claim_fast_lease.sql, which also sets the claim's asynchronous commit, see claim for why
+// that loses nothing; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
 // claim's transaction and the settings are SET LOCAL statements (see citus.go). No statement
 // fails on purpose: a remembered completed row is the replay check's answer, and the insert
 // behind it writes nothing; the business transaction begun for nothing is rolled back by the
@@ -392,23 +392,23 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer cancel()
 	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
-		check := s.sql.replayLease
 		if s.citus {
-			check = s.sql.replay
+			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
+				done, err = scanPeek(rows)
+				return err
+			})
+			s.leaseSettings(b)
+			b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
+				won = tag.RowsAffected() == 1
+				return nil
+			})
 		} else {
 			b.Queue(beginSQL)
+			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Query(func(rows pgx.Rows) (err error) {
+				done, won, err = scanFastLease(rows)
+				return err
+			})
 		}
-		b.Queue(check, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-			done, err = scanPeek(rows)
-			return err
-		})
-		if s.citus {
-			s.leaseSettings(b)
-		}
-		b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-			won = tag.RowsAffected() == 1
-			return nil
-		})
 		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 			committed = tag.String() == "COMMIT"
 			return nil
@@ -734,6 +734,29 @@ type peeked struct {
 	fingerprint string
 	outcome     storedOutcome
 	expiresLeft time.Duration
+}
+
+// scanFastLease reads sql/claim_fast_lease.sql's answer: the remembered completed row, if any,
+// and whether the insert won the key.
+func scanFastLease(rows pgx.Rows) (pk *peeked, won bool, err error) {
+	for rows.Next() {
+		var (
+			p           peeked
+			fingerprint pgtype.Text // NULL in the count's row, as the other columns
+			leftMS      pgtype.Int8
+			inserted    pgtype.Int4
+		)
+		if err := rows.Scan(&fingerprint, &p.outcome.status, &p.outcome.headers, &p.outcome.body, &p.outcome.reference, &leftMS, &inserted); err != nil {
+			return nil, false, err
+		}
+		if inserted.Valid { // the insert's count
+			won = inserted.Int32 == 1
+			continue
+		}
+		p.fingerprint, p.expiresLeft = fingerprint.String, time.Duration(leftMS.Int64)*time.Millisecond
+		pk = &p
+	}
+	return pk, won, rows.Err()
 }
 
 // scanPeek reads the replay check's row, if any.

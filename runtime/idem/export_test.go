@@ -113,7 +113,10 @@ func ClaimSQL(s *Store, m ClaimMode) string {
 	if m == ClaimTransaction && s.lockClaims() {
 		return s.sql.claimLock
 	}
-	if !s.noFastPath {
+	switch {
+	case !s.noFastPath && m == ClaimLease && !s.citus:
+		return s.sql.claimFastLease
+	case !s.noFastPath:
 		return s.sql.claimFast
 	}
 	return s.sql.claimRead
@@ -140,12 +143,13 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
 
-// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql) store the value the
-// claim's transaction has for setting after the key's operation, so a test can see the claim's
-// own settings in the key's row.
+// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql, and on plain
+// PostgreSQL sql/claim_fast_lease.sql) store the value the claim's transaction has for setting
+// after the key's operation, so a test can see the claim's own settings in the key's row.
 func RecordClaimSetting(s *Store, setting string) {
-	s.sql.claimFast = strings.Replace(s.sql.claimFast, "VALUES ($1, $2, $3, $5,",
-		"VALUES ($1, $2, $3, $5::text || ' ' || current_setting('"+setting+"'),", 1)
+	record := "$5::text || ' ' || current_setting('" + setting + "'),"
+	s.sql.claimFast = strings.Replace(s.sql.claimFast, "VALUES ($1, $2, $3, $5,", "VALUES ($1, $2, $3, "+record, 1)
+	s.sql.claimFastLease = strings.Replace(s.sql.claimFastLease, "SELECT $1, $2, $3, $5,", "SELECT $1, $2, $3, "+record, 1)
 }
 
 // ClaimUnderTenant is c presented under another tenant, for tests that check every statement

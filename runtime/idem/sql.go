@@ -16,9 +16,10 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
-	// replayLease is the replay check of lease mode's one-trip claim on plain PostgreSQL, which
-	// also sets the claim's asynchronous commit (sql/replay_lease.sql).
-	replayLease string
+	// claimFastLease is lease mode's one-trip claim on plain PostgreSQL: the replay check and the
+	// fast claim's insert in one statement, which also sets the claim's asynchronous commit
+	// (sql/claim_fast_lease.sql).
+	claimFastLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
 	claimFast string
@@ -75,7 +76,7 @@ func newStatements(table string) (statements, error) {
 		inner, dst *string
 	}{
 		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
-		{"replay_lease", &st.replay, &st.replayLease},
+		{"claim_fast_lease", &st.replay, &st.claimFastLease},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table, Inner: *s.inner})
 		if err != nil {
@@ -84,7 +85,7 @@ func newStatements(table string) (statements, error) {
 		*s.dst = sql
 	}
 	st.batched = append([]string{beginSQL, commitSQL, rollbackSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
-		st.replay, st.replayGuard, st.replayLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
+		st.replay, st.replayGuard, st.claimFastLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
 		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimLockWait, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
