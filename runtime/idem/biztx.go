@@ -119,7 +119,10 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 		return bt, bt.SendBatch(ctx, b).Close()
 	}
 	bt := &bizTx{}
-	if bt.conn = s.owed.pop(); bt.conn != nil {
+	for bt.conn = s.owed.pop(); bt.conn != nil && bt.conn.Conn().IsClosed(); bt.conn = s.owed.pop() {
+		bt.conn.Release() // broken while it waited (the server went away): the pool drops it
+	}
+	if bt.conn != nil {
 		bt.owed = true
 	} else if err := s.bounded(ctx, 0, func(bctx context.Context) (err error) {
 		bt.conn, err = s.acquire(bctx, pool)
