@@ -30,16 +30,17 @@ func (s *Store) lockClaims() bool {
 //   - the lock taken, and no row or one this request may take (expired, or an abandoned lease of
 //     the same request): tx is open, the lock held, and the caller owns the key;
 //   - a row nobody may take (completed: a replay or a mismatch; a lease-mode claim in flight):
-//     the read's row is the answer, and the caller rolls tx back, which releases the lock. A key
-//     with a remembered completed row is read past a held lock: a replay never waits for one;
+//     the read's row is the answer, and tx, open for nothing, is rolled back by the connection's
+//     next batch (owed.go), which releases the lock. A key with a remembered completed row is
+//     read past a held lock: a replay never waits for one;
 //   - the lock held by somebody else, and no completed row: the contended claim
 //     (claimContended) waits for the holder in a second round trip, and its read answers.
 //
 // No statement fails on purpose: an error costs PostgreSQL far more than the ROLLBACK a replay
-// pays instead (about 50 µs of CPU and a line in the server's log, TestClaimsRaiseNothing), and a
-// replay is an everyday request. So a new key pays one statement for the lock and no setting, and
-// a replay one round trip more than a new key's first, for its ROLLBACK; only a key somebody
-// holds pays the wait's.
+// pays instead (about 50 µs of CPU, and a line in the server's log; TestClaimsRaiseNothing), and
+// a replay is an everyday request. So a new key pays one statement for the lock and no setting,
+// a replay the same one round trip (its ROLLBACK rides in the connection's next batch), and only
+// a key somebody holds pays the wait's.
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	// The claim's batch sends no token: only an owner needs one (for its completion), and
 	// it gets it below, so a replay or a mismatch makes none.
@@ -90,7 +91,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 		return tx, nil, false, storeError(ctx, "claim in transaction", err)
 	case t.read != nil:
-		// A row nobody may take: the read's answer. tx, when open, is rolled back by the caller.
+		// A row nobody may take: the read's answer. tx, when open, the caller hands on (owed.go).
 		res = t.read
 	case t.found && !t.fresh:
 		// An abandoned lease of the same request: taken over. Its row is rewritten at the
