@@ -251,14 +251,14 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 // read and its write (requests racing for it): past it, the answer is in progress.
 const claimTries = 5
 
-// claimTry is one try of the claim (sql/claim_read_guarded.sql, sql/claim.sql), as its
-// statements' answers left it.
+// claimTry is one try of the claim (sql/claim_read.sql or its guarded form, sql/claim.sql, or
+// transaction mode's lock and read), as its statements' answers left it.
 type claimTry struct {
 	// refused says the guarded read returned a row nobody may take and its guard failed on it,
 	// skipping the rest of the batch: read is the answer.
 	refused bool
-	// read is the read's answer when the key has a row nobody may take (then the guard fails
-	// and the write is skipped); nil without a row, or for one that may be taken.
+	// read is the read's answer when the key has a row nobody may take (the guarded read's guard
+	// then fails and the write is skipped); nil without a row, or for one that may be taken.
 	read *claimResult
 	// wrote says the write returned the row: this request inserted the key or took it over.
 	wrote   bool

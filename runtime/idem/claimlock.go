@@ -34,7 +34,9 @@ func (s *Store) lockClaims() bool {
 //     next batch (owed.go), which releases the lock. A key with a remembered completed row is
 //     read past a held lock: a replay never waits for one;
 //   - the lock held by somebody else, and no completed row: the contended claim
-//     (claimContended) waits for the holder in a second round trip, and its read answers.
+//     (claimContended) waits for the holder in a second round trip, and its read answers; when
+//     the holder left the key takeable (it rolled back), the claim starts over, within the same
+//     wait.
 //
 // No statement fails on purpose: an error costs PostgreSQL far more than the ROLLBACK a replay
 // pays instead (about 50 µs of CPU, and a line in the server's log; TestClaimsRaiseNothing), and
@@ -51,6 +53,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	rowArgs := c.readArgs(p.Fingerprint)
 	lock := s.lockOf(c.row)
 	var t claimTry
+	deadline := sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
 		var got int32 // claim_lock.sql's answer: lockTaken, lockPassed or lockBusy
@@ -72,7 +75,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		// was purged between the lock statement and the read: nothing is owned without the lock.
 		// The contended claim waits for the lock and reads what its holder left.
 		t = claimTry{}
-		err = s.claimContended(ctx, tx, c, &t, lock, rowArgs, wait)
+		err = s.claimContended(ctx, tx, c, &t, lock, rowArgs, max(time.Until(deadline), time.Millisecond))
 		tx = nil // claimContended gave the connection back
 		if err != nil || t.read != nil {
 			break
@@ -129,7 +132,7 @@ const (
 // txLockWait at least, unless the duplicate's own wait was about to end) fails with
 // lock_not_available, and the duplicate then sleeps until the holder's notification, which the
 // holder sends only after a hold that long (sql/notify_locked.sql). The connection goes back to
-// the pool, idle, before it returns.
+// the pool before it returns, its transaction ended.
 func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *claimTry, lock int64, rowArgs []any, wait time.Duration) error {
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	conn := first.conn
@@ -146,6 +149,12 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 	})
 	s.queueRead(b, c, t, rowArgs)
 	err := conn.SendBatch(ctx, b).Close()
+	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+		// Nothing was sent (ctx had ended): the first round trip's transaction is still open.
+		cctx, cancel := detached(ctx)
+		_, _ = conn.Exec(cctx, rollbackSQL)
+		cancel()
+	}
 	conn.Release() // idle again, or closed by the pool when the batch broke the connection
 	return err
 }

@@ -277,9 +277,10 @@ func TestLockClaimContendedKeepsItsConnection(t *testing.T) {
 func TestLockClaimReplayRoundTrips(t *testing.T) {
 	t.Parallel()
 	trips := &queryCounter{}
-	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 2, Tracer: trips})
+	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 4, Tracer: trips})
 	e.Warm(2) // the holder below takes one, the replays have the other
 	idem.SameLockForEveryKey(e.Store)
+	idem.KeepOwedRollbacks(e.Store) // a replay's ROLLBACK rides in the next one's batch
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	p := &idem.DoParams{Scope: "s", Key: "done", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 10 * time.Second}
@@ -302,6 +303,9 @@ func TestLockClaimReplayRoundTrips(t *testing.T) {
 		}
 	}
 	replays("with the lock free", 20)
+	// The last replay's owed transaction holds the lock every key of this Store has, which the
+	// holder below waits for: its rollback, due at the next batch, is made now.
+	idem.SettleOwedRollbacks(e.Store)
 	// Someone holds the lock every key of this Store has, on the pool's other connection.
 	holdEveryKeysLock(ctx, t, e)
 	replays("with the lock held", 20)

@@ -70,7 +70,8 @@ const txLockWaitListening = 10 * time.Millisecond
 // While a concurrent transaction holds the key, it rolls back, waits outside any connection for
 // the holder's notification (or with a bounded backoff), and tries again, until wait runs out:
 // the result is then claimInProgress. On claimAcquired and claimTakenOver tx is open and the
-// caller owns it; on any other result it has been rolled back.
+// caller owns it; on any other result it has been ended (rolled back, or handed on for the
+// connection's next batch to roll back: owed.go).
 func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(wait, 250*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()

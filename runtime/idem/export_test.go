@@ -26,6 +26,13 @@ func HoldTheLockOfEveryKey(ctx context.Context, s *Store, tx pgx.Tx) error {
 // for its completion to notify waiters.
 func SetNotifyAfter(s *Store, d time.Duration) { s.notifyAfter = d }
 
+// KeepOwedRollbacks keeps the connections whose rollback s owes until its next batch or Close,
+// so that a test counting round trips never sees the sweeper's own ROLLBACK.
+func KeepOwedRollbacks(s *Store) { s.owedAge = time.Hour }
+
+// SettleOwedRollbacks rolls back now every connection whose rollback s owes.
+func SettleOwedRollbacks(s *Store) { s.settleOwed(true) }
+
 // DisableFastPath sends every claim of s through the full claim statement.
 func DisableFastPath(s *Store) { s.noFastPath = true }
 

@@ -227,7 +227,8 @@ func TestInFlightDuplicatesKeepTheirConnections(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
 			trips := &queryCounter{}
-			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 2, Tracer: trips})
+			e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 4, Tracer: trips})
+			idem.KeepOwedRollbacks(e.Store)
 			if path.full {
 				idem.DisableFastPath(e.Store)
 			}

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,23 +18,34 @@ import (
 // open, and the next batch it sends on it begins with the ROLLBACK: the next claim's round trip
 // carries it.
 //
-// What such a transaction holds is nothing anybody waits for: a replay's business transaction
-// has run no statement (lease mode), or holds the advisory lock of a key whose completed row is
-// final, which other replays read past (transaction mode); at read committed neither keeps a
-// snapshot. It is kept owedMaxAge at most (the sweeper rolls it back then), and the Store keeps
-// half of the pool's connections at most, so the pool's other users never wait long.
+// What such a transaction holds: nothing in lease mode (it ran no statement); in transaction
+// mode the advisory lock of the key it replayed, whose completed row other replays read past, and
+// which only a new claim of that key, once the row has expired, waits for. At read committed
+// neither keeps a snapshot. The oldest is reused first, each is rolled back by the sweeper
+// within owedMaxAge plus the sweeper's tick when no batch took it, and a pool keeps at most half
+// of its connections owed, across all the Stores on it, so its other users never wait long. A
+// pool with fewer than 4 connections, or with hooks that prepare or reset a connection's session
+// per acquisition (PrepareConn, BeforeAcquire, AfterRelease), owes none: an owed connection
+// passes from one request to the next without the pool's acquire and release.
 
 // owedMaxAge is how long a connection whose rollback is owed waits for the Store's next batch
-// before the sweeper rolls it back on its own.
+// before the sweeper rolls it back on its own (boundTick later at most). Store.owedAge is it,
+// but in the tests that count round trips, which must not see the sweeper's ROLLBACK.
 const owedMaxAge = 20 * time.Millisecond
 
-// owedConns are the connections whose rollback the Store owes, most recent last.
+// poolOwed counts, per pool, the connections all its Stores keep owed.
+var poolOwed sync.Map // *pgxpool.Pool → *atomic.Int32
+
+// owedConns are the connections whose rollback the Store owes, oldest first.
 type owedConns struct {
 	mu        sync.Mutex
 	conns     []owedConn
-	max       int
-	scheduled bool // a settle is due on the sweeper
+	max       int32         // for the whole pool; 0: owe none
+	shared    *atomic.Int32 // how many the pool's Stores keep
+	scheduled bool          // a settle is due on the sweeper
 	closed    bool
+	settling  int        // settles rolling connections back
+	settled   *sync.Cond // on mu: settling went down
 }
 
 type owedConn struct {
@@ -41,14 +53,19 @@ type owedConn struct {
 	since time.Time
 }
 
-// newOwedConns keeps up to half of db's pool (at least one) when db is a pool.
 func newOwedConns(db DB) *owedConns {
 	o := &owedConns{}
-	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
-		if pc := p.Config(); pc != nil {
-			o.max = max(int(pc.MaxConns)/2, 1)
-		}
+	o.settled = sync.NewCond(&o.mu)
+	pool, ok := db.(*pgxpool.Pool)
+	if !ok {
+		return o
 	}
+	pc := pool.Config()
+	if pc.MaxConns < 4 || pc.PrepareConn != nil || pc.BeforeAcquire != nil || pc.AfterRelease != nil {
+		return o
+	}
+	shared, _ := poolOwed.LoadOrStore(pool, new(atomic.Int32))
+	o.max, o.shared = pc.MaxConns/2, shared.(*atomic.Int32)
 	return o
 }
 
@@ -66,68 +83,101 @@ func (s *Store) owe(ctx context.Context, bt *bizTx) {
 }
 
 func (o *owedConns) push(s *Store, conn *pgxpool.Conn) bool {
+	if o.max == 0 {
+		return false
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed || len(o.conns) >= o.max {
+	if o.closed {
+		return false
+	}
+	if o.shared.Add(1) > o.max {
+		o.shared.Add(-1)
 		return false
 	}
 	o.conns = append(o.conns, owedConn{conn: conn, since: time.Now()})
 	if !o.scheduled {
 		o.scheduled = true
-		afterBound(owedMaxAge, s.settleOwed)
+		afterBound(s.owedAge, s.settleDue)
 	}
 	return true
 }
 
-// pop takes the most recent owed connection, or nil.
+// pop takes the oldest owed connection, or nil.
 func (o *owedConns) pop() *pgxpool.Conn {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := len(o.conns)
-	if n == 0 {
+	if o.max == 0 {
 		return nil
 	}
-	c := o.conns[n-1].conn
-	o.conns[n-1] = owedConn{}
-	o.conns = o.conns[:n-1]
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.conns) == 0 {
+		return nil
+	}
+	c := o.conns[0].conn
+	n := copy(o.conns, o.conns[1:])
+	o.conns[n] = owedConn{}
+	o.conns = o.conns[:n]
+	o.shared.Add(-1)
 	return c
 }
 
-// settleOwed rolls back the owed connections that waited owedMaxAge (all of them once the Store
-// is closed) and gives them back to the pool; it runs on the sweeper, and again while any are
-// left.
-func (s *Store) settleOwed() {
+// settleDue is settleOwed of the connections that waited owedAge; it runs on the sweeper, and is
+// due again when the oldest of those left will have waited as long.
+func (s *Store) settleDue() { s.settleOwed(false) }
+
+// settleOwed rolls back the owed connections that waited owedAge (all of them when all is set or
+// the Store is closed) and gives them back to the pool.
+func (s *Store) settleOwed(all bool) {
 	o := s.owed
 	o.mu.Lock()
-	cutoff := time.Now().Add(-owedMaxAge)
-	var due []*pgxpool.Conn
-	kept := o.conns[:0]
-	for _, c := range o.conns {
-		if o.closed || !c.since.After(cutoff) {
-			due = append(due, c.conn)
-		} else {
-			kept = append(kept, c)
-		}
+	cutoff := time.Now().Add(-s.owedAge)
+	n := 0
+	for n < len(o.conns) && (all || o.closed || !o.conns[n].since.After(cutoff)) {
+		n++
 	}
-	clear(o.conns[len(kept):])
-	o.conns = kept
-	o.scheduled = len(kept) > 0
+	due := make([]*pgxpool.Conn, n)
+	for i := range n {
+		due[i] = o.conns[i].conn
+	}
+	left := copy(o.conns, o.conns[n:])
+	clear(o.conns[left:])
+	o.conns = o.conns[:left]
+	if o.shared != nil {
+		o.shared.Add(int32(-n))
+	}
+	o.scheduled = left > 0
 	if o.scheduled {
-		afterBound(owedMaxAge, s.settleOwed)
+		afterBound(max(time.Until(o.conns[0].since.Add(s.owedAge)), time.Millisecond), s.settleDue)
 	}
+	o.settling++
 	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.settling--
+		o.settled.Broadcast()
+		o.mu.Unlock()
+	}()
 	for _, conn := range due {
-		ctx, cancel := withBound(context.Background(), cleanupTimeout)
-		_, _ = conn.Exec(ctx, rollbackSQL) // a failed rollback closes the connection: the pool drops it
-		cancel()
+		if !conn.Conn().IsClosed() {
+			ctx, cancel := withBound(context.Background(), cleanupTimeout)
+			_, _ = conn.Exec(ctx, rollbackSQL) // a failed rollback closes the connection: the pool drops it
+			cancel()
+		}
 		conn.Release()
 	}
 }
 
-// closeOwed rolls back every owed connection now, and owes none from now on.
+// closeOwed rolls back every owed connection, waits for the settles under way, and owes none
+// from now on.
 func (s *Store) closeOwed() {
-	s.owed.mu.Lock()
-	s.owed.closed = true
-	s.owed.mu.Unlock()
-	s.settleOwed()
+	o := s.owed
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	s.settleOwed(true)
+	o.mu.Lock()
+	for o.settling > 0 {
+		o.settled.Wait()
+	}
+	o.mu.Unlock()
 }

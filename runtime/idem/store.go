@@ -192,7 +192,8 @@ type Store struct {
 
 	cache *replayCache // completed outcomes (cache.go); nil unless Config.ReplayCacheBytes
 
-	owed *owedConns // connections whose rollback the next batch sends (owed.go)
+	owed    *owedConns    // connections whose rollback the next batch sends (owed.go)
+	owedAge time.Duration // owedMaxAge (tests raise it)
 
 	// citus: the database has the Citus extension, and the request path sends no statement that
 	// fails on purpose (see citus.go).
@@ -246,7 +247,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	}
 	s := &Store{db: db, cfg: c, table: table, preparedMark: "idem.prepared " + table, log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes),
-		owed: newOwedConns(db)}
+		owed: newOwedConns(db), owedAge: owedMaxAge}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
 		if pc := p.Config(); pc != nil && pc.ConnConfig != nil && pc.BeforeConnect == nil {
 			s.execMode, s.execModeKnown = pc.ConnConfig.DefaultQueryExecMode, true

@@ -1,11 +1,12 @@
 -- The claim: its read (this file, sent with its guard as claim_read_guarded.sql) and its write
 -- (claim.sql) decide all five outcomes (acquired, taken over, replayed, in progress, key reused)
--- in one round trip.
+-- in one round trip. Transaction mode's claim under the key's advisory lock (claim_lock.sql)
+-- sends this file alone behind the lock, and Citus, which sends no guard, too.
 --
 -- The read: the key's row as this statement sees it, with what the answer needs
 -- when nobody may take it (the common duplicate: in flight, completed, or a different request).
 -- Such a row is the answer, and the guard (claim_read_guarded.sql) skips the write: replays
--- and in-progress answers are plain reads. Citus, which sends no guard, sends this file alone.
+-- and in-progress answers are plain reads.
 --
 -- A row is "fresh" (behaves as a new key) when its TTL has run out and nobody holds it; it is
 -- "takeable" when it is fresh, or its holder's lease ran out on the same request. The

@@ -1,5 +1,7 @@
--- The replay check a transaction-mode claim sends ahead of its BEGIN, in the same batch: the
--- key's completed row, while it is remembered (its TTL has not run out). A completed row is
+-- The replay check a transaction-mode claim on the key's row (on Citus, or without a pool)
+-- sends ahead of its BEGIN, in the same batch: the key's completed row, while it is remembered
+-- (its TTL has not run out). Lease mode's claim sends it too (on plain PostgreSQL inside
+-- claim_fast_lease.sql). A completed row is
 -- final until it expires, so finding it here decides the answer (replay, or key reused) without
 -- a transaction. The guard behind it (replay_guard.sql) then fails on purpose, so the BEGIN and
 -- the claim queued after it are skipped and the connection is idle again: a replay costs one
