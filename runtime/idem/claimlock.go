@@ -56,7 +56,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	deadline := sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
-		var got int32 // claim_lock.sql's answer: lockTaken, lockPassed or lockBusy
+		var got int32 // claim_lock.sql's answer (lockTaken)
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
 			b.Queue(s.sql.claimLock, lock, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
@@ -71,8 +71,8 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		if err != nil || t.read != nil || got == lockTaken {
 			break
 		}
-		// The lock is held by somebody else, or (lockPassed) the key's completed row expired or
-		// was purged between the lock statement and the read: nothing is owned without the lock.
+		// The lock is held by somebody else (0), or the lock statement read past it for a completed
+		// row (1) that expired or was purged before the read: nothing is owned without the lock.
 		// The contended claim waits for the lock and reads what its holder left.
 		t = claimTry{}
 		err = s.claimContended(ctx, tx, c, &t, lock, rowArgs, max(time.Until(deadline), time.Millisecond))
@@ -115,13 +115,10 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	return tx, res, false, nil
 }
 
-// What sql/claim_lock.sql returns: the lock taken; no lock taken, past a lock somebody holds on
-// a key with a remembered completed row; or no lock taken, somebody holds it.
-const (
-	lockBusy   = 0
-	lockPassed = 1
-	lockTaken  = 2
-)
+// lockTaken is what sql/claim_lock.sql returns when it took the lock; it returns 1 when it read
+// past a lock somebody holds on a key with a remembered completed row, and 0 when somebody holds
+// the lock of a key without one.
+const lockTaken = 2
 
 // claimContended is claimLocked's second round trip, when the key's lock was held (or the key's
 // completed row went away between the lock statement and the read): on the first round trip's
@@ -149,13 +146,7 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 	})
 	s.queueRead(b, c, t, rowArgs)
 	err := conn.SendBatch(ctx, b).Close()
-	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
-		// Nothing was sent (ctx had ended): the first round trip's transaction is still open.
-		cctx, cancel := detached(ctx)
-		_, _ = conn.Exec(cctx, rollbackSQL)
-		cancel()
-	}
-	conn.Release() // idle again, or closed by the pool when the batch broke the connection
+	endConn(ctx, conn) // a transaction is still open only when nothing was sent (ctx had ended)
 	return err
 }
 

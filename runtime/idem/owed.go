@@ -158,13 +158,19 @@ func (s *Store) settleOwed(all bool) {
 		o.mu.Unlock()
 	}()
 	for _, conn := range due {
-		if !conn.Conn().IsClosed() {
-			ctx, cancel := withBound(context.Background(), cleanupTimeout)
-			_, _ = conn.Exec(ctx, rollbackSQL) // a failed rollback closes the connection: the pool drops it
-			cancel()
-		}
-		conn.Release()
+		endConn(context.Background(), conn)
 	}
+}
+
+// endConn gives conn back to the pool, the transaction it has open, if any, rolled back first
+// (bounded by cleanupTimeout). A failed rollback closes the connection, and the pool drops it.
+func endConn(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+		cctx, cancel := detached(ctx)
+		_, _ = conn.Exec(cctx, rollbackSQL)
+		cancel()
+	}
+	conn.Release()
 }
 
 // closeOwed rolls back every owed connection, waits for the settles under way, and owes none

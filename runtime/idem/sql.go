@@ -114,10 +114,9 @@ func stripComments(sql string) string {
 }
 
 // beginSQL, commitSQL and rollbackSQL are the Store's own BEGIN, COMMIT and ROLLBACK in its
-// batches. Their texts are
-// the Store's alone: the Store prepares them by name on the connections it uses (see batched),
-// and pgx runs a prepared statement for any query with the same text, so a plain "begin" would
-// turn the application's own begins on those connections into prepared ones.
+// batches. Their texts are the Store's alone: the Store prepares them by name on the connections
+// it uses (see batched), and pgx runs a prepared statement for any query with the same text, so a
+// plain "begin" would turn the application's own begins on those connections into prepared ones.
 const (
 	beginSQL    = "begin /* idem */"
 	commitSQL   = "commit /* idem */"
