@@ -813,46 +813,81 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 
 // scanRead reads the claim's read (sql/claim_read.sql): the answer its row gives when
 // nobody may take it, and nil without a row or for one that may be taken (the write decides).
+// What the row's times say is worked out here, on the read's clock (its now column), as the
+// statement once did in SQL: see readRow.
 func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
 		var (
-			sameFP, takeable, fresh bool
-			attempt                 int32
-			state                   string
-			stored                  storedOutcome
-			leftMS                  int64
-			heldMS                  int64
-			finalMS                 int64
+			r      readRow
+			state  string
+			stored storedOutcome
 		)
-		if err := rows.Scan(&attempt, &sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&leftMS, &heldMS, &finalMS, &takeable, &fresh); err != nil {
+		if err := rows.Scan(&r.attempt, &r.sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&r.leaseExpires, &r.created, &r.expires, &r.now); err != nil {
 			return nil, err
 		}
-		t.found, t.fresh, t.rowAttempt = true, fresh, attempt
+		r.complete = state == "complete"
+		fresh := r.fresh()
+		t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
 		switch {
-		case takeable:
+		case r.takeable(fresh):
 			res = nil
-		case !sameFP:
+		case !r.sameFP:
 			res = &claimResult{status: claimKeyReused}
-		case state == "complete":
+		case r.complete:
 			o, err := stored.decode()
 			if err != nil {
 				return nil, err
 			}
-			res = &claimResult{status: claimReplayed, outcome: o, final: time.Duration(finalMS) * time.Millisecond}
+			res = &claimResult{status: claimReplayed, outcome: o, final: r.until(r.expires)}
 		default:
-			left := time.Duration(leftMS) * time.Millisecond
+			left := r.leaseLeft()
 			// How long the holder has run: since the key's first claim, or, after a takeover (whose
 			// claim time the row does not keep), at least since its last renewal.
-			elapsed := time.Duration(heldMS) * time.Millisecond
-			if attempt > 1 {
+			elapsed := max(r.now.Sub(r.created), 0).Truncate(time.Millisecond)
+			if r.attempt > 1 {
 				elapsed = max(c.Lease-left, 0)
 			}
 			res = &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}
 		}
 	}
 	return res, rows.Err()
+}
+
+// readRow is the key's row as the claim's read returns it (sql/claim_read.sql), with the read's
+// own clock: the times the answer needs are worked out from it, to the millisecond, as
+// PostgreSQL would have (the lease's time left rounded up, the others down, none below zero).
+type readRow struct {
+	attempt                        int32
+	sameFP, complete               bool
+	leaseExpires, created, expires time.Time
+	now                            time.Time // statement_timestamp() of the read
+}
+
+// fresh says the row behaves as a new key: its TTL has run out and nobody holds it.
+func (r *readRow) fresh() bool {
+	return !r.expires.After(r.now) && (r.complete || !r.leaseExpires.After(r.now))
+}
+
+// takeable says the request may take the row: it is fresh, or its holder's lease ran out on the
+// same request. A different request can never take over a live key's history.
+func (r *readRow) takeable(fresh bool) bool {
+	return fresh || (!r.complete && !r.leaseExpires.After(r.now) && r.sameFP)
+}
+
+// leaseLeft is how long the holder's lease has left, rounded up to the millisecond.
+func (r *readRow) leaseLeft() time.Duration {
+	d := r.leaseExpires.Sub(r.now)
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// until is how long from the read until t, rounded down to the millisecond, at least 0.
+func (r *readRow) until(t time.Time) time.Duration {
+	return max(t.Sub(r.now), 0).Truncate(time.Millisecond)
 }
 
 // RoundRetryAfter rounds d up to whole seconds, at least one: what a Retry-After header can

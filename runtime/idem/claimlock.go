@@ -56,9 +56,9 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	deadline := sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
-		var got int32 // claim_lock.sql's answer (lockTaken)
+		var got bool // claim_lock.sql's answer: the lock is taken
 		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, lock, rowArgs[0], rowArgs[1], rowArgs[2]).Query(func(rows pgx.Rows) error {
+			b.Queue(s.sql.claimLock, lock).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					if err := rows.Scan(&c.lockedAt, &got); err != nil {
 						return err
@@ -68,12 +68,12 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			})
 			s.queueRead(b, c, &t, rowArgs)
 		}, nil)
-		if err != nil || t.read != nil || got == lockTaken {
+		if err != nil || t.read != nil || got {
 			break
 		}
-		// The lock is held by somebody else (0), or the lock statement read past it for a completed
-		// row (1) that expired or was purged before the read: nothing is owned without the lock.
-		// The contended claim waits for the lock and reads what its holder left.
+		// The lock is held by somebody else, and the read found no row that answers without it
+		// (none, or one that may be taken: nothing is owned without the lock). The contended claim
+		// waits for the lock and reads what its holder left.
 		t = claimTry{}
 		err = s.claimContended(ctx, tx, c, &t, lock, rowArgs, max(time.Until(deadline), time.Millisecond))
 		tx = nil // claimContended gave the connection back
@@ -114,11 +114,6 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 	return tx, res, false, nil
 }
-
-// lockTaken is what sql/claim_lock.sql returns when it took the lock; it returns 1 when it read
-// past a lock somebody holds on a key with a remembered completed row, and 0 when somebody holds
-// the lock of a key without one.
-const lockTaken = 2
 
 // claimContended is claimLocked's second round trip, when the key's lock was held (or the key's
 // completed row went away between the lock statement and the read): on the first round trip's

@@ -207,35 +207,40 @@ func TestLockClaimReplayNeverWaitsForTheLock(t *testing.T) {
 	}
 }
 
-// The lock statement reads past a held lock for a key with a remembered completed row, leaving
-// the read behind it to answer the replay. Should that row be gone by the read (expired or
-// purged in between), the read finds the key takeable, and the claim must not take it without
-// the lock: it rolls back and waits for the lock like any duplicate. Here the lock statement is
-// made to see a completed row for every key, and the lock is held: the new key must wait and be
-// told it is in progress, and nothing may execute.
+// A claim whose lock try fails reads the key's row all the same, and a row that answers without
+// the lock (a remembered completed row: a replay) is the answer. Any other row must not be taken
+// without the lock, however takeable it reads: here the key's completed row has expired (a new
+// key again), and the lock is held. The claim must wait, be told it is in progress, and execute
+// nothing; once the lock is free, the key executes anew.
 func TestLockClaimWithoutTheLockNeverOwns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
 	idem.SameLockForEveryKey(e.Store)
-	idem.ClaimLockSeesCompletedRows(e.Store)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tx := holdEveryKeysLock(ctx, t, e)
-	p := &idem.DoParams{Scope: "s", Key: "new", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
-	if _, err := e.Store.Do(ctx, p, pay(1, "new")); !errors.Is(err, idem.ErrInProgress) {
-		t.Fatalf("a new key while its lock is held: %v; want ErrInProgress", err)
+	p := &idem.DoParams{Scope: "s", Key: "old", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction, Wait: 20 * time.Millisecond}
+	if r, err := e.Store.Do(ctx, p, pay(1, "first")); err != nil || r.Replayed {
+		t.Fatalf("the key's first execution: %+v, %v", r, err)
 	}
-	if n := e.Payments(); n != 0 {
-		t.Fatalf("%d payments while the key's lock was held; want 0", n)
+	tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" SET expires_at = statement_timestamp() - interval '1 second' WHERE key = 'old'")
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("expire key old: %v, %d rows", err, tag.RowsAffected())
+	}
+	tx := holdEveryKeysLock(ctx, t, e)
+	if _, err := e.Store.Do(ctx, p, pay(1, "anew")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("an expired key while its lock is held: %v; want ErrInProgress", err)
+	}
+	if n := e.Payments(); n != 1 {
+		t.Fatalf("%d payments while the key's lock was held; want 1 (its first execution)", n)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := e.Store.Do(ctx, p, pay(1, "new")); err != nil || r.Replayed {
-		t.Fatalf("the new key once the lock is free: %+v, %v; want its execution", r, err)
+	if r, err := e.Store.Do(ctx, p, pay(1, "anew")); err != nil || r.Replayed || string(r.Outcome.Body) != "anew" {
+		t.Fatalf("the expired key once the lock is free: %+v, %v; want its execution anew", r, err)
 	}
-	if n := e.Payments(); n != 1 {
-		t.Fatalf("%d payments; want 1", n)
+	if n := e.Payments(); n != 2 {
+		t.Fatalf("%d payments; want 2", n)
 	}
 }
 

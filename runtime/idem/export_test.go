@@ -193,17 +193,6 @@ const TxLockWait = txLockWait
 // it takes for p's key, for tests that send it themselves.
 func ClaimLockSQL(s *Store) string { return s.sql.claimLockWait }
 
-// ClaimLockSeesCompletedRows makes s's lock statement (sql/claim_lock.sql) take every key whose
-// lock is held for one with a remembered completed row, as it would when such a row expires or
-// is purged between the lock statement and the read behind it.
-func ClaimLockSeesCompletedRows(s *Store) {
-	const check = "WHEN EXISTS ("
-	if !strings.Contains(s.sql.claimLock, check) {
-		panic("ClaimLockSeesCompletedRows: sql/claim_lock.sql has no " + check)
-	}
-	s.sql.claimLock = strings.Replace(s.sql.claimLock, check, "WHEN true OR EXISTS (", 1)
-}
-
 func LockID(s *Store, p *DoParams) int64 {
 	return s.lockOf(rowOf(p))
 }

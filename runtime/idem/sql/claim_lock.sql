@@ -7,15 +7,12 @@
 -- so two keys whose ids collide only wait for each other and never change each other's answers.
 --
 -- This statement only tries the lock, which a key nobody else holds (the common case: a new key,
--- or a replay) gets at once: it returns 2. A held lock is not waited for here. When the key has a
--- remembered completed row, which is final until it expires, it returns 1 with no lock taken, and
--- the read behind answers the replay (or the mismatch) without waiting for anyone; otherwise it
--- returns 0, and the Store waits for the lock in a second round trip (claim_lock_wait.sql). So the
--- claim the common case pays has neither the bounded wait's settings nor a check for a completed
--- row (the EXISTS names nothing of the outer query: PostgreSQL plans it as an initplan, run only
--- when the CASE needs it, after a failed try), and a replay of a key whose completion is visible
--- never waits on its lock: it takes the free lock until its transaction is rolled back, or reads
--- past a held one.
+-- or a replay) gets at once; a held lock is not waited for here. The read behind it
+-- (claim_read.sql) decides what a held lock means: a remembered completed row is final until it
+-- expires, so it answers the replay (or the mismatch) without waiting for anyone; any other row,
+-- or none, makes the Store wait for the lock in a second round trip (claim_lock_wait.sql). So the
+-- claim the common case pays has neither the bounded wait's settings nor anything else: a bare
+-- function call, as cheap as a statement gets.
 --
 -- No answer is an error: an error costs the server far more than a statement (about 50 µs of
 -- CPU for the error alone, and a line in its log with the statement's text), so no claim
@@ -24,14 +21,12 @@
 -- It is sent ahead of the BEGIN, in the implicit transaction that the BEGIN turns into the
 -- business transaction, so the lock is held until the business transaction ends. When the read
 -- behind it answers (a replay, a mismatch, a lease held), the Store rolls that transaction back,
--- which releases the lock.
+-- which releases the lock. The read is a statement of its own, after this one, so that its
+-- snapshot is taken once the lock is held and sees whatever the lock's last holder committed.
 --
 -- Advisory locks are per node: on Citus the Store claims with claim_fast.sql and claim.sql
 -- instead. Through pgbouncer in transaction mode a transaction-scoped lock is as good as on a
 -- direct connection.
--- It returns the claim's transaction start, for notify_locked.sql.
--- $1 the lock's id; $2 tenant, $3 scope, $4 key.
-SELECT transaction_timestamp(), CASE WHEN pg_try_advisory_xact_lock($1::bigint) THEN 2 WHEN EXISTS (
-	SELECT FROM {{.Table}} AS k
-	WHERE k.tenant = $2 AND k.scope = $3 AND k.key = $4 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
-) THEN 1 ELSE 0 END
+-- It returns the claim's transaction start, for notify_locked.sql, and whether it took the lock.
+-- $1 the lock's id.
+SELECT transaction_timestamp(), pg_try_advisory_xact_lock($1::bigint)

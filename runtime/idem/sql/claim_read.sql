@@ -12,18 +12,18 @@
 -- "takeable" when it is fresh, or its holder's lease ran out on the same request. The
 -- fingerprint condition means a different request can never take over a live key's history.
 --
--- Besides the row, it returns how long the holder's lease has left and how long the key has been
--- in flight (since created_at, the first claim of its history), for an honest Retry-After, and
--- how long a completed row stays remembered (for the replay cache), and whether the row is fresh
--- (a takeover's attempt number starts again at 1).
+-- Besides the row it returns the row's times and the statement's own clock (now), from which
+-- the Store works out how long the holder's lease has left and how long the key has been in
+-- flight (since created_at, the first claim of its history), for an honest Retry-After, how long
+-- a completed row stays remembered (for the replay cache), and whether the row is fresh (a
+-- takeover's attempt number starts again at 1) or takeable. The columns are the row's own, with
+-- no expression but the fingerprint's comparison: PostgreSQL builds a statement's expressions
+-- each time it runs it, and the arithmetic on times that used to be here cost more than reading
+-- the row (scanRead does it instead, on the same clock). claim_read_guarded.sql works out
+-- "takeable" from these columns for its guard.
 --
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
-{{define "fresh"}}(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp())){{end -}}
 SELECT k.attempt, k.fingerprint = $4 AS same_fingerprint, k.state, k.status, k.headers, k.body, k.reference,
-	greatest(0, ceil(extract(epoch FROM k.lease_expires_at - statement_timestamp()) * 1000))::bigint AS lease_left_ms,
-	greatest(0, floor(extract(epoch FROM statement_timestamp() - k.created_at) * 1000))::bigint AS held_ms,
-	greatest(0, floor(extract(epoch FROM k.expires_at - statement_timestamp()) * 1000))::bigint AS expires_left_ms,
-	({{template "fresh"}} OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = $4)) AS takeable,
-	{{template "fresh"}} AS fresh
+	k.lease_expires_at, k.created_at, k.expires_at, statement_timestamp() AS now
 FROM {{.Table}} AS k
 WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3

@@ -11,7 +11,9 @@
 -- they are answered from, and a key without a row (or with a takeable one) goes on to the write
 -- or the BEGIN behind.
 --
--- MATERIALIZED reads the key's row once; the second branch reads the first's copy.
+-- MATERIALIZED reads the key's row once; the second branch reads the first's copy. The guard's
+-- condition is claim_read.sql's "takeable", on the row's times and the read's clock (scanRead
+-- works out the same in Go).
 -- Citus, whose claim has no guard (citus.go), sends claim_read.sql alone.
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
 WITH r AS MATERIALIZED (
@@ -19,4 +21,6 @@ WITH r AS MATERIALIZED (
 )
 SELECT * FROM r
 UNION ALL
-SELECT * FROM r WHERE 1 / r.takeable::int = 0
+SELECT * FROM r WHERE 1 / (
+	(r.expires_at <= r.now AND (r.state = 'complete' OR r.lease_expires_at <= r.now))
+	OR (r.state = 'in_flight' AND r.lease_expires_at <= r.now AND r.same_fingerprint))::int = 0
