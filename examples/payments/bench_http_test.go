@@ -1793,9 +1793,9 @@ func TestDatabaseProfile(t *testing.T) {
 			continue
 		}
 		// With pg_stat_statements: the replay check, which names this schema's key table, ran
-		// once per request, and so did the claim's insert (sql/claim_fast_lease.sql is both, in
-		// one statement; on a replay its insert writes nothing, which the tuple counts above
-		// check), whatever other tests ran on the server meanwhile. Nothing fails on purpose on
+		// once per request, and so did the claim's insert (sql/replay.sql and
+		// sql/claim_fast_lease.sql, in the claim's batch; on a replay the insert writes nothing,
+		// which the tuple counts above check), whatever other tests ran on the server meanwhile. Nothing fails on purpose on
 		// these paths, so pg_stat_statements, which records only statements that finish, sees
 		// every one.
 		checks, claims := int64(0), int64(0)

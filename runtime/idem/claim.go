@@ -404,8 +404,12 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			})
 		} else {
 			b.Queue(beginSQL)
-			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Query(func(rows pgx.Rows) (err error) {
-				done, won, err = scanFastLease(rows)
+			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
+				won = tag.RowsAffected() == 1
+				return nil
+			})
+			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
+				done, err = scanPeek(rows)
 				return err
 			})
 		}
@@ -736,39 +740,17 @@ type peeked struct {
 	expiresLeft time.Duration
 }
 
-// scanFastLease reads sql/claim_fast_lease.sql's answer: the remembered completed row, if any,
-// and whether the insert won the key.
-func scanFastLease(rows pgx.Rows) (pk *peeked, won bool, err error) {
-	for rows.Next() {
-		var (
-			p           peeked
-			fingerprint pgtype.Text // NULL in the count's row, as the other columns
-			leftMS      pgtype.Int8
-			inserted    pgtype.Int4
-		)
-		if err := rows.Scan(&fingerprint, &p.outcome.status, &p.outcome.headers, &p.outcome.body, &p.outcome.reference, &leftMS, &inserted); err != nil {
-			return nil, false, err
-		}
-		if inserted.Valid { // the insert's count
-			won = inserted.Int32 == 1
-			continue
-		}
-		p.fingerprint, p.expiresLeft = fingerprint.String, time.Duration(leftMS.Int64)*time.Millisecond
-		pk = &p
-	}
-	return pk, won, rows.Err()
-}
-
-// scanPeek reads the replay check's row, if any.
+// scanPeek reads the replay check's row, if any (sql/replay.sql): how long it stays remembered
+// is worked out on the statement's clock, rounded down to the millisecond as readRow.until.
 func scanPeek(rows pgx.Rows) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
 		pk = &peeked{}
-		var leftMS int64
-		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &leftMS); err != nil {
+		var r readRow
+		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &r.expires, &r.now); err != nil {
 			return nil, err
 		}
-		pk.expiresLeft = time.Duration(leftMS) * time.Millisecond
+		pk.expiresLeft = r.until(r.expires)
 	}
 	return pk, rows.Err()
 }

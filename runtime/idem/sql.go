@@ -16,9 +16,9 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
-	// claimFastLease is lease mode's one-trip claim on plain PostgreSQL: the replay check and the
-	// fast claim's insert in one statement, which also sets the claim's asynchronous commit
-	// (sql/claim_fast_lease.sql).
+	// claimFastLease is lease mode's fast claim on plain PostgreSQL: claimFast's insert, which
+	// also sets the claim's asynchronous commit (sql/claim_fast_lease.sql), sent ahead of the
+	// replay check (replay).
 	claimFastLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
@@ -62,6 +62,7 @@ func newStatements(table string) (statements, error) {
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
 		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"claim_lock_wait", &st.claimLockWait}, {"complete_insert", &st.completeInsert},
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
+		{"claim_fast_lease", &st.claimFastLease},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table})
 		if err != nil {
@@ -69,14 +70,12 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = sql
 	}
-	// These statements wrap another statement (its Inner): with the guard that fails, or with the
-	// setting lease mode's claim makes.
+	// These statements wrap another statement (its Inner): with the guard that fails.
 	for _, s := range []struct {
 		file       string
 		inner, dst *string
 	}{
 		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
-		{"claim_fast_lease", &st.replay, &st.claimFastLease},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table, Inner: *s.inner})
 		if err != nil {
