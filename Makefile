@@ -32,6 +32,10 @@ bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a ba
 bench-http: ## serve the payments example over HTTP with and without idempotency on a durable PostgreSQL, and time the generator against oapi-codegen alone: one table, also written as JSON
 	PG_DURABLE=1 PG_STATEMENTS=$${BENCH_HTTP_PROFILE:+1} $(PG) TEST_DATABASE_URL scripts/bench-http.sh
 
+.PHONY: bench-instructions
+bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1%, unlike timings)
+	scripts/bench-instructions.sh
+
 .PHONY: citus
 citus: ## start a Citus cluster on loopback (scripts/citus.sh; Citus must be installed), run the runtime's verification on it beside a plain PostgreSQL, stop it
 	@dir=$$(mktemp -d /tmp/idem-citus.XXXXXX) && url=$$(scripts/citus.sh start $$dir) || { rm -rf $$dir; exit 1; }; \

@@ -11,6 +11,7 @@
 #   pgbouncer  -> pgbouncer
 #   promtool   -> prometheus
 #   chromium   -> chromium
+#   valgrind   -> valgrind (make bench-instructions)
 set -euo pipefail
 
 pkg_for() {
@@ -18,6 +19,7 @@ pkg_for() {
 	pgbouncer) echo pgbouncer ;;
 	promtool) echo prometheus ;;
 	chromium) echo chromium ;;
+	valgrind) echo valgrind ;;
 	*) echo "deps.sh: no package is known for command '$1' (add it to scripts/deps.sh)" >&2; return 2 ;;
 	esac
 }

@@ -9,6 +9,9 @@
 # PG_STATEMENTS=1 also loads pg_stat_statements (with planning time) and creates the extension in
 # the postgres database, so a profile can read what each statement cost; it is off by default,
 # since every statement then pays for its bookkeeping.
+# PG_CALLGRIND=1 runs every server process under valgrind's callgrind (instructions counted per
+# process, written to DIR/callgrind when it exits; valgrind must be installed), for
+# make bench-instructions.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
 set -euo pipefail
 
@@ -61,7 +64,21 @@ start)
 		opts+=" -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 		hint=" (PG_STATEMENTS=1 needs the pg_stat_statements library: Debian's postgresql-15 ships it, other systems a contrib package; or unset PG_STATEMENTS)"
 	fi
-	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" \
+	postgres=()
+	if [[ "${PG_CALLGRIND:-}" == 1 ]]; then
+		# Every server process runs under valgrind's callgrind, which counts the instructions it
+		# executes and writes them to $dir/callgrind/callgrind.PID when the process exits (a
+		# backend: when its connection closes). Autovacuum is off, so that no worker's count
+		# lands among a measurement's backends. make bench-instructions uses it.
+		mkdir -p "$dir/callgrind"
+		[[ $(id -u) -eq 0 ]] && chown postgres "$dir/callgrind"
+		printf '#!/bin/sh\nexec valgrind -q --tool=callgrind --trace-children=yes --callgrind-out-file=%s/callgrind/callgrind.%%p %s/postgres "$@"\n' \
+			"$dir" "$bindir" >"$dir/postgres-callgrind"
+		chmod 755 "$dir/postgres-callgrind"
+		postgres=(-p "$dir/postgres-callgrind")
+		opts+=" -c autovacuum=off"
+	fi
+	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 120 -o "$opts" "${postgres[@]}" \
 		start >/dev/null || { echo "pg.sh: server did not start$hint; see $dir/server.log:" >&2; tail -20 "$dir/server.log" >&2; exit 1; }
 	if [[ "${PG_STATEMENTS:-}" == 1 ]]; then
 		as_owner "$bindir/psql" -h "$dir" -U "$user" -d postgres -X -q -v ON_ERROR_STOP=1 \
