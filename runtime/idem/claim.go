@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -746,10 +745,11 @@ func scanPeek(rows pgx.Rows) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
 		pk = &peeked{}
-		var r readRow
-		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &r.expires, &r.now); err != nil {
+		var expires, now pgtype.Timestamptz
+		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &expires, &now); err != nil {
 			return nil, err
 		}
+		r := readRow{expires: expires.Time, now: now.Time}
 		pk.expiresLeft = r.until(r.expires)
 	}
 	return pk, rows.Err()
@@ -801,14 +801,16 @@ func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, er
 	var res *claimResult
 	for rows.Next() {
 		var (
-			r      readRow
-			state  string
-			stored storedOutcome
+			r                                   readRow
+			state                               string
+			stored                              storedOutcome
+			leaseExpires, created, expires, now pgtype.Timestamptz // scanned without a wrapper per column
 		)
 		if err := rows.Scan(&r.attempt, &r.sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&r.leaseExpires, &r.created, &r.expires, &r.now); err != nil {
+			&leaseExpires, &created, &expires, &now); err != nil {
 			return nil, err
 		}
+		r.leaseExpires, r.created, r.expires, r.now = leaseExpires.Time, created.Time, expires.Time, now.Time
 		r.complete = state == "complete"
 		fresh := r.fresh()
 		t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
@@ -882,7 +884,7 @@ func RoundRetryAfter(d time.Duration) time.Duration {
 func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, error) {
 	var headers any // SQL NULL without headers
 	if len(o.Header) > 0 {
-		b, err := json.Marshal(o.Header)
+		b, err := encodeStoredHeaders(o.Header)
 		if err != nil {
 			return nil, fmt.Errorf("idem: complete: encode headers: %w", err)
 		}

@@ -3,6 +3,7 @@ package idem
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -109,4 +110,71 @@ func scanStoredHeaders(raw []byte) (http.Header, bool) {
 			return nil, false
 		}
 	}
+}
+
+// encodeStoredHeaders is json.Marshal(h) for an outcome's headers, as the completion stores them:
+// a JSON object of string lists, names in sorted order, the same bytes json.Marshal writes.
+// Every first execution encodes them, so they are written in one pass into one buffer, without
+// encoding/json's reflection; a name or value that needs escaping (a quote, a backslash, a
+// control character, HTML's <, > and &, U+2028/U+2029, or bytes that are not UTF-8) goes to
+// json.Marshal.
+func encodeStoredHeaders(h http.Header) ([]byte, error) {
+	if h == nil {
+		return []byte("null"), nil
+	}
+	size := 2
+	for name, values := range h {
+		size += len(name) + 6
+		for _, v := range values {
+			if !plainJSON(v) {
+				return json.Marshal(h)
+			}
+			size += len(v) + 3
+		}
+		if !plainJSON(name) {
+			return json.Marshal(h)
+		}
+	}
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	b = append(b, '{')
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		values := h[name]
+		if values == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		b = append(b, '[')
+		for j, v := range values {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, v...)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
+}
+
+// plainJSON says json.Marshal writes s as it is, between quotes: printable ASCII other than the
+// characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

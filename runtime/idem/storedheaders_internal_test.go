@@ -74,3 +74,31 @@ func BenchmarkDecodeStoredHeaders(b *testing.B) {
 		})
 	}
 }
+
+// encodeStoredHeaders writes what json.Marshal writes, for plain headers on its own and for
+// anything that needs escaping through json.Marshal itself.
+func TestEncodeStoredHeadersIsJSONMarshal(t *testing.T) {
+	for _, h := range []http.Header{
+		nil,
+		{},
+		{"Location": {"/v1/payments/pay_1"}},
+		{"Location": {"/v1/payments/pay_1"}, "Content-Type": {"application/json"}, "X-B": {"1", "2"}, "X-A": {}},
+		{"X-Nil": nil, "A": {""}},
+		{"X-Quote": {`say "hi"`}},
+		{"X-Backslash": {`a\b`}},
+		{"X-Html": {"<a href='x'>&</a>"}},
+		{"X-Control": {"a\tb\x01"}},
+		{"X-Utf8": {"café", "\u2028"}},
+		{"X-Bad": {"\xff\xfe"}},
+		{"Quote\"Name": {"v"}},
+	} {
+		want, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeStoredHeaders(h)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("encodeStoredHeaders(%#v) = %s, %v; want %s", h, got, err, want)
+		}
+	}
+}
