@@ -369,16 +369,16 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is the claim's
-// own transaction (BEGIN; the replay check and the fast claim's plain insert in one statement,
-// sql/claim_fast_lease.sql, which also sets the claim's asynchronous commit, see claim for why
-// that loses nothing; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
+// own transaction (BEGIN; the fast claim's plain insert, sql/claim_fast_lease.sql, which also
+// sets the claim's asynchronous commit, see claim for why that loses nothing; the replay check,
+// sql/replay.sql; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
 // claim's transaction and the settings are SET LOCAL statements (see citus.go). No statement
-// fails on purpose: a remembered completed row is the replay check's answer, and the insert
-// behind it writes nothing; the business transaction begun for nothing is rolled back by the
-// connection's next batch (owed.go), which costs the server less than an error would (see
-// sql/claim_lock.sql) and the request no round trip. decided is false when the key has a row
-// that the replay check did not answer for: the insert wrote nothing, and the full claim must
-// decide.
+// fails on purpose: for a key that has a row the insert writes nothing, and a remembered
+// completed row is the replay check's answer; the business transaction begun for nothing is
+// rolled back by the connection's next batch (owed.go), which costs the server less than an
+// error would (see sql/claim_lock.sql) and the request no round trip. decided is false when the
+// key has a row that the replay check did not answer for: the insert wrote nothing, and the full
+// claim must decide.
 //
 // As in fullClaimAndBegin, the batch is waited for even when ctx ends meanwhile (bounded by the
 // store timeout), and a caller that has gone gives back exactly the claim it made, if it made
@@ -749,7 +749,7 @@ func scanPeek(rows pgx.Rows) (*peeked, error) {
 		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &expires, &now); err != nil {
 			return nil, err
 		}
-		r := readRow{expires: expires.Time, now: now.Time}
+		r := readRow{expires: finite(expires), now: finite(now)}
 		pk.expiresLeft = r.until(r.expires)
 	}
 	return pk, rows.Err()
@@ -810,7 +810,7 @@ func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, er
 			&leaseExpires, &created, &expires, &now); err != nil {
 			return nil, err
 		}
-		r.leaseExpires, r.created, r.expires, r.now = leaseExpires.Time, created.Time, expires.Time, now.Time
+		r.leaseExpires, r.created, r.expires, r.now = finite(leaseExpires), finite(created), finite(expires), finite(now)
 		r.complete = state == "complete"
 		fresh := r.fresh()
 		t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
@@ -848,6 +848,27 @@ type readRow struct {
 	leaseExpires, created, expires time.Time
 	now                            time.Time // statement_timestamp() of the read
 }
+
+// finite is t as a time.Time that compares with others as PostgreSQL compares t: 'infinity'
+// (which pgx returns with a zero Time) later than any time, '-infinity' earlier. The runtime
+// never writes either, but an operator may (expires_at = 'infinity' to remember a key for good),
+// and Go must then agree with the statements, which compare in SQL.
+func finite(t pgtype.Timestamptz) time.Time {
+	switch t.InfinityModifier {
+	case pgtype.Infinity:
+		return farFuture
+	case pgtype.NegativeInfinity:
+		return farPast
+	}
+	return t.Time
+}
+
+// farFuture and farPast stand for 'infinity' and '-infinity': beyond the years PostgreSQL's
+// timestamps can hold (4713 BC to 294276 AD). A duration to either saturates (time.Time.Sub).
+var (
+	farFuture = time.Date(300000, time.January, 1, 0, 0, 0, 0, time.UTC)
+	farPast   = time.Date(-5000, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // fresh says the row behaves as a new key: its TTL has run out and nobody holds it.
 func (r *readRow) fresh() bool {

@@ -115,8 +115,8 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	return tx, res, false, nil
 }
 
-// claimContended is claimLocked's second round trip, when the key's lock was held (or the key's
-// completed row went away between the lock statement and the read): on the first round trip's
+// claimContended is claimLocked's second round trip, when the key's lock was held and the read
+// found no row that answers without it (none, or one that may be taken): on the first round trip's
 // connection (first, whose BEGIN left a transaction open), its ROLLBACK, the lock with its wait
 // bounded by wait (sql/claim_lock_wait.sql), and the read behind it (t). Nothing begins: the wait
 // is for the holder's outcome, which the read then sees, and the lock ends with the round trip.

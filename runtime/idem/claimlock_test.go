@@ -179,7 +179,7 @@ func TestLockClaimCompletionIsFencedByTheRow(t *testing.T) {
 
 // A replay never waits for the key's lock: a completed row is final until it expires, so when the
 // lock is held (by another replay of the key for an instant, or here by a holder of a colliding
-// id) the lock statement reads past it and the read behind answers, before any wait.
+// id) the read behind the lock's failed try answers, before any wait.
 func TestLockClaimReplayNeverWaitsForTheLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil, nil)
@@ -276,9 +276,9 @@ func TestLockClaimContendedKeepsItsConnection(t *testing.T) {
 	}
 }
 
-// A replay is one round trip (the lock's try, the guarded read and the skipped BEGIN in one
-// batch), whether the key's lock is free or held (the lock statement then reads past it: the key
-// has a completed row), and opens no connection: each gives its connection back idle.
+// A replay is one round trip (the lock's try, the read and the BEGIN in one batch, whose ROLLBACK
+// rides in the connection's next batch), whether the key's lock is free or held (the read then
+// answers from the key's completed row), and opens no connection.
 func TestLockClaimReplayRoundTrips(t *testing.T) {
 	t.Parallel()
 	trips := &queryCounter{}

@@ -274,3 +274,43 @@ func TestInFlightDuplicatesKeepTheirConnections(t *testing.T) {
 		})
 	}
 }
+
+// A completed key an operator made permanent (expires_at = 'infinity') is replayed by every claim
+// path in both modes: the Store reads the row's times in Go, and must order 'infinity' after
+// every time as PostgreSQL does (pgx returns it with a zero time.Time), or a transaction-mode
+// claim would take the key for expired and run the request again.
+func TestClaimPathsReplayAKeyRememberedForever(t *testing.T) {
+	t.Parallel()
+	for _, path := range claimPaths {
+		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+			t.Run(path.name+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				e := newPathEnv(t, path, 4)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				p := &idem.DoParams{Scope: "s", Key: "forever", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Millisecond}
+				if r, err := e.Store.Do(ctx, p, pay(1, "once")); err != nil || r.Replayed {
+					t.Fatalf("first execution: %+v, %v", r, err)
+				}
+				tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" SET expires_at = 'infinity' WHERE key = 'forever'")
+				if err != nil || tag.RowsAffected() != 1 {
+					t.Fatalf("remember key forever for good: %v, %d rows", err, tag.RowsAffected())
+				}
+				for i := range 2 {
+					r, err := e.Store.Do(ctx, p, pay(1, "again"))
+					if err != nil || !r.Replayed || string(r.Outcome.Body) != "once" {
+						t.Fatalf("retry %d of a key remembered for good: %+v, %v; want the replay of once", i, r, err)
+					}
+				}
+				q := *p
+				q.Fingerprint = "other"
+				if _, err := e.Store.Do(ctx, &q, pay(1, "other")); !errors.Is(err, idem.ErrKeyReused) {
+					t.Fatalf("another request with the key: %v; want ErrKeyReused", err)
+				}
+				if n := e.Payments(); n != 1 {
+					t.Fatalf("%d payments; want 1", n)
+				}
+			})
+		}
+	}
+}
