@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -886,6 +887,9 @@ func (r *readRow) leaseLeft() time.Duration {
 	d := r.leaseExpires.Sub(r.now)
 	if d <= 0 {
 		return 0
+	}
+	if d > math.MaxInt64-time.Millisecond { // 'infinity': Sub saturated, and rounding up would overflow
+		return d.Truncate(time.Millisecond)
 	}
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }

@@ -22,6 +22,10 @@ func TestReadRowTimes(t *testing.T) {
 	if got := max(r.now.Sub(r.created), 0).Truncate(ms); got != 2*ms {
 		t.Errorf("in flight for 2.999ms: %v; want 2ms (rounded down)", got)
 	}
+	r = readRow{now: now, leaseExpires: farFuture, expires: farFuture}
+	if left := r.leaseLeft(); left <= 0 || r.until(r.expires) <= 0 {
+		t.Errorf("times at 'infinity': lease left %v, remembered for %v; want both positive", left, r.until(r.expires))
+	}
 	r = readRow{now: now, leaseExpires: at(-us), expires: at(-us)}
 	if r.leaseLeft() != 0 || r.until(r.expires) != 0 {
 		t.Errorf("times past: lease left %v, remembered for %v; want 0, 0", r.leaseLeft(), r.until(r.expires))
