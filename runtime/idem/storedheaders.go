@@ -142,13 +142,16 @@ func encodeStoredHeaders(h http.Header) ([]byte, error) {
 	slices.Sort(names)
 	b := make([]byte, 0, size)
 	b = append(b, '{')
-	for i, name := range names {
-		if i > 0 {
+	// quoted appends s as a JSON string (plainJSON said it needs no escape), after a comma unless
+	// it is the first of its list.
+	quoted := func(b []byte, first bool, s string) []byte {
+		if !first {
 			b = append(b, ',')
 		}
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
+		return append(append(append(b, '"'), s...), '"')
+	}
+	for i, name := range names {
+		b = append(quoted(b, i == 0, name), ':')
 		values := h[name]
 		if values == nil {
 			b = append(b, "null"...)
@@ -156,12 +159,7 @@ func encodeStoredHeaders(h http.Header) ([]byte, error) {
 		}
 		b = append(b, '[')
 		for j, v := range values {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '"')
-			b = append(b, v...)
-			b = append(b, '"')
+			b = quoted(b, j == 0, v)
 		}
 		b = append(b, ']')
 	}
