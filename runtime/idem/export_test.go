@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DisableRenewal stops s from renewing leases, so a test can let a lease run out under a live
@@ -196,3 +197,7 @@ func ClaimLockSQL(s *Store) string { return s.sql.claimLockWait }
 func LockID(s *Store, p *DoParams) int64 {
 	return s.lockOf(rowOf(p))
 }
+
+// Owe hands conn to s as a connection whose rollback s owes, as a replay's claim does; false
+// when s may keep no more (the caller then still holds conn).
+func Owe(s *Store, conn *pgxpool.Conn) bool { return s.owed.push(s, conn) }

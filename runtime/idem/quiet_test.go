@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -151,5 +152,53 @@ func TestOwedRollbacksComeBack(t *testing.T) {
 				t.Fatalf("%d connections out of the pool after Store.Close; want 0", n)
 			}
 		})
+	}
+}
+
+// A pool keeps at most half its connections owed, and beyond that, up to all but one, only while
+// it still has an idle connection to give its other users: replays on a busy pool then rarely pay
+// a ROLLBACK round trip of their own, and nobody else waits for a connection a replay keeps.
+func TestOwedConnectionsLeaveTheRestOfThePool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 4}) // at most 2 owed, 3 with an idle one left
+	idem.KeepOwedRollbacks(e.Store)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool := e.Sch.Pool
+	acquire := func() *pgxpool.Conn {
+		t.Helper()
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil { // as a replay's connection: a transaction open
+			t.Fatal(err)
+		}
+		return c
+	}
+	release := func(c *pgxpool.Conn) {
+		if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+	}
+	conns := []*pgxpool.Conn{acquire(), acquire(), acquire(), acquire()} // the pool has none idle
+	for i, want := range []bool{true, true, false} {
+		if got := idem.Owe(e.Store, conns[i]); got != want {
+			t.Fatalf("owe connection %d of 4 with none idle: %v; want %v", i+1, got, want)
+		}
+	}
+	release(conns[3]) // one idle again
+	if !idem.Owe(e.Store, conns[2]) {
+		t.Fatal("owe a third connection while the pool has an idle one: refused; want it kept")
+	}
+	last := acquire()
+	if idem.Owe(e.Store, last) {
+		t.Fatal("owe the pool's last connection: kept; want refused (all but one at most)")
+	}
+	release(last)
+	idem.SettleOwedRollbacks(e.Store)
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections out of the pool after the owed ones were settled; want 0", n)
 	}
 }
