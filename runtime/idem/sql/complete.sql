@@ -22,4 +22,4 @@ WITH done AS (
 	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
 	RETURNING 1
 )
-SELECT 1 / (SELECT count(*) FROM done)::int AS owned
+SELECT 1 / count(*)::int AS owned FROM done

@@ -26,4 +26,4 @@ WITH done AS (
 		OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = EXCLUDED.fingerprint)
 	RETURNING 1
 )
-SELECT 1 / (SELECT count(*) FROM done)::int AS owned
+SELECT 1 / count(*)::int AS owned FROM done
