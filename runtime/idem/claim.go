@@ -741,7 +741,7 @@ type peeked struct {
 }
 
 // scanPeek reads the replay check's row, if any (sql/replay.sql): how long it stays remembered
-// is worked out on the statement's clock, rounded down to the millisecond as readRow.until.
+// is worked out on the statement's clock (wholeMillis, as the claim's read).
 func scanPeek(rows pgx.Rows) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
@@ -750,8 +750,7 @@ func scanPeek(rows pgx.Rows) (*peeked, error) {
 		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &expires, &now); err != nil {
 			return nil, err
 		}
-		r := readRow{expires: finite(expires), now: finite(now)}
-		pk.expiresLeft = r.until(r.expires)
+		pk.expiresLeft = wholeMillis(finite(expires).Sub(finite(now)))
 	}
 	return pk, rows.Err()
 }
@@ -825,12 +824,12 @@ func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, er
 			if err != nil {
 				return nil, err
 			}
-			res = &claimResult{status: claimReplayed, outcome: o, final: r.until(r.expires)}
+			res = &claimResult{status: claimReplayed, outcome: o, final: wholeMillis(r.expires.Sub(r.now))}
 		default:
 			left := r.leaseLeft()
 			// How long the holder has run: since the key's first claim, or, after a takeover (whose
 			// claim time the row does not keep), at least since its last renewal.
-			elapsed := max(r.now.Sub(r.created), 0).Truncate(time.Millisecond)
+			elapsed := wholeMillis(r.now.Sub(r.created))
 			if r.attempt > 1 {
 				elapsed = max(c.Lease-left, 0)
 			}
@@ -894,9 +893,10 @@ func (r *readRow) leaseLeft() time.Duration {
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
-// until is how long from the read until t, rounded down to the millisecond, at least 0.
-func (r *readRow) until(t time.Time) time.Duration {
-	return max(t.Sub(r.now), 0).Truncate(time.Millisecond)
+// wholeMillis is d rounded down to the millisecond, at least 0: a time the read's row says, as
+// the statements once computed it in SQL (greatest(0, floor(… * 1000))).
+func wholeMillis(d time.Duration) time.Duration {
+	return max(d, 0).Truncate(time.Millisecond)
 }
 
 // RoundRetryAfter rounds d up to whole seconds, at least one: what a Retry-After header can

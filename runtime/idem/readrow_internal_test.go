@@ -16,19 +16,19 @@ func TestReadRowTimes(t *testing.T) {
 	if got := r.leaseLeft(); got != 2*ms {
 		t.Errorf("lease left of 1.501ms: %v; want 2ms (rounded up)", got)
 	}
-	if got := r.until(r.expires); got != ms {
+	if got := wholeMillis(r.expires.Sub(r.now)); got != ms {
 		t.Errorf("remembered for 1.999ms: %v; want 1ms (rounded down)", got)
 	}
-	if got := max(r.now.Sub(r.created), 0).Truncate(ms); got != 2*ms {
+	if got := wholeMillis(r.now.Sub(r.created)); got != 2*ms {
 		t.Errorf("in flight for 2.999ms: %v; want 2ms (rounded down)", got)
 	}
 	r = readRow{now: now, leaseExpires: farFuture, expires: farFuture}
-	if left := r.leaseLeft(); left <= 0 || r.until(r.expires) <= 0 {
-		t.Errorf("times at 'infinity': lease left %v, remembered for %v; want both positive", left, r.until(r.expires))
+	if left := r.leaseLeft(); left <= 0 || wholeMillis(r.expires.Sub(r.now)) <= 0 {
+		t.Errorf("times at 'infinity': lease left %v, remembered for %v; want both positive", left, wholeMillis(r.expires.Sub(r.now)))
 	}
 	r = readRow{now: now, leaseExpires: at(-us), expires: at(-us)}
-	if r.leaseLeft() != 0 || r.until(r.expires) != 0 {
-		t.Errorf("times past: lease left %v, remembered for %v; want 0, 0", r.leaseLeft(), r.until(r.expires))
+	if r.leaseLeft() != 0 || wholeMillis(r.expires.Sub(r.now)) != 0 {
+		t.Errorf("times past: lease left %v, remembered for %v; want 0, 0", r.leaseLeft(), wholeMillis(r.expires.Sub(r.now)))
 	}
 	for _, c := range []struct {
 		name            string

@@ -70,18 +70,10 @@ func newStatements(table string) (statements, error) {
 		}
 		*s.dst = sql
 	}
-	// These statements wrap another statement (its Inner): with the guard that fails.
-	for _, s := range []struct {
-		file       string
-		inner, dst *string
-	}{
-		{"claim_read_guarded", &st.claimRead, &st.claimReadGuarded},
-	} {
-		sql, err := renderSQL(s.file, sqlVars{Table: table, Inner: *s.inner})
-		if err != nil {
-			return st, err
-		}
-		*s.dst = sql
+	// The guarded read wraps the read (its Inner) with the guard that fails.
+	var err error
+	if st.claimReadGuarded, err = renderSQL("claim_read_guarded", sqlVars{Table: table, Inner: st.claimRead}); err != nil {
+		return st, err
 	}
 	st.batched = append([]string{beginSQL, commitSQL, rollbackSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.claimFastLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
@@ -89,8 +81,8 @@ func newStatements(table string) (statements, error) {
 	return st, nil
 }
 
-// sqlVars are what a sql/*.sql file may use: the key table's sanitised name, and for a guarded
-// statement the statement it wraps.
+// sqlVars are what a sql/*.sql file may use: the key table's sanitised name, and for the guarded
+// read the statement it wraps.
 type sqlVars struct{ Table, Inner string }
 
 // renderSQL is sql/file.sql rendered with v, without its comments.
