@@ -44,6 +44,20 @@ func newPathEnv(t *testing.T, path claimPath, conns int32) *env {
 	return e
 }
 
+// eachClaimPathAndMode runs f in parallel subtests, one per claim path and claim mode, each on an
+// env of its own (newPathEnv with a pool of conns).
+func eachClaimPathAndMode(t *testing.T, conns int32, f func(t *testing.T, e *env, mode idem.ClaimMode)) {
+	t.Helper()
+	for _, path := range claimPaths {
+		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+			t.Run(path.name+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				f(t, newPathEnv(t, path, conns), mode)
+			})
+		}
+	}
+}
+
 // expireLease ends the lease of key's holder now, as if it had run out: a takeover needs no
 // waiting for a clock.
 func expireLease(t *testing.T, e *env, key string) {
@@ -57,135 +71,117 @@ func expireLease(t *testing.T, e *env, key string) {
 
 func TestClaimPathsStormOf64ExecutesOnce(t *testing.T) {
 	t.Parallel()
-	for _, path := range claimPaths {
-		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-			t.Run(path.name+"/"+mode.String(), func(t *testing.T) {
-				t.Parallel()
-				e := newPathEnv(t, path, 16)
-				e.Warm(16)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				var (
-					mu                     sync.Mutex
-					runs, replays, pending int
-					start                  = make(chan struct{})
-					wg                     sync.WaitGroup
-				)
-				fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-					mu.Lock()
-					runs++
-					mu.Unlock()
-					return pay(1, "once")(ctx, tx)
-				}
-				errs := make(chan error, 64)
-				for range 64 {
-					wg.Go(func() {
-						<-start
-						p := &idem.DoParams{Scope: "s", Key: "storm", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: 10 * time.Second}
-						r, err := e.Store.Do(ctx, p, fn)
-						mu.Lock()
-						defer mu.Unlock()
-						switch {
-						case errors.Is(err, idem.ErrInProgress):
-							pending++
-						case err != nil:
-							errs <- err
-						case r.Replayed:
-							if string(r.Outcome.Body) != "once" {
-								errs <- errors.New("a replay answered " + string(r.Outcome.Body) + "; want the stored once")
-							}
-							replays++
-						}
-					})
-				}
-				close(start)
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Error(err)
-				}
-				if runs != 1 || e.Payments() != 1 || e.Keys() != 1 {
-					t.Fatalf("64 duplicates: the handler ran %d times, %d payments, %d key rows (%d replays, %d in progress); want 1, 1, 1",
-						runs, e.Payments(), e.Keys(), replays, pending)
+	eachClaimPathAndMode(t, 16, func(t *testing.T, e *env, mode idem.ClaimMode) {
+		e.Warm(16)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var (
+			mu                     sync.Mutex
+			runs, replays, pending int
+			start                  = make(chan struct{})
+			wg                     sync.WaitGroup
+		)
+		fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			mu.Lock()
+			runs++
+			mu.Unlock()
+			return pay(1, "once")(ctx, tx)
+		}
+		errs := make(chan error, 64)
+		for range 64 {
+			wg.Go(func() {
+				<-start
+				p := &idem.DoParams{Scope: "s", Key: "storm", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: 10 * time.Second}
+				r, err := e.Store.Do(ctx, p, fn)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case errors.Is(err, idem.ErrInProgress):
+					pending++
+				case err != nil:
+					errs <- err
+				case r.Replayed:
+					if string(r.Outcome.Body) != "once" {
+						errs <- errors.New("a replay answered " + string(r.Outcome.Body) + "; want the stored once")
+					}
+					replays++
 				}
 			})
 		}
-	}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if runs != 1 || e.Payments() != 1 || e.Keys() != 1 {
+			t.Fatalf("64 duplicates: the handler ran %d times, %d payments, %d key rows (%d replays, %d in progress); want 1, 1, 1",
+				runs, e.Payments(), e.Keys(), replays, pending)
+		}
+	})
 }
 
 func TestClaimPathsTakeOverAnAbandonedClaim(t *testing.T) {
 	t.Parallel()
-	for _, path := range claimPaths {
-		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-			t.Run(path.name+"/"+mode.String(), func(t *testing.T) {
-				t.Parallel()
-				e := newPathEnv(t, path, 4)
-				ctx := context.Background()
-				// A crash: claimed, never completed nor released.
-				dead, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
-				if err != nil || dead.Status != idem.ClaimAcquired {
-					t.Fatalf("claim = %+v, %v", dead, err)
-				}
-				p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Millisecond}
-				if _, err := e.Store.Do(ctx, p, pay(1, "x")); !errors.Is(err, idem.ErrInProgress) {
-					t.Fatalf("during the dead holder's lease: %v; want ErrInProgress", err)
-				}
-				expireLease(t, e, "k")
-				var attempt int
-				r, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-					c, _ := idem.ClaimFromContext(ctx)
-					attempt = c.Attempt
-					return pay(1, "taken over")(ctx, tx)
-				})
-				if err != nil || r.Replayed || string(r.Outcome.Body) != "taken over" || attempt != 2 {
-					t.Fatalf("after the lease: %+v, %v, attempt %d; want executed as attempt 2", r, err, attempt)
-				}
-				// The dead holder's token fences nothing any more.
-				err = pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
-					return e.Store.CompleteTx(ctx, tx, dead.Claim, &idem.Outcome{Status: 200}, time.Hour)
-				})
-				if !errors.Is(err, idem.ErrLeaseLost) {
-					t.Fatalf("the dead holder completes: %v; want ErrLeaseLost", err)
-				}
-				r, err = e.Store.Do(ctx, p, pay(1, "again"))
-				if err != nil || !r.Replayed || string(r.Outcome.Body) != "taken over" {
-					t.Fatalf("after the takeover completed: %+v, %v; want the replay of its outcome", r, err)
-				}
-				if n := e.Payments(); n != 1 {
-					t.Fatalf("%d payments; want 1", n)
-				}
-			})
+	eachClaimPathAndMode(t, 4, func(t *testing.T, e *env, mode idem.ClaimMode) {
+		ctx := context.Background()
+		// A crash: claimed, never completed nor released.
+		dead, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
+		if err != nil || dead.Status != idem.ClaimAcquired {
+			t.Fatalf("claim = %+v, %v", dead, err)
 		}
-	}
+		p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Millisecond}
+		if _, err := e.Store.Do(ctx, p, pay(1, "x")); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("during the dead holder's lease: %v; want ErrInProgress", err)
+		}
+		expireLease(t, e, "k")
+		var attempt int
+		r, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			c, _ := idem.ClaimFromContext(ctx)
+			attempt = c.Attempt
+			return pay(1, "taken over")(ctx, tx)
+		})
+		if err != nil || r.Replayed || string(r.Outcome.Body) != "taken over" || attempt != 2 {
+			t.Fatalf("after the lease: %+v, %v, attempt %d; want executed as attempt 2", r, err, attempt)
+		}
+		// The dead holder's token fences nothing any more.
+		err = pgx.BeginFunc(ctx, e.Sch.Pool, func(tx pgx.Tx) error {
+			return e.Store.CompleteTx(ctx, tx, dead.Claim, &idem.Outcome{Status: 200}, time.Hour)
+		})
+		if !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("the dead holder completes: %v; want ErrLeaseLost", err)
+		}
+		r, err = e.Store.Do(ctx, p, pay(1, "again"))
+		if err != nil || !r.Replayed || string(r.Outcome.Body) != "taken over" {
+			t.Fatalf("after the takeover completed: %+v, %v; want the replay of its outcome", r, err)
+		}
+		if n := e.Payments(); n != 1 {
+			t.Fatalf("%d payments; want 1", n)
+		}
+	})
 }
 
 func TestClaimPathsRefuseAnotherRequestWhileInFlight(t *testing.T) {
 	t.Parallel()
-	for _, path := range claimPaths {
-		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-			t.Run(path.name+"/"+mode.String(), func(t *testing.T) {
-				t.Parallel()
-				e := newPathEnv(t, path, 4)
-				ctx := context.Background()
-				held, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
-				if err != nil || held.Status != idem.ClaimAcquired {
-					t.Fatalf("claim = %+v, %v", held, err)
-				}
-				other := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "other", Claim: mode, Wait: time.Millisecond}
-				if _, err := e.Store.Do(ctx, other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
-					t.Fatalf("another request while the first is in flight: %v; want ErrKeyReused (before in progress)", err)
-				}
-				// Also once the holder's lease ran out: a different request never inherits it.
-				expireLease(t, e, "k")
-				if _, err := e.Store.Do(ctx, other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
-					t.Fatalf("another request after the holder's lease: %v; want ErrKeyReused", err)
-				}
-				if n := e.Payments(); n != 0 {
-					t.Fatalf("%d payments; want none", n)
-				}
-			})
+	eachClaimPathAndMode(t, 4, func(t *testing.T, e *env, mode idem.ClaimMode) {
+		ctx := context.Background()
+		held, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
+		if err != nil || held.Status != idem.ClaimAcquired {
+			t.Fatalf("claim = %+v, %v", held, err)
 		}
-	}
+		other := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "other", Claim: mode, Wait: time.Millisecond}
+		if _, err := e.Store.Do(ctx, other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("another request while the first is in flight: %v; want ErrKeyReused (before in progress)", err)
+		}
+		// Also once the holder's lease ran out: a different request never inherits it.
+		expireLease(t, e, "k")
+		if _, err := e.Store.Do(ctx, other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("another request after the holder's lease: %v; want ErrKeyReused", err)
+		}
+		if n := e.Payments(); n != 0 {
+			t.Fatalf("%d payments; want none", n)
+		}
+	})
 }
 
 // A lease taken over while the handler runs cannot commit its work, whichever path claimed it.
@@ -281,36 +277,30 @@ func TestInFlightDuplicatesKeepTheirConnections(t *testing.T) {
 // claim would take the key for expired and run the request again.
 func TestClaimPathsReplayAKeyRememberedForever(t *testing.T) {
 	t.Parallel()
-	for _, path := range claimPaths {
-		for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-			t.Run(path.name+"/"+mode.String(), func(t *testing.T) {
-				t.Parallel()
-				e := newPathEnv(t, path, 4)
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				p := &idem.DoParams{Scope: "s", Key: "forever", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Millisecond}
-				if r, err := e.Store.Do(ctx, p, pay(1, "once")); err != nil || r.Replayed {
-					t.Fatalf("first execution: %+v, %v", r, err)
-				}
-				tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" SET expires_at = 'infinity' WHERE key = 'forever'")
-				if err != nil || tag.RowsAffected() != 1 {
-					t.Fatalf("remember key forever for good: %v, %d rows", err, tag.RowsAffected())
-				}
-				for i := range 2 {
-					r, err := e.Store.Do(ctx, p, pay(1, "again"))
-					if err != nil || !r.Replayed || string(r.Outcome.Body) != "once" {
-						t.Fatalf("retry %d of a key remembered for good: %+v, %v; want the replay of once", i, r, err)
-					}
-				}
-				q := *p
-				q.Fingerprint = "other"
-				if _, err := e.Store.Do(ctx, &q, pay(1, "other")); !errors.Is(err, idem.ErrKeyReused) {
-					t.Fatalf("another request with the key: %v; want ErrKeyReused", err)
-				}
-				if n := e.Payments(); n != 1 {
-					t.Fatalf("%d payments; want 1", n)
-				}
-			})
+	eachClaimPathAndMode(t, 4, func(t *testing.T, e *env, mode idem.ClaimMode) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		p := &idem.DoParams{Scope: "s", Key: "forever", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Millisecond}
+		if r, err := e.Store.Do(ctx, p, pay(1, "once")); err != nil || r.Replayed {
+			t.Fatalf("first execution: %+v, %v", r, err)
 		}
-	}
+		tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+" SET expires_at = 'infinity' WHERE key = 'forever'")
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("remember key forever for good: %v, %d rows", err, tag.RowsAffected())
+		}
+		for i := range 2 {
+			r, err := e.Store.Do(ctx, p, pay(1, "again"))
+			if err != nil || !r.Replayed || string(r.Outcome.Body) != "once" {
+				t.Fatalf("retry %d of a key remembered for good: %+v, %v; want the replay of once", i, r, err)
+			}
+		}
+		q := *p
+		q.Fingerprint = "other"
+		if _, err := e.Store.Do(ctx, &q, pay(1, "other")); !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("another request with the key: %v; want ErrKeyReused", err)
+		}
+		if n := e.Payments(); n != 1 {
+			t.Fatalf("%d payments; want 1", n)
+		}
+	})
 }
