@@ -34,9 +34,11 @@ small=20 big=220
 rows=(
 	"first executions, idempotency off (ceiling)|FirstHandler/ceiling"
 	"first executions, hand-written peer|FirstHandler/peer"
+	"first executions, hand-written lease peer|FirstHandler/peer-lease"
 	"first executions, claim: lease|FirstHandler/lease"
 	"first executions, claim: transaction|FirstHandler/transaction"
 	"replays, hand-written peer|ReplayHandler/peer"
+	"replays, hand-written lease peer|ReplayHandler/peer-lease"
 	"replays, claim: lease|ReplayHandler/lease"
 	"replays, claim: transaction|ReplayHandler/transaction"
 )
@@ -51,14 +53,15 @@ total() {
 	echo "$sum"
 }
 
-# measure BENCH N: runs the benchmark with N requests; prints "pg go allocs bytes".
+# measure BENCH N: runs the benchmark with N requests; prints "pg go allocs bytes". Each level of
+# the -test.bench pattern is anchored at both ends: "lease$" alone would also run peer-lease.
 measure() {
 	local before after new out gofile
 	before=$(ls "$pgdir/callgrind")
 	gofile=$dir/go.callgrind
 	out=$(cd examples/payments && TEST_DATABASE_URL=$url GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1 \
 		valgrind -q --tool=callgrind --callgrind-out-file="$gofile" "$bin" \
-		-test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime="${2}x" 2>&1) || {
+		-test.run '^$' -test.bench "^Benchmark${1%%/*}\$/^${1#*/}\$" -test.benchtime="${2}x" 2>&1) || {
 		echo "bench-instructions.sh: Benchmark$1 with $2 requests failed:" >&2
 		echo "$out" >&2
 		exit 1
@@ -88,15 +91,21 @@ for row in "${rows[@]}"; do
 	pg[$bench]=$(((pg2 - pg1) / (big - small))) go[$bench]=$(((go2 - go1) / (big - small)))
 	allocs[$bench]=$a bytes[$bench]=$b
 done
-printf '%-46s %13s %7s %13s %7s %10s %8s\n' row "PG instr/req" "× peer" "Go instr/req" "× peer" allocs/req B/req
+# ratio A B: A / B to two decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+printf '%-46s %13s %7s %7s %13s %7s %7s %10s %8s\n' row "PG instr/req" "× peer" "× lp" "Go instr/req" "× peer" "× lp" allocs/req B/req
 for row in "${rows[@]}"; do
 	label=${row%%|*} bench=${row#*|}
-	peer=${bench%%/*}/peer
-	printf '%-46s %13d %7s %13d %7s %10s %8s\n' "$label" "${pg[$bench]}" \
-		"$(awk -v a="${pg[$bench]}" -v b="${pg[$peer]}" 'BEGIN {printf "%.2f", a / b}')" "${go[$bench]}" \
-		"$(awk -v a="${go[$bench]}" -v b="${go[$peer]}" 'BEGIN {printf "%.2f", a / b}')" "${allocs[$bench]}" "${bytes[$bench]}"
+	peer=${bench%%/*}/peer leasePeer=${bench%%/*}/peer-lease
+	lpPG="" lpGo=""
+	if [[ $bench == */lease || $bench == */peer-lease ]]; then
+		lpPG=$(ratio "${pg[$bench]}" "${pg[$leasePeer]}") lpGo=$(ratio "${go[$bench]}" "${go[$leasePeer]}")
+	fi
+	printf '%-46s %13d %7s %7s %13d %7s %7s %10s %8s\n' "$label" "${pg[$bench]}" "$(ratio "${pg[$bench]}" "${pg[$peer]}")" "$lpPG" \
+		"${go[$bench]}" "$(ratio "${go[$bench]}" "${go[$peer]}")" "$lpGo" "${allocs[$bench]}" "${bytes[$bench]}"
 done
 echo
 echo "instructions per request: (count with $big requests - count with $small) / $((big - small)); PostgreSQL's over every backend"
 echo "of the run, Go's over the whole test binary (GOMAXPROCS=1, GOGC=off: the collector's share is not counted)."
-echo "× peer is the ratio to the hand-written peer of the same kind of request (bench_peer_test.go)."
+echo "× peer is the ratio to the hand-written peer of the same kind of request (bench_peer_test.go); × lp, for lease mode,"
+echo "to the hand-written lease peer's (bench_peer_lease_test.go)."

@@ -12,6 +12,8 @@
 # PG_CALLGRIND=1 runs every server process under valgrind's callgrind (instructions counted per
 # process, written to DIR/callgrind when it exits; valgrind must be installed), for
 # make bench-instructions.
+# PG_MAX_CONNECTIONS=N sets max_connections (PostgreSQL's default is 100); make bench-http, whose
+# servers each keep a pool, needs more.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
 set -euo pipefail
 
@@ -58,6 +60,11 @@ start)
 	opts="-k $dir -c listen_addresses=''"
 	if [[ "${PG_DURABLE:-}" != 1 ]]; then
 		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	fi
+	if [[ -n "${PG_MAX_CONNECTIONS:-}" ]]; then
+		[[ "$PG_MAX_CONNECTIONS" =~ ^[1-9][0-9]*$ ]] || {
+			echo "pg.sh: PG_MAX_CONNECTIONS=$PG_MAX_CONNECTIONS: want a whole number" >&2; exit 2; }
+		opts+=" -c max_connections=$PG_MAX_CONNECTIONS"
 	fi
 	hint=""
 	if [[ "${PG_STATEMENTS:-}" == 1 ]]; then

@@ -83,22 +83,25 @@ type rowSpec struct {
 var rowSpecs = []rowSpec{
 	{id: "ceiling", label: "create, idempotency off (ceiling)", server: serverCeiling, kind: kindFirst},
 	{id: "peer", label: "create, hand-written peer, first executions", server: serverPeer, kind: kindFirst},
+	{id: "peer-lease", label: "create, hand-written lease peer, first executions", server: serverPeerLease, kind: kindFirst},
 	{id: "lease", label: "create, claim: lease, first executions", server: serverLease, kind: kindFirst,
 		minRatio: 0.75, maxTrips: 1, tripsOverCeiling: true},
 	{id: "transaction", label: "create, claim: transaction, first executions", server: serverTransaction, kind: kindFirst,
 		minRatio: 0.85, minPeerRatio: 0.95},
 	{id: "peer-replay", label: "replays, hand-written peer", server: serverPeer, kind: kindReplay},
+	{id: "peer-lease-replay", label: "replays, hand-written lease peer", server: serverPeerLease, kind: kindReplay},
 	{id: "lease-replay", label: "replays, claim: lease", server: serverLease, kind: kindReplay, minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
 	{id: "transaction-replay", label: "replays, claim: transaction", server: serverTransaction, kind: kindReplay,
 		minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
 	{id: "cached-replay", label: "replays, replay cache on (claim: lease)", server: serverCached, kind: kindReplay, minRatio: 2.0},
 	{id: "peer-storm", label: "duplicate storms, hand-written peer", server: serverPeer, kind: kindStorm},
+	{id: "peer-lease-storm", label: "duplicate storms, hand-written lease peer", server: serverPeerLease, kind: kindStorm},
 	{id: "lease-storm", label: "duplicate storms, claim: lease", server: serverLease, kind: kindStorm},
 	{id: "transaction-storm", label: "duplicate storms, claim: transaction", server: serverTransaction, kind: kindStorm},
 }
 
 // benchServers are the servers BenchmarkHTTP starts, in the order it warms them up.
-var benchServers = []string{serverCeiling, serverPeer, serverLease, serverTransaction, serverCached}
+var benchServers = []string{serverCeiling, serverPeer, serverPeerLease, serverLease, serverTransaction, serverCached}
 
 // segment is one row's share of one round.
 type segment struct {
@@ -111,7 +114,10 @@ type segment struct {
 	CPUUS    float64       `json:"server_cpu_us_per_request"`
 	Ratio    float64       `json:"ratio_to_ceiling"`
 	Peer     float64       `json:"ratio_to_peer"`
-	Storms   int           `json:"storms,omitempty"`
+	// LeasePeer is the ratio to the hand-written lease peer's row of the same kind, for the
+	// rows of servers in lease mode.
+	LeasePeer float64 `json:"ratio_to_lease_peer,omitempty"`
+	Storms    int     `json:"storms,omitempty"`
 }
 
 type rowResult struct {
@@ -121,6 +127,7 @@ type rowResult struct {
 	ReqPerS   float64    `json:"req_per_s"`
 	Ratio     float64    `json:"ratio_to_ceiling"`
 	Peer      float64    `json:"ratio_to_peer"`
+	LeasePeer float64    `json:"ratio_to_lease_peer,omitempty"`
 	P50MS     float64    `json:"p50_ms"`
 	P99MS     float64    `json:"p99_ms"`
 	Trips     float64    `json:"round_trips_per_request"`
@@ -230,6 +237,7 @@ func BenchmarkHTTP(b *testing.B) {
 			"storm_size": cfg.clients, "pool_conns": cfg.conns, "loopback": true,
 		},
 	}
+	checkConnections(ctx, b, schemas[serverCeiling].Pool, cfg.conns)
 	l := newLoad(cfg.clients)
 	defer l.client.CloseIdleConnections()
 
@@ -257,7 +265,7 @@ func BenchmarkHTTP(b *testing.B) {
 	}
 	for round := range cfg.rounds {
 		ceiling := -1.0
-		peer := map[rowKind]float64{}
+		peer, leasePeer := map[rowKind]float64{}, map[rowKind]float64{}
 		for k := range rowSpecs {
 			// Rotate the order every round; the ceiling's own figure is filled in whenever it runs
 			// and the ratios of the round are computed at the end of the round.
@@ -296,8 +304,11 @@ func BenchmarkHTTP(b *testing.B) {
 			if rs.server == serverCeiling && rs.kind == kindFirst {
 				ceiling = seg.ReqPerS
 			}
-			if rs.server == serverPeer {
+			switch rs.server {
+			case serverPeer:
 				peer[rs.kind] = seg.ReqPerS
+			case serverPeerLease:
+				leasePeer[rs.kind] = seg.ReqPerS
 			}
 			results[i].Rounds = append(results[i].Rounds, seg)
 		}
@@ -305,6 +316,9 @@ func BenchmarkHTTP(b *testing.B) {
 			seg := r.Rounds[len(r.Rounds)-1]
 			seg.Ratio = seg.ReqPerS / ceiling
 			seg.Peer = seg.ReqPerS / peer[rowSpecs[i].kind]
+			if inLeaseMode(rowSpecs[i].server) {
+				seg.LeasePeer = seg.ReqPerS / leasePeer[rowSpecs[i].kind]
+			}
 		}
 	}
 	for mode, sch := range schemas {
@@ -317,6 +331,7 @@ func BenchmarkHTTP(b *testing.B) {
 		r.ReqPerS = medianOf(r.Rounds, func(s *segment) float64 { return s.ReqPerS })
 		r.Ratio = medianOf(r.Rounds, func(s *segment) float64 { return s.Ratio })
 		r.Peer = medianOf(r.Rounds, func(s *segment) float64 { return s.Peer })
+		r.LeasePeer = medianOf(r.Rounds, func(s *segment) float64 { return s.LeasePeer })
 		r.P50MS = medianOf(r.Rounds, func(s *segment) float64 { return s.P50MS })
 		r.P99MS = medianOf(r.Rounds, func(s *segment) float64 { return s.P99MS })
 		r.Trips = medianOf(r.Rounds, func(s *segment) float64 { return s.Trips })
@@ -398,6 +413,32 @@ func BenchmarkHTTP(b *testing.B) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkConnections stops the benchmark at once, saying what it needs, when the server cannot
+// give every bench server its pool: otherwise a server would find no connection in the middle of
+// a row and answer 503. Each server keeps up to conns connections and one for its listener, and
+// the benchmark keeps up to 4 per server's schema (idemtest.SchemaOpts above).
+func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, conns int) {
+	b.Helper()
+	var max, reserved, used int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('max_connections')::int,
+		current_setting('superuser_reserved_connections')::int, (SELECT count(*) FROM pg_stat_activity)`).Scan(&max, &reserved, &used); err != nil {
+		b.Fatal(err)
+	}
+	need := len(benchServers) * (conns + 1 + 4)
+	if free := max - reserved - used; need > free {
+		b.Fatalf("BenchmarkHTTP needs %d connections (%d servers, each a pool of %s=%d, a listener and 4 for the benchmark), "+
+			"and the server has %d free (max_connections %d, %d reserved, %d in use): raise max_connections "+
+			"(make bench-http starts its own server with 200) or lower %s", need, len(benchServers), envConns, conns,
+			free, max, reserved, used, envConns)
+	}
+}
+
+// inLeaseMode says whether server claims in lease mode (or is the hand-written lease peer):
+// its rows are compared with the lease peer's too.
+func inLeaseMode(server string) bool {
+	return server == serverLease || server == serverCached || server == serverPeerLease
+}
 
 func medianOf(segs []*segment, f func(*segment) float64) float64 {
 	v := make([]float64, len(segs))
@@ -693,7 +734,7 @@ func generatorFromEnv(tb testing.TB) *generatorResult {
 
 // goProfiled are the servers whose Go profiles BENCH_HTTP_PROFILE records: both claim modes and
 // the hand-written peer they are compared with.
-var goProfiled = []string{serverLease, serverTransaction, serverPeer}
+var goProfiled = []string{serverLease, serverTransaction, serverPeer, serverPeerLease}
 
 // profileServer loads server s (mode) with first executions for secs seconds while it records a
 // CPU profile and an allocation profile (a delta over the same seconds), and writes both to dir
@@ -757,6 +798,14 @@ func profileServer(ctx context.Context, tb testing.TB, l *load, s *benchServer, 
 	return files
 }
 
+// leasePeerCell is r's ratio to the lease peer, for rows in lease mode.
+func leasePeerCell(r *rowResult) string {
+	if !inLeaseMode(r.Server) {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", r.LeasePeer)
+}
+
 func yesNo(b *bool) string {
 	switch {
 	case b == nil:
@@ -772,18 +821,18 @@ func printTable(w io.Writer, rep *report) {
 	pg := rep.Postgres
 	fmt.Fprintf(w, "\nHTTP benchmark: %s, %d CPUs; PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s)\n",
 		rep.Go, rep.CPUs, pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"])
-	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds; × peer: to the hand-written peer's row of the same kind\n\n",
+	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds; × peer, × lease peer: to the hand-written peer's (lease peer's) row of the same kind\n\n",
 		rep.Settings["clients"], rep.Settings["pool_conns"], rep.Settings["rounds"], rep.Settings["segment_seconds"])
-	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "× peer", "peer target", "met", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "server CPU µs/req", "exactly once"}}
+	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "× peer", "peer target", "met", "× lease peer", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "server CPU µs/req", "exactly once"}}
 	for _, r := range rep.Rows {
 		table = append(table, []string{
 			r.Label, fmt.Sprintf("%.0f", r.ReqPerS), fmt.Sprintf("%.2f", r.Ratio), r.Target, yesNo(r.Met),
-			fmt.Sprintf("%.2f", r.Peer), r.PeerGoal, yesNo(r.PeerMet),
+			fmt.Sprintf("%.2f", r.Peer), r.PeerGoal, yesNo(r.PeerMet), leasePeerCell(r),
 			fmt.Sprintf("%.2f", r.P50MS), fmt.Sprintf("%.2f", r.P99MS), fmt.Sprintf("%.2f", r.Trips),
 			r.TripsGoal, yesNo(r.TripsMet), fmt.Sprintf("%.0f", r.CPUUS), r.Once,
 		})
 	}
-	genRow := []string{"idemgen generate vs oapi-codegen alone", "not run (make bench-http runs it)", "", "≤ 1.00×", "", "", "", "", "", "", "", "", "", "", ""}
+	genRow := []string{"idemgen generate vs oapi-codegen alone", "not run (make bench-http runs it)", "", "≤ 1.00×", "", "", "", "", "", "", "", "", "", "", "", ""}
 	if g := rep.Gen; g != nil {
 		genRow[1], genRow[2], genRow[4] = fmt.Sprintf("%.0f / %.0f ms", g.IdemgenMS, g.OapiMS), fmt.Sprintf("%.2f", g.Ratio), yesNo(&g.Met)
 	}
@@ -821,9 +870,11 @@ type dbProfileRow struct {
 var dbProfileRows = []dbProfileRow{
 	{serverCeiling, kindFirst},
 	{serverPeer, kindFirst},
+	{serverPeerLease, kindFirst},
 	{serverLease, kindFirst},
 	{serverTransaction, kindFirst},
 	{serverPeer, kindReplay},
+	{serverPeerLease, kindReplay},
 	{serverLease, kindReplay},
 	{serverTransaction, kindReplay},
 }
@@ -836,7 +887,7 @@ func (r dbProfileRow) name() string {
 }
 
 func (r dbProfileRow) label() string {
-	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer",
+	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerLease: "the hand-written lease peer",
 		serverLease: "claim: lease", serverTransaction: "claim: transaction"}[r.server]
 	if r.kind == kindReplay {
 		return "replays, " + what

@@ -7,6 +7,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,11 +51,15 @@ const (
 	// serverPeer is the ceiling with create made idempotent by hand (bench_peer_test.go): the
 	// figure to beat.
 	serverPeer = "peer"
+	// serverPeerLease is the ceiling with create made idempotent by hand with a lease
+	// (bench_peer_lease_test.go): the claim committed before the work, takeover and fencing.
+	// Lease mode's rows are compared with it too.
+	serverPeerLease = "peer-lease"
 )
 
 // The child's environment. A test binary started with envServe set serves instead of testing.
 const (
-	envServe       = "IDEMGEN_BENCH_HTTP_SERVE"  // which server: ceiling, lease or transaction
+	envServe       = "IDEMGEN_BENCH_HTTP_SERVE"  // which server (benchServers)
 	envServeURL    = "IDEMGEN_BENCH_HTTP_URL"    // PostgreSQL URL
 	envServeSchema = "IDEMGEN_BENCH_HTTP_SCHEMA" // the schema its tables are in
 	envServeConns  = "IDEMGEN_BENCH_HTTP_CONNS"  // pool size
@@ -93,13 +99,15 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 		return ceilingHandler(pool, schema, log)
 	case serverPeer:
 		return peerHandler(pool, schema, log)
+	case serverPeerLease:
+		return peerLeaseHandler(pool, schema, log)
 	case serverTransaction:
 		return transactionHandler(pool, cfg, log)
 	case serverCached:
 		cfg.ReplayCacheBytes = 64 << 20
 		return newHandler(pool, cfg, log)
 	}
-	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverLease, serverTransaction, serverCached)
+	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverPeerLease, serverLease, serverTransaction, serverCached)
 }
 
 // ceilingHandler is newHandler with create served by ceilingServer.
@@ -545,6 +553,7 @@ func TestBenchServers(t *testing.T) {
 	}{
 		{serverCeiling, http.StatusUnprocessableEntity, false, idem.DefaultTable, 0},
 		{serverPeer, http.StatusCreated, true, "peer_keys", 1},
+		{serverPeerLease, http.StatusCreated, true, "peer_lease_keys", 1},
 		{serverLease, http.StatusCreated, true, idem.DefaultTable, 1},
 		{serverTransaction, http.StatusCreated, true, idem.DefaultTable, 1},
 		{serverCached, http.StatusCreated, true, idem.DefaultTable, 1},
@@ -621,7 +630,46 @@ func TestBenchServers(t *testing.T) {
 			if err := checkOnce(ctx, sch.Pool, []string{"k1", "storm"}); err != nil {
 				t.Error(err)
 			}
+			if tc.mode == serverPeerLease {
+				checkPeerLeaseTakeover(ctx, t, sch.Pool, l, s)
+			}
 		})
+	}
+}
+
+// checkPeerLeaseTakeover checks the lease peer's answers for a key whose claim is in flight:
+// in-progress while its lease runs, key-reused for another body, and a takeover once the lease
+// has run out (the work runs once more, for the request that took it over).
+func checkPeerLeaseTakeover(ctx context.Context, t *testing.T, pool *pgxpool.Pool, l *load, s *benchServer) {
+	t.Helper()
+	var body api.CreatePaymentJSONRequestBody
+	if err := json.Unmarshal(benchBodyBytes, &body); err != nil {
+		t.Fatal(err)
+	}
+	canon, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := sha256.Sum256(canon)
+	if _, err := pool.Exec(ctx, `INSERT INTO peer_lease_keys (tenant, key, fingerprint, owner, lease_until)
+		VALUES ($1, 'held', $2, 1, now() + interval '1 hour'), ($1, 'abandoned', $2, 2, now() - interval '1 second')`,
+		benchTenant, fp[:]); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _, err := l.send(ctx, s, "held"); err != nil || st != http.StatusConflict {
+		t.Errorf("a key in flight under a live lease: status %d, error %v; want 409", st, err)
+	}
+	if st, _, err := sendBody(ctx, l, s, "held", `{"amount_minor": 1, "currency": "RUB"}`); err != nil || st != http.StatusUnprocessableEntity {
+		t.Errorf("a key in flight, with another body: status %d, error %v; want 422", st, err)
+	}
+	if st, replayed, _, err := l.send(ctx, s, "abandoned"); err != nil || st != http.StatusCreated || replayed {
+		t.Errorf("a key whose lease ran out: status %d, replayed %v, error %v; want 201 from a takeover", st, replayed, err)
+	}
+	if st, replayed, _, err := l.send(ctx, s, "abandoned"); err != nil || st != http.StatusCreated || !replayed {
+		t.Errorf("the taken-over key again: status %d, replayed %v, error %v; want its replay", st, replayed, err)
+	}
+	if err := checkOnce(ctx, pool, []string{"abandoned"}); err != nil {
+		t.Error(err)
 	}
 }
 
