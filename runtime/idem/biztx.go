@@ -235,7 +235,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		// hold costs no statement (sql/notify_locked.sql would find it too short anyway).
 	case c.locked:
 		channel, payload := s.note(c)
-		b.Queue(s.sql.notifyLocked, channel, payload, c.lockedAt, millis(s.notifyAfter))
+		b.Queue(s.sql.notifyLocked, channel, payload, c.lockedAt, interval(s.notifyAfter))
 	default:
 		channel, payload := s.note(c)
 		b.Queue(s.sql.notify, channel, payload)

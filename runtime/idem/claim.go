@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -63,8 +62,8 @@ type Claim struct {
 	Attempt int
 	Lease   time.Duration
 
-	token string
-	row   rowID // the key's row: tenant, scope and key as the table stores them
+	token pgtype.UUID // sent as a uuid in binary: PostgreSQL parses no text for it
+	row   rowID       // the key's row: tenant, scope and key as the table stores them
 	// argv are the claim statement's parameters (claimArgs), each boxed once when the claim is
 	// made: every statement about c leads with a prefix of them (args), so a batch's statements
 	// share the one slice instead of boxing the same values again. Nothing appends to argv in
@@ -126,23 +125,21 @@ type claimResult struct {
 	final time.Duration
 }
 
-// newToken is a random (version 4) UUID in its text form, written in one allocation.
-func newToken() string {
+// newToken is a random (version 4) UUID.
+func newToken() pgtype.UUID {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40 // version 4
 	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
-	var t [36]byte
-	hex.Encode(t[0:8], b[0:4])
-	hex.Encode(t[9:13], b[4:6])
-	hex.Encode(t[14:18], b[6:8])
-	hex.Encode(t[19:23], b[8:10])
-	hex.Encode(t[24:36], b[10:16])
-	t[8], t[13], t[18], t[23] = '-', '-', '-', '-'
-	return string(t[:])
+	return pgtype.UUID{Bytes: b, Valid: true}
 }
 
 func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// interval is d as a statement's interval parameter: whole milliseconds, at least one. pgx sends
+// a time.Duration as an interval in binary, so the statement adds it to a time as it is, where
+// a count of milliseconds cost it a conversion and a multiplication each time it ran.
+func interval(d time.Duration) time.Duration { return time.Duration(millis(d)) * time.Millisecond }
 
 func lease(p *DoParams) time.Duration { return orDefault(p.Lease, DefaultLease) }
 func ttl(p *DoParams) time.Duration   { return orDefault(p.TTL, DefaultTTL) }
@@ -166,12 +163,12 @@ func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
 // handler's timeout, the latest the outcome can complete, so that the completion need not move
 // it (see sql/complete.sql): the key is remembered at least the TTL after it completes, and at
 // most the timeout longer.
-func newClaimWith(p *DoParams, token string, full bool) *Claim {
+func newClaimWith(p *DoParams, token pgtype.UUID, full bool) *Claim {
 	c := &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: token,
 		row: rowOf(p), notify: waits(p)}
 	if full {
 		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token, p.Operation, p.Fingerprint,
-			millis(c.Lease), millis(ttl(p) + timeout(p))}
+			interval(c.Lease), interval(ttl(p) + timeout(p))}
 	} else {
 		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token}
 	}
@@ -920,9 +917,9 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 		ref = &o.Reference
 	}
 	if c.locked {
-		return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), c.Operation, c.fingerprint, int32(c.Attempt)), nil
+		return c.args(int32(o.Status), headers, o.Body, ref, interval(ttl), c.Operation, c.fingerprint, int32(c.Attempt)), nil
 	}
-	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl)), nil
+	return c.args(int32(o.Status), headers, o.Body, ref, interval(ttl)), nil
 }
 
 // completeSQL is the statement that completes c: the update of the row its claim wrote, or, for
@@ -966,7 +963,7 @@ func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error)
 
 // renew extends c's lease by c.Lease from now; ErrLeaseLost if c no longer owns the key.
 func (s *Store) renew(ctx context.Context, c *Claim) error {
-	tag, err := s.db.Exec(ctx, s.sql.renew, c.args(millis(c.Lease))...)
+	tag, err := s.db.Exec(ctx, s.sql.renew, c.args(interval(c.Lease))...)
 	if err != nil {
 		return storeError(ctx, "renew lease", err)
 	}

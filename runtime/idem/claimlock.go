@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // lockClaims says whether a transaction-mode claim of s is the key's advisory lock
@@ -46,7 +47,7 @@ func (s *Store) lockClaims() bool {
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	// The claim's batch sends no token: only an owner needs one (for its completion), and
 	// it gets it below, so a replay or a mismatch makes none.
-	c := newClaimWith(p, "", false)
+	c := newClaimWith(p, pgtype.UUID{}, false)
 	c.locked, c.fingerprint = true, p.Fingerprint
 	sent := time.Now()
 	// The statements share tenant, scope and key: one slice, each boxed once.

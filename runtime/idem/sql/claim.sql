@@ -5,7 +5,7 @@
 -- guard, see citus.go: the write then runs, and for such a row its WHERE writes nothing.)
 --
 -- Parameters as every claim's: $1 tenant, $2 scope, $3 key, $4 owner token; then $5 operation,
--- $6 fingerprint, $7 lease (ms), $8 TTL (ms).
+-- $6 fingerprint, $7 lease (an interval), $8 TTL (an interval).
 --
 -- It is a VALUES insert with no sub-select and nothing volatile outside VALUES, which is what
 -- Citus routes to the tenant's shard as one statement: the time is read once, in VALUES, and the
@@ -18,8 +18,8 @@
 INSERT INTO {{.Table}} AS k
 	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
 VALUES ($1, $2, $3, $5, $6, 'in_flight', $4::uuid,
-	statement_timestamp() + $7::bigint * interval '1 millisecond', 1, statement_timestamp(),
-	statement_timestamp() + $8::bigint * interval '1 millisecond')
+	statement_timestamp() + $7::interval, 1, statement_timestamp(),
+	statement_timestamp() + $8::interval)
 ON CONFLICT (tenant, scope, key) DO UPDATE SET
 	(operation, fingerprint, state, owner_token, lease_expires_at, expires_at, attempt, created_at,
 		status, headers, body, reference, completed_at) =

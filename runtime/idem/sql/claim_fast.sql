@@ -6,9 +6,9 @@
 -- in flight, and this request's (attempt 1).
 --
 -- Parameters as claim.sql's: $1 tenant, $2 scope, $3 key, $4 owner token, $5 operation,
--- $6 fingerprint, $7 lease (ms), $8 TTL (ms). It is a VALUES insert that leads with the tenant,
--- with no sub-select and no DO UPDATE, so Citus routes it to the tenant's shard, and its
--- statement_timestamp() calls are in VALUES, which Citus evaluates on the coordinator.
+-- $6 fingerprint, $7 lease (an interval), $8 TTL (an interval). It is a VALUES insert that leads
+-- with the tenant, with no sub-select and no DO UPDATE, so Citus routes it to the tenant's shard,
+-- and its statement_timestamp() calls are in VALUES, which Citus evaluates on the coordinator.
 --
 -- What the claim's own transaction needs besides (lease mode's synchronous_commit off,
 -- transaction mode's lock_timeout restored) is set by statements of its own in the same batch:
@@ -16,6 +16,6 @@
 INSERT INTO {{.Table}}
 	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
 VALUES ($1, $2, $3, $5, $6, 'in_flight', $4::uuid,
-	statement_timestamp() + $7::bigint * interval '1 millisecond', 1, statement_timestamp(),
-	statement_timestamp() + $8::bigint * interval '1 millisecond')
+	statement_timestamp() + $7::interval, 1, statement_timestamp(),
+	statement_timestamp() + $8::interval)
 ON CONFLICT (tenant, scope, key) DO NOTHING

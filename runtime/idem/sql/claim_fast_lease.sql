@@ -17,12 +17,12 @@
 -- setting holds until the claim's COMMIT, and the business transaction after it commits
 -- synchronously again. (On Citus a set_config would run on the worker the statement goes to,
 -- not where the claim commits: there the claim sends claim_fast.sql and SET LOCAL statements.)
--- $1 tenant, $2 scope, $3 key, $4 owner token, $5 operation, $6 fingerprint, $7 lease (ms),
--- $8 expiry (ms).
+-- $1 tenant, $2 scope, $3 key, $4 owner token, $5 operation, $6 fingerprint, $7 lease and
+-- $8 expiry (intervals).
 INSERT INTO {{.Table}}
 	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
 SELECT $1, $2, $3, $5, $6, 'in_flight', $4::uuid,
-	statement_timestamp() + $7::bigint * interval '1 millisecond', 1, statement_timestamp(),
-	statement_timestamp() + $8::bigint * interval '1 millisecond'
+	statement_timestamp() + $7::interval, 1, statement_timestamp(),
+	statement_timestamp() + $8::interval
 WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
 ON CONFLICT (tenant, scope, key) DO NOTHING

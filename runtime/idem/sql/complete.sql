@@ -4,7 +4,7 @@
 -- transaction aborts, so not even a COMMIT sent right behind it in the same batch can commit the
 -- work without its outcome (fencing).
 -- $1 tenant, $2 scope, $3 key, $4 owner token; $5 status, $6 headers, $7 body, $8 reference,
--- $9 TTL (ms).
+-- $9 TTL (an interval).
 --
 -- The key is remembered at least the TTL from now. The claim set its expiry to the TTL plus the
 -- handler's timeout (the latest a handler can complete), so the expiry normally stays as it is:
@@ -18,7 +18,7 @@
 WITH done AS (
 	UPDATE {{.Table}} SET state = 'complete', status = $5, headers = $6, body = $7, reference = $8,
 		completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
-		expires_at = greatest(expires_at, statement_timestamp() + $9::bigint * interval '1 millisecond')
+		expires_at = greatest(expires_at, statement_timestamp() + $9::interval)
 	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
 	RETURNING 1
 )

@@ -6,6 +6,6 @@
 -- long: from the claim's transaction start ($3, at or before the lock was granted) until now
 -- (after the commit released it), as the database's clock measures both. Otherwise it sends
 -- nothing, and its implicit transaction writes nothing and commits nothing.
--- $1 channel, $2 payload, $3 the claim's transaction start, $4 the shortest wait (ms).
+-- $1 channel, $2 payload, $3 the claim's transaction start, $4 the shortest wait (an interval).
 SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)
-WHERE clock_timestamp() - $3::timestamptz >= $4::bigint * interval '1 millisecond'
+WHERE clock_timestamp() - $3::timestamptz >= $4::interval
