@@ -56,14 +56,19 @@ const peerLease = "60 seconds"
 const (
 	peerLeaseBeginSQL  = `begin /* peer-lease */`
 	peerLeaseCommitSQL = `commit /* peer-lease */`
-	// The claim's commit need not wait for its flush: the business transaction's commit, which
-	// does, flushes the WAL up to it (the claim is earlier in the same WAL), and a crash before
-	// that loses the claim together with all its work. The same reasoning as lease mode's claim.
-	peerLeaseAsyncSQL = `SET LOCAL synchronous_commit = off`
+	// The claim wins a key nobody has. Its commit need not wait for its flush: the business
+	// transaction's commit, which does, flushes the WAL up to it (the claim is earlier in the
+	// same WAL), and a crash before that loses the claim together with all its work (the same
+	// reasoning as lease mode's claim). The insert's condition turns synchronous_commit off for
+	// the claim's transaction: cheaper for PostgreSQL than a SET LOCAL statement of its own.
 	peerLeaseClaimSQL = `INSERT INTO peer_lease_keys (tenant, key, fingerprint, owner, lease_until)
-VALUES ($1, $2, $3, $4, now() + interval '` + peerLease + `') ON CONFLICT (tenant, key) DO NOTHING`
+SELECT $1, $2, $3, $4, now() + interval '` + peerLease + `'
+WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+ON CONFLICT (tenant, key) DO NOTHING`
 	// The key's row after the claim: this request's own when the claim won it.
 	peerLeaseLookupSQL = `SELECT fingerprint, owner, status, location, body, lease_until < now() FROM peer_lease_keys WHERE tenant = $1 AND key = $2`
+	// A takeover's transaction commits asynchronously too.
+	peerLeaseSyncOffSQL = `SET LOCAL synchronous_commit = off`
 	// A takeover: only a row still in flight whose lease ran out, for the same request.
 	peerLeaseTakeoverSQL = `UPDATE peer_lease_keys SET owner = $3, lease_until = now() + interval '` + peerLease + `'
 WHERE tenant = $1 AND key = $2 AND status IS NULL AND lease_until < now() AND fingerprint = $4`
@@ -80,8 +85,8 @@ WHERE tenant = $1 AND key = $2 AND status IS NULL AND lease_until < now() AND fi
 // peerLeaseServer is the example's strict server with create made idempotent by hand, with a
 // lease:
 //
-//  1. one round trip: the claim's own transaction (BEGIN, asynchronous commit, an insert that
-//     wins a key nobody has, the key's row as it now is, COMMIT), then the business BEGIN;
+//  1. one round trip: the claim's own transaction (BEGIN, an insert that wins a key nobody has
+//     and commits asynchronously, the key's row as it now is, COMMIT), then the business BEGIN;
 //  2. the row is this request's: the business work runs, and one more round trip stores the
 //     outcome, fenced, and commits: four round trips, the ceiling's;
 //  3. a completed row answers (a replay, or key-reused for another body); a row in flight for
@@ -133,7 +138,6 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 	found, committed := false, false
 	tx, err := peerLeaseBatch(ctx, conn, func(b *pgx.Batch) {
 		b.Queue(peerLeaseBeginSQL)
-		b.Queue(peerLeaseAsyncSQL)
 		b.Queue(peerLeaseClaimSQL, tenant, key, fp[:], owner)
 		b.Queue(peerLeaseLookupSQL, tenant, key).QueryRow(func(r pgx.Row) error {
 			err := r.Scan(&row.fp, &row.owner, &row.status, &row.location, &row.body, &row.expired)
@@ -167,7 +171,7 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 		won := false
 		if tx, err = peerLeaseBatch(ctx, conn, func(b *pgx.Batch) {
 			b.Queue(peerLeaseBeginSQL)
-			b.Queue(peerLeaseAsyncSQL)
+			b.Queue(peerLeaseSyncOffSQL)
 			b.Queue(peerLeaseTakeoverSQL, tenant, key, owner, fp[:]).Exec(func(tag pgconn.CommandTag) error {
 				won = tag.RowsAffected() == 1
 				return nil
