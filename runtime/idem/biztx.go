@@ -163,8 +163,8 @@ func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *pgx.Batch)) erro
 // rollback ends the transaction without its work, and gives its connection back. A failed
 // rollback ends the connection's transaction anyway (pgx closes the connection).
 func (s *Store) rollback(ctx context.Context, bt *bizTx) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	_ = bt.Rollback(cctx)
 	bt.done()
 }

@@ -225,8 +225,8 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 	}
 	defer func() {
 		if res == nil || !res.status.owns() {
-			cctx, cancel := detached(ctx)
-			defer cancel()
+			cctx, bound := detached(ctx)
+			defer bound.end()
 			_ = tx.Rollback(cctx)
 		}
 	}()
@@ -329,9 +329,19 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 // division_by_zero), which nothing else in a claim's batch can raise. (The completion's fence
 // fails the same way: leaseLostCode.) None of them is on the path of a new key, a replay or a
 // mismatch through a pool on plain PostgreSQL (TestClaimsRaiseNothing).
-func failedOnPurpose(err error) bool {
+func failedOnPurpose(err error) bool { return pgCode(err) == "22012" }
+
+// pgCode is the SQLSTATE of the *pgconn.PgError err is or wraps, or "". A nil err, the common
+// case, costs nothing: the target errors.As writes to lives on the heap.
+func pgCode(err error) string {
+	if err == nil {
+		return ""
+	}
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22012"
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
@@ -389,8 +399,8 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	sent := time.Now()
 	var done *peeked
 	won, committed := false, false
-	rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	defer cancel()
+	rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer bound.end()
 	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
 		if s.citus {
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
@@ -491,7 +501,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		sent := time.Now()
 		var t claimTry
 		committed := false
-		rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
@@ -502,7 +512,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 				b.Queue(s.sql.ownerGuard, c.args()...)
 			}
 		}, nil)
-		cancel()
+		bound.end()
 		guarded := failedOnPurpose(err)
 		switch {
 		case err == nil && t.wrote:
@@ -644,7 +654,6 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			bounded(b, false, full)
 			err = tx.SendBatch(ctx, b).Close()
 		}
-		var pgErr *pgconn.PgError
 		switch {
 		case !s.citus && ahead != nil && !replayPassed && failedOnPurpose(err):
 			// The guard found a completed row: the begin and the claim were skipped.
@@ -661,7 +670,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			s.remember(p, res, sent)
 			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
-		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+		case pgCode(err) == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		case t.refused, err == nil && won != 1 && !t.wrote && t.read != nil:
 			// A row nobody may take: the read's answer (the caller rolls tx back).
@@ -913,7 +922,7 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 		if err != nil {
 			return nil, fmt.Errorf("idem: complete: encode headers: %w", err)
 		}
-		headers = string(b)
+		headers = b
 	}
 	var ref *string
 	if o.Reference != "" {

@@ -2,12 +2,10 @@ package idem
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // lockClaims says whether a transaction-mode claim of s is the key's advisory lock
@@ -86,9 +84,8 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		}
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+	case pgCode(err) == "55P03": // lock_not_available: the wait ran out
 		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 	case err != nil:
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})

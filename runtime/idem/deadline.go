@@ -65,17 +65,34 @@ var sweeper = &bounds{pending: map[*boundCtx]struct{}{}, wake: make(chan struct{
 // ctx already ends no later, ctx itself is returned with a cancel that does nothing, as nothing
 // need be added.
 func withBound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	bctx, b := newBound(ctx, d)
+	if b == nil {
+		return bctx, func() {}
+	}
+	return bctx, b.end
+}
+
+// newBound is withBound for the request path, which makes a bound or two per request: b.end
+// ends the bound, and no cancel function is made for it. b is nil when ctx itself is returned
+// (it ends no later), and its end then does nothing.
+func newBound(ctx context.Context, d time.Duration) (bctx context.Context, b *boundCtx) {
 	deadline := time.Now().Add(d)
 	if cur, ok := ctx.Deadline(); ok && !cur.After(deadline) {
-		return ctx, func() {}
+		return ctx, nil
 	}
 	inner, cancel := context.WithCancel(ctx)
 	c := &boundCtx{Context: inner, cancel: cancel, deadline: deadline}
 	sweeper.add(c)
-	return c, func() {
-		sweeper.remove(c)
-		cancel()
+	return c, c
+}
+
+// end ends the bound c (withBound's cancel); nil does nothing.
+func (c *boundCtx) end() {
+	if c == nil {
+		return
 	}
+	sweeper.remove(c)
+	c.cancel()
 }
 
 // afterBound is time.AfterFunc(d, f) on the sweeper: f starts in a goroutine of its own at

@@ -23,8 +23,9 @@ type execResult struct {
 // must still happen, but never hang the request.
 const cleanupTimeout = 5 * time.Second
 
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return withBound(context.WithoutCancel(ctx), cleanupTimeout)
+// detached is ctx without its cancellation, bounded by cleanupTimeout: b.end ends the bound.
+func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
+	return newBound(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
@@ -185,8 +186,9 @@ type pacer struct {
 	poll         time.Duration
 }
 
-func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) *pacer {
-	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
+// It is a value, so that a claim that never waits allocates none.
+func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) pacer {
+	return pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
 }
 
 // subscribe starts listening for p's key the first time a try finds it held, so requests that
@@ -272,8 +274,8 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 // so its lease is renewed while fn runs; renewal stops when fn returns (or panics), and stops at
 // the handler's timeout as well, since it runs under the handler's context.
 func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode, start time.Time) handlerRun {
-	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
-	defer timedOut()
+	tctx, cancelTimeout := s.boundHandler(withClaim(ctx, c), timeout(p))
+	defer cancelTimeout()
 	hctx := tctx
 	stopRenew := func() {}
 	if mode == ClaimLease && !s.noRenew {
@@ -286,7 +288,7 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 	defer stopRenew()
 
 	out, err := fn(hctx, tx.Tx)
-	late := timedOut() // decided when fn returned, not after the renewal has stopped
+	late := finishHandler(tctx, cancelTimeout) // decided when fn returned, not after the renewal has stopped
 	stopRenew()
 	run := handlerRun{end: handlerReturned, out: out, err: err, start: start}
 	switch {
@@ -402,8 +404,8 @@ func (s *Store) leaseLost(c *Claim) error {
 // release gives c's key back after its work rolled back; kind is the event that reports it. A
 // release that fails is retried in the background (release.go).
 func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	if _, err := s.releaseRow(cctx, c); err != nil {
 		s.releaseLater(ctx, c, kind, ran, err)
 		return
@@ -414,8 +416,8 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 // releaseLost gives back a claim that may or may not have been made (its batch failed): like
 // release, but it reports the release only when there was a row to delete.
 func (s *Store) releaseLost(ctx context.Context, c *Claim) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	gone, err := s.releaseRow(cctx, c)
 	if err != nil {
 		s.releaseLater(ctx, c, EventReleased, 0, err)
@@ -430,14 +432,18 @@ func (s *Store) releaseLost(ctx context.Context, c *Claim) {
 // drops a connection whose statement's context ended, and sends the server a cancel request as
 // it does, so a statement waiting on a lock stops waiting there too and its transaction (in
 // transaction mode, with the claim) is rolled back on the server (TestHandlerTimeoutEndsAWaitOnALock
-// checks that). finish ends the context and says whether the timeout had fired by then; it may
-// be called more than once.
-func (s *Store) boundHandler(ctx context.Context, timeout time.Duration) (hctx context.Context, finish func() bool) {
-	hctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
-	return hctx, func() bool {
-		cancel() // from here on the cause cannot change: whichever ended the context first decided
-		return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
-	}
+// checks that). finishHandler(hctx, cancel) ends the context and says whether the timeout had
+// fired by then; it may be called more than once, and so may cancel.
+func (s *Store) boundHandler(ctx context.Context, timeout time.Duration) (hctx context.Context, cancel context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
+}
+
+// finishHandler ends hctx, a boundHandler context whose cancel is cancel, and says whether its
+// timeout had fired by then. (A function, not a closure boundHandler returns: one allocation
+// less per request.)
+func finishHandler(hctx context.Context, cancel context.CancelFunc) bool {
+	cancel() // from here on the cause cannot change: whichever ended the context first decided
+	return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
 }
 
 // handlerTimedOut reports a handler that ran past its timeout and returns the error saying so.

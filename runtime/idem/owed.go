@@ -172,9 +172,9 @@ func (s *Store) settleOwed(all bool) {
 // (bounded by cleanupTimeout). A failed rollback closes the connection, and the pool drops it.
 func endConn(ctx context.Context, conn *pgxpool.Conn) {
 	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
-		cctx, cancel := detached(ctx)
+		cctx, bound := detached(ctx)
 		_, _ = conn.Exec(cctx, rollbackSQL)
-		cancel()
+		bound.end()
 	}
 	conn.Release()
 }

@@ -341,8 +341,8 @@ func (s *Store) emit(ctx context.Context, e Event) {
 // bounded runs step with Config.StoreTimeout (plus extra) on top of ctx.
 func (s *Store) bounded(ctx context.Context, extra time.Duration, step func(ctx context.Context) error) error {
 	limit := s.cfg.StoreTimeout + extra
-	sctx, cancel := withBound(ctx, limit)
-	defer cancel()
+	sctx, bound := newBound(ctx, limit)
+	defer bound.end()
 	err := step(sctx)
 	if err != nil && sctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrStoreUnavailable) {
 		return fmt.Errorf("%w: no answer within %s: %w", ErrStoreUnavailable, limit, err)

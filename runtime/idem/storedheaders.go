@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -117,22 +118,23 @@ func scanStoredHeaders(raw []byte) (http.Header, bool) {
 // Every first execution encodes them, so they are written in one pass into one buffer, without
 // encoding/json's reflection; a name or value that needs escaping (a quote, a backslash, a
 // control character, HTML's <, > and &, U+2028/U+2029, or bytes that are not UTF-8) goes to
-// json.Marshal.
-func encodeStoredHeaders(h http.Header) ([]byte, error) {
+// json.Marshal. The text is returned as a string, the form the completion binds it in, built in
+// its one buffer (strings.Builder) rather than copied out of a []byte.
+func encodeStoredHeaders(h http.Header) (string, error) {
 	if h == nil {
-		return []byte("null"), nil
+		return "null", nil
 	}
 	size := 2
 	for name, values := range h {
 		size += len(name) + 6
 		for _, v := range values {
 			if !plainJSON(v) {
-				return json.Marshal(h)
+				return marshalHeaders(h)
 			}
 			size += len(v) + 3
 		}
 		if !plainJSON(name) {
-			return json.Marshal(h)
+			return marshalHeaders(h)
 		}
 	}
 	names := make([]string, 0, len(h))
@@ -140,30 +142,42 @@ func encodeStoredHeaders(h http.Header) ([]byte, error) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = append(b, '{')
-	// quoted appends s as a JSON string (plainJSON said it needs no escape), after a comma unless
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteByte('{')
+	// quoted writes s as a JSON string (plainJSON said it needs no escape), after a comma unless
 	// it is the first of its list.
-	quoted := func(b []byte, first bool, s string) []byte {
+	quoted := func(first bool, s string) {
 		if !first {
-			b = append(b, ',')
+			b.WriteByte(',')
 		}
-		return append(append(append(b, '"'), s...), '"')
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
 	}
 	for i, name := range names {
-		b = append(quoted(b, i == 0, name), ':')
+		quoted(i == 0, name)
+		b.WriteByte(':')
 		values := h[name]
 		if values == nil {
-			b = append(b, "null"...)
+			b.WriteString("null")
 			continue
 		}
-		b = append(b, '[')
+		b.WriteByte('[')
 		for j, v := range values {
-			b = quoted(b, j == 0, v)
+			quoted(j == 0, v)
 		}
-		b = append(b, ']')
+		b.WriteByte(']')
 	}
-	return append(b, '}'), nil
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+// marshalHeaders is json.Marshal(h) as a string: encodeStoredHeaders for headers that need
+// escaping.
+func marshalHeaders(h http.Header) (string, error) {
+	b, err := json.Marshal(h)
+	return string(b), err
 }
 
 // plainJSON says json.Marshal writes s as it is, between quotes: printable ASCII other than the

@@ -185,6 +185,13 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		}
 		return storedOutcome(cfg, p, out, do.Scope, key)
 	})
+	if err == nil {
+		if res.Replayed {
+			return &Result{Kind: ResultReplayed, Outcome: res.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}, nil
+		}
+		return &Result{Kind: ResultExecuted, Outcome: live, Persisted: res.Persisted && key != ""}, nil
+	}
+	// Only an error needs the target errors.As writes to, which lives on the heap.
 	var inProgress *idem.InProgressError
 	switch {
 	case errors.As(err, &inProgress):
@@ -199,19 +206,15 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
 	case errors.Is(err, idem.ErrHandlerTimeout):
 		return &Result{Kind: ResultProblem, Problem: problemHandlerTimeout()}, nil
-	case err != nil:
-		if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
-			// The handler bound a request value PostgreSQL text cannot hold: the client's
-			// request, not the server, is at fault. Its work was rolled back, the key released.
-			cfg.Logger.InfoContext(ctx, "idem: the handler's statement refused a request value that is not text; answered 400",
-				"operation", p.Operation, "key_hash", idem.KeyHash(do.Scope, key), "error", err)
-			return &Result{Kind: ResultProblem, Problem: prob}, nil
-		}
-		return nil, err
-	case res.Replayed:
-		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}, nil
 	}
-	return &Result{Kind: ResultExecuted, Outcome: live, Persisted: res.Persisted && key != ""}, nil
+	if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
+		// The handler bound a request value PostgreSQL text cannot hold: the client's
+		// request, not the server, is at fault. Its work was rolled back, the key released.
+		cfg.Logger.InfoContext(ctx, "idem: the handler's statement refused a request value that is not text; answered 400",
+			"operation", p.Operation, "key_hash", idem.KeyHash(do.Scope, key), "error", err)
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
+	return nil, err
 }
 
 // tenantOf is the request's tenant when the policy's scope has one (and the request a key).
@@ -387,10 +390,10 @@ var ErrHandlerPanicked = errors.New("idem: the handler panicked")
 
 func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
 	req, err := op.request(ctx, p)
-	var bad *idem.BodyError
-	if errors.As(err, &bad) {
-		return &Result{Kind: ResultProblem, Problem: newProblem(http.StatusBadRequest, CodeBodyInvalid,
-			"the request body is malformed: "+bad.Reason)}, nil
+	if err != nil {
+		if prob := bodyErrorProblem(err); prob != nil {
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 	}
 	if errors.Is(err, errNoBody) {
 		// A wiring that skips the body capture (oapi-codegen's own HandlerWithOptions around
@@ -449,6 +452,16 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 		return nil, err
 	}
 	return &Result{Kind: ResultReplayed, Outcome: out, recomputed: true}, nil
+}
+
+// bodyErrorProblem is the 400 body-invalid problem for an *idem.BodyError err, or nil. The target
+// errors.As writes to lives on the heap, so callers ask only about an error.
+func bodyErrorProblem(err error) *Problem {
+	var bad *idem.BodyError
+	if errors.As(err, &bad) {
+		return newProblem(http.StatusBadRequest, CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
+	}
+	return nil
 }
 
 // run runs whichever handler op has.
