@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -69,8 +70,15 @@ type Claim struct {
 	// made: every statement about c leads with a prefix of them (args), so a batch's statements
 	// share the one slice instead of boxing the same values again. Nothing appends to argv in
 	// place: args and claimArgs hand out slices capped at their length.
-	argv   []any
-	notify bool // its complete and release notify the duplicates that may wait for it
+	argv []any
+	// read are the parameters of the read of a claim under the key's lock (readArgs), and spare
+	// the room for the completion's parameters (completeArgs): both allocated with argv, in one
+	// array, so that a claim costs one slice however many statements it sends.
+	read, spare []any
+	// keyHash is KeyHash(Scope, Key), computed when the claim is made if its events reach
+	// anyone (Store.observed), and otherwise by hash on demand.
+	keyHash string
+	notify  bool // its complete and release notify the duplicates that may wait for it
 	// locked: the claim is the key's advisory lock, held by the business transaction
 	// (sql/claim_lock.sql), and the key's row is written only at the completion, with the
 	// fingerprint: inserted (sql/complete_insert.sql), or rewritten when the claim takes over a
@@ -81,7 +89,15 @@ type Claim struct {
 	lockedAt         time.Time
 }
 
-func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
+// hash is KeyHash(c.Scope, c.Key): computed once, when the claim was made, for a claim whose
+// events reach anyone; a claim's keyHash is never written after it is shared, so a goroutine
+// renewing its lease may read it.
+func (c *Claim) hash() string {
+	if c.keyHash != "" {
+		return c.keyHash
+	}
+	return KeyHash(c.Scope, c.Key)
+}
 
 // args are the leading parameters of every statement about c: tenant, scope, key, token.
 func (c *Claim) args(more ...any) []any {
@@ -160,23 +176,54 @@ func orDefault(d, def time.Duration) time.Duration {
 // newClaim is the claim p would hold; its token is fresh.
 func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
 
+// newClaim is the package's newClaim, with the key's hash computed at once when events about it
+// reach anyone: each request reports two or three.
+func (s *Store) newClaim(ctx context.Context, p *DoParams) *Claim {
+	c := newClaim(p)
+	s.hashIfObserved(ctx, c)
+	return c
+}
+
+// hashIfObserved computes c's key hash now, before c is shared, when its events reach an
+// Observer or the log: emitClaim then need not hash for each.
+func (s *Store) hashIfObserved(ctx context.Context, c *Claim) {
+	if s.cfg.Observer != nil || s.log.Enabled(ctx, slog.LevelDebug) {
+		c.keyHash = KeyHash(c.Scope, c.Key)
+	}
+}
+
 // newClaimWith is the claim p would hold with token, and its parameters (argv): all of the
 // claim statement's when full, only the leading four otherwise (a claim under the key's advisory
 // lock sends no claim statement). The row's expiry is set at the claim to the TTL plus the
 // handler's timeout, the latest the outcome can complete, so that the completion need not move
 // it (see sql/complete.sql): the key is remembered at least the TTL after it completes, and at
 // most the timeout longer.
+//
+// Without full, the claim's read (c.read: tenant, scope, key, fingerprint) goes ahead of argv in
+// the same array. Behind argv is the room for the completion's parameters (c.spare).
 func newClaimWith(p *DoParams, token string, full bool) *Claim {
 	c := &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: token,
 		row: rowOf(p), notify: waits(p)}
 	if full {
-		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token, p.Operation, p.Fingerprint,
-			millis(c.Lease), millis(ttl(p) + timeout(p))}
+		all := make([]any, 8+completeParams)
+		all[0], all[1], all[2], all[3] = c.row.tenant, c.row.scope, c.row.key, c.token
+		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, millis(c.Lease), millis(ttl(p)+timeout(p))
+		c.argv, c.spare = all[:8:8], all[8:8]
 	} else {
-		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token}
+		all := make([]any, 4+4+completeLockedParams)
+		all[0], all[1], all[2], all[3] = c.row.tenant, c.row.scope, c.row.key, p.Fingerprint
+		all[4], all[5], all[6], all[7] = all[0], all[1], all[2], c.token
+		c.read, c.argv, c.spare = all[:4:4], all[4:8:8], all[8:8]
 	}
 	return c
 }
+
+// The number of parameters of the completion (sql/complete.sql) and of the completion of a claim
+// under the key's lock (sql/complete_insert.sql, sql/complete_takeover.sql).
+const (
+	completeParams       = 9
+	completeLockedParams = 12
+)
 
 // claimArgs are the claim statement's parameters (sql/claim.sql, sql/claim_fast.sql).
 func (c *Claim) claimArgs() []any { return c.argv }
@@ -197,7 +244,7 @@ func (c *Claim) claimArgs() []any { return c.argv }
 // retry runs anew (as attempt 1: see docs/runtime.md).
 func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	for try := 1; ; try++ {
-		c := newClaim(p)
+		c := s.newClaim(ctx, p)
 		sent := time.Now()
 		res, err := s.claimOnce(ctx, c, p)
 		if err != nil {
@@ -231,10 +278,10 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 		}
 	}()
 	var t claimTry
-	b := &pgx.Batch{}
+	b := newBatch()
 	s.asyncCommit(b)
 	s.queueClaim(b, c, p, &t, nil)
-	err = tx.SendBatch(ctx, b).Close()
+	err = tx.SendBatch(ctx, &b.Batch).Close()
 	switch {
 	case err == nil && t.wrote:
 		if err := tx.Commit(ctx); err != nil {
@@ -273,7 +320,7 @@ type claimTry struct {
 // guard and the write what mid queues (lease mode's BEGIN and its settings). A guard that fails
 // skips the rest of b. On Citus there is no guard (see citus.go): the write runs, and writes
 // nothing for a row nobody may take.
-func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
+func (s *Store) queueClaim(b *batch, c *Claim, p *DoParams, t *claimTry, mid func(b *batch)) {
 	read := c.readArgs(c.argv[5])
 	if s.citus {
 		s.queueRead(b, c, t, read)
@@ -296,7 +343,7 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 
 // queueRead queues the claim's read (sql/claim_read.sql) alone: t.read is its answer when the
 // key has a row nobody may take, and nil without a row or for one that may be taken.
-func (s *Store) queueRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
+func (s *Store) queueRead(b *batch, c *Claim, t *claimTry, args []any) {
 	b.Queue(s.sql.claimRead, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		return err
@@ -306,7 +353,7 @@ func (s *Store) queueRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
 // queueGuardedRead queues the claim's read and its guard in one statement
 // (sql/claim_read_guarded.sql): the key's row, then, when nobody may take it, the guard's error,
 // which skips the rest of b and leaves t.read as the answer.
-func (s *Store) queueGuardedRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
+func (s *Store) queueGuardedRead(b *batch, c *Claim, t *claimTry, args []any) {
 	b.Queue(s.sql.claimReadGuarded, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		t.refused = t.read != nil && failedOnPurpose(err)
@@ -346,7 +393,7 @@ func pgCode(err error) string {
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
 // Store.claim).
-func (s *Store) leaseSettings(b *pgx.Batch) {
+func (s *Store) leaseSettings(b *batch) {
 	b.Queue(beginSQL)
 	s.asyncCommit(b)
 }
@@ -354,7 +401,7 @@ func (s *Store) leaseSettings(b *pgx.Batch) {
 // asyncCommit queues the claim transaction's asynchronous commit (see Store.claim). On Citus it
 // must reach the worker that commits, so the propagation of SET LOCAL is turned on first; plain
 // PostgreSQL has nothing to propagate to, and is spared the statement.
-func (s *Store) asyncCommit(b *pgx.Batch) {
+func (s *Store) asyncCommit(b *batch) {
 	if s.citus {
 		b.Queue(propagateSetSQL)
 	}
@@ -395,13 +442,13 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 // store timeout), and a caller that has gone gives back exactly the claim it made, if it made
 // one; when it made none, decided is false and the caller must not claim again.
 func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, decided bool, err error) {
-	c := newClaim(p)
+	c := s.newClaim(ctx, p)
 	sent := time.Now()
 	var done *peeked
 	won, committed := false, false
 	rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer bound.end()
-	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+	tx, err = s.beginWith(rctx, func(b *batch) {
 		if s.citus {
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 				done, err = scanPeek(rows)
@@ -497,12 +544,12 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 // has gone gives back exactly the claim it made, if it made one.
 func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
 	for try := 1; ; try++ {
-		c := newClaim(p)
+		c := s.newClaim(ctx, p)
 		sent := time.Now()
 		var t claimTry
 		committed := false
 		rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+		tx, err = s.beginWith(rctx, func(b *batch) {
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 				committed = tag.String() == "COMMIT"
@@ -586,12 +633,12 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 	if s.lockClaims() {
 		return s.claimLocked(ctx, p, wait)
 	}
-	c := newClaim(p)
+	c := s.newClaim(ctx, p)
 	bound := lockWaitFor(wait)
 	var t claimTry
 	// bounded queues what q queues under the claim's lock wait, with the caller's lock_timeout
 	// saved first (save) and put back behind.
-	bounded := func(b *pgx.Batch, save bool, q func(b *pgx.Batch)) {
+	bounded := func(b *batch, save bool, q func(b *batch)) {
 		if save {
 			b.Queue(lockWaitSave)
 		}
@@ -600,18 +647,18 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		b.Queue(lockWaitDefault)
 		b.Queue(lockWaitRestore)
 	}
-	full := func(b *pgx.Batch) { s.queueClaim(b, c, p, &t, nil) }
+	full := func(b *batch) { s.queueClaim(b, c, p, &t, nil) }
 	for try := 1; ; try++ {
 		check := try == 1
 		sent := time.Now()
 		t = claimTry{}
 		var done *peeked
-		var ahead func(b *pgx.Batch)
+		var ahead func(b *batch)
 		replayPassed := false
-		claim := func(b *pgx.Batch) { bounded(b, true, full) }
+		claim := func(b *batch) { bounded(b, true, full) }
 		won := -1                                          // -1: no fast claim was sent
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
-			ahead = func(b *pgx.Batch) {
+			ahead = func(b *batch) {
 				b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
@@ -624,8 +671,8 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				}
 			}
 			if !s.noFastPath {
-				claim = func(b *pgx.Batch) {
-					bounded(b, true, func(b *pgx.Batch) {
+				claim = func(b *batch) {
+					bounded(b, true, func(b *batch) {
 						b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
 							won = int(tag.RowsAffected())
 							return nil
@@ -650,9 +697,9 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		if err == nil && won == 0 {
 			// The key has a row: the full claim decides, in the same transaction (the caller's
 			// lock_timeout is saved already).
-			b := &pgx.Batch{}
+			b := newBatch()
 			bounded(b, false, full)
-			err = tx.SendBatch(ctx, b).Close()
+			err = tx.SendBatch(ctx, &b.Batch).Close()
 		}
 		switch {
 		case !s.citus && ahead != nil && !replayPassed && failedOnPurpose(err):
@@ -928,10 +975,26 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
+	n := completeParams
 	if c.locked {
-		return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl), c.Operation, c.fingerprint, int32(c.Attempt)), nil
+		n = completeLockedParams
 	}
-	return c.args(int32(o.Status), headers, o.Body, ref, millis(ttl)), nil
+	// The claim's spare room holds them, the first time (a completion is sent once per claim).
+	args := c.spare[:0]
+	c.spare = nil
+	if cap(args) < n {
+		args = make([]any, 0, n)
+	}
+	args = append(args, c.args()...)
+	args = append(args, int32(o.Status), headers, o.Body, ref, millis(ttl))
+	if c.locked {
+		fp := any(c.fingerprint)
+		if c.read != nil {
+			fp = c.read[3] // boxed already, for the claim's read
+		}
+		args = append(args, c.Operation, fp, int32(c.Attempt))
+	}
+	return args, nil
 }
 
 // completeSQL is the statement that completes c: the update of the row its claim wrote, or, for

@@ -46,16 +46,17 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	// it gets it below, so a replay or a mismatch makes none.
 	c := newClaimWith(p, "", false)
 	c.locked, c.fingerprint = true, p.Fingerprint
+	s.hashIfObserved(ctx, c)
 	sent := time.Now()
 	// The statements share tenant, scope and key: one slice, each boxed once.
-	rowArgs := c.readArgs(p.Fingerprint)
+	rowArgs := c.read
 	lock := s.lockOf(c.row)
 	var t claimTry
 	deadline := sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
 		var got bool // claim_lock.sql's answer: the lock is taken
-		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
+		tx, err = s.beginWith(ctx, func(b *batch) {
 			b.Queue(s.sql.claimLock, lock).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					if err := rows.Scan(&c.lockedAt, &got); err != nil {
@@ -126,7 +127,7 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	conn := first.conn
 	first.conn = nil
-	b := &pgx.Batch{}
+	b := newBatch()
 	b.Queue(rollbackSQL)
 	b.Queue(s.sql.claimLockWait, lock, bound).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -137,7 +138,7 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 		return rows.Err()
 	})
 	s.queueRead(b, c, t, rowArgs)
-	err := conn.SendBatch(ctx, b).Close()
+	err := conn.SendBatch(ctx, &b.Batch).Close()
 	endConn(ctx, conn) // a transaction is still open only when nothing was sent (ctx had ended)
 	return err
 }
