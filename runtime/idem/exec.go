@@ -277,19 +277,19 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 	tctx, cancelTimeout := s.boundHandler(withClaim(ctx, c), timeout(p))
 	defer cancelTimeout()
 	hctx := tctx
-	stopRenew := func() {}
+	var renewal *renewer // nil: no renewal, and its stop does nothing
 	if mode == ClaimLease && !s.noRenew {
 		// Only a renewal can lose the lease while fn runs, and it ends fn's context saying so.
 		var cancel context.CancelCauseFunc
 		hctx, cancel = context.WithCancelCause(tctx)
 		defer cancel(nil)
-		stopRenew = s.renewWhileRunning(hctx, c, cancel)
+		renewal = s.renewWhileRunning(hctx, c, cancel)
 	}
-	defer stopRenew()
+	defer renewal.stop()
 
 	out, err := fn(hctx, tx.Tx)
 	late := finishHandler(tctx, cancelTimeout) // decided when fn returned, not after the renewal has stopped
-	stopRenew()
+	renewal.stop()
 	run := handlerRun{end: handlerReturned, out: out, err: err, start: start}
 	switch {
 	case late:
@@ -453,61 +453,81 @@ func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout
 	return fmt.Errorf("%w (operation %s, timeout %s)", ErrHandlerTimeout, op, timeout)
 }
 
-// renewWhileRunning renews c's lease every third of it until stop is called. If the lease was
-// lost anyway (renewals failed for a whole lease and another request took over), it cancels
+// renewWhileRunning renews c's lease every third of it until its stop is called. If the lease
+// was lost anyway (renewals failed for a whole lease and another request took over), it cancels
 // the handler's context with ErrLeaseLost: its work cannot commit.
 //
 // Most handlers return long before their first renewal is due, so nothing runs for them until
 // then: the first renewal is scheduled on the sweeper (afterBound), and only a handler still
 // running at that point gets the goroutine that renews it.
-func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
-	period := max(c.Lease/3, time.Millisecond)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	unschedule := afterBound(period, func() {
-		defer wg.Done()
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			default:
-			}
-			// A renewal that cannot finish before the next one is due has failed; the next
-			// tick tries again on a fresh connection.
-			rctx, rcancel := context.WithTimeout(ctx, max(period, 100*time.Millisecond))
-			err := s.renew(rctx, c)
-			rcancel()
-			if errors.Is(err, ErrLeaseLost) {
-				cancel(ErrLeaseLost)
-				return
-			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("idem: lease renewal failed; will retry", "operation", c.Operation, "key_hash", c.hash(), "error", err)
-			}
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) *renewer {
+	r := &renewer{s: s, ctx: ctx, c: c, cancel: cancel, period: max(c.Lease/3, time.Millisecond), done: make(chan struct{})}
+	r.wg.Add(1)
+	r.first = afterBound(r.period, r.run)
+	return r
+}
+
+// renewer is renewWhileRunning's renewal of one claim: its state in one allocation.
+type renewer struct {
+	s      *Store
+	ctx    context.Context // the handler's
+	c      *Claim
+	cancel context.CancelCauseFunc // ends ctx with ErrLeaseLost
+	period time.Duration
+	done   chan struct{} // closed by stop
+	wg     sync.WaitGroup
+	first  *boundCtx // the first renewal, on the sweeper
+	once   sync.Once
+}
+
+// run renews every period until stop, the handler's context ending, or the lease found lost.
+func (r *renewer) run() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-r.ctx.Done():
+			return
+		default:
 		}
-	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(done)
-			if unschedule() { // the first renewal was not due yet: nothing started
-				wg.Done()
-			}
-			wg.Wait()
-		})
+		// A renewal that cannot finish before the next one is due has failed; the next
+		// tick tries again on a fresh connection.
+		rctx, rcancel := context.WithTimeout(r.ctx, max(r.period, 100*time.Millisecond))
+		err := r.s.renew(rctx, r.c)
+		rcancel()
+		if errors.Is(err, ErrLeaseLost) {
+			r.cancel(ErrLeaseLost)
+			return
+		}
+		if err != nil && r.ctx.Err() == nil {
+			r.s.log.Warn("idem: lease renewal failed; will retry", "operation", r.c.Operation, "key_hash", r.c.hash(), "error", err)
+		}
+		select {
+		case <-r.done:
+			return
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
+}
+
+// stop ends the renewals and waits for one under way. It may be called more than once, and on
+// a nil r (no renewal) does nothing.
+func (r *renewer) stop() {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		close(r.done)
+		if r.first.unschedule() { // the first renewal was not due yet: nothing started
+			r.wg.Done()
+		}
+		r.wg.Wait()
+	})
 }
 
 // handlerLostStore is ErrStoreUnavailable, wrapping fn's error, when fn failed because the
