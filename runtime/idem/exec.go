@@ -29,30 +29,30 @@ func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
 }
 
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
-func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*execResult, error) {
+func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execResult, error) {
 	if p.Claim == ClaimTransaction {
 		wait := orDefault(p.Wait, lease(p))
 		tx, res, err := s.claimInTransaction(ctx, p, wait)
 		if err != nil {
-			return nil, err
+			return execResult{}, err
 		}
 		if !res.status.owns() {
-			return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
+			return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 		}
 		return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimTransaction)
 	}
 
 	tx, res, err := s.claimWaiting(ctx, p)
 	if err != nil {
-		return nil, err
+		return execResult{}, err
 	}
 	if !res.status.owns() {
-		return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
+		return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}
 	if tx == nil { // the claim did not begin the business transaction: begin it now
 		if tx, err = s.begin(ctx); err != nil {
 			s.release(ctx, res.claim, EventReleased, 0)
-			return nil, err
+			return execResult{}, err
 		}
 	}
 	return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimLease)
@@ -259,7 +259,7 @@ type handlerRun struct {
 // the run in one place ([Store.settle]): the outcome is completed and committed, or the work is
 // rolled back and the key given back. A panicking fn is settled too (the key given back), and
 // the panic goes on.
-func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (*execResult, error) {
+func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (execResult, error) {
 	run := handlerRun{end: handlerPanicked, start: time.Now()}
 	defer func() {
 		if run.end == handlerPanicked { // runHandler never returned
@@ -303,18 +303,18 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 // settle finishes a handler's run: every exit of a claimed request goes through it. Work that
 // must not commit is rolled back and its key given back ([Store.giveBack]); an outcome to keep
 // is completed and committed with the work.
-func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (*execResult, error) {
+func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (execResult, error) {
 	switch run.end {
 	case handlerPanicked:
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
-		return nil, nil // the panic goes on: nobody receives this
+		return execResult{}, nil // the panic goes on: nobody receives this
 	case handlerTimedOut:
 		ran := time.Since(run.start)
 		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start)
-		return nil, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+		return execResult{}, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
 	case handlerLeaseLost:
 		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
-		return nil, s.leaseLost(c)
+		return execResult{}, s.leaseLost(c)
 	}
 	err := run.err
 	if err == nil && ctx.Err() != nil {
@@ -325,15 +325,15 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		lost := s.handlerLostStore(ctx, tx.Tx, c.Operation, c.hash(), err)
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
 		if lost != nil {
-			return nil, lost
+			return execResult{}, lost
 		}
-		return nil, err
+		return execResult{}, err
 	}
 	out := run.out
 	if out == nil {
 		out = &Outcome{}
 	}
-	res := &execResult{status: claimAcquired, outcome: out}
+	res := execResult{status: claimAcquired, outcome: out}
 	if c.Attempt > 1 {
 		res.status = claimTakenOver
 	}
@@ -361,7 +361,7 @@ func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMod
 }
 
 // commitOutcome completes c with res's outcome inside tx and commits both.
-func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res *execResult, start time.Time) (*execResult, error) {
+func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res execResult, start time.Time) (execResult, error) {
 	sent := time.Now() // before the database computes the key's expiry
 	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start))
 	switch {
@@ -372,10 +372,10 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 			// deferred trigger at the COMMIT): the key would then stay held for its lease.
 			s.releaseLost(ctx, c)
 		}
-		return nil, s.leaseLost(c)
+		return execResult{}, s.leaseLost(c)
 	case completeErr != nil:
 		s.giveBack(ctx, tx, c, mode, EventReleased, start)
-		return nil, completeErr
+		return execResult{}, completeErr
 	case commitErr != nil:
 		// Whether the commit happened is unknown. A release deletes only an in-flight row: if
 		// the commit did happen, the row is complete and stays (in transaction mode, the claim
@@ -383,7 +383,7 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 		if mode == ClaimLease {
 			s.release(ctx, c, EventReleased, time.Since(start))
 		}
-		return nil, commitErr
+		return execResult{}, commitErr
 	}
 	res.persisted = true
 	if s.cache != nil {
