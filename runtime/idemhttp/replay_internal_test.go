@@ -1,9 +1,14 @@
 package idemhttp
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // TestCanonicalKeyIsCanonicalHeaderKey: the names canonicalKey recognises without the general
@@ -59,5 +64,51 @@ func TestReplayHeadersKeepsCopies(t *testing.T) {
 	}
 	if got := replayHeaders(http.Header{"X-Other": {"v"}}, p); got != nil {
 		t.Fatalf("replayHeaders with nothing allowed = %#v, want nil", got)
+	}
+}
+
+// TestReadBodyIsReadAllOfLimitReader: readBody reads what io.ReadAll(io.LimitReader(body,
+// max+1)) reads, whatever the declared length says (right, unknown, too small, too large), for
+// bodies on either side of its first buffer and of max, read whole or a byte at a time, and
+// passes a read error on with what came before it.
+func TestReadBodyIsReadAllOfLimitReader(t *testing.T) {
+	t.Parallel()
+	const max = 2000
+	for _, size := range []int{0, 1, 40, 511, 512, 513, 1500, max, max + 1, max + 700} {
+		data := bytes.Repeat([]byte("0123456789"), size/10+1)[:size]
+		for _, length := range []int64{int64(size), -1, 0, int64(size) / 2, int64(size) + 100} {
+			for _, slow := range []bool{false, true} {
+				reader := func() io.Reader {
+					if slow {
+						return iotest.OneByteReader(bytes.NewReader(data))
+					}
+					return bytes.NewReader(data)
+				}
+				want, wantErr := io.ReadAll(io.LimitReader(reader(), max+1))
+				got, err := readBody(reader(), length, max)
+				if !bytes.Equal(got, want) || (err == nil) != (wantErr == nil) {
+					t.Errorf("size %d, length %d, slow %v: %d bytes, %v; want %d bytes, %v", size, length, slow, len(got), err, len(want), wantErr)
+				}
+			}
+		}
+	}
+	broken := io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(errors.New("reset")))
+	if got, err := readBody(broken, 10, max); string(got) != "abc" || err == nil || err.Error() != "reset" {
+		t.Errorf("a read error: %q, %v; want \"abc\", reset", got, err)
+	}
+}
+
+// TestCapturedBodyReadsTheBytes: the body handed on reads back the captured bytes, by Read or
+// WriteTo, and closes without error.
+func TestCapturedBodyReadsTheBytes(t *testing.T) {
+	t.Parallel()
+	b := newCapturedBody([]byte(`{"a":1}`))
+	got, err := io.ReadAll(b)
+	if string(got) != `{"a":1}` || err != nil || b.Close() != nil {
+		t.Fatalf("ReadAll = %q, %v", got, err)
+	}
+	var buf bytes.Buffer
+	if n, err := newCapturedBody([]byte("xyz")).WriteTo(&buf); n != 3 || err != nil || buf.String() != "xyz" {
+		t.Fatalf("WriteTo = %d, %v, %q", n, err, buf.String())
 	}
 }
