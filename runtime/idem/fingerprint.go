@@ -72,6 +72,10 @@ func (f *Fingerprinter) frame(kind byte, name string, value []byte) {
 
 // Add adds a named part (path:id, query:x, header:X-Foo); v is JSON-encoded canonically.
 func (f *Fingerprinter) Add(name string, v any) error {
+	if s, ok := plainString(v); ok {
+		f.frameQuoted('p', name, s)
+		return nil
+	}
 	b, err := canonicalScalar(v)
 	if err != nil {
 		err = fmt.Errorf("idem: fingerprint part %q: %w", name, err)
@@ -80,6 +84,40 @@ func (f *Fingerprinter) Add(name string, v any) error {
 	}
 	f.frame('p', name, b)
 	return nil
+}
+
+// plainString is v's text when v is a string (or a pointer to one) that JSON writes as it is,
+// between double quotes (plainJSON): most parameters are, and are framed without encoding/json.
+func plainString(v any) (string, bool) {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case *string:
+		if x == nil {
+			return "", false
+		}
+		s = *x
+	default:
+		return "", false
+	}
+	return s, plainJSON(s)
+}
+
+// frameQuoted is frame with the value s between double quotes, the JSON of a plainJSON string,
+// written to the buffer directly.
+func (f *Fingerprinter) frameQuoted(kind byte, name, s string) {
+	if f.h != nil || len(f.buf)+1+2*binary.MaxVarintLen64+len(name)+len(s)+2 > fingerprintBuffered {
+		f.frame(kind, name, []byte(`"`+s+`"`))
+		return
+	}
+	b := append(f.buf, kind)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(s)+2))
+	b = append(b, '"')
+	b = append(b, s...)
+	f.buf = append(b, '"')
 }
 
 // Body adds the typed request body (JSON or form) with the excluded JSON pointers removed.

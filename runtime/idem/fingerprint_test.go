@@ -271,3 +271,43 @@ func TestFingerprintIsSHA256OfTheFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestFingerprintPartIsItsJSON: a part's value is framed as encoding/json writes it, for the
+// strings framed without it (plain ASCII) and for those it escapes, through a pointer or not.
+func TestFingerprintPartIsItsJSON(t *testing.T) {
+	t.Parallel()
+	str := func(s string) *string { return &s }
+	for _, v := range []any{
+		"acme", "", "with space", "a/b?c=d", "quote\"", `back\slash`, "<html>", "a&b", "tab\t", "café", "\u2028",
+		"\xff", str("acme"), str("<"), (*string)(nil), 42, int64(-7), true, 3.5,
+	} {
+		f := idem.NewFingerprinter("GET /x")
+		if err := f.Add("query:v", v); err != nil {
+			t.Fatal(err)
+		}
+		var frames []byte
+		for _, fr := range []struct {
+			kind        byte
+			name, value string
+		}{{'v', "idemgen-fingerprint-1", ""}, {'r', "GET /x", ""}, {'p', "query:v", string(mustJSON(t, v))}} {
+			frames = append(frames, fr.kind)
+			frames = binary.AppendUvarint(frames, uint64(len(fr.name)))
+			frames = append(frames, fr.name...)
+			frames = binary.AppendUvarint(frames, uint64(len(fr.value)))
+			frames = append(frames, fr.value...)
+		}
+		sum := sha256.Sum256(frames)
+		if got, want := f.Sum(), hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("Add(%#v) fingerprints unlike its JSON %s", v, mustJSON(t, v))
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
