@@ -78,13 +78,15 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 			}
 			_ = r.Body.Close()
 			ct := r.Header.Get("Content-Type")
-			r.Body = newCapturedBody(raw)
+			c := &captured{body: Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path}}
+			c.reader.r.Reset(raw)
+			r.Body = &c.reader
 			if log != nil && log.bindsTwice(r.Method, r.URL.Path, ct) {
 				if v, ok := decodeJSON(raw); ok {
 					r.Body = valuedBody{ReadCloser: r.Body, value: v}
 				}
 			}
-			ctx := WithBody(r.Context(), &Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path})
+			ctx := WithBody(r.Context(), &c.body)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
@@ -124,10 +126,11 @@ func readBody(body io.Reader, length, max int64) ([]byte, error) {
 // (the same methods: Read, WriteTo, Close) in one allocation.
 type capturedBody struct{ r bytes.Reader }
 
-func newCapturedBody(raw []byte) *capturedBody {
-	b := &capturedBody{}
-	b.r.Reset(raw)
-	return b
+// captured is what Capture keeps of a request: the Body in its context and the reader handed
+// on, in one allocation.
+type captured struct {
+	body   Body
+	reader capturedBody
 }
 
 func (b *capturedBody) Read(p []byte) (int, error)         { return b.r.Read(p) }

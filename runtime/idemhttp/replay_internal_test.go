@@ -102,13 +102,18 @@ func TestReadBodyIsReadAllOfLimitReader(t *testing.T) {
 // WriteTo, and closes without error.
 func TestCapturedBodyReadsTheBytes(t *testing.T) {
 	t.Parallel()
-	b := newCapturedBody([]byte(`{"a":1}`))
+	reader := func(raw string) io.ReadCloser {
+		c := &captured{}
+		c.reader.r.Reset([]byte(raw))
+		return &c.reader
+	}
+	b := reader(`{"a":1}`)
 	got, err := io.ReadAll(b)
 	if string(got) != `{"a":1}` || err != nil || b.Close() != nil {
 		t.Fatalf("ReadAll = %q, %v", got, err)
 	}
 	var buf bytes.Buffer
-	if n, err := newCapturedBody([]byte("xyz")).WriteTo(&buf); n != 3 || err != nil || buf.String() != "xyz" {
+	if n, err := reader("xyz").(io.WriterTo).WriteTo(&buf); n != 3 || err != nil || buf.String() != "xyz" {
 		t.Fatalf("WriteTo = %d, %v, %q", n, err, buf.String())
 	}
 }

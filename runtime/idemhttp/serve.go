@@ -102,6 +102,11 @@ type Request struct {
 	Scope []ScopePart
 	// Fingerprint is the canonical request digest (see idem.Fingerprinter).
 	Fingerprint string
+
+	// Room for the usual KeyValues (one value) and Scope (a part or two), for Handle's request,
+	// so that they need no allocations of their own.
+	key   [1]string
+	scope [2]ScopePart
 }
 
 // ResultKind says what Serve decided.
@@ -475,7 +480,11 @@ func (op *Op[R]) run(ctx context.Context, tx pgx.Tx) (R, string, error) {
 
 // request builds the runtime's view of op's request under p.
 func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
-	req := &Request{KeyValues: keyValues(op.Key)}
+	req := &Request{}
+	req.KeyValues = keyValues(op.Key, &req.key)
+	if len(op.Scope) > 0 {
+		req.Scope = req.scope[:0]
+	}
 	for _, part := range op.Scope {
 		v := p.Operation
 		if part.Name != scopeOperation {
@@ -506,19 +515,22 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 
 // keyValues is a typed key as the key parser reads it: nil when absent (a nil pointer, or an
 // empty field that is not a pointer, which cannot tell absent from empty). A pointer to an empty
-// value is a header sent empty: a malformed key (key-invalid), not a missing one.
-func keyValues(v any) []string {
+// value is a header sent empty: a malformed key (key-invalid), not a missing one. The value is
+// held in one, which the slice returned shares.
+func keyValues(v any, one *[1]string) []string {
 	switch x := v.(type) { // the usual types, without reflection
 	case string:
 		if x == "" {
 			return nil
 		}
-		return []string{x}
+		one[0] = x
+		return one[:]
 	case *string:
 		if x == nil {
 			return nil
 		}
-		return []string{*x}
+		one[0] = *x
+		return one[:]
 	}
 	if isNil(v) {
 		return nil
@@ -527,7 +539,8 @@ func keyValues(v any) []string {
 	if s == "" && reflect.ValueOf(v).Kind() != reflect.Pointer {
 		return nil
 	}
-	return []string{s}
+	one[0] = s
+	return one[:]
 }
 
 // text renders a parameter's value; an absent optional one (a nil pointer) is "".
