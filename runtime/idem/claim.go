@@ -444,52 +444,55 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, decided bool, err error) {
 	c := s.newClaim(ctx, p)
 	sent := time.Now()
-	var done *peeked
-	won, committed := false, false
+	// What the batch's callbacks find, in one variable: they capture it, so it lives on the heap.
+	var got struct {
+		done           *peeked
+		won, committed bool
+	}
 	rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer bound.end()
 	tx, err = s.beginWith(rctx, func(b *batch) {
 		if s.citus {
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				done, err = scanPeek(rows)
+				got.done, err = scanPeek(rows)
 				return err
 			})
 			s.leaseSettings(b)
 			b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-				won = tag.RowsAffected() == 1
+				got.won = tag.RowsAffected() == 1
 				return nil
 			})
 		} else {
 			b.Queue(beginSQL)
 			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-				won = tag.RowsAffected() == 1
+				got.won = tag.RowsAffected() == 1
 				return nil
 			})
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				done, err = scanPeek(rows)
+				got.done, err = scanPeek(rows)
 				return err
 			})
 		}
 		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
-			committed = tag.String() == "COMMIT"
+			got.committed = tag.String() == "COMMIT"
 			return nil
 		})
 	}, nil)
 	switch {
-	case err == nil && won && committed:
+	case err == nil && got.won && got.committed:
 		// Claimed and begun.
 		c.Attempt = 1
 		res = &claimResult{status: claimAcquired, claim: c}
-	case err == nil && done != nil:
+	case err == nil && got.done != nil:
 		// A remembered completed row (the insert wrote nothing), and a business BEGIN to take
 		// back: the connection's next batch does (owed.go).
 		s.owe(ctx, tx)
 		tx = nil
-		if res, err = done.result(p.Fingerprint); err != nil {
+		if res, err = got.done.result(p.Fingerprint); err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
-	case err == nil && !won:
+	case err == nil && !got.won:
 		// The key has a row the replay check did not answer for: nothing was written, and the
 		// full claim decides, on this connection first of all (owed.go), whose business BEGIN
 		// its batch takes back.
@@ -801,12 +804,17 @@ type peeked struct {
 func scanPeek(rows pgx.Rows) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
-		pk = &peeked{}
-		var expires, now pgtype.Timestamptz
-		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &expires, &now); err != nil {
+		// The times are scanned into the row's own allocation: a variable whose address Scan
+		// takes lives on the heap.
+		row := &struct {
+			peeked
+			expires, now pgtype.Timestamptz
+		}{}
+		pk = &row.peeked
+		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &row.expires, &row.now); err != nil {
 			return nil, err
 		}
-		pk.expiresLeft = wholeMillis(finite(expires).Sub(finite(now)))
+		pk.expiresLeft = wholeMillis(finite(row.expires).Sub(finite(row.now)))
 	}
 	return pk, rows.Err()
 }
@@ -856,18 +864,22 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
-		var (
+		// Every column is scanned into one allocation (a variable whose address Scan takes lives
+		// on the heap), the times as pgtype values, without a wrapper per column.
+		scanned := &struct {
 			r                                   readRow
 			state                               string
 			stored                              storedOutcome
-			leaseExpires, created, expires, now pgtype.Timestamptz // scanned without a wrapper per column
-		)
-		if err := rows.Scan(&r.attempt, &r.sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&leaseExpires, &created, &expires, &now); err != nil {
+			leaseExpires, created, expires, now pgtype.Timestamptz
+		}{}
+		r, stored := &scanned.r, &scanned.stored
+		if err := rows.Scan(&r.attempt, &r.sameFP, &scanned.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&scanned.leaseExpires, &scanned.created, &scanned.expires, &scanned.now); err != nil {
 			return nil, err
 		}
-		r.leaseExpires, r.created, r.expires, r.now = finite(leaseExpires), finite(created), finite(expires), finite(now)
-		r.complete = state == "complete"
+		r.leaseExpires, r.created = finite(scanned.leaseExpires), finite(scanned.created)
+		r.expires, r.now = finite(scanned.expires), finite(scanned.now)
+		r.complete = scanned.state == "complete"
 		fresh := r.fresh()
 		t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
 		switch {
@@ -988,9 +1000,11 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 	args = append(args, c.args()...)
 	args = append(args, int32(o.Status), headers, o.Body, ref, millis(ttl))
 	if c.locked {
-		fp := any(c.fingerprint)
+		var fp any
 		if c.read != nil {
 			fp = c.read[3] // boxed already, for the claim's read
+		} else {
+			fp = c.fingerprint
 		}
 		args = append(args, c.Operation, fp, int32(c.Attempt))
 	}

@@ -151,7 +151,7 @@ func (f *Fingerprinter) Sum() string {
 	if f.h == nil {
 		sum = sha256.Sum256(f.buf)
 	} else {
-		f.h.Sum(sum[:0])
+		copy(sum[:], f.h.Sum(nil)) // sum itself would escape through the interface
 	}
 	var text [2 * sha256.Size]byte
 	hex.Encode(text[:], sum[:])
