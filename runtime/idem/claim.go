@@ -201,20 +201,34 @@ func (s *Store) hashIfObserved(ctx context.Context, c *Claim) {
 //
 // Without full, the claim's read (c.read: tenant, scope, key, fingerprint) goes ahead of argv in
 // the same array. Behind argv is the room for the completion's parameters (c.spare).
+//
+// The claim and its parameters' array are one allocation.
 func newClaimWith(p *DoParams, token string, full bool) *Claim {
-	c := &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: token,
-		row: rowOf(p), notify: waits(p)}
+	var c *Claim
+	row := rowOf(p)
 	if full {
-		all := make([]any, 8+completeParams)
-		all[0], all[1], all[2], all[3] = c.row.tenant, c.row.scope, c.row.key, c.token
-		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, millis(c.Lease), millis(ttl(p)+timeout(p))
+		with := &struct {
+			Claim
+			all [8 + completeParams]any
+		}{}
+		c = &with.Claim
+		all := with.all[:]
+		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, token
+		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)+timeout(p))
 		c.argv, c.spare = all[:8:8], all[8:8]
 	} else {
-		all := make([]any, 4+4+completeLockedParams)
-		all[0], all[1], all[2], all[3] = c.row.tenant, c.row.scope, c.row.key, p.Fingerprint
-		all[4], all[5], all[6], all[7] = all[0], all[1], all[2], c.token
+		with := &struct {
+			Claim
+			all [4 + 4 + completeLockedParams]any
+		}{}
+		c = &with.Claim
+		all := with.all[:]
+		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, p.Fingerprint
+		all[4], all[5], all[6], all[7] = all[0], all[1], all[2], token
 		c.read, c.argv, c.spare = all[:4:4], all[4:8:8], all[8:8]
 	}
+	c.Tenant, c.Scope, c.Key, c.Operation, c.Lease, c.token = p.Tenant, p.Scope, p.Key, p.Operation, lease(p), token
+	c.row, c.notify = row, waits(p)
 	return c
 }
 
