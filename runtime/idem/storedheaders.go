@@ -124,8 +124,19 @@ func encodeStoredHeaders(h http.Header) (string, error) {
 	if h == nil {
 		return "null", nil
 	}
+	// One pass over the map takes each header with its values (no lookup by name afterwards),
+	// into room for the few an answer has.
+	type header struct {
+		name   string
+		values []string
+	}
+	var room [8]header
+	headers := room[:0]
 	size := 2
 	for name, values := range h {
+		if !plainJSON(name) {
+			return marshalHeaders(h)
+		}
 		size += len(name) + 6
 		for _, v := range values {
 			if !plainJSON(v) {
@@ -133,15 +144,9 @@ func encodeStoredHeaders(h http.Header) (string, error) {
 			}
 			size += len(v) + 3
 		}
-		if !plainJSON(name) {
-			return marshalHeaders(h)
-		}
+		headers = append(headers, header{name, values})
 	}
-	names := make([]string, 0, len(h))
-	for name := range h {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	slices.SortFunc(headers, func(a, b header) int { return strings.Compare(a.name, b.name) })
 	var b strings.Builder
 	b.Grow(size)
 	b.WriteByte('{')
@@ -155,16 +160,15 @@ func encodeStoredHeaders(h http.Header) (string, error) {
 		b.WriteString(s)
 		b.WriteByte('"')
 	}
-	for i, name := range names {
-		quoted(i == 0, name)
+	for i, hd := range headers {
+		quoted(i == 0, hd.name)
 		b.WriteByte(':')
-		values := h[name]
-		if values == nil {
+		if hd.values == nil {
 			b.WriteString("null")
 			continue
 		}
 		b.WriteByte('[')
-		for j, v := range values {
+		for j, v := range hd.values {
 			quoted(j == 0, v)
 		}
 		b.WriteByte(']')
