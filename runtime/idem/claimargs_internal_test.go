@@ -2,9 +2,12 @@ package idem
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +86,20 @@ func TestCompleteArgs(t *testing.T) {
 	again, err := s.completeArgs(l, &Outcome{Status: 200}, time.Hour)
 	if err != nil || again[4] != int32(200) || args[4] != int32(404) {
 		t.Errorf("a second completeArgs = %#v, %v; the first's status is now %v", again, err, args[4])
+	}
+}
+
+// TestKeyHashIsAPrefixOfSHA256: KeyHash is the hex of the first 8 bytes of the SHA-256 of scope,
+// a NUL and key, short or longer than its stack room.
+func TestKeyHashIsAPrefixOfSHA256(t *testing.T) {
+	t.Parallel()
+	for _, c := range [][2]string{{"", ""}, {"s", "k-1"}, {"0:|9:operation=13:createPayment", "first-1"}, {strings.Repeat("s", 100), strings.Repeat("k", 300)}} {
+		h := sha256.New()
+		h.Write([]byte(c[0]))
+		h.Write([]byte{0})
+		h.Write([]byte(c[1]))
+		if got, want := KeyHash(c[0], c[1]), hex.EncodeToString(h.Sum(nil)[:8]); got != want {
+			t.Errorf("KeyHash(%q, %q) = %s, want %s", c[0], c[1], got, want)
+		}
 	}
 }
