@@ -160,6 +160,31 @@ func newToken() string {
 
 func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
+// boxMillis is millis(d) as a statement's parameter. Boxing an int64 is an allocation, and the
+// counts a claim sends are an operation's lease, TTL and timeout, the same on every request: the
+// Store keeps the last few it boxed and hands them out again (a miss replaces them in turn). A
+// nil s boxes each time.
+func (s *Store) boxMillis(d time.Duration) any {
+	ms := millis(d)
+	if s == nil {
+		return ms
+	}
+	for i := range s.boxed {
+		if b := s.boxed[i].Load(); b != nil && b.ms == ms {
+			return b.box
+		}
+	}
+	b := &boxedMillis{ms: ms, box: ms}
+	s.boxed[s.boxedNext.Add(1)%uint32(len(s.boxed))].Store(b)
+	return b.box
+}
+
+// boxedMillis is a millisecond count and its boxed form (boxMillis).
+type boxedMillis struct {
+	ms  int64
+	box any
+}
+
 func lease(p *DoParams) time.Duration { return orDefault(p.Lease, DefaultLease) }
 func ttl(p *DoParams) time.Duration   { return orDefault(p.TTL, DefaultTTL) }
 
@@ -174,12 +199,12 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // newClaim is the claim p would hold; its token is fresh.
-func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
+func newClaim(p *DoParams) *Claim { return newClaimWith(nil, p, newToken(), true) }
 
 // newClaim is the package's newClaim, with the key's hash computed at once when events about it
 // reach anyone: each request reports two or three.
 func (s *Store) newClaim(ctx context.Context, p *DoParams) *Claim {
-	c := newClaim(p)
+	c := newClaimWith(s, p, newToken(), true)
 	s.hashIfObserved(ctx, c)
 	return c
 }
@@ -203,7 +228,9 @@ func (s *Store) hashIfObserved(ctx context.Context, c *Claim) {
 // the same array. Behind argv is the room for the completion's parameters (c.spare).
 //
 // The claim and its parameters' array are one allocation.
-func newClaimWith(p *DoParams, token string, full bool) *Claim {
+//
+// s, when not nil, boxes the claim's millisecond counts (boxMillis).
+func newClaimWith(s *Store, p *DoParams, token string, full bool) *Claim {
 	var c *Claim
 	row := rowOf(p)
 	if full {
@@ -214,7 +241,7 @@ func newClaimWith(p *DoParams, token string, full bool) *Claim {
 		c = &with.Claim
 		all := with.all[:]
 		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, token
-		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, millis(lease(p)), millis(ttl(p)+timeout(p))
+		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, s.boxMillis(lease(p)), s.boxMillis(ttl(p)+timeout(p))
 		c.argv, c.spare = all[:8:8], all[8:8]
 	} else {
 		with := &struct {
@@ -1012,7 +1039,7 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 		args = make([]any, 0, n)
 	}
 	args = append(args, c.args()...)
-	args = append(args, int32(o.Status), headers, o.Body, ref, millis(ttl))
+	args = append(args, int32(o.Status), headers, o.Body, ref, s.boxMillis(ttl))
 	if c.locked {
 		var fp any
 		if c.read != nil {

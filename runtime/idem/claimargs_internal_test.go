@@ -25,7 +25,7 @@ func TestClaimKeyHash(t *testing.T) {
 	unobserved := &Store{log: quiet}
 	for name, s := range map[string]*Store{"observer": observed, "debug log": logged, "nobody": unobserved} {
 		full := s.newClaim(ctx, p)
-		locked := newClaimWith(p, "", false)
+		locked := newClaimWith(s, p, "", false)
 		s.hashIfObserved(ctx, locked)
 		for what, c := range map[string]*Claim{"full": full, "locked": locked} {
 			if got := c.hash(); got != want {
@@ -52,7 +52,7 @@ func TestCompleteArgs(t *testing.T) {
 	o := &Outcome{Status: 201, Header: http.Header{"Location": {"/x"}}, Body: []byte("{}"), Reference: "ref"}
 	ref := &o.Reference
 
-	c := newClaimWith(p, "tok", true)
+	c := newClaimWith(s, p, "tok", true)
 	claimArgs := append([]any(nil), c.claimArgs()...)
 	args, err := s.completeArgs(c, o, time.Hour)
 	if err != nil {
@@ -66,7 +66,7 @@ func TestCompleteArgs(t *testing.T) {
 		t.Errorf("claim's parameters after the completion's = %#v, want %#v", c.claimArgs(), claimArgs)
 	}
 
-	l := newClaimWith(p, "", false)
+	l := newClaimWith(nil, p, "", false)
 	l.locked, l.fingerprint, l.Attempt = true, p.Fingerprint, 2
 	l.token = "tok2"
 	l.argv[3] = l.token
@@ -101,5 +101,25 @@ func TestKeyHashIsAPrefixOfSHA256(t *testing.T) {
 		if got, want := KeyHash(c[0], c[1]), hex.EncodeToString(h.Sum(nil)[:8]); got != want {
 			t.Errorf("KeyHash(%q, %q) = %s, want %s", c[0], c[1], got, want)
 		}
+	}
+}
+
+// TestBoxMillis: the boxed counts the Store hands out are the counts asked for, whichever were
+// asked for before (slots shared by several values included), and a nil Store boxes too.
+func TestBoxMillis(t *testing.T) {
+	t.Parallel()
+	s := &Store{}
+	for round := 0; round < 3; round++ {
+		for _, d := range []time.Duration{0, time.Millisecond, 1500 * time.Microsecond, time.Minute, time.Hour, 24*time.Hour + time.Minute, 86400001 * time.Millisecond} {
+			for i := time.Duration(0); i < 40; i++ {
+				d := d + i*time.Millisecond
+				if got, want := s.boxMillis(d), millis(d); got != any(want) {
+					t.Fatalf("boxMillis(%v) = %v, want %d", d, got, want)
+				}
+			}
+		}
+	}
+	if got := (*Store)(nil).boxMillis(time.Second); got != any(int64(1000)) {
+		t.Fatalf("nil Store: boxMillis(1s) = %v", got)
 	}
 }

@@ -44,7 +44,7 @@ func (s *Store) lockClaims() bool {
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	// The claim's batch sends no token: only an owner needs one (for its completion), and
 	// it gets it below, so a replay or a mismatch makes none.
-	c := newClaimWith(p, "", false)
+	c := newClaimWith(s, p, "", false)
 	c.locked, c.fingerprint = true, p.Fingerprint
 	s.hashIfObserved(ctx, c)
 	sent := time.Now()

@@ -203,6 +203,9 @@ type Store struct {
 	// pathUnknown until a connection has been checked (pooler.go).
 	path atomic.Int32
 
+	boxed     [8]atomic.Pointer[boxedMillis] // boxMillis's counts
+	boxedNext atomic.Uint32                  // the slot boxMillis replaces next, modulo 8
+
 	channel      string        // the key table's notification channel
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
