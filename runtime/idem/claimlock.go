@@ -51,15 +51,15 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	// The statements share tenant, scope and key: one slice, each boxed once.
 	rowArgs := c.read
 	lock := s.lockOf(c.row)
+	c.lockArg[0] = lock
 	var t claimTry
 	deadline := sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
-		var got bool // claim_lock.sql's answer: the lock is taken
 		tx, err = s.beginWith(ctx, func(b *batch) {
-			b.Queue(s.sql.claimLock, lock).Query(func(rows pgx.Rows) error {
+			b.Queue(s.sql.claimLock, c.lockArg...).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					if err := rows.Scan(&c.lockedAt, &got); err != nil {
+					if err := rows.Scan(&c.lockedAt, &t.lockTaken); err != nil {
 						return err
 					}
 				}
@@ -67,7 +67,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			})
 			s.queueRead(b, c, &t, rowArgs)
 		}, nil)
-		if err != nil || t.read != nil || got {
+		if err != nil || t.read != nil || t.lockTaken {
 			break
 		}
 		// The lock is held by somebody else, and the read found no row that answers without it
