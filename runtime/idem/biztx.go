@@ -22,6 +22,9 @@ type bizTx struct {
 	// owed: conn still has the transaction of an earlier request open (owed.go), which the next
 	// batch sent on it rolls back first.
 	owed bool
+	// sent: send used first, the batch that begins the transaction, allocated with it.
+	sent  bool
+	first batch
 }
 
 // acquirer is what *pgxpool.Pool offers beyond DB.
@@ -136,7 +139,13 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *batch)) (*bi
 // send is beginWith's batch on bt's connection: the ROLLBACK it owes (owed.go), ahead, the
 // BEGIN, then batch.
 func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *batch)) error {
-	b := newBatch()
+	b := &bt.first
+	if bt.sent {
+		b = newBatch()
+	} else {
+		bt.sent = true
+		b.QueuedQueries = b.queued[:0]
+	}
 	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
 	if ahead != nil || bt.owed {
 		// Batch.BeginTx wants the begin first when it is called, so the statements that go ahead

@@ -463,7 +463,8 @@ func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout
 func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) *renewer {
 	r := &renewer{s: s, ctx: ctx, c: c, cancel: cancel, period: max(c.Lease/3, time.Millisecond), done: make(chan struct{})}
 	r.wg.Add(1)
-	r.first = afterBound(r.period, r.run)
+	r.first.deadline, r.first.due = time.Now().Add(r.period), r.run
+	sweeper.add(&r.first) // afterBound(r.period, r.run), its entry allocated with r
 	return r
 }
 
@@ -476,7 +477,7 @@ type renewer struct {
 	period time.Duration
 	done   chan struct{} // closed by stop
 	wg     sync.WaitGroup
-	first  *boundCtx // the first renewal, on the sweeper
+	first  boundCtx // the first renewal, on the sweeper
 	once   sync.Once
 }
 
