@@ -22,6 +22,9 @@ type bizTx struct {
 	// owed: conn still has the transaction of an earlier request open (owed.go), which the next
 	// batch sent on it rolls back first.
 	owed bool
+	// sent: send used first, the batch that begins the transaction, allocated with it.
+	sent  bool
+	first batch
 }
 
 // acquirer is what *pgxpool.Pool offers beyond DB.
@@ -104,7 +107,7 @@ func (s *Store) begin(ctx context.Context) (*bizTx, error) {
 // that same round trip (outside the transaction: an error there skips the begin, and the
 // transaction is then closed). The batch's results are read when it returns; on an error the
 // transaction may be aborted, and the caller rolls it back. Without a pool, ahead is not sent.
-func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) (*bizTx, error) {
+func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *batch)) (*bizTx, error) {
 	pool, ok := s.db.(acquirer)
 	if !ok {
 		bt, err := s.begin(ctx)
@@ -114,9 +117,9 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 		if batch == nil {
 			return bt, nil
 		}
-		b := &pgx.Batch{}
+		b := newBatch()
 		batch(b)
-		return bt, bt.SendBatch(ctx, b).Close()
+		return bt, bt.SendBatch(ctx, &b.Batch).Close()
 	}
 	bt := &bizTx{}
 	for bt.conn = s.owed.pop(); bt.conn != nil && bt.conn.Conn().IsClosed(); bt.conn = s.owed.pop() {
@@ -135,27 +138,35 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *pgx.Batch)) 
 
 // send is beginWith's batch on bt's connection: the ROLLBACK it owes (owed.go), ahead, the
 // BEGIN, then batch.
-func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *pgx.Batch)) error {
-	b := &pgx.Batch{}
+func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *batch)) error {
+	b := &bt.first
+	if bt.sent {
+		b = newBatch()
+	} else {
+		bt.sent = true
+		b.QueuedQueries = b.queued[:0]
+	}
 	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQL})
 	if ahead != nil || bt.owed {
 		// Batch.BeginTx wants the begin first when it is called, so the statements that go ahead
-		// of it are put in front afterwards: the batch's transaction is the connection's, whatever
-		// ran before the begin, and pgx closes it when the begin was skipped.
-		a := &pgx.Batch{}
+		// of it are queued after it and the begin is then moved behind them: the batch's
+		// transaction is the connection's, whatever ran before the begin, and pgx closes it when
+		// the begin was skipped.
+		begin := b.QueuedQueries[0]
+		b.QueuedQueries = b.QueuedQueries[:0]
 		if bt.owed {
-			a.Queue(rollbackSQL)
+			b.Queue(rollbackSQL)
 			bt.owed = false
 		}
 		if ahead != nil {
-			ahead(a)
+			ahead(b)
 		}
-		b.QueuedQueries = append(a.QueuedQueries, b.QueuedQueries...)
+		b.QueuedQueries = append(b.QueuedQueries, begin)
 	}
 	if batch != nil {
 		batch(b)
 	}
-	br := bt.conn.SendBatch(ctx, b)
+	br := bt.conn.SendBatch(ctx, &b.Batch)
 	bt.Tx = br.Tx()
 	return br.Close()
 }
@@ -163,8 +174,8 @@ func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *pgx.Batch)) erro
 // rollback ends the transaction without its work, and gives its connection back. A failed
 // rollback ends the connection's transaction anyway (pgx closes the connection).
 func (s *Store) rollback(ctx context.Context, bt *bizTx) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	_ = bt.Rollback(cctx)
 	bt.done()
 }
@@ -217,7 +228,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		s.notifyWaiters(ctx, c)
 		return nil, nil
 	}
-	b := &pgx.Batch{}
+	b := newBatch()
 	b.Queue(s.completeSQL(c), args...)
 	committed := false
 	b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
@@ -240,7 +251,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		channel, payload := s.note(c)
 		b.Queue(s.sql.notify, channel, payload)
 	}
-	err = bt.conn.SendBatch(ctx, b).Close()
+	err = bt.conn.SendBatch(ctx, &b.Batch).Close()
 	if err == nil || committed {
 		if err != nil {
 			s.log.DebugContext(ctx, "idem: could not tell waiting duplicates that the key is completed; they find out at their next claim",

@@ -17,8 +17,10 @@ import (
 //
 // raw must be valid UTF-8 (canonicalJSONBody checks it first).
 func canonicalJSONScan(raw []byte, exclude []string) (out []byte, ok bool) {
-	var members [8]scanMember // enough for most bodies
-	s := jsonScan{in: raw, out: make([]byte, 0, len(raw)), members: members[:0]}
+	// The scanner lives on the heap (its recursive methods keep its address), so the room it
+	// needs for a usual body is part of it: one allocation, not one per slice.
+	s := &jsonScan{in: raw, out: make([]byte, 0, len(raw))}
+	s.members = s.memberRoom[:0]
 	whole := false // "" excludes the whole body, which must still be valid
 	if len(exclude) > 0 {
 		if len(exclude) > 64 {
@@ -28,8 +30,15 @@ func canonicalJSONScan(raw []byte, exclude []string) (out []byte, ok bool) {
 		for _, p := range exclude {
 			n += strings.Count(p, "/")
 		}
-		s.exclude = make([][]string, len(exclude))
-		tokens := make([]string, 0, n) // every pointer's tokens, in one allocation
+		s.exclude = s.excludeRoom[:0]
+		if len(exclude) > len(s.excludeRoom) {
+			s.exclude = make([][]string, 0, len(exclude))
+		}
+		s.exclude = s.exclude[:len(exclude)]
+		tokens := s.tokenRoom[:0] // every pointer's tokens, in one array
+		if n > len(s.tokenRoom) {
+			tokens = make([]string, 0, n)
+		}
 		for i, p := range exclude {
 			switch {
 			case p == "":
@@ -83,6 +92,11 @@ type jsonScan struct {
 	// when pointer i names a place inside that value (its tokens so far matched the path).
 	exclude [][]string
 	live    uint64
+
+	// Room for members, exclude and the pointers' tokens, enough for most bodies and policies.
+	memberRoom  [8]scanMember
+	excludeRoom [2][]string
+	tokenRoom   [4]string
 }
 
 // scanMember is one object member: its decoded name, and where its `"name":value` is in out

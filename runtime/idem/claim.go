@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -68,8 +69,18 @@ type Claim struct {
 	// made: every statement about c leads with a prefix of them (args), so a batch's statements
 	// share the one slice instead of boxing the same values again. Nothing appends to argv in
 	// place: args and claimArgs hand out slices capped at their length.
-	argv   []any
-	notify bool // its complete and release notify the duplicates that may wait for it
+	argv []any
+	// read are the parameters of the read of a claim under the key's lock (readArgs), and spare
+	// the room for the completion's parameters (completeArgs): both allocated with argv, in one
+	// array, so that a claim costs one slice however many statements it sends.
+	read, spare []any
+	// lockArg is the parameter of the claim under the key's lock (its lock id), in the claim's
+	// array too: the lock statement needs no slice of its own.
+	lockArg []any
+	// keyHash is KeyHash(Scope, Key), computed when the claim is made if its events reach
+	// anyone (Store.observed), and otherwise by hash on demand.
+	keyHash string
+	notify  bool // its complete and release notify the duplicates that may wait for it
 	// locked: the claim is the key's advisory lock, held by the business transaction
 	// (sql/claim_lock.sql), and the key's row is written only at the completion, with the
 	// fingerprint: inserted (sql/complete_insert.sql), or rewritten when the claim takes over a
@@ -80,7 +91,15 @@ type Claim struct {
 	lockedAt         time.Time
 }
 
-func (c *Claim) hash() string { return KeyHash(c.Scope, c.Key) }
+// hash is KeyHash(c.Scope, c.Key): computed once, when the claim was made, for a claim whose
+// events reach anyone; a claim's keyHash is never written after it is shared, so a goroutine
+// renewing its lease may read it.
+func (c *Claim) hash() string {
+	if c.keyHash != "" {
+		return c.keyHash
+	}
+	return KeyHash(c.Scope, c.Key)
+}
 
 // args are the leading parameters of every statement about c: tenant, scope, key, token.
 func (c *Claim) args(more ...any) []any {
@@ -141,6 +160,31 @@ func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // a count of milliseconds cost it a conversion and a multiplication each time it ran.
 func interval(d time.Duration) time.Duration { return time.Duration(millis(d)) * time.Millisecond }
 
+// boxInterval is interval(d) as a statement's parameter. Boxing a time.Duration is an
+// allocation, and the intervals a claim sends are an operation's lease, TTL and timeout, the same
+// on every request: the Store keeps the last few it boxed and hands them out again (a miss
+// replaces them in turn). A nil s boxes each time.
+func (s *Store) boxInterval(d time.Duration) any {
+	iv := interval(d)
+	if s == nil {
+		return iv
+	}
+	for i := range s.boxed {
+		if b := s.boxed[i].Load(); b != nil && b.iv == iv {
+			return b.box
+		}
+	}
+	b := &boxedInterval{iv: iv, box: iv}
+	s.boxed[s.boxedNext.Add(1)%uint32(len(s.boxed))].Store(b)
+	return b.box
+}
+
+// boxedInterval is an interval and its boxed form (boxInterval).
+type boxedInterval struct {
+	iv  time.Duration
+	box any
+}
+
 func lease(p *DoParams) time.Duration { return orDefault(p.Lease, DefaultLease) }
 func ttl(p *DoParams) time.Duration   { return orDefault(p.TTL, DefaultTTL) }
 
@@ -155,7 +199,23 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // newClaim is the claim p would hold; its token is fresh.
-func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
+func newClaim(p *DoParams) *Claim { return newClaimWith(nil, p, newToken(), true) }
+
+// newClaim is the package's newClaim, with the key's hash computed at once when events about it
+// reach anyone: each request reports two or three.
+func (s *Store) newClaim(ctx context.Context, p *DoParams) *Claim {
+	c := newClaimWith(s, p, newToken(), true)
+	s.hashIfObserved(ctx, c)
+	return c
+}
+
+// hashIfObserved computes c's key hash now, before c is shared, when its events reach an
+// Observer or the log: emitClaim then need not hash for each.
+func (s *Store) hashIfObserved(ctx context.Context, c *Claim) {
+	if s.cfg.Observer != nil || s.log.Enabled(ctx, slog.LevelDebug) {
+		c.keyHash = KeyHash(c.Scope, c.Key)
+	}
+}
 
 // newClaimWith is the claim p would hold with token, and its parameters (argv): all of the
 // claim statement's when full, only the leading four otherwise (a claim under the key's advisory
@@ -163,17 +223,49 @@ func newClaim(p *DoParams) *Claim { return newClaimWith(p, newToken(), true) }
 // handler's timeout, the latest the outcome can complete, so that the completion need not move
 // it (see sql/complete.sql): the key is remembered at least the TTL after it completes, and at
 // most the timeout longer.
-func newClaimWith(p *DoParams, token pgtype.UUID, full bool) *Claim {
-	c := &Claim{Tenant: p.Tenant, Scope: p.Scope, Key: p.Key, Operation: p.Operation, Lease: lease(p), token: token,
-		row: rowOf(p), notify: waits(p)}
+//
+// Without full, the claim's read (c.read: tenant, scope, key, fingerprint) goes ahead of argv in
+// the same array. Behind argv is the room for the completion's parameters (c.spare).
+//
+// The claim and its parameters' array are one allocation.
+//
+// s, when not nil, boxes the claim's intervals (boxInterval).
+func newClaimWith(s *Store, p *DoParams, token pgtype.UUID, full bool) *Claim {
+	var c *Claim
+	row := rowOf(p)
 	if full {
-		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token, p.Operation, p.Fingerprint,
-			interval(c.Lease), interval(ttl(p) + timeout(p))}
+		with := &struct {
+			Claim
+			all [8 + completeParams]any
+		}{}
+		c = &with.Claim
+		all := with.all[:]
+		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, token
+		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, s.boxInterval(lease(p)), s.boxInterval(ttl(p)+timeout(p))
+		c.argv, c.spare = all[:8:8], all[8:8]
 	} else {
-		c.argv = []any{c.row.tenant, c.row.scope, c.row.key, c.token}
+		with := &struct {
+			Claim
+			all [4 + 4 + completeLockedParams + 1]any
+		}{}
+		c = &with.Claim
+		all := with.all[:]
+		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, p.Fingerprint
+		all[4], all[5], all[6], all[7] = all[0], all[1], all[2], token
+		c.read, c.argv, c.spare = all[:4:4], all[4:8:8], all[8:8:8+completeLockedParams]
+		c.lockArg = all[8+completeLockedParams:]
 	}
+	c.Tenant, c.Scope, c.Key, c.Operation, c.Lease, c.token = p.Tenant, p.Scope, p.Key, p.Operation, lease(p), token
+	c.row, c.notify = row, waits(p)
 	return c
 }
+
+// The number of parameters of the completion (sql/complete.sql) and of the completion of a claim
+// under the key's lock (sql/complete_insert.sql, sql/complete_takeover.sql).
+const (
+	completeParams       = 9
+	completeLockedParams = 12
+)
 
 // claimArgs are the claim statement's parameters (sql/claim.sql, sql/claim_fast.sql).
 func (c *Claim) claimArgs() []any { return c.argv }
@@ -194,7 +286,7 @@ func (c *Claim) claimArgs() []any { return c.argv }
 // retry runs anew (as attempt 1: see docs/runtime.md).
 func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 	for try := 1; ; try++ {
-		c := newClaim(p)
+		c := s.newClaim(ctx, p)
 		sent := time.Now()
 		res, err := s.claimOnce(ctx, c, p)
 		if err != nil {
@@ -222,16 +314,16 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 	}
 	defer func() {
 		if res == nil || !res.status.owns() {
-			cctx, cancel := detached(ctx)
-			defer cancel()
+			cctx, bound := detached(ctx)
+			defer bound.end()
 			_ = tx.Rollback(cctx)
 		}
 	}()
 	var t claimTry
-	b := &pgx.Batch{}
+	b := newBatch()
 	s.asyncCommit(b)
 	s.queueClaim(b, c, p, &t, nil)
-	err = tx.SendBatch(ctx, b).Close()
+	err = tx.SendBatch(ctx, &b.Batch).Close()
 	switch {
 	case err == nil && t.wrote:
 		if err := tx.Commit(ctx); err != nil {
@@ -264,13 +356,15 @@ type claimTry struct {
 	// taken too), for the claim under the key's lock, which takes rows over without a write.
 	found, fresh bool
 	rowAttempt   int32
+	// lockTaken is the answer of the try of the key's advisory lock (sql/claim_lock.sql).
+	lockTaken bool
 }
 
 // queueClaim queues the claim of c on b: the read, its guard and the write, and between the
 // guard and the write what mid queues (lease mode's BEGIN and its settings). A guard that fails
 // skips the rest of b. On Citus there is no guard (see citus.go): the write runs, and writes
 // nothing for a row nobody may take.
-func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid func(b *pgx.Batch)) {
+func (s *Store) queueClaim(b *batch, c *Claim, p *DoParams, t *claimTry, mid func(b *batch)) {
 	read := c.readArgs(c.argv[5])
 	if s.citus {
 		s.queueRead(b, c, t, read)
@@ -293,7 +387,7 @@ func (s *Store) queueClaim(b *pgx.Batch, c *Claim, p *DoParams, t *claimTry, mid
 
 // queueRead queues the claim's read (sql/claim_read.sql) alone: t.read is its answer when the
 // key has a row nobody may take, and nil without a row or for one that may be taken.
-func (s *Store) queueRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
+func (s *Store) queueRead(b *batch, c *Claim, t *claimTry, args []any) {
 	b.Queue(s.sql.claimRead, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		return err
@@ -303,7 +397,7 @@ func (s *Store) queueRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
 // queueGuardedRead queues the claim's read and its guard in one statement
 // (sql/claim_read_guarded.sql): the key's row, then, when nobody may take it, the guard's error,
 // which skips the rest of b and leaves t.read as the answer.
-func (s *Store) queueGuardedRead(b *pgx.Batch, c *Claim, t *claimTry, args []any) {
+func (s *Store) queueGuardedRead(b *batch, c *Claim, t *claimTry, args []any) {
 	b.Queue(s.sql.claimReadGuarded, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
 		t.refused = t.read != nil && failedOnPurpose(err)
@@ -326,14 +420,24 @@ func (t *claimTry) owned(c *Claim) *claimResult {
 // division_by_zero), which nothing else in a claim's batch can raise. (The completion's fence
 // fails the same way: leaseLostCode.) None of them is on the path of a new key, a replay or a
 // mismatch through a pool on plain PostgreSQL (TestClaimsRaiseNothing).
-func failedOnPurpose(err error) bool {
+func failedOnPurpose(err error) bool { return pgCode(err) == "22012" }
+
+// pgCode is the SQLSTATE of the *pgconn.PgError err is or wraps, or "". A nil err, the common
+// case, costs nothing: the target errors.As writes to lives on the heap.
+func pgCode(err error) string {
+	if err == nil {
+		return ""
+	}
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22012"
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // leaseSettings open lease mode's claim transaction: the BEGIN, and the asynchronous commit (see
 // Store.claim).
-func (s *Store) leaseSettings(b *pgx.Batch) {
+func (s *Store) leaseSettings(b *batch) {
 	b.Queue(beginSQL)
 	s.asyncCommit(b)
 }
@@ -341,7 +445,7 @@ func (s *Store) leaseSettings(b *pgx.Batch) {
 // asyncCommit queues the claim transaction's asynchronous commit (see Store.claim). On Citus it
 // must reach the worker that commits, so the propagation of SET LOCAL is turned on first; plain
 // PostgreSQL has nothing to propagate to, and is spared the statement.
-func (s *Store) asyncCommit(b *pgx.Batch) {
+func (s *Store) asyncCommit(b *batch) {
 	if s.citus {
 		b.Queue(propagateSetSQL)
 	}
@@ -382,54 +486,57 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 // store timeout), and a caller that has gone gives back exactly the claim it made, if it made
 // one; when it made none, decided is false and the caller must not claim again.
 func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, decided bool, err error) {
-	c := newClaim(p)
+	c := s.newClaim(ctx, p)
 	sent := time.Now()
-	var done *peeked
-	won, committed := false, false
-	rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	defer cancel()
-	tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+	// What the batch's callbacks find, in one variable: they capture it, so it lives on the heap.
+	var got struct {
+		done           *peeked
+		won, committed bool
+	}
+	rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer bound.end()
+	tx, err = s.beginWith(rctx, func(b *batch) {
 		if s.citus {
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				done, err = scanPeek(rows)
+				got.done, err = scanPeek(rows)
 				return err
 			})
 			s.leaseSettings(b)
 			b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-				won = tag.RowsAffected() == 1
+				got.won = tag.RowsAffected() == 1
 				return nil
 			})
 		} else {
 			b.Queue(beginSQL)
 			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-				won = tag.RowsAffected() == 1
+				got.won = tag.RowsAffected() == 1
 				return nil
 			})
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				done, err = scanPeek(rows)
+				got.done, err = scanPeek(rows)
 				return err
 			})
 		}
 		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
-			committed = tag.String() == "COMMIT"
+			got.committed = tag.String() == "COMMIT"
 			return nil
 		})
 	}, nil)
 	switch {
-	case err == nil && won && committed:
+	case err == nil && got.won && got.committed:
 		// Claimed and begun.
 		c.Attempt = 1
 		res = &claimResult{status: claimAcquired, claim: c}
-	case err == nil && done != nil:
+	case err == nil && got.done != nil:
 		// A remembered completed row (the insert wrote nothing), and a business BEGIN to take
 		// back: the connection's next batch does (owed.go).
 		s.owe(ctx, tx)
 		tx = nil
-		if res, err = done.result(p.Fingerprint); err != nil {
+		if res, err = got.done.result(p.Fingerprint); err != nil {
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
-	case err == nil && !won:
+	case err == nil && !got.won:
 		// The key has a row the replay check did not answer for: nothing was written, and the
 		// full claim decides, on this connection first of all (owed.go), whose business BEGIN
 		// its batch takes back.
@@ -484,12 +591,12 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 // has gone gives back exactly the claim it made, if it made one.
 func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
 	for try := 1; ; try++ {
-		c := newClaim(p)
+		c := s.newClaim(ctx, p)
 		sent := time.Now()
 		var t claimTry
 		committed := false
-		rctx, cancel := withBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-		tx, err = s.beginWith(rctx, func(b *pgx.Batch) {
+		rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		tx, err = s.beginWith(rctx, func(b *batch) {
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 				committed = tag.String() == "COMMIT"
@@ -499,7 +606,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 				b.Queue(s.sql.ownerGuard, c.args()...)
 			}
 		}, nil)
-		cancel()
+		bound.end()
 		guarded := failedOnPurpose(err)
 		switch {
 		case err == nil && t.wrote:
@@ -573,12 +680,12 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 	if s.lockClaims() {
 		return s.claimLocked(ctx, p, wait)
 	}
-	c := newClaim(p)
+	c := s.newClaim(ctx, p)
 	bound := lockWaitFor(wait)
 	var t claimTry
 	// bounded queues what q queues under the claim's lock wait, with the caller's lock_timeout
 	// saved first (save) and put back behind.
-	bounded := func(b *pgx.Batch, save bool, q func(b *pgx.Batch)) {
+	bounded := func(b *batch, save bool, q func(b *batch)) {
 		if save {
 			b.Queue(lockWaitSave)
 		}
@@ -587,18 +694,18 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		b.Queue(lockWaitDefault)
 		b.Queue(lockWaitRestore)
 	}
-	full := func(b *pgx.Batch) { s.queueClaim(b, c, p, &t, nil) }
+	full := func(b *batch) { s.queueClaim(b, c, p, &t, nil) }
 	for try := 1; ; try++ {
 		check := try == 1
 		sent := time.Now()
 		t = claimTry{}
 		var done *peeked
-		var ahead func(b *pgx.Batch)
+		var ahead func(b *batch)
 		replayPassed := false
-		claim := func(b *pgx.Batch) { bounded(b, true, full) }
+		claim := func(b *batch) { bounded(b, true, full) }
 		won := -1                                          // -1: no fast claim was sent
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
-			ahead = func(b *pgx.Batch) {
+			ahead = func(b *batch) {
 				b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 					done, err = scanPeek(rows)
 					return err
@@ -611,8 +718,8 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 				}
 			}
 			if !s.noFastPath {
-				claim = func(b *pgx.Batch) {
-					bounded(b, true, func(b *pgx.Batch) {
+				claim = func(b *batch) {
+					bounded(b, true, func(b *batch) {
 						b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
 							won = int(tag.RowsAffected())
 							return nil
@@ -637,11 +744,10 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		if err == nil && won == 0 {
 			// The key has a row: the full claim decides, in the same transaction (the caller's
 			// lock_timeout is saved already).
-			b := &pgx.Batch{}
+			b := newBatch()
 			bounded(b, false, full)
-			err = tx.SendBatch(ctx, b).Close()
+			err = tx.SendBatch(ctx, &b.Batch).Close()
 		}
-		var pgErr *pgconn.PgError
 		switch {
 		case !s.citus && ahead != nil && !replayPassed && failedOnPurpose(err):
 			// The guard found a completed row: the begin and the claim were skipped.
@@ -658,7 +764,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			s.remember(p, res, sent)
 			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 			return tx, res, false, nil
-		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+		case pgCode(err) == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		case t.refused, err == nil && won != 1 && !t.wrote && t.read != nil:
 			// A row nobody may take: the read's answer (the caller rolls tx back).
@@ -742,12 +848,17 @@ type peeked struct {
 func scanPeek(rows pgx.Rows) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
-		pk = &peeked{}
-		var expires, now pgtype.Timestamptz
-		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &expires, &now); err != nil {
+		// The times are scanned into the row's own allocation: a variable whose address Scan
+		// takes lives on the heap.
+		row := &struct {
+			peeked
+			expires, now pgtype.Timestamptz
+		}{}
+		pk = &row.peeked
+		if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference, &row.expires, &row.now); err != nil {
 			return nil, err
 		}
-		pk.expiresLeft = wholeMillis(finite(expires).Sub(finite(now)))
+		pk.expiresLeft = wholeMillis(finite(row.expires).Sub(finite(row.now)))
 	}
 	return pk, rows.Err()
 }
@@ -797,18 +908,22 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
-		var (
+		// Every column is scanned into one allocation (a variable whose address Scan takes lives
+		// on the heap), the times as pgtype values, without a wrapper per column.
+		scanned := &struct {
 			r                                   readRow
 			state                               string
 			stored                              storedOutcome
-			leaseExpires, created, expires, now pgtype.Timestamptz // scanned without a wrapper per column
-		)
-		if err := rows.Scan(&r.attempt, &r.sameFP, &state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&leaseExpires, &created, &expires, &now); err != nil {
+			leaseExpires, created, expires, now pgtype.Timestamptz
+		}{}
+		r, stored := &scanned.r, &scanned.stored
+		if err := rows.Scan(&r.attempt, &r.sameFP, &scanned.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&scanned.leaseExpires, &scanned.created, &scanned.expires, &scanned.now); err != nil {
 			return nil, err
 		}
-		r.leaseExpires, r.created, r.expires, r.now = finite(leaseExpires), finite(created), finite(expires), finite(now)
-		r.complete = state == "complete"
+		r.leaseExpires, r.created = finite(scanned.leaseExpires), finite(scanned.created)
+		r.expires, r.now = finite(scanned.expires), finite(scanned.now)
+		r.complete = scanned.state == "complete"
 		fresh := r.fresh()
 		t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
 		switch {
@@ -910,16 +1025,34 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 		if err != nil {
 			return nil, fmt.Errorf("idem: complete: encode headers: %w", err)
 		}
-		headers = string(b)
+		headers = b
 	}
 	var ref *string
 	if o.Reference != "" {
 		ref = &o.Reference
 	}
+	n := completeParams
 	if c.locked {
-		return c.args(int32(o.Status), headers, o.Body, ref, interval(ttl), c.Operation, c.fingerprint, int32(c.Attempt)), nil
+		n = completeLockedParams
 	}
-	return c.args(int32(o.Status), headers, o.Body, ref, interval(ttl)), nil
+	// The claim's spare room holds them, the first time (a completion is sent once per claim).
+	args := c.spare[:0]
+	c.spare = nil
+	if cap(args) < n {
+		args = make([]any, 0, n)
+	}
+	args = append(args, c.args()...)
+	args = append(args, int32(o.Status), headers, o.Body, ref, s.boxInterval(ttl))
+	if c.locked {
+		var fp any
+		if c.read != nil {
+			fp = c.read[3] // boxed already, for the claim's read
+		} else {
+			fp = c.fingerprint
+		}
+		args = append(args, c.Operation, fp, int32(c.Attempt))
+	}
+	return args, nil
 }
 
 // completeSQL is the statement that completes c: the update of the row its claim wrote, or, for

@@ -2,12 +2,10 @@ package idem
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -47,21 +45,22 @@ func (s *Store) lockClaims() bool {
 func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
 	// The claim's batch sends no token: only an owner needs one (for its completion), and
 	// it gets it below, so a replay or a mismatch makes none.
-	c := newClaimWith(p, pgtype.UUID{}, false)
+	c := newClaimWith(s, p, pgtype.UUID{}, false)
 	c.locked, c.fingerprint = true, p.Fingerprint
+	s.hashIfObserved(ctx, c)
 	sent := time.Now()
 	// The statements share tenant, scope and key: one slice, each boxed once.
-	rowArgs := c.readArgs(p.Fingerprint)
+	rowArgs := c.read
 	lock := s.lockOf(c.row)
+	c.lockArg[0] = lock
 	var t claimTry
 	deadline := sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
-		var got bool // claim_lock.sql's answer: the lock is taken
-		tx, err = s.beginWith(ctx, func(b *pgx.Batch) {
-			b.Queue(s.sql.claimLock, lock).Query(func(rows pgx.Rows) error {
+		tx, err = s.beginWith(ctx, func(b *batch) {
+			b.Queue(s.sql.claimLock, c.lockArg...).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					if err := rows.Scan(&c.lockedAt, &got); err != nil {
+					if err := rows.Scan(&c.lockedAt, &t.lockTaken); err != nil {
 						return err
 					}
 				}
@@ -69,7 +68,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			})
 			s.queueRead(b, c, &t, rowArgs)
 		}, nil)
-		if err != nil || t.read != nil || got {
+		if err != nil || t.read != nil || t.lockTaken {
 			break
 		}
 		// The lock is held by somebody else, and the read found no row that answers without it
@@ -87,9 +86,8 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		}
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available: the wait ran out
+	case pgCode(err) == "55P03": // lock_not_available: the wait ran out
 		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 	case err != nil:
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
@@ -130,7 +128,7 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 	bound := strconv.FormatInt(millis(wait), 10) + "ms"
 	conn := first.conn
 	first.conn = nil
-	b := &pgx.Batch{}
+	b := newBatch()
 	b.Queue(rollbackSQL)
 	b.Queue(s.sql.claimLockWait, lock, bound).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -141,7 +139,7 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 		return rows.Err()
 	})
 	s.queueRead(b, c, t, rowArgs)
-	err := conn.SendBatch(ctx, b).Close()
+	err := conn.SendBatch(ctx, &b.Batch).Close()
 	endConn(ctx, conn) // a transaction is still open only when nothing was sent (ctx had ended)
 	return err
 }

@@ -156,10 +156,10 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 		return nil, err
 	}
 	defer s.rollback(ctx, tx) // a no-op after Commit; undoes the work on error or panic
-	hctx, timedOut := s.boundHandler(ctx, timeout(p))
-	defer timedOut()
+	hctx, cancelTimeout := s.boundHandler(ctx, timeout(p))
+	defer cancelTimeout()
 	out, err := fn(hctx, tx.Tx)
-	if timedOut() {
+	if finishHandler(hctx, cancelTimeout) {
 		return nil, s.handlerTimedOut(ctx, p.Operation, "", timeout(p), 0)
 	}
 	if err == nil {

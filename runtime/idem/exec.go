@@ -23,35 +23,36 @@ type execResult struct {
 // must still happen, but never hang the request.
 const cleanupTimeout = 5 * time.Second
 
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return withBound(context.WithoutCancel(ctx), cleanupTimeout)
+// detached is ctx without its cancellation, bounded by cleanupTimeout: b.end ends the bound.
+func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
+	return newBound(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
-func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (*execResult, error) {
+func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execResult, error) {
 	if p.Claim == ClaimTransaction {
 		wait := orDefault(p.Wait, lease(p))
 		tx, res, err := s.claimInTransaction(ctx, p, wait)
 		if err != nil {
-			return nil, err
+			return execResult{}, err
 		}
 		if !res.status.owns() {
-			return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
+			return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 		}
 		return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimTransaction)
 	}
 
 	tx, res, err := s.claimWaiting(ctx, p)
 	if err != nil {
-		return nil, err
+		return execResult{}, err
 	}
 	if !res.status.owns() {
-		return &execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
+		return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}
 	if tx == nil { // the claim did not begin the business transaction: begin it now
 		if tx, err = s.begin(ctx); err != nil {
 			s.release(ctx, res.claim, EventReleased, 0)
-			return nil, err
+			return execResult{}, err
 		}
 	}
 	return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimLease)
@@ -185,8 +186,9 @@ type pacer struct {
 	poll         time.Duration
 }
 
-func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) *pacer {
-	return &pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
+// It is a value, so that a claim that never waits allocates none.
+func (s *Store) newPacer(wait, cap time.Duration, sub *subscription) pacer {
+	return pacer{deadline: time.Now().Add(wait), backoff: 20 * time.Millisecond, cap: cap, sub: sub, poll: s.fallbackPoll}
 }
 
 // subscribe starts listening for p's key the first time a try finds it held, so requests that
@@ -257,7 +259,7 @@ type handlerRun struct {
 // the run in one place ([Store.settle]): the outcome is completed and committed, or the work is
 // rolled back and the key given back. A panicking fn is settled too (the key given back), and
 // the panic goes on.
-func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (*execResult, error) {
+func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (execResult, error) {
 	run := handlerRun{end: handlerPanicked, start: time.Now()}
 	defer func() {
 		if run.end == handlerPanicked { // runHandler never returned
@@ -272,22 +274,22 @@ func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 // so its lease is renewed while fn runs; renewal stops when fn returns (or panics), and stops at
 // the handler's timeout as well, since it runs under the handler's context.
 func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode, start time.Time) handlerRun {
-	tctx, timedOut := s.boundHandler(withClaim(ctx, c), timeout(p))
-	defer timedOut()
+	tctx, cancelTimeout := s.boundHandler(withClaim(ctx, c), timeout(p))
+	defer cancelTimeout()
 	hctx := tctx
-	stopRenew := func() {}
+	var renewal *renewer // nil: no renewal, and its stop does nothing
 	if mode == ClaimLease && !s.noRenew {
 		// Only a renewal can lose the lease while fn runs, and it ends fn's context saying so.
 		var cancel context.CancelCauseFunc
 		hctx, cancel = context.WithCancelCause(tctx)
 		defer cancel(nil)
-		stopRenew = s.renewWhileRunning(hctx, c, cancel)
+		renewal = s.renewWhileRunning(hctx, c, cancel)
 	}
-	defer stopRenew()
+	defer renewal.stop()
 
 	out, err := fn(hctx, tx.Tx)
-	late := timedOut() // decided when fn returned, not after the renewal has stopped
-	stopRenew()
+	late := finishHandler(tctx, cancelTimeout) // decided when fn returned, not after the renewal has stopped
+	renewal.stop()
 	run := handlerRun{end: handlerReturned, out: out, err: err, start: start}
 	switch {
 	case late:
@@ -301,18 +303,18 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 // settle finishes a handler's run: every exit of a claimed request goes through it. Work that
 // must not commit is rolled back and its key given back ([Store.giveBack]); an outcome to keep
 // is completed and committed with the work.
-func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (*execResult, error) {
+func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (execResult, error) {
 	switch run.end {
 	case handlerPanicked:
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
-		return nil, nil // the panic goes on: nobody receives this
+		return execResult{}, nil // the panic goes on: nobody receives this
 	case handlerTimedOut:
 		ran := time.Since(run.start)
 		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start)
-		return nil, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+		return execResult{}, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
 	case handlerLeaseLost:
 		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
-		return nil, s.leaseLost(c)
+		return execResult{}, s.leaseLost(c)
 	}
 	err := run.err
 	if err == nil && ctx.Err() != nil {
@@ -323,15 +325,15 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		lost := s.handlerLostStore(ctx, tx.Tx, c.Operation, c.hash(), err)
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
 		if lost != nil {
-			return nil, lost
+			return execResult{}, lost
 		}
-		return nil, err
+		return execResult{}, err
 	}
 	out := run.out
 	if out == nil {
 		out = &Outcome{}
 	}
-	res := &execResult{status: claimAcquired, outcome: out}
+	res := execResult{status: claimAcquired, outcome: out}
 	if c.Attempt > 1 {
 		res.status = claimTakenOver
 	}
@@ -359,7 +361,7 @@ func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMod
 }
 
 // commitOutcome completes c with res's outcome inside tx and commits both.
-func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res *execResult, start time.Time) (*execResult, error) {
+func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res execResult, start time.Time) (execResult, error) {
 	sent := time.Now() // before the database computes the key's expiry
 	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start))
 	switch {
@@ -370,10 +372,10 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 			// deferred trigger at the COMMIT): the key would then stay held for its lease.
 			s.releaseLost(ctx, c)
 		}
-		return nil, s.leaseLost(c)
+		return execResult{}, s.leaseLost(c)
 	case completeErr != nil:
 		s.giveBack(ctx, tx, c, mode, EventReleased, start)
-		return nil, completeErr
+		return execResult{}, completeErr
 	case commitErr != nil:
 		// Whether the commit happened is unknown. A release deletes only an in-flight row: if
 		// the commit did happen, the row is complete and stays (in transaction mode, the claim
@@ -381,7 +383,7 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 		if mode == ClaimLease {
 			s.release(ctx, c, EventReleased, time.Since(start))
 		}
-		return nil, commitErr
+		return execResult{}, commitErr
 	}
 	res.persisted = true
 	if s.cache != nil {
@@ -402,8 +404,8 @@ func (s *Store) leaseLost(c *Claim) error {
 // release gives c's key back after its work rolled back; kind is the event that reports it. A
 // release that fails is retried in the background (release.go).
 func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	if _, err := s.releaseRow(cctx, c); err != nil {
 		s.releaseLater(ctx, c, kind, ran, err)
 		return
@@ -414,8 +416,8 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 // releaseLost gives back a claim that may or may not have been made (its batch failed): like
 // release, but it reports the release only when there was a row to delete.
 func (s *Store) releaseLost(ctx context.Context, c *Claim) {
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	gone, err := s.releaseRow(cctx, c)
 	if err != nil {
 		s.releaseLater(ctx, c, EventReleased, 0, err)
@@ -430,14 +432,18 @@ func (s *Store) releaseLost(ctx context.Context, c *Claim) {
 // drops a connection whose statement's context ended, and sends the server a cancel request as
 // it does, so a statement waiting on a lock stops waiting there too and its transaction (in
 // transaction mode, with the claim) is rolled back on the server (TestHandlerTimeoutEndsAWaitOnALock
-// checks that). finish ends the context and says whether the timeout had fired by then; it may
-// be called more than once.
-func (s *Store) boundHandler(ctx context.Context, timeout time.Duration) (hctx context.Context, finish func() bool) {
-	hctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
-	return hctx, func() bool {
-		cancel() // from here on the cause cannot change: whichever ended the context first decided
-		return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
-	}
+// checks that). finishHandler(hctx, cancel) ends the context and says whether the timeout had
+// fired by then; it may be called more than once, and so may cancel.
+func (s *Store) boundHandler(ctx context.Context, timeout time.Duration) (hctx context.Context, cancel context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, timeout, ErrHandlerTimeout)
+}
+
+// finishHandler ends hctx, a boundHandler context whose cancel is cancel, and says whether its
+// timeout had fired by then. (A function, not a closure boundHandler returns: one allocation
+// less per request.)
+func finishHandler(hctx context.Context, cancel context.CancelFunc) bool {
+	cancel() // from here on the cause cannot change: whichever ended the context first decided
+	return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
 }
 
 // handlerTimedOut reports a handler that ran past its timeout and returns the error saying so.
@@ -447,61 +453,82 @@ func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout
 	return fmt.Errorf("%w (operation %s, timeout %s)", ErrHandlerTimeout, op, timeout)
 }
 
-// renewWhileRunning renews c's lease every third of it until stop is called. If the lease was
-// lost anyway (renewals failed for a whole lease and another request took over), it cancels
+// renewWhileRunning renews c's lease every third of it until its stop is called. If the lease
+// was lost anyway (renewals failed for a whole lease and another request took over), it cancels
 // the handler's context with ErrLeaseLost: its work cannot commit.
 //
 // Most handlers return long before their first renewal is due, so nothing runs for them until
 // then: the first renewal is scheduled on the sweeper (afterBound), and only a handler still
 // running at that point gets the goroutine that renews it.
-func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) (stop func()) {
-	period := max(c.Lease/3, time.Millisecond)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	unschedule := afterBound(period, func() {
-		defer wg.Done()
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			default:
-			}
-			// A renewal that cannot finish before the next one is due has failed; the next
-			// tick tries again on a fresh connection.
-			rctx, rcancel := context.WithTimeout(ctx, max(period, 100*time.Millisecond))
-			err := s.renew(rctx, c)
-			rcancel()
-			if errors.Is(err, ErrLeaseLost) {
-				cancel(ErrLeaseLost)
-				return
-			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("idem: lease renewal failed; will retry", "operation", c.Operation, "key_hash", c.hash(), "error", err)
-			}
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+func (s *Store) renewWhileRunning(ctx context.Context, c *Claim, cancel context.CancelCauseFunc) *renewer {
+	r := &renewer{s: s, ctx: ctx, c: c, cancel: cancel, period: max(c.Lease/3, time.Millisecond), done: make(chan struct{})}
+	r.wg.Add(1)
+	r.first.deadline, r.first.due = time.Now().Add(r.period), r.run
+	sweeper.add(&r.first) // afterBound(r.period, r.run), its entry allocated with r
+	return r
+}
+
+// renewer is renewWhileRunning's renewal of one claim: its state in one allocation.
+type renewer struct {
+	s      *Store
+	ctx    context.Context // the handler's
+	c      *Claim
+	cancel context.CancelCauseFunc // ends ctx with ErrLeaseLost
+	period time.Duration
+	done   chan struct{} // closed by stop
+	wg     sync.WaitGroup
+	first  boundCtx // the first renewal, on the sweeper
+	once   sync.Once
+}
+
+// run renews every period until stop, the handler's context ending, or the lease found lost.
+func (r *renewer) run() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-r.ctx.Done():
+			return
+		default:
 		}
-	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(done)
-			if unschedule() { // the first renewal was not due yet: nothing started
-				wg.Done()
-			}
-			wg.Wait()
-		})
+		// A renewal that cannot finish before the next one is due has failed; the next
+		// tick tries again on a fresh connection.
+		rctx, rcancel := context.WithTimeout(r.ctx, max(r.period, 100*time.Millisecond))
+		err := r.s.renew(rctx, r.c)
+		rcancel()
+		if errors.Is(err, ErrLeaseLost) {
+			r.cancel(ErrLeaseLost)
+			return
+		}
+		if err != nil && r.ctx.Err() == nil {
+			r.s.log.Warn("idem: lease renewal failed; will retry", "operation", r.c.Operation, "key_hash", r.c.hash(), "error", err)
+		}
+		select {
+		case <-r.done:
+			return
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
+}
+
+// stop ends the renewals and waits for one under way. It may be called more than once, and on
+// a nil r (no renewal) does nothing.
+func (r *renewer) stop() {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		close(r.done)
+		if r.first.unschedule() { // the first renewal was not due yet: nothing started
+			r.wg.Done()
+		}
+		r.wg.Wait()
+	})
 }
 
 // handlerLostStore is ErrStoreUnavailable, wrapping fn's error, when fn failed because the

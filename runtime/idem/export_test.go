@@ -168,6 +168,11 @@ func ClaimUnderTenant(c *Claim, tenant string) *Claim {
 	cc.row.tenant = storedText(tenant)
 	cc.argv = append([]any(nil), c.argv...)
 	cc.argv[0] = cc.row.tenant
+	if c.read != nil {
+		cc.read = append([]any(nil), c.read...)
+		cc.read[0] = cc.row.tenant
+	}
+	cc.spare = nil // c's own: cc's completion makes its own
 	return &cc
 }
 

@@ -2,6 +2,9 @@ package idem_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"net/url"
 	"sort"
@@ -216,4 +219,95 @@ func FuzzFingerprint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFingerprintIsSHA256OfTheFrames: a fingerprint is the SHA-256 of its frames (kind, the
+// name's length and the name, the value's length and the value; lengths as uvarints), whether
+// the Fingerprinter buffers them (a request of a few hundred bytes) or streams them (a body of
+// kilobytes, on either side of the point where it switches, and one that crosses it), and Sum
+// may be called again, after more parts too.
+func TestFingerprintIsSHA256OfTheFrames(t *testing.T) {
+	t.Parallel()
+	frame := func(b []byte, kind byte, name string, value []byte) []byte {
+		b = append(b, kind)
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, uint64(len(value)))
+		return append(b, value...)
+	}
+	for _, size := range []int{0, 1, 40, 200, 300, 4000, 4096, 4200, 100000} {
+		body := bytes.Repeat([]byte("abcdefghij"), size/10+1)[:size]
+		route := "POST /v1/" + strings.Repeat("r", size%300)
+		f := idem.NewFingerprinter(route)
+		if err := f.Add("header:X-Tenant-Id", "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.RawBody("text/plain", body); err != nil {
+			t.Fatal(err)
+		}
+		frames := frame(nil, 'v', "idemgen-fingerprint-1", nil)
+		frames = frame(frames, 'r', route, nil)
+		frames = frame(frames, 'p', "header:X-Tenant-Id", []byte(`"acme"`))
+		if size > 0 {
+			frames = frame(frames, 'b', "text/plain", body)
+		} else {
+			frames = frame(frames, 'b', "text/plain", nil)
+		}
+		sum := sha256.Sum256(frames)
+		if got, want := f.Sum(), hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("body of %d bytes: fingerprint %s, want the SHA-256 of the frames %s", size, got, want)
+		}
+		if again := f.Sum(); again != f.Sum() {
+			t.Errorf("body of %d bytes: Sum changed when called again", size)
+		}
+		big := bytes.Repeat([]byte("z"), 3000)
+		if err := f.Add("query:more", string(big)); err != nil {
+			t.Fatal(err)
+		}
+		quoted, _ := json.Marshal(string(big))
+		sum = sha256.Sum256(frame(frames, 'p', "query:more", quoted))
+		if got, want := f.Sum(), hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("body of %d bytes, then a part past the buffer: fingerprint %s, want %s", size, got, want)
+		}
+	}
+}
+
+// TestFingerprintPartIsItsJSON: a part's value is framed as encoding/json writes it, for the
+// strings framed without it (plain ASCII) and for those it escapes, through a pointer or not.
+func TestFingerprintPartIsItsJSON(t *testing.T) {
+	t.Parallel()
+	str := func(s string) *string { return &s }
+	for _, v := range []any{
+		"acme", "", "with space", "a/b?c=d", "quote\"", `back\slash`, "<html>", "a&b", "tab\t", "café", "\u2028",
+		"\xff", str("acme"), str("<"), (*string)(nil), 42, int64(-7), true, 3.5,
+	} {
+		f := idem.NewFingerprinter("GET /x")
+		if err := f.Add("query:v", v); err != nil {
+			t.Fatal(err)
+		}
+		var frames []byte
+		for _, fr := range []struct {
+			kind        byte
+			name, value string
+		}{{'v', "idemgen-fingerprint-1", ""}, {'r', "GET /x", ""}, {'p', "query:v", string(mustJSON(t, v))}} {
+			frames = append(frames, fr.kind)
+			frames = binary.AppendUvarint(frames, uint64(len(fr.name)))
+			frames = append(frames, fr.name...)
+			frames = binary.AppendUvarint(frames, uint64(len(fr.value)))
+			frames = append(frames, fr.value...)
+		}
+		sum := sha256.Sum256(frames)
+		if got, want := f.Sum(), hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("Add(%#v) fingerprints unlike its JSON %s", v, mustJSON(t, v))
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -90,8 +90,8 @@ func (s *Store) notifyWaiters(ctx context.Context, c *Claim) {
 	if channel == "" {
 		return
 	}
-	cctx, cancel := detached(ctx)
-	defer cancel()
+	cctx, bound := detached(ctx)
+	defer bound.end()
 	if _, err := s.db.Exec(cctx, s.sql.notify, channel, payload); err != nil {
 		s.log.DebugContext(ctx, "idem: could not tell waiting duplicates that the key is free; they find out at their next claim",
 			"operation", c.Operation, "key_hash", c.hash(), "error", err)

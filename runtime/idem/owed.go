@@ -22,7 +22,7 @@ import (
 // mode the advisory lock of the key it replayed, whose completed row other replays read past, and
 // which only a new claim of that key, once the row has expired, waits for. At read committed
 // neither keeps a snapshot. The oldest is reused first, each is rolled back by the sweeper
-// within owedMaxAge plus the sweeper's tick when no batch took it, and a pool keeps at most half
+// within owedMaxAge when no batch took it, and a pool keeps at most half
 // of its connections owed, across all the Stores on it, and more (up to all but one) only while
 // it still has an idle connection to give its other users, so they never wait long. (With half
 // alone, 11–17% of replays under a 16-client load on a pool of 16 found the half taken and paid a
@@ -32,7 +32,7 @@ import (
 // passes from one request to the next without the pool's acquire and release.
 
 // owedMaxAge is how long a connection whose rollback is owed waits for the Store's next batch
-// before the sweeper rolls it back on its own (boundTick later at most). Store.owedAge is it,
+// before the sweeper rolls it back on its own. Store.owedAge is it,
 // but in the tests that count round trips, which must not see the sweeper's ROLLBACK.
 const owedMaxAge = 20 * time.Millisecond
 
@@ -172,9 +172,9 @@ func (s *Store) settleOwed(all bool) {
 // (bounded by cleanupTimeout). A failed rollback closes the connection, and the pool drops it.
 func endConn(ctx context.Context, conn *pgxpool.Conn) {
 	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
-		cctx, cancel := detached(ctx)
+		cctx, bound := detached(ctx)
 		_, _ = conn.Exec(cctx, rollbackSQL)
-		cancel()
+		bound.end()
 	}
 	conn.Release()
 }

@@ -116,9 +116,9 @@ func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran 
 		case <-t.C:
 		}
 		backoff *= 2
-		cctx, cancel := detached(ctx)
+		cctx, bound := detached(ctx)
 		_, err = s.releaseRow(cctx, c)
-		cancel()
+		bound.end()
 		if err == nil {
 			s.forget(c)
 			s.log.InfoContext(ctx, "idem: released the key on a retry", "operation", c.Operation, "key_hash", c.hash(), "tries", try+1)

@@ -203,6 +203,9 @@ type Store struct {
 	// pathUnknown until a connection has been checked (pooler.go).
 	path atomic.Int32
 
+	boxed     [8]atomic.Pointer[boxedInterval] // boxInterval's intervals
+	boxedNext atomic.Uint32                    // the slot boxInterval replaces next, modulo 8
+
 	channel      string        // the key table's notification channel
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
@@ -279,11 +282,18 @@ func (s *Store) Table() string { return s.table }
 // KeyHash returns the form in which a key appears in logs and events: a hex prefix of the
 // SHA-256 of scope and key. Equal keys give equal hashes, so logs can be correlated.
 func KeyHash(scope, key string) string {
-	h := sha256.New()
-	io.WriteString(h, scope)
-	h.Write([]byte{0})
-	io.WriteString(h, key)
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	// scope, a NUL and key, hashed in one pass: on the stack when they fit (a key event reaching
+	// an Observer hashes one per claim).
+	var room [128]byte
+	b := room[:0]
+	if n := len(scope) + 1 + len(key); n > len(room) {
+		b = make([]byte, 0, n)
+	}
+	b = append(append(append(b, scope...), 0), key...)
+	sum := sha256.Sum256(b)
+	var text [16]byte
+	hex.Encode(text[:], sum[:8])
+	return string(text[:])
 }
 
 // emitClaim is emit for an event about c, with c's key hash, which it computes only when the
@@ -341,8 +351,8 @@ func (s *Store) emit(ctx context.Context, e Event) {
 // bounded runs step with Config.StoreTimeout (plus extra) on top of ctx.
 func (s *Store) bounded(ctx context.Context, extra time.Duration, step func(ctx context.Context) error) error {
 	limit := s.cfg.StoreTimeout + extra
-	sctx, cancel := withBound(ctx, limit)
-	defer cancel()
+	sctx, bound := newBound(ctx, limit)
+	defer bound.end()
 	err := step(sctx)
 	if err != nil && sctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrStoreUnavailable) {
 		return fmt.Errorf("%w: no answer within %s: %w", ErrStoreUnavailable, limit, err)

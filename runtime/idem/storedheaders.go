@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -117,53 +118,70 @@ func scanStoredHeaders(raw []byte) (http.Header, bool) {
 // Every first execution encodes them, so they are written in one pass into one buffer, without
 // encoding/json's reflection; a name or value that needs escaping (a quote, a backslash, a
 // control character, HTML's <, > and &, U+2028/U+2029, or bytes that are not UTF-8) goes to
-// json.Marshal.
-func encodeStoredHeaders(h http.Header) ([]byte, error) {
+// json.Marshal. The text is returned as a string, the form the completion binds it in, built in
+// its one buffer (strings.Builder) rather than copied out of a []byte.
+func encodeStoredHeaders(h http.Header) (string, error) {
 	if h == nil {
-		return []byte("null"), nil
+		return "null", nil
 	}
+	// One pass over the map takes each header with its values (no lookup by name afterwards),
+	// into room for the few an answer has.
+	type header struct {
+		name   string
+		values []string
+	}
+	var room [8]header
+	headers := room[:0]
 	size := 2
 	for name, values := range h {
+		if !plainJSON(name) {
+			return marshalHeaders(h)
+		}
 		size += len(name) + 6
 		for _, v := range values {
 			if !plainJSON(v) {
-				return json.Marshal(h)
+				return marshalHeaders(h)
 			}
 			size += len(v) + 3
 		}
-		if !plainJSON(name) {
-			return json.Marshal(h)
-		}
+		headers = append(headers, header{name, values})
 	}
-	names := make([]string, 0, len(h))
-	for name := range h {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = append(b, '{')
-	// quoted appends s as a JSON string (plainJSON said it needs no escape), after a comma unless
+	slices.SortFunc(headers, func(a, b header) int { return strings.Compare(a.name, b.name) })
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteByte('{')
+	// quoted writes s as a JSON string (plainJSON said it needs no escape), after a comma unless
 	// it is the first of its list.
-	quoted := func(b []byte, first bool, s string) []byte {
+	quoted := func(first bool, s string) {
 		if !first {
-			b = append(b, ',')
+			b.WriteByte(',')
 		}
-		return append(append(append(b, '"'), s...), '"')
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
 	}
-	for i, name := range names {
-		b = append(quoted(b, i == 0, name), ':')
-		values := h[name]
-		if values == nil {
-			b = append(b, "null"...)
+	for i, hd := range headers {
+		quoted(i == 0, hd.name)
+		b.WriteByte(':')
+		if hd.values == nil {
+			b.WriteString("null")
 			continue
 		}
-		b = append(b, '[')
-		for j, v := range values {
-			b = quoted(b, j == 0, v)
+		b.WriteByte('[')
+		for j, v := range hd.values {
+			quoted(j == 0, v)
 		}
-		b = append(b, ']')
+		b.WriteByte(']')
 	}
-	return append(b, '}'), nil
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+// marshalHeaders is json.Marshal(h) as a string: encodeStoredHeaders for headers that need
+// escaping.
+func marshalHeaders(h http.Header) (string, error) {
+	b, err := json.Marshal(h)
+	return string(b), err
 }
 
 // plainJSON says json.Marshal writes s as it is, between quotes: printable ASCII other than the

@@ -64,7 +64,7 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 				refuse(problemBodyTooLarge(max))
 				return
 			}
-			raw, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			raw, err := readBody(r.Body, r.ContentLength, max)
 			if err == nil && int64(len(raw)) > max {
 				refuse(problemBodyTooLarge(max))
 				return
@@ -78,17 +78,64 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 			}
 			_ = r.Body.Close()
 			ct := r.Header.Get("Content-Type")
-			r.Body = io.NopCloser(bytes.NewReader(raw))
+			c := &captured{body: Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path}}
+			c.reader.r.Reset(raw)
+			r.Body = &c.reader
 			if log != nil && log.bindsTwice(r.Method, r.URL.Path, ct) {
 				if v, ok := decodeJSON(raw); ok {
 					r.Body = valuedBody{ReadCloser: r.Body, value: v}
 				}
 			}
-			ctx := WithBody(r.Context(), &Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path})
+			ctx := WithBody(r.Context(), &c.body)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
 }
+
+// readBody is io.ReadAll(io.LimitReader(body, max+1)): the body whole, or its first max+1 bytes
+// when it is longer (one byte more than max says it is too large). Its buffer starts at the
+// declared length (plus the byte that finds the end) when there is one below 512 bytes, and grows
+// as io.ReadAll's does, so a small body costs one small allocation (io.ReadAll makes 512 bytes,
+// and LimitReader one more).
+func readBody(body io.Reader, length, max int64) ([]byte, error) {
+	size := int64(512)
+	if length >= 0 && length < size {
+		size = length + 1
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // room to read into, as io.ReadAll makes it
+		}
+		room := b[len(b):cap(b)]
+		if left := max + 1 - int64(len(b)); int64(len(room)) > left {
+			room = room[:left]
+		}
+		n, err := body.Read(room)
+		b = b[:len(b)+n]
+		switch {
+		case err == io.EOF, int64(len(b)) > max:
+			return b, nil
+		case err != nil:
+			return b, err
+		}
+	}
+}
+
+// capturedBody is the request body handed on after Capture read it: io.NopCloser(bytes.NewReader)
+// (the same methods: Read, WriteTo, Close) in one allocation.
+type capturedBody struct{ r bytes.Reader }
+
+// captured is what Capture keeps of a request: the Body in its context and the reader handed
+// on, in one allocation.
+type captured struct {
+	body   Body
+	reader capturedBody
+}
+
+func (b *capturedBody) Read(p []byte) (int, error)         { return b.r.Read(p) }
+func (b *capturedBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+func (b *capturedBody) Close() error                       { return nil }
 
 // errNoBody is Handle's error for an operation with a body whose request was not captured.
 var errNoBody = errors.New("idem: the request body was not captured for the fingerprint: serve the API through the generated NewIdempotentHandler, or wrap it in idemhttp.Capture")

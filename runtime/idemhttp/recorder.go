@@ -15,6 +15,7 @@ type Recorder struct {
 	sent   http.Header // header as it was when the status was written
 	status int
 	body   bytes.Buffer
+	out    idem.Outcome // what take returns, allocated with the recorder
 }
 
 // NewRecorder returns an empty Recorder.
@@ -50,9 +51,12 @@ func (r *Recorder) Outcome() *idem.Outcome {
 
 // take is Outcome for a recorder nobody uses afterwards (Record's): the outcome gets the
 // recorder's own copy of the header and its body's bytes, without copying them again.
+// The outcome is the recorder's own (out), so it costs no allocation.
 func (r *Recorder) take() *idem.Outcome {
 	if r.status == 0 {
-		return &idem.Outcome{Status: http.StatusOK, Header: r.header}
+		r.out = idem.Outcome{Status: http.StatusOK, Header: r.header}
+	} else {
+		r.out = idem.Outcome{Status: r.status, Header: r.sent, Body: r.body.Bytes()}
 	}
-	return &idem.Outcome{Status: r.status, Header: r.sent, Body: r.body.Bytes()}
+	return &r.out
 }

@@ -29,15 +29,30 @@ var neverReplayed = map[string]bool{
 // own) and Idempotent-Replayed. The generator leaves these out of [Policy.DeclaredHeaders];
 // idemgen lint warns about such a header declared on a stored response, and refuses it in
 // replayHeaders.
-func NeverReplayed(name string) bool {
-	name = http.CanonicalHeaderKey(name)
+func NeverReplayed(name string) bool { return neverReplayedCanonical(http.CanonicalHeaderKey(name)) }
+
+// neverReplayedCanonical is NeverReplayed for a name in canonical form.
+func neverReplayedCanonical(name string) bool {
 	return neverReplayed[name] || strings.HasPrefix(name, "Proxy-")
 }
 
-// replayAllowed says whether header name of a stored answer is kept for its replays: it is on
-// the default allow-list or one of lists, and not [NeverReplayed].
+// canonicalKey is http.CanonicalHeaderKey(k). The names answers mostly carry, already in
+// canonical form, are recognised by a comparison, where the general check reads every byte
+// through a table: every header of every answer is canonicalised once on its way out.
+func canonicalKey(k string) string {
+	switch k {
+	case "Content-Type", "Location", "Content-Language", "Etag", "Last-Modified", "Link", "Cache-Control",
+		"Retry-After", HeaderReplayed, HeaderBodyOmitted:
+		return k
+	}
+	return http.CanonicalHeaderKey(k)
+}
+
+// replayAllowed says whether header name (in canonical form: canonicalKey) of a stored answer is
+// kept for its replays: it is on the default allow-list or one of lists, and not
+// [NeverReplayed].
 func replayAllowed(name string, lists ...[]string) bool {
-	if NeverReplayed(name) {
+	if neverReplayedCanonical(name) {
 		return false
 	}
 	if listed(defaultReplayHeaders, name) {
@@ -60,16 +75,27 @@ func listed(list []string, name string) bool {
 	return false
 }
 
-// replayHeaders is what h keeps for replays under p.
+// replayHeaders is what h keeps for replays under p: copies of its values (an empty list kept as
+// nil), all in one backing array, under canonical names.
 func replayHeaders(h http.Header, p *Policy) http.Header {
-	out := http.Header{}
+	var out http.Header
+	var vals []string
 	for k, vs := range h {
-		if replayAllowed(k, p.DeclaredHeaders, p.ReplayHeaders) {
-			out[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+		name := canonicalKey(k)
+		if !replayAllowed(name, p.DeclaredHeaders, p.ReplayHeaders) {
+			continue
 		}
-	}
-	if len(out) == 0 {
-		return nil
+		if out == nil {
+			out = make(http.Header, len(h))
+			vals = make([]string, 0, len(h)) // a value per header, as most have
+		}
+		if len(vs) == 0 {
+			out[name] = nil
+			continue
+		}
+		i := len(vals)
+		vals = append(vals, vs...)
+		out[name] = vals[i:len(vals):len(vals)]
 	}
 	return out
 }
@@ -100,8 +126,9 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 			return vals[i:len(vals):len(vals)]
 		}
 		for k, vs := range r.Outcome.Header {
-			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(k, r.declared, r.allow) {
-				h[http.CanonicalHeaderKey(k)] = take(vs...)
+			name := canonicalKey(k)
+			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(name, r.declared, r.allow) {
+				h[name] = take(vs...)
 			}
 		}
 		if r.Kind == ResultReplayed {

@@ -102,6 +102,11 @@ type Request struct {
 	Scope []ScopePart
 	// Fingerprint is the canonical request digest (see idem.Fingerprinter).
 	Fingerprint string
+
+	// Room for the usual KeyValues (one value) and Scope (a part or two), for Handle's request,
+	// so that they need no allocations of their own.
+	key   [1]string
+	scope [2]ScopePart
 }
 
 // ResultKind says what Serve decided.
@@ -185,6 +190,13 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		}
 		return storedOutcome(cfg, p, out, do.Scope, key)
 	})
+	if err == nil {
+		if res.Replayed {
+			return &Result{Kind: ResultReplayed, Outcome: res.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}, nil
+		}
+		return &Result{Kind: ResultExecuted, Outcome: live, Persisted: res.Persisted && key != ""}, nil
+	}
+	// Only an error needs the target errors.As writes to, which lives on the heap.
 	var inProgress *idem.InProgressError
 	switch {
 	case errors.As(err, &inProgress):
@@ -199,19 +211,15 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
 	case errors.Is(err, idem.ErrHandlerTimeout):
 		return &Result{Kind: ResultProblem, Problem: problemHandlerTimeout()}, nil
-	case err != nil:
-		if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
-			// The handler bound a request value PostgreSQL text cannot hold: the client's
-			// request, not the server, is at fault. Its work was rolled back, the key released.
-			cfg.Logger.InfoContext(ctx, "idem: the handler's statement refused a request value that is not text; answered 400",
-				"operation", p.Operation, "key_hash", idem.KeyHash(do.Scope, key), "error", err)
-			return &Result{Kind: ResultProblem, Problem: prob}, nil
-		}
-		return nil, err
-	case res.Replayed:
-		return &Result{Kind: ResultReplayed, Outcome: res.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}, nil
 	}
-	return &Result{Kind: ResultExecuted, Outcome: live, Persisted: res.Persisted && key != ""}, nil
+	if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
+		// The handler bound a request value PostgreSQL text cannot hold: the client's
+		// request, not the server, is at fault. Its work was rolled back, the key released.
+		cfg.Logger.InfoContext(ctx, "idem: the handler's statement refused a request value that is not text; answered 400",
+			"operation", p.Operation, "key_hash", idem.KeyHash(do.Scope, key), "error", err)
+		return &Result{Kind: ResultProblem, Problem: prob}, nil
+	}
+	return nil, err
 }
 
 // tenantOf is the request's tenant when the policy's scope has one (and the request a key).
@@ -387,10 +395,10 @@ var ErrHandlerPanicked = errors.New("idem: the handler panicked")
 
 func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
 	req, err := op.request(ctx, p)
-	var bad *idem.BodyError
-	if errors.As(err, &bad) {
-		return &Result{Kind: ResultProblem, Problem: newProblem(http.StatusBadRequest, CodeBodyInvalid,
-			"the request body is malformed: "+bad.Reason)}, nil
+	if err != nil {
+		if prob := bodyErrorProblem(err); prob != nil {
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
 	}
 	if errors.Is(err, errNoBody) {
 		// A wiring that skips the body capture (oapi-codegen's own HandlerWithOptions around
@@ -451,6 +459,16 @@ func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*R
 	return &Result{Kind: ResultReplayed, Outcome: out, recomputed: true}, nil
 }
 
+// bodyErrorProblem is the 400 body-invalid problem for an *idem.BodyError err, or nil. The target
+// errors.As writes to lives on the heap, so callers ask only about an error.
+func bodyErrorProblem(err error) *Problem {
+	var bad *idem.BodyError
+	if errors.As(err, &bad) {
+		return newProblem(http.StatusBadRequest, CodeBodyInvalid, "the request body is malformed: "+bad.Reason)
+	}
+	return nil
+}
+
 // run runs whichever handler op has.
 func (op *Op[R]) run(ctx context.Context, tx pgx.Tx) (R, string, error) {
 	if op.RunReference != nil {
@@ -462,7 +480,11 @@ func (op *Op[R]) run(ctx context.Context, tx pgx.Tx) (R, string, error) {
 
 // request builds the runtime's view of op's request under p.
 func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
-	req := &Request{KeyValues: keyValues(op.Key)}
+	req := &Request{}
+	req.KeyValues = keyValues(op.Key, &req.key)
+	if len(op.Scope) > 0 {
+		req.Scope = req.scope[:0]
+	}
 	for _, part := range op.Scope {
 		v := p.Operation
 		if part.Name != scopeOperation {
@@ -493,19 +515,22 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 
 // keyValues is a typed key as the key parser reads it: nil when absent (a nil pointer, or an
 // empty field that is not a pointer, which cannot tell absent from empty). A pointer to an empty
-// value is a header sent empty: a malformed key (key-invalid), not a missing one.
-func keyValues(v any) []string {
+// value is a header sent empty: a malformed key (key-invalid), not a missing one. The value is
+// held in one, which the slice returned shares.
+func keyValues(v any, one *[1]string) []string {
 	switch x := v.(type) { // the usual types, without reflection
 	case string:
 		if x == "" {
 			return nil
 		}
-		return []string{x}
+		one[0] = x
+		return one[:]
 	case *string:
 		if x == nil {
 			return nil
 		}
-		return []string{*x}
+		one[0] = *x
+		return one[:]
 	}
 	if isNil(v) {
 		return nil
@@ -514,7 +539,8 @@ func keyValues(v any) []string {
 	if s == "" && reflect.ValueOf(v).Kind() != reflect.Pointer {
 		return nil
 	}
-	return []string{s}
+	one[0] = s
+	return one[:]
 }
 
 // text renders a parameter's value; an absent optional one (a nil pointer) is "".

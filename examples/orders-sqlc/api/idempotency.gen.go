@@ -82,18 +82,25 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
 }
 
+// scopeCreateOrder is opCreateOrder's scope. It names no request value,
+// so every request shares it.
+var scopeCreateOrder = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateOrder records CreateOrder's responses; made once, for every request.
+var recordCreateOrder = idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse)
+
 // opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
 	return &idemhttp.Op[CreateOrderResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateOrder,
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
+		Record: recordCreateOrder,
 	}
 }
 

@@ -175,21 +175,28 @@ func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentReq
 	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
 }
 
+// scopeCreatePayment is opCreatePayment's scope. It names no request value,
+// so every request shares it.
+var scopeCreatePayment = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreatePayment records CreatePayment's responses; made once, for every request.
+var recordCreatePayment = idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse)
+
 // opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
 	return &idemhttp.Op[CreatePaymentResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreatePayment,
 		Parts: []idemhttp.Part{
 			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
 			return s.impl.CreatePayment(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreatePaymentResponseObject.VisitCreatePaymentResponse),
+		Record: recordCreatePayment,
 	}
 }
 
@@ -202,14 +209,21 @@ func (s *idemServer) CapturePayment(ctx context.Context, request CapturePaymentR
 	return idemHandle(ctx, s.store, policyCapturePayment, s.opCapturePayment(request))
 }
 
+// scopeCapturePayment is opCapturePayment's scope. It names no request value,
+// so every request shares it.
+var scopeCapturePayment = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCapturePayment records CapturePayment's responses; made once, for every request.
+var recordCapturePayment = idemhttp.Record(CapturePaymentResponseObject.VisitCapturePaymentResponse)
+
 // opCapturePayment is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCapturePayment(request CapturePaymentRequestObject) *idemhttp.Op[CapturePaymentResponseObject] {
 	return &idemhttp.Op[CapturePaymentResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCapturePayment,
 		Parts: []idemhttp.Part{
 			{Name: "path:payment_id", Value: request.PaymentId},
 			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
@@ -220,7 +234,7 @@ func (s *idemServer) opCapturePayment(request CapturePaymentRequestObject) *idem
 		Replay: func(ctx context.Context, reference string, _ int) (CapturePaymentResponseObject, error) {
 			return s.impl.ReplayCapturePayment(ctx, request, reference)
 		},
-		Record: idemhttp.Record(CapturePaymentResponseObject.VisitCapturePaymentResponse),
+		Record: recordCapturePayment,
 	}
 }
 
@@ -229,14 +243,21 @@ func (s *idemServer) RefundPayment(ctx context.Context, request RefundPaymentReq
 	return idemHandle(ctx, s.store, policyRefundPayment, s.opRefundPayment(request))
 }
 
+// scopeRefundPayment is opRefundPayment's scope. It names no request value,
+// so every request shares it.
+var scopeRefundPayment = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordRefundPayment records RefundPayment's responses; made once, for every request.
+var recordRefundPayment = idemhttp.Record(RefundPaymentResponseObject.VisitRefundPaymentResponse)
+
 // opRefundPayment is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opRefundPayment(request RefundPaymentRequestObject) *idemhttp.Op[RefundPaymentResponseObject] {
 	return &idemhttp.Op[RefundPaymentResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeRefundPayment,
 		Parts: []idemhttp.Part{
 			{Name: "path:payment_id", Value: request.PaymentId},
 			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
@@ -247,7 +268,7 @@ func (s *idemServer) opRefundPayment(request RefundPaymentRequestObject) *idemht
 		Replay: func(ctx context.Context, _ string, status int) (RefundPaymentResponseObject, error) {
 			return s.impl.ReplayRefundPayment(ctx, request, status)
 		},
-		Record: idemhttp.Record(RefundPaymentResponseObject.VisitRefundPaymentResponse),
+		Record: recordRefundPayment,
 	}
 }
 
@@ -256,21 +277,28 @@ func (s *idemServer) CreatePayout(ctx context.Context, request CreatePayoutReque
 	return idemHandle(ctx, s.store, policyCreatePayout, s.opCreatePayout(request))
 }
 
+// scopeCreatePayout is opCreatePayout's scope. It names no request value,
+// so every request shares it.
+var scopeCreatePayout = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreatePayout records CreatePayout's responses; made once, for every request.
+var recordCreatePayout = idemhttp.Record(CreatePayoutResponseObject.VisitCreatePayoutResponse)
+
 // opCreatePayout is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreatePayout(request CreatePayoutRequestObject) *idemhttp.Op[CreatePayoutResponseObject] {
 	return &idemhttp.Op[CreatePayoutResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreatePayout,
 		Parts: []idemhttp.Part{
 			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreatePayoutResponseObject, error) {
 			return s.impl.CreatePayout(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreatePayoutResponseObject.VisitCreatePayoutResponse),
+		Record: recordCreatePayout,
 	}
 }
 

@@ -188,18 +188,25 @@ func (s *idemServer) PostBlob(ctx context.Context, request PostBlobRequestObject
 	return idemHandle(ctx, s.store, policyPostBlob, s.opPostBlob(request))
 }
 
+// scopePostBlob is opPostBlob's scope. It names no request value,
+// so every request shares it.
+var scopePostBlob = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostBlob records PostBlob's responses; made once, for every request.
+var recordPostBlob = idemhttp.Record(PostBlobResponseObject.VisitPostBlobResponse)
+
 // opPostBlob is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostBlob(request PostBlobRequestObject) *idemhttp.Op[PostBlobResponseObject] {
 	return &idemhttp.Op[PostBlobResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostBlob,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostBlobResponseObject, error) {
 			return s.impl.PostBlob(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostBlobResponseObject.VisitPostBlobResponse),
+		Record: recordPostBlob,
 	}
 }
 
@@ -208,21 +215,28 @@ func (s *idemServer) Donate(ctx context.Context, request DonateRequestObject) (D
 	return idemHandle(ctx, s.store, policyDonate, s.opDonate(request))
 }
 
+// scopeDonate is opDonate's scope. It names no request value,
+// so every request shares it.
+var scopeDonate = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordDonate records Donate's responses; made once, for every request.
+var recordDonate = idemhttp.Record(DonateResponseObject.VisitDonateResponse)
+
 // opDonate is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opDonate(request DonateRequestObject) *idemhttp.Op[DonateResponseObject] {
 	return &idemhttp.Op[DonateResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeDonate,
 		Parts: []idemhttp.Part{
 			{Name: "query:campaign", Value: request.Params.Campaign},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (DonateResponseObject, error) {
 			return s.impl.Donate(ctx, tx, request)
 		},
-		Record: idemhttp.Record(DonateResponseObject.VisitDonateResponse),
+		Record: recordDonate,
 	}
 }
 
@@ -231,18 +245,25 @@ func (s *idemServer) PostNote(ctx context.Context, request PostNoteRequestObject
 	return idemHandle(ctx, s.store, policyPostNote, s.opPostNote(request))
 }
 
+// scopePostNote is opPostNote's scope. It names no request value,
+// so every request shares it.
+var scopePostNote = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostNote records PostNote's responses; made once, for every request.
+var recordPostNote = idemhttp.Record(PostNoteResponseObject.VisitPostNoteResponse)
+
 // opPostNote is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostNote(request PostNoteRequestObject) *idemhttp.Op[PostNoteResponseObject] {
 	return &idemhttp.Op[PostNoteResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostNote,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostNoteResponseObject, error) {
 			return s.impl.PostNote(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostNoteResponseObject.VisitPostNoteResponse),
+		Record: recordPostNote,
 	}
 }
 
@@ -250,6 +271,9 @@ func (s *idemServer) opPostNote(request PostNoteRequestObject) *idemhttp.Op[Post
 func (s *idemServer) PutPledge(ctx context.Context, request PutPledgeRequestObject) (PutPledgeResponseObject, error) {
 	return idemHandle(ctx, s.store, policyPutPledge, s.opPutPledge(request))
 }
+
+// recordPutPledge records PutPledge's responses; made once, for every request.
+var recordPutPledge = idemhttp.Record(PutPledgeResponseObject.VisitPutPledgeResponse)
 
 // opPutPledge is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
@@ -266,7 +290,7 @@ func (s *idemServer) opPutPledge(request PutPledgeRequestObject) *idemhttp.Op[Pu
 		Run: func(ctx context.Context, tx pgx.Tx) (PutPledgeResponseObject, error) {
 			return s.impl.PutPledge(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PutPledgeResponseObject.VisitPutPledgeResponse),
+		Record: recordPutPledge,
 	}
 }
 
@@ -275,18 +299,25 @@ func (s *idemServer) Upload(ctx context.Context, request UploadRequestObject) (U
 	return idemHandle(ctx, s.store, policyUpload, s.opUpload(request))
 }
 
+// scopeUpload is opUpload's scope. It names no request value,
+// so every request shares it.
+var scopeUpload = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordUpload records Upload's responses; made once, for every request.
+var recordUpload = idemhttp.Record(UploadResponseObject.VisitUploadResponse)
+
 // opUpload is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opUpload(request UploadRequestObject) *idemhttp.Op[UploadResponseObject] {
 	return &idemhttp.Op[UploadResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeUpload,
 		Run: func(ctx context.Context, tx pgx.Tx) (UploadResponseObject, error) {
 			return s.impl.Upload(ctx, tx, request)
 		},
-		Record: idemhttp.Record(UploadResponseObject.VisitUploadResponse),
+		Record: recordUpload,
 	}
 }
 

@@ -662,18 +662,25 @@ func (s *idemServer) PostApplePaySessions(ctx context.Context, request PostApple
 	return idemHandle(ctx, s.store, policyPostApplePaySessions, s.opPostApplePaySessions(request))
 }
 
+// scopePostApplePaySessions is opPostApplePaySessions's scope. It names no request value,
+// so every request shares it.
+var scopePostApplePaySessions = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostApplePaySessions records PostApplePaySessions's responses; made once, for every request.
+var recordPostApplePaySessions = idemhttp.Record(PostApplePaySessionsResponseObject.VisitPostApplePaySessionsResponse)
+
 // opPostApplePaySessions is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostApplePaySessions(request PostApplePaySessionsRequestObject) *idemhttp.Op[PostApplePaySessionsResponseObject] {
 	return &idemhttp.Op[PostApplePaySessionsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostApplePaySessions,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostApplePaySessionsResponseObject, error) {
 			return s.impl.PostApplePaySessions(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostApplePaySessionsResponseObject.VisitPostApplePaySessionsResponse),
+		Record: recordPostApplePaySessions,
 	}
 }
 
@@ -682,18 +689,25 @@ func (s *idemServer) PostCancels(ctx context.Context, request PostCancelsRequest
 	return idemHandle(ctx, s.store, policyPostCancels, s.opPostCancels(request))
 }
 
+// scopePostCancels is opPostCancels's scope. It names no request value,
+// so every request shares it.
+var scopePostCancels = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostCancels records PostCancels's responses; made once, for every request.
+var recordPostCancels = idemhttp.Record(PostCancelsResponseObject.VisitPostCancelsResponse)
+
 // opPostCancels is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostCancels(request PostCancelsRequestObject) *idemhttp.Op[PostCancelsResponseObject] {
 	return &idemhttp.Op[PostCancelsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostCancels,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostCancelsResponseObject, error) {
 			return s.impl.PostCancels(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostCancelsResponseObject.VisitPostCancelsResponse),
+		Record: recordPostCancels,
 	}
 }
 
@@ -702,18 +716,25 @@ func (s *idemServer) PostCardDetails(ctx context.Context, request PostCardDetail
 	return idemHandle(ctx, s.store, policyPostCardDetails, s.opPostCardDetails(request))
 }
 
+// scopePostCardDetails is opPostCardDetails's scope. It names no request value,
+// so every request shares it.
+var scopePostCardDetails = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostCardDetails records PostCardDetails's responses; made once, for every request.
+var recordPostCardDetails = idemhttp.Record(PostCardDetailsResponseObject.VisitPostCardDetailsResponse)
+
 // opPostCardDetails is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostCardDetails(request PostCardDetailsRequestObject) *idemhttp.Op[PostCardDetailsResponseObject] {
 	return &idemhttp.Op[PostCardDetailsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostCardDetails,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostCardDetailsResponseObject, error) {
 			return s.impl.PostCardDetails(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostCardDetailsResponseObject.VisitPostCardDetailsResponse),
+		Record: recordPostCardDetails,
 	}
 }
 
@@ -722,18 +743,25 @@ func (s *idemServer) PostDonationCampaigns(ctx context.Context, request PostDona
 	return idemHandle(ctx, s.store, policyPostDonationCampaigns, s.opPostDonationCampaigns(request))
 }
 
+// scopePostDonationCampaigns is opPostDonationCampaigns's scope. It names no request value,
+// so every request shares it.
+var scopePostDonationCampaigns = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostDonationCampaigns records PostDonationCampaigns's responses; made once, for every request.
+var recordPostDonationCampaigns = idemhttp.Record(PostDonationCampaignsResponseObject.VisitPostDonationCampaignsResponse)
+
 // opPostDonationCampaigns is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostDonationCampaigns(request PostDonationCampaignsRequestObject) *idemhttp.Op[PostDonationCampaignsResponseObject] {
 	return &idemhttp.Op[PostDonationCampaignsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostDonationCampaigns,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationCampaignsResponseObject, error) {
 			return s.impl.PostDonationCampaigns(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostDonationCampaignsResponseObject.VisitPostDonationCampaignsResponse),
+		Record: recordPostDonationCampaigns,
 	}
 }
 
@@ -742,18 +770,25 @@ func (s *idemServer) PostDonations(ctx context.Context, request PostDonationsReq
 	return idemHandle(ctx, s.store, policyPostDonations, s.opPostDonations(request))
 }
 
+// scopePostDonations is opPostDonations's scope. It names no request value,
+// so every request shares it.
+var scopePostDonations = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostDonations records PostDonations's responses; made once, for every request.
+var recordPostDonations = idemhttp.Record(PostDonationsResponseObject.VisitPostDonationsResponse)
+
 // opPostDonations is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostDonations(request PostDonationsRequestObject) *idemhttp.Op[PostDonationsResponseObject] {
 	return &idemhttp.Op[PostDonationsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostDonations,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostDonationsResponseObject, error) {
 			return s.impl.PostDonations(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostDonationsResponseObject.VisitPostDonationsResponse),
+		Record: recordPostDonations,
 	}
 }
 
@@ -762,18 +797,25 @@ func (s *idemServer) PostForward(ctx context.Context, request PostForwardRequest
 	return idemHandle(ctx, s.store, policyPostForward, s.opPostForward(request))
 }
 
+// scopePostForward is opPostForward's scope. It names no request value,
+// so every request shares it.
+var scopePostForward = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostForward records PostForward's responses; made once, for every request.
+var recordPostForward = idemhttp.Record(PostForwardResponseObject.VisitPostForwardResponse)
+
 // opPostForward is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostForward(request PostForwardRequestObject) *idemhttp.Op[PostForwardResponseObject] {
 	return &idemhttp.Op[PostForwardResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostForward,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostForwardResponseObject, error) {
 			return s.impl.PostForward(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostForwardResponseObject.VisitPostForwardResponse),
+		Record: recordPostForward,
 	}
 }
 
@@ -782,18 +824,25 @@ func (s *idemServer) PostOrders(ctx context.Context, request PostOrdersRequestOb
 	return idemHandle(ctx, s.store, policyPostOrders, s.opPostOrders(request))
 }
 
+// scopePostOrders is opPostOrders's scope. It names no request value,
+// so every request shares it.
+var scopePostOrders = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostOrders records PostOrders's responses; made once, for every request.
+var recordPostOrders = idemhttp.Record(PostOrdersResponseObject.VisitPostOrdersResponse)
+
 // opPostOrders is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostOrders(request PostOrdersRequestObject) *idemhttp.Op[PostOrdersResponseObject] {
 	return &idemhttp.Op[PostOrdersResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostOrders,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersResponseObject, error) {
 			return s.impl.PostOrders(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostOrdersResponseObject.VisitPostOrdersResponse),
+		Record: recordPostOrders,
 	}
 }
 
@@ -802,18 +851,25 @@ func (s *idemServer) PostOrdersCancel(ctx context.Context, request PostOrdersCan
 	return idemHandle(ctx, s.store, policyPostOrdersCancel, s.opPostOrdersCancel(request))
 }
 
+// scopePostOrdersCancel is opPostOrdersCancel's scope. It names no request value,
+// so every request shares it.
+var scopePostOrdersCancel = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostOrdersCancel records PostOrdersCancel's responses; made once, for every request.
+var recordPostOrdersCancel = idemhttp.Record(PostOrdersCancelResponseObject.VisitPostOrdersCancelResponse)
+
 // opPostOrdersCancel is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostOrdersCancel(request PostOrdersCancelRequestObject) *idemhttp.Op[PostOrdersCancelResponseObject] {
 	return &idemhttp.Op[PostOrdersCancelResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostOrdersCancel,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOrdersCancelResponseObject, error) {
 			return s.impl.PostOrdersCancel(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostOrdersCancelResponseObject.VisitPostOrdersCancelResponse),
+		Record: recordPostOrdersCancel,
 	}
 }
 
@@ -822,18 +878,25 @@ func (s *idemServer) PostOriginKeys(ctx context.Context, request PostOriginKeysR
 	return idemHandle(ctx, s.store, policyPostOriginKeys, s.opPostOriginKeys(request))
 }
 
+// scopePostOriginKeys is opPostOriginKeys's scope. It names no request value,
+// so every request shares it.
+var scopePostOriginKeys = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostOriginKeys records PostOriginKeys's responses; made once, for every request.
+var recordPostOriginKeys = idemhttp.Record(PostOriginKeysResponseObject.VisitPostOriginKeysResponse)
+
 // opPostOriginKeys is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostOriginKeys(request PostOriginKeysRequestObject) *idemhttp.Op[PostOriginKeysResponseObject] {
 	return &idemhttp.Op[PostOriginKeysResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostOriginKeys,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostOriginKeysResponseObject, error) {
 			return s.impl.PostOriginKeys(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostOriginKeysResponseObject.VisitPostOriginKeysResponse),
+		Record: recordPostOriginKeys,
 	}
 }
 
@@ -842,18 +905,25 @@ func (s *idemServer) PostPaymentLinks(ctx context.Context, request PostPaymentLi
 	return idemHandle(ctx, s.store, policyPostPaymentLinks, s.opPostPaymentLinks(request))
 }
 
+// scopePostPaymentLinks is opPostPaymentLinks's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentLinks = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentLinks records PostPaymentLinks's responses; made once, for every request.
+var recordPostPaymentLinks = idemhttp.Record(PostPaymentLinksResponseObject.VisitPostPaymentLinksResponse)
+
 // opPostPaymentLinks is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentLinks(request PostPaymentLinksRequestObject) *idemhttp.Op[PostPaymentLinksResponseObject] {
 	return &idemhttp.Op[PostPaymentLinksResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentLinks,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentLinksResponseObject, error) {
 			return s.impl.PostPaymentLinks(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentLinksResponseObject.VisitPostPaymentLinksResponse),
+		Record: recordPostPaymentLinks,
 	}
 }
 
@@ -870,18 +940,25 @@ func (s *idemServer) PostPaymentMethods(ctx context.Context, request PostPayment
 	return idemHandle(ctx, s.store, policyPostPaymentMethods, s.opPostPaymentMethods(request))
 }
 
+// scopePostPaymentMethods is opPostPaymentMethods's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentMethods = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentMethods records PostPaymentMethods's responses; made once, for every request.
+var recordPostPaymentMethods = idemhttp.Record(PostPaymentMethodsResponseObject.VisitPostPaymentMethodsResponse)
+
 // opPostPaymentMethods is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentMethods(request PostPaymentMethodsRequestObject) *idemhttp.Op[PostPaymentMethodsResponseObject] {
 	return &idemhttp.Op[PostPaymentMethodsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentMethods,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsResponseObject, error) {
 			return s.impl.PostPaymentMethods(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentMethodsResponseObject.VisitPostPaymentMethodsResponse),
+		Record: recordPostPaymentMethods,
 	}
 }
 
@@ -890,18 +967,25 @@ func (s *idemServer) PostPaymentMethodsBalance(ctx context.Context, request Post
 	return idemHandle(ctx, s.store, policyPostPaymentMethodsBalance, s.opPostPaymentMethodsBalance(request))
 }
 
+// scopePostPaymentMethodsBalance is opPostPaymentMethodsBalance's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentMethodsBalance = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentMethodsBalance records PostPaymentMethodsBalance's responses; made once, for every request.
+var recordPostPaymentMethodsBalance = idemhttp.Record(PostPaymentMethodsBalanceResponseObject.VisitPostPaymentMethodsBalanceResponse)
+
 // opPostPaymentMethodsBalance is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentMethodsBalance(request PostPaymentMethodsBalanceRequestObject) *idemhttp.Op[PostPaymentMethodsBalanceResponseObject] {
 	return &idemhttp.Op[PostPaymentMethodsBalanceResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentMethodsBalance,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentMethodsBalanceResponseObject, error) {
 			return s.impl.PostPaymentMethodsBalance(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentMethodsBalanceResponseObject.VisitPostPaymentMethodsBalanceResponse),
+		Record: recordPostPaymentMethodsBalance,
 	}
 }
 
@@ -910,18 +994,25 @@ func (s *idemServer) PostPayments(ctx context.Context, request PostPaymentsReque
 	return idemHandle(ctx, s.store, policyPostPayments, s.opPostPayments(request))
 }
 
+// scopePostPayments is opPostPayments's scope. It names no request value,
+// so every request shares it.
+var scopePostPayments = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPayments records PostPayments's responses; made once, for every request.
+var recordPostPayments = idemhttp.Record(PostPaymentsResponseObject.VisitPostPaymentsResponse)
+
 // opPostPayments is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPayments(request PostPaymentsRequestObject) *idemhttp.Op[PostPaymentsResponseObject] {
 	return &idemhttp.Op[PostPaymentsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPayments,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsResponseObject, error) {
 			return s.impl.PostPayments(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsResponseObject.VisitPostPaymentsResponse),
+		Record: recordPostPayments,
 	}
 }
 
@@ -930,18 +1021,25 @@ func (s *idemServer) PostPaymentsDetails(ctx context.Context, request PostPaymen
 	return idemHandle(ctx, s.store, policyPostPaymentsDetails, s.opPostPaymentsDetails(request))
 }
 
+// scopePostPaymentsDetails is opPostPaymentsDetails's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentsDetails = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentsDetails records PostPaymentsDetails's responses; made once, for every request.
+var recordPostPaymentsDetails = idemhttp.Record(PostPaymentsDetailsResponseObject.VisitPostPaymentsDetailsResponse)
+
 // opPostPaymentsDetails is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentsDetails(request PostPaymentsDetailsRequestObject) *idemhttp.Op[PostPaymentsDetailsResponseObject] {
 	return &idemhttp.Op[PostPaymentsDetailsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentsDetails,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsDetailsResponseObject, error) {
 			return s.impl.PostPaymentsDetails(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsDetailsResponseObject.VisitPostPaymentsDetailsResponse),
+		Record: recordPostPaymentsDetails,
 	}
 }
 
@@ -950,21 +1048,28 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Co
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceAmountUpdates, s.opPostPaymentsPaymentPspReferenceAmountUpdates(request))
 }
 
+// scopePostPaymentsPaymentPspReferenceAmountUpdates is opPostPaymentsPaymentPspReferenceAmountUpdates's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentsPaymentPspReferenceAmountUpdates = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentsPaymentPspReferenceAmountUpdates records PostPaymentsPaymentPspReferenceAmountUpdates's responses; made once, for every request.
+var recordPostPaymentsPaymentPspReferenceAmountUpdates = idemhttp.Record(PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject.VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse)
+
 // opPostPaymentsPaymentPspReferenceAmountUpdates is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentsPaymentPspReferenceAmountUpdates(request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject] {
 	return &idemhttp.Op[PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentsPaymentPspReferenceAmountUpdates,
 		Parts: []idemhttp.Part{
 			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceAmountUpdates(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject.VisitPostPaymentsPaymentPspReferenceAmountUpdatesResponse),
+		Record: recordPostPaymentsPaymentPspReferenceAmountUpdates,
 	}
 }
 
@@ -973,21 +1078,28 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context,
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCancels, s.opPostPaymentsPaymentPspReferenceCancels(request))
 }
 
+// scopePostPaymentsPaymentPspReferenceCancels is opPostPaymentsPaymentPspReferenceCancels's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentsPaymentPspReferenceCancels = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentsPaymentPspReferenceCancels records PostPaymentsPaymentPspReferenceCancels's responses; made once, for every request.
+var recordPostPaymentsPaymentPspReferenceCancels = idemhttp.Record(PostPaymentsPaymentPspReferenceCancelsResponseObject.VisitPostPaymentsPaymentPspReferenceCancelsResponse)
+
 // opPostPaymentsPaymentPspReferenceCancels is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentsPaymentPspReferenceCancels(request PostPaymentsPaymentPspReferenceCancelsRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject] {
 	return &idemhttp.Op[PostPaymentsPaymentPspReferenceCancelsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentsPaymentPspReferenceCancels,
 		Parts: []idemhttp.Part{
 			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceCancels(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCancelsResponseObject.VisitPostPaymentsPaymentPspReferenceCancelsResponse),
+		Record: recordPostPaymentsPaymentPspReferenceCancels,
 	}
 }
 
@@ -996,21 +1108,28 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceCaptures, s.opPostPaymentsPaymentPspReferenceCaptures(request))
 }
 
+// scopePostPaymentsPaymentPspReferenceCaptures is opPostPaymentsPaymentPspReferenceCaptures's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentsPaymentPspReferenceCaptures = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentsPaymentPspReferenceCaptures records PostPaymentsPaymentPspReferenceCaptures's responses; made once, for every request.
+var recordPostPaymentsPaymentPspReferenceCaptures = idemhttp.Record(PostPaymentsPaymentPspReferenceCapturesResponseObject.VisitPostPaymentsPaymentPspReferenceCapturesResponse)
+
 // opPostPaymentsPaymentPspReferenceCaptures is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentsPaymentPspReferenceCaptures(request PostPaymentsPaymentPspReferenceCapturesRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject] {
 	return &idemhttp.Op[PostPaymentsPaymentPspReferenceCapturesResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentsPaymentPspReferenceCaptures,
 		Parts: []idemhttp.Part{
 			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceCaptures(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceCapturesResponseObject.VisitPostPaymentsPaymentPspReferenceCapturesResponse),
+		Record: recordPostPaymentsPaymentPspReferenceCaptures,
 	}
 }
 
@@ -1019,21 +1138,28 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context,
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceRefunds, s.opPostPaymentsPaymentPspReferenceRefunds(request))
 }
 
+// scopePostPaymentsPaymentPspReferenceRefunds is opPostPaymentsPaymentPspReferenceRefunds's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentsPaymentPspReferenceRefunds = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentsPaymentPspReferenceRefunds records PostPaymentsPaymentPspReferenceRefunds's responses; made once, for every request.
+var recordPostPaymentsPaymentPspReferenceRefunds = idemhttp.Record(PostPaymentsPaymentPspReferenceRefundsResponseObject.VisitPostPaymentsPaymentPspReferenceRefundsResponse)
+
 // opPostPaymentsPaymentPspReferenceRefunds is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentsPaymentPspReferenceRefunds(request PostPaymentsPaymentPspReferenceRefundsRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject] {
 	return &idemhttp.Op[PostPaymentsPaymentPspReferenceRefundsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentsPaymentPspReferenceRefunds,
 		Parts: []idemhttp.Part{
 			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceRefunds(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceRefundsResponseObject.VisitPostPaymentsPaymentPspReferenceRefundsResponse),
+		Record: recordPostPaymentsPaymentPspReferenceRefunds,
 	}
 }
 
@@ -1042,21 +1168,28 @@ func (s *idemServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Contex
 	return idemHandle(ctx, s.store, policyPostPaymentsPaymentPspReferenceReversals, s.opPostPaymentsPaymentPspReferenceReversals(request))
 }
 
+// scopePostPaymentsPaymentPspReferenceReversals is opPostPaymentsPaymentPspReferenceReversals's scope. It names no request value,
+// so every request shares it.
+var scopePostPaymentsPaymentPspReferenceReversals = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaymentsPaymentPspReferenceReversals records PostPaymentsPaymentPspReferenceReversals's responses; made once, for every request.
+var recordPostPaymentsPaymentPspReferenceReversals = idemhttp.Record(PostPaymentsPaymentPspReferenceReversalsResponseObject.VisitPostPaymentsPaymentPspReferenceReversalsResponse)
+
 // opPostPaymentsPaymentPspReferenceReversals is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaymentsPaymentPspReferenceReversals(request PostPaymentsPaymentPspReferenceReversalsRequestObject) *idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject] {
 	return &idemhttp.Op[PostPaymentsPaymentPspReferenceReversalsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaymentsPaymentPspReferenceReversals,
 		Parts: []idemhttp.Part{
 			{Name: "path:paymentPspReference", Value: request.PaymentPspReference},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
 			return s.impl.PostPaymentsPaymentPspReferenceReversals(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaymentsPaymentPspReferenceReversalsResponseObject.VisitPostPaymentsPaymentPspReferenceReversalsResponse),
+		Record: recordPostPaymentsPaymentPspReferenceReversals,
 	}
 }
 
@@ -1065,18 +1198,25 @@ func (s *idemServer) PostPaypalUpdateOrder(ctx context.Context, request PostPayp
 	return idemHandle(ctx, s.store, policyPostPaypalUpdateOrder, s.opPostPaypalUpdateOrder(request))
 }
 
+// scopePostPaypalUpdateOrder is opPostPaypalUpdateOrder's scope. It names no request value,
+// so every request shares it.
+var scopePostPaypalUpdateOrder = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostPaypalUpdateOrder records PostPaypalUpdateOrder's responses; made once, for every request.
+var recordPostPaypalUpdateOrder = idemhttp.Record(PostPaypalUpdateOrderResponseObject.VisitPostPaypalUpdateOrderResponse)
+
 // opPostPaypalUpdateOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostPaypalUpdateOrder(request PostPaypalUpdateOrderRequestObject) *idemhttp.Op[PostPaypalUpdateOrderResponseObject] {
 	return &idemhttp.Op[PostPaypalUpdateOrderResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostPaypalUpdateOrder,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostPaypalUpdateOrderResponseObject, error) {
 			return s.impl.PostPaypalUpdateOrder(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostPaypalUpdateOrderResponseObject.VisitPostPaypalUpdateOrderResponse),
+		Record: recordPostPaypalUpdateOrder,
 	}
 }
 
@@ -1085,18 +1225,25 @@ func (s *idemServer) PostSessions(ctx context.Context, request PostSessionsReque
 	return idemHandle(ctx, s.store, policyPostSessions, s.opPostSessions(request))
 }
 
+// scopePostSessions is opPostSessions's scope. It names no request value,
+// so every request shares it.
+var scopePostSessions = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostSessions records PostSessions's responses; made once, for every request.
+var recordPostSessions = idemhttp.Record(PostSessionsResponseObject.VisitPostSessionsResponse)
+
 // opPostSessions is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostSessions(request PostSessionsRequestObject) *idemhttp.Op[PostSessionsResponseObject] {
 	return &idemhttp.Op[PostSessionsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostSessions,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostSessionsResponseObject, error) {
 			return s.impl.PostSessions(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostSessionsResponseObject.VisitPostSessionsResponse),
+		Record: recordPostSessions,
 	}
 }
 
@@ -1113,18 +1260,25 @@ func (s *idemServer) PostStoredPaymentMethods(ctx context.Context, request PostS
 	return idemHandle(ctx, s.store, policyPostStoredPaymentMethods, s.opPostStoredPaymentMethods(request))
 }
 
+// scopePostStoredPaymentMethods is opPostStoredPaymentMethods's scope. It names no request value,
+// so every request shares it.
+var scopePostStoredPaymentMethods = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPostStoredPaymentMethods records PostStoredPaymentMethods's responses; made once, for every request.
+var recordPostStoredPaymentMethods = idemhttp.Record(PostStoredPaymentMethodsResponseObject.VisitPostStoredPaymentMethodsResponse)
+
 // opPostStoredPaymentMethods is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPostStoredPaymentMethods(request PostStoredPaymentMethodsRequestObject) *idemhttp.Op[PostStoredPaymentMethodsResponseObject] {
 	return &idemhttp.Op[PostStoredPaymentMethodsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePostStoredPaymentMethods,
 		Run: func(ctx context.Context, tx pgx.Tx) (PostStoredPaymentMethodsResponseObject, error) {
 			return s.impl.PostStoredPaymentMethods(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PostStoredPaymentMethodsResponseObject.VisitPostStoredPaymentMethodsResponse),
+		Record: recordPostStoredPaymentMethods,
 	}
 }
 

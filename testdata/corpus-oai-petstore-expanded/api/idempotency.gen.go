@@ -92,18 +92,25 @@ func (s *idemServer) AddPet(ctx context.Context, request AddPetRequestObject) (A
 	return idemHandle(ctx, s.store, policyAddPet, s.opAddPet(request))
 }
 
+// scopeAddPet is opAddPet's scope. It names no request value,
+// so every request shares it.
+var scopeAddPet = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordAddPet records AddPet's responses; made once, for every request.
+var recordAddPet = idemhttp.Record(AddPetResponseObject.VisitAddPetResponse)
+
 // opAddPet is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opAddPet(request AddPetRequestObject) *idemhttp.Op[AddPetResponseObject] {
 	return &idemhttp.Op[AddPetResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeAddPet,
 		Run: func(ctx context.Context, tx pgx.Tx) (AddPetResponseObject, error) {
 			return s.impl.AddPet(ctx, tx, request)
 		},
-		Record: idemhttp.Record(AddPetResponseObject.VisitAddPetResponse),
+		Record: recordAddPet,
 	}
 }
 

@@ -528,18 +528,25 @@ func (s *idemServer) Emailssend(ctx context.Context, request EmailssendRequestOb
 	return idemHandle(ctx, s.store, policyEmailssend, s.opEmailssend(request))
 }
 
+// scopeEmailssend is opEmailssend's scope. It names no request value,
+// so every request shares it.
+var scopeEmailssend = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordEmailssend records Emailssend's responses; made once, for every request.
+var recordEmailssend = idemhttp.Record(EmailssendResponseObject.VisitEmailssendResponse)
+
 // opEmailssend is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opEmailssend(request EmailssendRequestObject) *idemhttp.Op[EmailssendResponseObject] {
 	return &idemhttp.Op[EmailssendResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeEmailssend,
 		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendResponseObject, error) {
 			return s.impl.Emailssend(ctx, tx, request)
 		},
-		Record: idemhttp.Record(EmailssendResponseObject.VisitEmailssendResponse),
+		Record: recordEmailssend,
 	}
 }
 
@@ -548,18 +555,25 @@ func (s *idemServer) EmailssendBatch(ctx context.Context, request EmailssendBatc
 	return idemHandle(ctx, s.store, policyEmailssendBatch, s.opEmailssendBatch(request))
 }
 
+// scopeEmailssendBatch is opEmailssendBatch's scope. It names no request value,
+// so every request shares it.
+var scopeEmailssendBatch = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordEmailssendBatch records EmailssendBatch's responses; made once, for every request.
+var recordEmailssendBatch = idemhttp.Record(EmailssendBatchResponseObject.VisitEmailssendBatchResponse)
+
 // opEmailssendBatch is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opEmailssendBatch(request EmailssendBatchRequestObject) *idemhttp.Op[EmailssendBatchResponseObject] {
 	return &idemhttp.Op[EmailssendBatchResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeEmailssendBatch,
 		Run: func(ctx context.Context, tx pgx.Tx) (EmailssendBatchResponseObject, error) {
 			return s.impl.EmailssendBatch(ctx, tx, request)
 		},
-		Record: idemhttp.Record(EmailssendBatchResponseObject.VisitEmailssendBatchResponse),
+		Record: recordEmailssendBatch,
 	}
 }
 

@@ -113,6 +113,9 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
 }
 
+// recordCreateOrder records CreateOrder's responses; made once, for every request.
+var recordCreateOrder = idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse)
+
 // opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
@@ -121,7 +124,7 @@ func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.O
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
+		Record: recordCreateOrder,
 	}
 }
 
@@ -134,6 +137,9 @@ func (s *idemServer) UpdateOrder(ctx context.Context, request UpdateOrderRequest
 	return idemHandle(ctx, s.store, policyUpdateOrder, s.opUpdateOrder(request))
 }
 
+// recordUpdateOrder records UpdateOrder's responses; made once, for every request.
+var recordUpdateOrder = idemhttp.Record(UpdateOrderResponseObject.VisitUpdateOrderResponse)
+
 // opUpdateOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opUpdateOrder(request UpdateOrderRequestObject) *idemhttp.Op[UpdateOrderResponseObject] {
@@ -145,7 +151,7 @@ func (s *idemServer) opUpdateOrder(request UpdateOrderRequestObject) *idemhttp.O
 		Run: func(ctx context.Context, tx pgx.Tx) (UpdateOrderResponseObject, error) {
 			return s.impl.UpdateOrder(ctx, tx, request)
 		},
-		Record: idemhttp.Record(UpdateOrderResponseObject.VisitUpdateOrderResponse),
+		Record: recordUpdateOrder,
 	}
 }
 

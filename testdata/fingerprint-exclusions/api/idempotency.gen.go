@@ -139,6 +139,9 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
 }
 
+// recordCreateOrder records CreateOrder's responses; made once, for every request.
+var recordCreateOrder = idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse)
+
 // opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
@@ -151,7 +154,7 @@ func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.O
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreateOrderResponseObject.VisitCreateOrderResponse),
+		Record: recordCreateOrder,
 	}
 }
 
@@ -159,6 +162,9 @@ func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.O
 func (s *idemServer) AttachFile(ctx context.Context, request AttachFileRequestObject) (AttachFileResponseObject, error) {
 	return idemHandle(ctx, s.store, policyAttachFile, s.opAttachFile(request))
 }
+
+// recordAttachFile records AttachFile's responses; made once, for every request.
+var recordAttachFile = idemhttp.Record(AttachFileResponseObject.VisitAttachFileResponse)
 
 // opAttachFile is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
@@ -172,7 +178,7 @@ func (s *idemServer) opAttachFile(request AttachFileRequestObject) *idemhttp.Op[
 		Run: func(ctx context.Context, tx pgx.Tx) (AttachFileResponseObject, error) {
 			return s.impl.AttachFile(ctx, tx, request)
 		},
-		Record: idemhttp.Record(AttachFileResponseObject.VisitAttachFileResponse),
+		Record: recordAttachFile,
 	}
 }
 
@@ -180,6 +186,9 @@ func (s *idemServer) opAttachFile(request AttachFileRequestObject) *idemhttp.Op[
 func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) (AddNoteResponseObject, error) {
 	return idemHandle(ctx, s.store, policyAddNote, s.opAddNote(request))
 }
+
+// recordAddNote records AddNote's responses; made once, for every request.
+var recordAddNote = idemhttp.Record(AddNoteResponseObject.VisitAddNoteResponse)
 
 // opAddNote is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
@@ -189,7 +198,7 @@ func (s *idemServer) opAddNote(request AddNoteRequestObject) *idemhttp.Op[AddNot
 		Run: func(ctx context.Context, tx pgx.Tx) (AddNoteResponseObject, error) {
 			return s.impl.AddNote(ctx, tx, request)
 		},
-		Record: idemhttp.Record(AddNoteResponseObject.VisitAddNoteResponse),
+		Record: recordAddNote,
 	}
 }
 

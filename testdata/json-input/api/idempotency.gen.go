@@ -88,21 +88,28 @@ func (s *idemServer) CreateSubscription(ctx context.Context, request CreateSubsc
 	return idemHandle(ctx, s.store, policyCreateSubscription, s.opCreateSubscription(request))
 }
 
+// scopeCreateSubscription is opCreateSubscription's scope. It names no request value,
+// so every request shares it.
+var scopeCreateSubscription = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateSubscription records CreateSubscription's responses; made once, for every request.
+var recordCreateSubscription = idemhttp.Record(CreateSubscriptionResponseObject.VisitCreateSubscriptionResponse)
+
 // opCreateSubscription is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateSubscription(request CreateSubscriptionRequestObject) *idemhttp.Op[CreateSubscriptionResponseObject] {
 	return &idemhttp.Op[CreateSubscriptionResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateSubscription,
 		RunReference: func(ctx context.Context, tx pgx.Tx) (CreateSubscriptionResponseObject, string, error) {
 			return s.impl.CreateSubscription(ctx, tx, request)
 		},
 		Replay: func(ctx context.Context, reference string, _ int) (CreateSubscriptionResponseObject, error) {
 			return s.impl.ReplayCreateSubscription(ctx, request, reference)
 		},
-		Record: idemhttp.Record(CreateSubscriptionResponseObject.VisitCreateSubscriptionResponse),
+		Record: recordCreateSubscription,
 	}
 }
 

@@ -82,18 +82,25 @@ func (s *idemServer) V1ApplicationCreate(ctx context.Context, request V1Applicat
 	return idemHandle(ctx, s.store, policyV1ApplicationCreate, s.opV1ApplicationCreate(request))
 }
 
+// scopeV1ApplicationCreate is opV1ApplicationCreate's scope. It names no request value,
+// so every request shares it.
+var scopeV1ApplicationCreate = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordV1ApplicationCreate records V1ApplicationCreate's responses; made once, for every request.
+var recordV1ApplicationCreate = idemhttp.Record(V1ApplicationCreateResponseObject.VisitV1ApplicationCreateResponse)
+
 // opV1ApplicationCreate is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opV1ApplicationCreate(request V1ApplicationCreateRequestObject) *idemhttp.Op[V1ApplicationCreateResponseObject] {
 	return &idemhttp.Op[V1ApplicationCreateResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeV1ApplicationCreate,
 		Run: func(ctx context.Context, tx pgx.Tx) (V1ApplicationCreateResponseObject, error) {
 			return s.impl.V1ApplicationCreate(ctx, tx, request)
 		},
-		Record: idemhttp.Record(V1ApplicationCreateResponseObject.VisitV1ApplicationCreateResponse),
+		Record: recordV1ApplicationCreate,
 	}
 }
 

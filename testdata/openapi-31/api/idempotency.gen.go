@@ -82,18 +82,25 @@ func (s *idemServer) SendMessage(ctx context.Context, request SendMessageRequest
 	return idemHandle(ctx, s.store, policySendMessage, s.opSendMessage(request))
 }
 
+// scopeSendMessage is opSendMessage's scope. It names no request value,
+// so every request shares it.
+var scopeSendMessage = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordSendMessage records SendMessage's responses; made once, for every request.
+var recordSendMessage = idemhttp.Record(SendMessageResponseObject.VisitSendMessageResponse)
+
 // opSendMessage is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opSendMessage(request SendMessageRequestObject) *idemhttp.Op[SendMessageResponseObject] {
 	return &idemhttp.Op[SendMessageResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeSendMessage,
 		Run: func(ctx context.Context, tx pgx.Tx) (SendMessageResponseObject, error) {
 			return s.impl.SendMessage(ctx, tx, request)
 		},
-		Record: idemhttp.Record(SendMessageResponseObject.VisitSendMessageResponse),
+		Record: recordSendMessage,
 	}
 }
 

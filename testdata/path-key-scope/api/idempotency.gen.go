@@ -108,6 +108,9 @@ func (s *idemServer) CheckoutCart(ctx context.Context, request CheckoutCartReque
 	return idemHandle(ctx, s.store, policyCheckoutCart, s.opCheckoutCart(request))
 }
 
+// recordCheckoutCart records CheckoutCart's responses; made once, for every request.
+var recordCheckoutCart = idemhttp.Record(CheckoutCartResponseObject.VisitCheckoutCartResponse)
+
 // opCheckoutCart is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCheckoutCart(request CheckoutCartRequestObject) *idemhttp.Op[CheckoutCartResponseObject] {
@@ -126,7 +129,7 @@ func (s *idemServer) opCheckoutCart(request CheckoutCartRequestObject) *idemhttp
 		Run: func(ctx context.Context, tx pgx.Tx) (CheckoutCartResponseObject, error) {
 			return s.impl.CheckoutCart(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CheckoutCartResponseObject.VisitCheckoutCartResponse),
+		Record: recordCheckoutCart,
 	}
 }
 
@@ -134,6 +137,9 @@ func (s *idemServer) opCheckoutCart(request CheckoutCartRequestObject) *idemhttp
 func (s *idemServer) AddLine(ctx context.Context, request AddLineRequestObject) (AddLineResponseObject, error) {
 	return idemHandle(ctx, s.store, policyAddLine, s.opAddLine(request))
 }
+
+// recordAddLine records AddLine's responses; made once, for every request.
+var recordAddLine = idemhttp.Record(AddLineResponseObject.VisitAddLineResponse)
 
 // opAddLine is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
@@ -151,7 +157,7 @@ func (s *idemServer) opAddLine(request AddLineRequestObject) *idemhttp.Op[AddLin
 		Run: func(ctx context.Context, tx pgx.Tx) (AddLineResponseObject, error) {
 			return s.impl.AddLine(ctx, tx, request)
 		},
-		Record: idemhttp.Record(AddLineResponseObject.VisitAddLineResponse),
+		Record: recordAddLine,
 	}
 }
 

@@ -140,14 +140,21 @@ func (s *idemServer) ReleaseHolds(ctx context.Context, request ReleaseHoldsReque
 	return idemHandle(ctx, s.store, policyReleaseHolds, s.opReleaseHolds(request))
 }
 
+// scopeReleaseHolds is opReleaseHolds's scope. It names no request value,
+// so every request shares it.
+var scopeReleaseHolds = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordReleaseHolds records ReleaseHolds's responses; made once, for every request.
+var recordReleaseHolds = idemhttp.Record(ReleaseHoldsResponseObject.VisitReleaseHoldsResponse)
+
 // opReleaseHolds is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opReleaseHolds(request ReleaseHoldsRequestObject) *idemhttp.Op[ReleaseHoldsResponseObject] {
 	return &idemhttp.Op[ReleaseHoldsResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeReleaseHolds,
 		Parts: []idemhttp.Part{
 			{Name: "path:account_id", Value: request.AccountId},
 		},
@@ -157,7 +164,7 @@ func (s *idemServer) opReleaseHolds(request ReleaseHoldsRequestObject) *idemhttp
 		Replay: func(ctx context.Context, _ string, status int) (ReleaseHoldsResponseObject, error) {
 			return s.impl.ReplayReleaseHolds(ctx, request, status)
 		},
-		Record: idemhttp.Record(ReleaseHoldsResponseObject.VisitReleaseHoldsResponse),
+		Record: recordReleaseHolds,
 	}
 }
 
@@ -166,21 +173,28 @@ func (s *idemServer) PlaceHold(ctx context.Context, request PlaceHoldRequestObje
 	return idemHandle(ctx, s.store, policyPlaceHold, s.opPlaceHold(request))
 }
 
+// scopePlaceHold is opPlaceHold's scope. It names no request value,
+// so every request shares it.
+var scopePlaceHold = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPlaceHold records PlaceHold's responses; made once, for every request.
+var recordPlaceHold = idemhttp.Record(PlaceHoldResponseObject.VisitPlaceHoldResponse)
+
 // opPlaceHold is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPlaceHold(request PlaceHoldRequestObject) *idemhttp.Op[PlaceHoldResponseObject] {
 	return &idemhttp.Op[PlaceHoldResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePlaceHold,
 		Parts: []idemhttp.Part{
 			{Name: "path:account_id", Value: request.AccountId},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (PlaceHoldResponseObject, error) {
 			return s.impl.PlaceHold(ctx, tx, request)
 		},
-		Record: idemhttp.Record(PlaceHoldResponseObject.VisitPlaceHoldResponse),
+		Record: recordPlaceHold,
 	}
 }
 
@@ -193,18 +207,25 @@ func (s *idemServer) CreateTransfer(ctx context.Context, request CreateTransferR
 	return idemHandle(ctx, s.store, policyCreateTransfer, s.opCreateTransfer(request))
 }
 
+// scopeCreateTransfer is opCreateTransfer's scope. It names no request value,
+// so every request shares it.
+var scopeCreateTransfer = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateTransfer records CreateTransfer's responses; made once, for every request.
+var recordCreateTransfer = idemhttp.Record(CreateTransferResponseObject.VisitCreateTransferResponse)
+
 // opCreateTransfer is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateTransfer(request CreateTransferRequestObject) *idemhttp.Op[CreateTransferResponseObject] {
 	return &idemhttp.Op[CreateTransferResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateTransfer,
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateTransferResponseObject, error) {
 			return s.impl.CreateTransfer(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreateTransferResponseObject.VisitCreateTransferResponse),
+		Record: recordCreateTransfer,
 	}
 }
 

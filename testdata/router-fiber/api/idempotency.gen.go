@@ -245,18 +245,25 @@ func (s *idemServer) CreateOrder(ctx context.Context, request CreateOrderRequest
 	return idemHandle(ctx, s.store, policyCreateOrder, s.opCreateOrder(request))
 }
 
+// scopeCreateOrder is opCreateOrder's scope. It names no request value,
+// so every request shares it.
+var scopeCreateOrder = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateOrder records CreateOrder's responses; made once, for every request.
+var recordCreateOrder = idemRecord(CreateOrderResponseObject.VisitCreateOrderResponse)
+
 // opCreateOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateOrder(request CreateOrderRequestObject) *idemhttp.Op[CreateOrderResponseObject] {
 	return &idemhttp.Op[CreateOrderResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateOrder,
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateOrderResponseObject, error) {
 			return s.impl.CreateOrder(ctx, tx, request)
 		},
-		Record: idemRecord(CreateOrderResponseObject.VisitCreateOrderResponse),
+		Record: recordCreateOrder,
 	}
 }
 
@@ -269,14 +276,21 @@ func (s *idemServer) AddNote(ctx context.Context, request AddNoteRequestObject) 
 	return idemHandle(ctx, s.store, policyAddNote, s.opAddNote(request))
 }
 
+// scopeAddNote is opAddNote's scope. It names no request value,
+// so every request shares it.
+var scopeAddNote = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordAddNote records AddNote's responses; made once, for every request.
+var recordAddNote = idemRecord(AddNoteResponseObject.VisitAddNoteResponse)
+
 // opAddNote is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opAddNote(request AddNoteRequestObject) *idemhttp.Op[AddNoteResponseObject] {
 	return &idemhttp.Op[AddNoteResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeAddNote,
 		Parts: []idemhttp.Part{
 			{Name: "path:order_id", Value: request.OrderId},
 		},
@@ -286,7 +300,7 @@ func (s *idemServer) opAddNote(request AddNoteRequestObject) *idemhttp.Op[AddNot
 		Replay: func(ctx context.Context, _ string, status int) (AddNoteResponseObject, error) {
 			return s.impl.ReplayAddNote(ctx, request, status)
 		},
-		Record: idemRecord(AddNoteResponseObject.VisitAddNoteResponse),
+		Record: recordAddNote,
 	}
 }
 
@@ -295,14 +309,21 @@ func (s *idemServer) ShipOrder(ctx context.Context, request ShipOrderRequestObje
 	return idemHandle(ctx, s.store, policyShipOrder, s.opShipOrder(request))
 }
 
+// scopeShipOrder is opShipOrder's scope. It names no request value,
+// so every request shares it.
+var scopeShipOrder = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordShipOrder records ShipOrder's responses; made once, for every request.
+var recordShipOrder = idemRecord(ShipOrderResponseObject.VisitShipOrderResponse)
+
 // opShipOrder is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[ShipOrderResponseObject] {
 	return &idemhttp.Op[ShipOrderResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeShipOrder,
 		Parts: []idemhttp.Part{
 			{Name: "path:order_id", Value: request.OrderId},
 		},
@@ -312,7 +333,7 @@ func (s *idemServer) opShipOrder(request ShipOrderRequestObject) *idemhttp.Op[Sh
 		Replay: func(ctx context.Context, reference string, _ int) (ShipOrderResponseObject, error) {
 			return s.impl.ReplayShipOrder(ctx, request, reference)
 		},
-		Record: idemRecord(ShipOrderResponseObject.VisitShipOrderResponse),
+		Record: recordShipOrder,
 	}
 }
 
@@ -321,18 +342,25 @@ func (s *idemServer) CreatePayment(ctx context.Context, request CreatePaymentReq
 	return idemHandle(ctx, s.store, policyCreatePayment, s.opCreatePayment(request))
 }
 
+// scopeCreatePayment is opCreatePayment's scope. It names no request value,
+// so every request shares it.
+var scopeCreatePayment = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreatePayment records CreatePayment's responses; made once, for every request.
+var recordCreatePayment = idemRecord(CreatePaymentResponseObject.VisitCreatePaymentResponse)
+
 // opCreatePayment is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreatePayment(request CreatePaymentRequestObject) *idemhttp.Op[CreatePaymentResponseObject] {
 	return &idemhttp.Op[CreatePaymentResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreatePayment,
 		Run: func(ctx context.Context, tx pgx.Tx) (CreatePaymentResponseObject, error) {
 			return s.impl.CreatePayment(ctx, tx, request)
 		},
-		Record: idemRecord(CreatePaymentResponseObject.VisitCreatePaymentResponse),
+		Record: recordCreatePayment,
 	}
 }
 
@@ -341,21 +369,28 @@ func (s *idemServer) UpdatePayment(ctx context.Context, request UpdatePaymentReq
 	return idemHandle(ctx, s.store, policyUpdatePayment, s.opUpdatePayment(request))
 }
 
+// scopeUpdatePayment is opUpdatePayment's scope. It names no request value,
+// so every request shares it.
+var scopeUpdatePayment = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordUpdatePayment records UpdatePayment's responses; made once, for every request.
+var recordUpdatePayment = idemRecord(UpdatePaymentResponseObject.VisitUpdatePaymentResponse)
+
 // opUpdatePayment is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opUpdatePayment(request UpdatePaymentRequestObject) *idemhttp.Op[UpdatePaymentResponseObject] {
 	return &idemhttp.Op[UpdatePaymentResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeUpdatePayment,
 		Parts: []idemhttp.Part{
 			{Name: "path:payment_id", Value: request.PaymentId},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (UpdatePaymentResponseObject, error) {
 			return s.impl.UpdatePayment(ctx, tx, request)
 		},
-		Record: idemRecord(UpdatePaymentResponseObject.VisitUpdatePaymentResponse),
+		Record: recordUpdatePayment,
 	}
 }
 
@@ -364,21 +399,28 @@ func (s *idemServer) CreateRefund(ctx context.Context, request CreateRefundReque
 	return idemHandle(ctx, s.store, policyCreateRefund, s.opCreateRefund(request))
 }
 
+// scopeCreateRefund is opCreateRefund's scope. It names no request value,
+// so every request shares it.
+var scopeCreateRefund = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateRefund records CreateRefund's responses; made once, for every request.
+var recordCreateRefund = idemRecord(CreateRefundResponseObject.VisitCreateRefundResponse)
+
 // opCreateRefund is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateRefund(request CreateRefundRequestObject) *idemhttp.Op[CreateRefundResponseObject] {
 	return &idemhttp.Op[CreateRefundResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateRefund,
 		Parts: []idemhttp.Part{
 			{Name: "path:payment_id", Value: request.PaymentId},
 		},
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateRefundResponseObject, error) {
 			return s.impl.CreateRefund(ctx, tx, request)
 		},
-		Record: idemRecord(CreateRefundResponseObject.VisitCreateRefundResponse),
+		Record: recordCreateRefund,
 	}
 }
 

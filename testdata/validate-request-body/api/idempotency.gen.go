@@ -100,18 +100,25 @@ func (s *idemServer) CreateTeam(ctx context.Context, request CreateTeamRequestOb
 	return idemHandle(ctx, s.store, policyCreateTeam, s.opCreateTeam(request))
 }
 
+// scopeCreateTeam is opCreateTeam's scope. It names no request value,
+// so every request shares it.
+var scopeCreateTeam = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateTeam records CreateTeam's responses; made once, for every request.
+var recordCreateTeam = idemhttp.Record(CreateTeamResponseObject.VisitCreateTeamResponse)
+
 // opCreateTeam is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opCreateTeam(request CreateTeamRequestObject) *idemhttp.Op[CreateTeamResponseObject] {
 	return &idemhttp.Op[CreateTeamResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateTeam,
 		Run: func(ctx context.Context, tx pgx.Tx) (CreateTeamResponseObject, error) {
 			return s.impl.CreateTeam(ctx, tx, request)
 		},
-		Record: idemhttp.Record(CreateTeamResponseObject.VisitCreateTeamResponse),
+		Record: recordCreateTeam,
 	}
 }
 

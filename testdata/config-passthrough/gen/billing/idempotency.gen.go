@@ -84,14 +84,21 @@ func (s *idemServer) PayInvoice(ctx context.Context, request PayInvoiceRequestOb
 	return idemHandle(ctx, s.store, policyPayInvoice, s.opPayInvoice(request))
 }
 
+// scopePayInvoice is opPayInvoice's scope. It names no request value,
+// so every request shares it.
+var scopePayInvoice = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordPayInvoice records PayInvoice's responses; made once, for every request.
+var recordPayInvoice = idemhttp.Record(PayInvoiceResponseObject.VisitPayInvoiceResponse)
+
 // opPayInvoice is request as the runtime serves it: its key, its named scope and fingerprint
 // values, and the handler.
 func (s *idemServer) opPayInvoice(request PayInvoiceRequestObject) *idemhttp.Op[PayInvoiceResponseObject] {
 	return &idemhttp.Op[PayInvoiceResponseObject]{
-		Key: request.Params.IdempotencyKey,
-		Scope: []idemhttp.Part{
-			{Name: "operation"},
-		},
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopePayInvoice,
 		Parts: []idemhttp.Part{
 			{Name: "path:invoice_id", Value: request.InvoiceID},
 		},
@@ -101,7 +108,7 @@ func (s *idemServer) opPayInvoice(request PayInvoiceRequestObject) *idemhttp.Op[
 		Replay: func(ctx context.Context, _ string, status int) (PayInvoiceResponseObject, error) {
 			return s.impl.ReplayPayInvoice(ctx, request, status)
 		},
-		Record: idemhttp.Record(PayInvoiceResponseObject.VisitPayInvoiceResponse),
+		Record: recordPayInvoice,
 	}
 }
 
