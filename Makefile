@@ -33,7 +33,7 @@ bench-http: ## serve the payments example over HTTP with and without idempotency
 	PG_DURABLE=1 PG_MAX_CONNECTIONS=200 PG_STATEMENTS=$${BENCH_HTTP_PROFILE:+1} $(PG) TEST_DATABASE_URL scripts/bench-http.sh
 
 .PHONY: bench-instructions
-bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1%, unlike timings)
+bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1% in PostgreSQL and a few % in Go, unlike timings)
 	scripts/bench-instructions.sh
 
 .PHONY: citus
