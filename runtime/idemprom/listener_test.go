@@ -60,10 +60,13 @@ func TestListenerDeafGauge(t *testing.T) {
 		_, err := store.Do(ctx, p, charge("k"))
 		dup <- err
 	}()
+	// The listener records itself deaf (ListenerHealth) a moment before it emits the event that
+	// sets the gauge: wait for both.
 	deadline := time.Now().Add(15 * time.Second)
-	for store.ListenerHealth() == nil {
+	for store.ListenerHealth() == nil || testutil.ToFloat64(col.deaf) != 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("after 15s: the listener behind pgbouncer never reported itself deaf")
+			t.Fatalf("after 15s: the listener behind pgbouncer never reported itself deaf (ListenerHealth %v, gauge %v)",
+				store.ListenerHealth(), testutil.ToFloat64(col.deaf))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
