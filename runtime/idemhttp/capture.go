@@ -102,13 +102,17 @@ func readBody(body io.Reader, length, max int64) ([]byte, error) {
 	if length >= 0 && length < size {
 		size = length + 1
 	}
+	limit := max + 1 // the byte past max, which says the body is too large
+	if limit < max {
+		limit = max // max is math.MaxInt64: max+1 would overflow, and no body is longer
+	}
 	b := make([]byte, 0, size)
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // room to read into, as io.ReadAll makes it
 		}
 		room := b[len(b):cap(b)]
-		if left := max + 1 - int64(len(b)); int64(len(room)) > left {
+		if left := limit - int64(len(b)); int64(len(room)) > left {
 			room = room[:left]
 		}
 		n, err := body.Read(room)
