@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -108,20 +107,10 @@ type peerLeaseRow struct {
 }
 
 func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
-	tenant, ok := tenantFrom(ctx)
-	if !ok {
-		return nil, errors.New("payments lease peer: no tenant in the request context (is requireTenant installed?)")
+	tenant, key, fp, answer, err := peerRequest(ctx, "lease peer", req)
+	if answer != nil || err != nil {
+		return answer, err
 	}
-	if req.Params.IdempotencyKey == nil || *req.Params.IdempotencyKey == "" {
-		return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
-			"send an Idempotency-Key header")}, nil
-	}
-	key := *req.Params.IdempotencyKey
-	canon, err := json.Marshal(req.Body)
-	if err != nil {
-		return nil, err
-	}
-	fp := sha256.Sum256(canon)
 	var ob [8]byte
 	if _, err := rand.Read(ob[:]); err != nil {
 		return nil, err

@@ -92,22 +92,36 @@ func (a peerAnswer) VisitCreatePaymentResponse(w http.ResponseWriter) error {
 	return err
 }
 
-func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
+// peerRequest is what both hand-written peers read from a create first: the tenant, the key and
+// the body's fingerprint; or the answer when the request has no key (answer not nil).
+func peerRequest(ctx context.Context, who string, req api.CreatePaymentRequestObject) (tenant, key string, fp [sha256.Size]byte, answer api.CreatePaymentResponseObject, err error) {
 	tenant, ok := tenantFrom(ctx)
 	if !ok {
-		return nil, errors.New("payments peer: no tenant in the request context (is requireTenant installed?)")
+		return "", "", fp, nil, fmt.Errorf("payments %s: no tenant in the request context (is requireTenant installed?)", who)
 	}
 	if req.Params.IdempotencyKey == nil || *req.Params.IdempotencyKey == "" {
-		return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
+		return "", "", fp, problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
 			"send an Idempotency-Key header")}, nil
 	}
-	key := *req.Params.IdempotencyKey
-	// The body's fields in their declared order: the same request gives the same bytes.
-	canon, err := json.Marshal(req.Body)
+	fp, err = peerFingerprint(req.Body)
+	return tenant, *req.Params.IdempotencyKey, fp, nil, err
+}
+
+// peerFingerprint is the peers' fingerprint of a create's body: the SHA-256 of its fields in
+// their declared order, so the same request gives the same bytes.
+func peerFingerprint(body *api.CreatePaymentJSONRequestBody) ([sha256.Size]byte, error) {
+	canon, err := json.Marshal(body)
 	if err != nil {
-		return nil, err
+		return [sha256.Size]byte{}, err
 	}
-	fp := sha256.Sum256(canon)
+	return sha256.Sum256(canon), nil
+}
+
+func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
+	tenant, key, fp, answer, err := peerRequest(ctx, "peer", req)
+	if answer != nil || err != nil {
+		return answer, err
+	}
 
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {

@@ -7,7 +7,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -646,11 +645,10 @@ func checkPeerLeaseTakeover(ctx context.Context, t *testing.T, pool *pgxpool.Poo
 	if err := json.Unmarshal(benchBodyBytes, &body); err != nil {
 		t.Fatal(err)
 	}
-	canon, err := json.Marshal(body)
+	fp, err := peerFingerprint(&body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := sha256.Sum256(canon)
 	if _, err := pool.Exec(ctx, `INSERT INTO peer_lease_keys (tenant, key, fingerprint, owner, lease_until)
 		VALUES ($1, 'held', $2, 1, now() + interval '1 hour'), ($1, 'abandoned', $2, 2, now() - interval '1 second')`,
 		benchTenant, fp[:]); err != nil {
