@@ -158,6 +158,7 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 		}
 		// Abandoned: take it over, in a round trip of its own (rare: its owner crashed).
 		won := false
+		committed = false
 		if tx, err = peerLeaseBatch(ctx, conn, func(b *pgx.Batch) {
 			b.Queue(peerLeaseBeginSQL)
 			b.Queue(peerLeaseSyncOffSQL)
