@@ -198,11 +198,8 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// newClaim is the claim p would hold; its token is fresh.
-func newClaim(p *DoParams) *Claim { return newClaimWith(nil, p, newToken(), true) }
-
-// newClaim is the package's newClaim, with the key's hash computed at once when events about it
-// reach anyone: each request reports two or three.
+// newClaim is the claim p would hold, its token fresh, with the key's hash computed at once
+// when events about it reach anyone: each request reports two or three.
 func (s *Store) newClaim(ctx context.Context, p *DoParams) *Claim {
 	c := newClaimWith(s, p, newToken(), true)
 	s.hashIfObserved(ctx, c)

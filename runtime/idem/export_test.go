@@ -181,7 +181,7 @@ var StoredText = storedText
 
 // UnmadeClaim is a claim of p's key that was never made: what a duplicate whose claim batch
 // failed before reaching the server holds.
-func UnmadeClaim(p *DoParams) *Claim { return newClaim(p) }
+func UnmadeClaim(p *DoParams) *Claim { return newClaimWith(nil, p, newToken(), true) }
 
 // Abandon remembers c as a claim s gave up but could not give back (a failed release).
 func Abandon(s *Store, c *Claim) { s.abandon(c) }

@@ -69,6 +69,17 @@ func expireLease(t *testing.T, e *env, key string) {
 	}
 }
 
+// holdClaim claims key k as a request (operation op, fingerprint fp) that never completes nor
+// releases it, with a lease of an hour: a crashed or a slow holder.
+func holdClaim(t *testing.T, e *env) *idem.ClaimResult {
+	t.Helper()
+	r, err := e.Store.Claim(context.Background(), &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
+	if err != nil || r.Status != idem.ClaimAcquired {
+		t.Fatalf("claim = %+v, %v; want acquired", r, err)
+	}
+	return r
+}
+
 func TestClaimPathsStormOf64ExecutesOnce(t *testing.T) {
 	t.Parallel()
 	eachClaimPathAndMode(t, 16, func(t *testing.T, e *env, mode idem.ClaimMode) {
@@ -125,11 +136,7 @@ func TestClaimPathsTakeOverAnAbandonedClaim(t *testing.T) {
 	t.Parallel()
 	eachClaimPathAndMode(t, 4, func(t *testing.T, e *env, mode idem.ClaimMode) {
 		ctx := context.Background()
-		// A crash: claimed, never completed nor released.
-		dead, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
-		if err != nil || dead.Status != idem.ClaimAcquired {
-			t.Fatalf("claim = %+v, %v", dead, err)
-		}
+		dead := holdClaim(t, e) // a crash: claimed, never completed nor released
 		p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: mode, Wait: time.Millisecond}
 		if _, err := e.Store.Do(ctx, p, pay(1, "x")); !errors.Is(err, idem.ErrInProgress) {
 			t.Fatalf("during the dead holder's lease: %v; want ErrInProgress", err)
@@ -165,10 +172,7 @@ func TestClaimPathsRefuseAnotherRequestWhileInFlight(t *testing.T) {
 	t.Parallel()
 	eachClaimPathAndMode(t, 4, func(t *testing.T, e *env, mode idem.ClaimMode) {
 		ctx := context.Background()
-		held, err := e.Store.Claim(ctx, &idem.ClaimParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Lease: time.Hour})
-		if err != nil || held.Status != idem.ClaimAcquired {
-			t.Fatalf("claim = %+v, %v", held, err)
-		}
+		holdClaim(t, e)
 		other := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "other", Claim: mode, Wait: time.Millisecond}
 		if _, err := e.Store.Do(ctx, other, pay(1, "x")); !errors.Is(err, idem.ErrKeyReused) {
 			t.Fatalf("another request while the first is in flight: %v; want ErrKeyReused (before in progress)", err)
