@@ -36,6 +36,10 @@ bench-http: ## serve the payments example over HTTP with and without idempotency
 bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1% in PostgreSQL and a few % in Go, unlike timings)
 	scripts/bench-instructions.sh
 
+.PHONY: bench-statements
+bench-statements: ## split make bench-instructions' PostgreSQL count statement by statement, for each bench server (callgrind, about 2.5 minutes)
+	scripts/bench-statements.sh
+
 .PHONY: citus
 citus: ## start a Citus cluster on loopback (scripts/citus.sh; Citus must be installed), run the runtime's verification on it beside a plain PostgreSQL, stop it
 	@dir=$$(mktemp -d /tmp/idem-citus.XXXXXX) && url=$$(scripts/citus.sh start $$dir) || { rm -rf $$dir; exit 1; }; \

@@ -11,7 +11,8 @@
 # since every statement then pays for its bookkeeping.
 # PG_CALLGRIND=1 runs every server process under valgrind's callgrind (instructions counted per
 # process, written to DIR/callgrind when it exits; valgrind must be installed), for
-# make bench-instructions.
+# make bench-instructions. PG_CALLGRIND_OPTS adds options of callgrind's own (make
+# bench-statements: a dump of the count at each statement's bind and execute).
 # PG_MAX_CONNECTIONS=N sets max_connections (PostgreSQL's default is 100); make bench-http, whose
 # servers each keep a pool, needs more.
 # PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
@@ -79,8 +80,8 @@ start)
 		# lands among a measurement's backends. make bench-instructions uses it.
 		mkdir -p "$dir/callgrind"
 		[[ $(id -u) -eq 0 ]] && chown postgres "$dir/callgrind"
-		printf '#!/bin/sh\nexec valgrind -q --tool=callgrind --trace-children=yes --callgrind-out-file=%s/callgrind/callgrind.%%p %s/postgres "$@"\n' \
-			"$dir" "$bindir" >"$dir/postgres-callgrind"
+		printf '#!/bin/sh\nexec valgrind -q --tool=callgrind --trace-children=yes %s --callgrind-out-file=%s/callgrind/callgrind.%%p %s/postgres "$@"\n' \
+			"${PG_CALLGRIND_OPTS:-}" "$dir" "$bindir" >"$dir/postgres-callgrind"
 		chmod 755 "$dir/postgres-callgrind"
 		postgres=(-p "$dir/postgres-callgrind")
 		opts+=" -c autovacuum=off"

@@ -79,6 +79,10 @@ func inProcess(b *testing.B, mode string) func(key string) *httptest.ResponseRec
 	// ROLLBACK it owes (runtime/idem/owed.go) as it does on a production pool, rather than
 	// rolling back in a round trip of its own.
 	cfg.MaxConns = 4
+	trace := newStatementTrace(b) // make bench-statements
+	if trace != nil {
+		cfg.ConnConfig.Tracer = trace
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -98,6 +102,9 @@ func inProcess(b *testing.B, mode string) func(key string) *httptest.ResponseRec
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		rec := httptest.NewRecorder()
+		if trace != nil {
+			trace.req.Add(1)
+		}
 		h.ServeHTTP(rec, req.WithContext(rctx))
 		return rec
 	}
