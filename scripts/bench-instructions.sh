@@ -34,11 +34,15 @@ small=20 big=220
 rows=(
 	"first executions, idempotency off (ceiling)|FirstHandler/ceiling"
 	"first executions, hand-written peer|FirstHandler/peer"
+	"first executions, hand-written peer, runtime's row|FirstHandler/peer-row"
 	"first executions, hand-written lease peer|FirstHandler/peer-lease"
+	"first executions, hand-written lease peer, runtime's row|FirstHandler/peer-lease-row"
 	"first executions, claim: lease|FirstHandler/lease"
 	"first executions, claim: transaction|FirstHandler/transaction"
 	"replays, hand-written peer|ReplayHandler/peer"
+	"replays, hand-written peer, runtime's row|ReplayHandler/peer-row"
 	"replays, hand-written lease peer|ReplayHandler/peer-lease"
+	"replays, hand-written lease peer, runtime's row|ReplayHandler/peer-lease-row"
 	"replays, claim: lease|ReplayHandler/lease"
 	"replays, claim: transaction|ReplayHandler/transaction"
 )
@@ -93,15 +97,15 @@ for row in "${rows[@]}"; do
 done
 # ratio A B: A / B to two decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-printf '%-46s %13s %7s %7s %13s %7s %7s %10s %8s\n' row "PG instr/req" "× peer" "× lp" "Go instr/req" "× peer" "× lp" allocs/req B/req
+printf '%-57s %13s %7s %7s %13s %7s %7s %10s %8s\n' row "PG instr/req" "× peer" "× lp" "Go instr/req" "× peer" "× lp" allocs/req B/req
 for row in "${rows[@]}"; do
 	label=${row%%|*} bench=${row#*|}
 	peer=${bench%%/*}/peer leasePeer=${bench%%/*}/peer-lease
 	lpPG="" lpGo=""
-	if [[ $bench == */lease || $bench == */peer-lease ]]; then
+	if [[ $bench == */lease || $bench == */peer-lease || $bench == */peer-lease-row ]]; then
 		lpPG=$(ratio "${pg[$bench]}" "${pg[$leasePeer]}") lpGo=$(ratio "${go[$bench]}" "${go[$leasePeer]}")
 	fi
-	printf '%-46s %13d %7s %7s %13d %7s %7s %10s %8s\n' "$label" "${pg[$bench]}" "$(ratio "${pg[$bench]}" "${pg[$peer]}")" "$lpPG" \
+	printf '%-57s %13d %7s %7s %13d %7s %7s %10s %8s\n' "$label" "${pg[$bench]}" "$(ratio "${pg[$bench]}" "${pg[$peer]}")" "$lpPG" \
 		"${go[$bench]}" "$(ratio "${go[$bench]}" "${go[$peer]}")" "$lpGo" "${allocs[$bench]}" "${bytes[$bench]}"
 done
 echo

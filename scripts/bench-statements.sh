@@ -35,12 +35,16 @@ requests=${BENCH_STATEMENTS_REQUESTS:-60} warm=${BENCH_STATEMENTS_WARM:-20}
 rows=(
 	"first executions, idempotency off (ceiling)|FirstHandler/ceiling"
 	"first executions, hand-written peer|FirstHandler/peer"
+	"first executions, hand-written peer, runtime's row|FirstHandler/peer-row"
 	"first executions, claim: transaction|FirstHandler/transaction"
 	"first executions, hand-written lease peer|FirstHandler/peer-lease"
+	"first executions, hand-written lease peer, runtime's row|FirstHandler/peer-lease-row"
 	"first executions, claim: lease|FirstHandler/lease"
 	"replays, hand-written peer|ReplayHandler/peer"
+	"replays, hand-written peer, runtime's row|ReplayHandler/peer-row"
 	"replays, claim: transaction|ReplayHandler/transaction"
 	"replays, hand-written lease peer|ReplayHandler/peer-lease"
+	"replays, hand-written lease peer, runtime's row|ReplayHandler/peer-lease-row"
 	"replays, claim: lease|ReplayHandler/lease"
 )
 for row in "${rows[@]}"; do

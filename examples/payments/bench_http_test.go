@@ -83,13 +83,17 @@ type rowSpec struct {
 var rowSpecs = []rowSpec{
 	{id: "ceiling", label: "create, idempotency off (ceiling)", server: serverCeiling, kind: kindFirst},
 	{id: "peer", label: "create, hand-written peer, first executions", server: serverPeer, kind: kindFirst},
+	{id: "peer-row", label: "create, hand-written peer storing the runtime's key row, first executions", server: serverPeerRow, kind: kindFirst},
 	{id: "peer-lease", label: "create, hand-written lease peer, first executions", server: serverPeerLease, kind: kindFirst},
+	{id: "peer-lease-row", label: "create, hand-written lease peer storing the runtime's key row, first executions", server: serverPeerLeaseRow, kind: kindFirst},
 	{id: "lease", label: "create, claim: lease, first executions", server: serverLease, kind: kindFirst,
 		minRatio: 0.75, maxTrips: 1, tripsOverCeiling: true},
 	{id: "transaction", label: "create, claim: transaction, first executions", server: serverTransaction, kind: kindFirst,
 		minRatio: 0.85, minPeerRatio: 0.95},
 	{id: "peer-replay", label: "replays, hand-written peer", server: serverPeer, kind: kindReplay},
+	{id: "peer-row-replay", label: "replays, hand-written peer storing the runtime's key row", server: serverPeerRow, kind: kindReplay},
 	{id: "peer-lease-replay", label: "replays, hand-written lease peer", server: serverPeerLease, kind: kindReplay},
+	{id: "peer-lease-row-replay", label: "replays, hand-written lease peer storing the runtime's key row", server: serverPeerLeaseRow, kind: kindReplay},
 	{id: "lease-replay", label: "replays, claim: lease", server: serverLease, kind: kindReplay, minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
 	{id: "transaction-replay", label: "replays, claim: transaction", server: serverTransaction, kind: kindReplay,
 		minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
@@ -101,7 +105,7 @@ var rowSpecs = []rowSpec{
 }
 
 // benchServers are the servers BenchmarkHTTP starts, in the order it warms them up.
-var benchServers = []string{serverCeiling, serverPeer, serverPeerLease, serverLease, serverTransaction, serverCached}
+var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached}
 
 // segment is one row's share of one round.
 type segment struct {
@@ -437,7 +441,7 @@ func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, con
 // inLeaseMode says whether server claims in lease mode (or is the hand-written lease peer):
 // its rows are compared with the lease peer's too.
 func inLeaseMode(server string) bool {
-	return server == serverLease || server == serverCached || server == serverPeerLease
+	return server == serverLease || server == serverCached || server == serverPeerLease || server == serverPeerLeaseRow
 }
 
 func medianOf(segs []*segment, f func(*segment) float64) float64 {
@@ -870,11 +874,15 @@ type dbProfileRow struct {
 var dbProfileRows = []dbProfileRow{
 	{serverCeiling, kindFirst},
 	{serverPeer, kindFirst},
+	{serverPeerRow, kindFirst},
 	{serverPeerLease, kindFirst},
+	{serverPeerLeaseRow, kindFirst},
 	{serverLease, kindFirst},
 	{serverTransaction, kindFirst},
 	{serverPeer, kindReplay},
+	{serverPeerRow, kindReplay},
 	{serverPeerLease, kindReplay},
+	{serverPeerLeaseRow, kindReplay},
 	{serverLease, kindReplay},
 	{serverTransaction, kindReplay},
 }
@@ -887,7 +895,7 @@ func (r dbProfileRow) name() string {
 }
 
 func (r dbProfileRow) label() string {
-	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerLease: "the hand-written lease peer",
+	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerRow: "the hand-written peer storing the runtime's key row", serverPeerLease: "the hand-written lease peer", serverPeerLeaseRow: "the hand-written lease peer storing the runtime's key row",
 		serverLease: "claim: lease", serverTransaction: "claim: transaction"}[r.server]
 	if r.kind == kindReplay {
 		return "replays, " + what

@@ -14,15 +14,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/examples/payments/api"
@@ -81,6 +84,31 @@ WHERE tenant = $1 AND key = $2 AND status IS NULL AND lease_until < now() AND fi
 	peerLeaseReleaseSQL = `DELETE FROM peer_lease_keys WHERE tenant = $1 AND key = $2 AND owner = $3 AND status IS NULL`
 )
 
+// The lease peer's statements on the runtime's key row (peerLeaseServer with row set): the same
+// statements, on a table of the runtime's key row (peerRowTableSQL's columns) under a name of
+// its own. The claim also writes the operation, state, attempt and expiry (a day after the lease
+// at most: the latest the work can complete, plus the example's TTL); the completion sets the
+// state and the completion time and stores the Content-Type and Location as jsonb headers.
+const (
+	peerLeaseRowClaimSQL = `INSERT INTO peer_lease_row_keys (tenant, scope, key, operation, fingerprint, state, owner_token,
+	lease_expires_at, attempt, created_at, expires_at)
+SELECT $1, '', $2, 'createPayment', $3, 'in_flight', $4, now() + interval '` + peerLease + `', 1, now(),
+	now() + interval '1 day' + interval '` + peerLease + `'
+WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+ON CONFLICT (tenant, scope, key) DO NOTHING`
+	peerLeaseRowLookupSQL = `SELECT fingerprint, owner_token, status, headers, body, lease_expires_at < now()
+FROM peer_lease_row_keys WHERE tenant = $1 AND scope = '' AND key = $2`
+	peerLeaseRowTakeoverSQL = `UPDATE peer_lease_row_keys SET owner_token = $3, attempt = attempt + 1,
+	lease_expires_at = now() + interval '` + peerLease + `'
+WHERE tenant = $1 AND scope = '' AND key = $2 AND state = 'in_flight' AND lease_expires_at < now() AND fingerprint = $4`
+	peerLeaseRowCompleteSQL = `WITH done AS (
+	UPDATE peer_lease_row_keys SET state = 'complete', status = $4, headers = $5, body = $6, completed_at = now()
+	WHERE tenant = $1 AND scope = '' AND key = $2 AND owner_token = $3 AND state = 'in_flight' RETURNING 1
+) SELECT 1 / count(*)::int FROM done`
+	peerLeaseRowReleaseSQL = `DELETE FROM peer_lease_row_keys WHERE tenant = $1 AND scope = '' AND key = $2 AND owner_token = $3
+	AND state = 'in_flight'`
+)
+
 // peerLeaseServer is the example's strict server with create made idempotent by hand, with a
 // lease:
 //
@@ -92,9 +120,13 @@ WHERE tenant = $1 AND key = $2 AND status IS NULL AND lease_until < now() AND fi
 //     another body is key-reused, for the same body in-progress (409), unless its lease ran
 //     out: then a second round trip takes it over. The business transaction begun for nothing
 //     is rolled back.
+//
+// With row set it is the lease row peer (server "peer-lease-row"): the same handler on the
+// runtime's key row (peerLeaseRow*SQL): a hex fingerprint, a uuid owner token, jsonb headers.
 type peerLeaseServer struct {
 	api.StrictServerInterface
-	db *pgxpool.Pool
+	db  *pgxpool.Pool
+	row bool
 }
 
 type peerLeaseRow struct {
@@ -104,6 +136,10 @@ type peerLeaseRow struct {
 	location *string
 	body     []byte
 	expired  bool
+	// The row peer's: its fingerprint, owner and headers.
+	fpText    string
+	ownerUUID pgtype.UUID
+	headers   []byte
 }
 
 func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
@@ -111,11 +147,33 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 	if answer != nil || err != nil {
 		return answer, err
 	}
-	var ob [8]byte
+	// The owner and the fingerprint as this peer's table stores them.
+	var (
+		owner          any
+		ownerID        int64
+		ownerUUID      pgtype.UUID
+		fpArg          any = fp[:]
+		hexFP          string
+		claimSQL       = peerLeaseClaimSQL
+		lookupSQL      = peerLeaseLookupSQL
+		takeoverSQL    = peerLeaseTakeoverSQL
+		completeSQL    = peerLeaseCompleteSQL
+		ob             [16]byte
+		row            peerLeaseRow
+		found, isOwner bool
+	)
 	if _, err := rand.Read(ob[:]); err != nil {
 		return nil, err
 	}
-	owner := int64(binary.LittleEndian.Uint64(ob[:]))
+	if s.row {
+		ownerUUID = pgtype.UUID{Bytes: ob, Valid: true}
+		hexFP = hex.EncodeToString(fp[:])
+		owner, fpArg = ownerUUID, hexFP
+		claimSQL, lookupSQL, takeoverSQL, completeSQL = peerLeaseRowClaimSQL, peerLeaseRowLookupSQL, peerLeaseRowTakeoverSQL, peerLeaseRowCompleteSQL
+	} else {
+		ownerID = int64(binary.LittleEndian.Uint64(ob[:8]))
+		owner = ownerID
+	}
 
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
@@ -123,13 +181,17 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 	}
 	defer conn.Release() // a connection left in a transaction is closed by the pool, not reused
 
-	var row peerLeaseRow
-	found, committed := false, false
+	committed := false
 	tx, err := peerLeaseBatch(ctx, conn, func(b *pgx.Batch) {
 		b.Queue(peerLeaseBeginSQL)
-		b.Queue(peerLeaseClaimSQL, tenant, key, fp[:], owner)
-		b.Queue(peerLeaseLookupSQL, tenant, key).QueryRow(func(r pgx.Row) error {
-			err := r.Scan(&row.fp, &row.owner, &row.status, &row.location, &row.body, &row.expired)
+		b.Queue(claimSQL, tenant, key, fpArg, owner)
+		b.Queue(lookupSQL, tenant, key).QueryRow(func(r pgx.Row) error {
+			var err error
+			if s.row {
+				err = r.Scan(&row.fpText, &row.ownerUUID, &row.status, &row.headers, &row.body, &row.expired)
+			} else {
+				err = r.Scan(&row.fp, &row.owner, &row.status, &row.location, &row.body, &row.expired)
+			}
 			found = err == nil
 			return err
 		})
@@ -142,16 +204,34 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 		s.release(tenant, key, owner)
 		return nil, fmt.Errorf("payments lease peer: claim key: %v (committed %v, row found %v)", err, committed, found)
 	}
-	if row.owner != owner {
+	sameFP := bytes.Equal(row.fp, fp[:])
+	if s.row {
+		isOwner, sameFP = row.ownerUUID == ownerUUID, row.fpText == hexFP
+	} else {
+		isOwner = row.owner == ownerID
+	}
+	if !isOwner {
 		if err := tx.Rollback(ctx); err != nil {
 			return nil, err
 		}
 		switch {
-		case !bytes.Equal(row.fp, fp[:]):
+		case !sameFP:
 			return problemResponse{idemhttp.NewProblem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused,
 				"this Idempotency-Key was used for a different request")}, nil
 		case row.status != nil:
-			return peerAnswer{status: int(*row.status), location: *row.location, body: row.body, replayed: true}, nil
+			stored := peerAnswer{status: int(*row.status), body: row.body, replayed: true}
+			if s.row {
+				var h map[string][]string
+				if err := json.Unmarshal(row.headers, &h); err != nil {
+					return nil, err
+				}
+				if loc := h["Location"]; len(loc) == 1 {
+					stored.location = loc[0]
+				}
+			} else {
+				stored.location = *row.location
+			}
+			return stored, nil
 		case !row.expired:
 			return problemResponse{idemhttp.NewProblem(http.StatusConflict, idemhttp.CodeInProgress,
 				"a request with this Idempotency-Key is in progress; retry later")}, nil
@@ -162,7 +242,7 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 		if tx, err = peerLeaseBatch(ctx, conn, func(b *pgx.Batch) {
 			b.Queue(peerLeaseBeginSQL)
 			b.Queue(peerLeaseSyncOffSQL)
-			b.Queue(peerLeaseTakeoverSQL, tenant, key, owner, fp[:]).Exec(func(tag pgconn.CommandTag) error {
+			b.Queue(takeoverSQL, tenant, key, owner, fpArg).Exec(func(tag pgconn.CommandTag) error {
 				won = tag.RowsAffected() == 1
 				return nil
 			})
@@ -202,8 +282,18 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 		s.release(tenant, key, owner)
 		return nil, err
 	}
+	var stored any = out.location
+	if s.row {
+		loc, err := json.Marshal(out.location)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			s.release(tenant, key, owner)
+			return nil, err
+		}
+		stored = append(append([]byte(`{"Content-Type":["application/json"],"Location":[`), loc...), "]}"...)
+	}
 	b := &pgx.Batch{}
-	b.Queue(peerLeaseCompleteSQL, tenant, key, owner, out.status, out.location, out.body)
+	b.Queue(completeSQL, tenant, key, owner, out.status, stored, out.body)
 	committed = false
 	b.Queue(peerLeaseCommitSQL).Exec(func(tag pgconn.CommandTag) error {
 		committed = tag.String() == "COMMIT"
@@ -245,21 +335,29 @@ func peerLeaseBatch(ctx context.Context, conn *pgxpool.Conn, queue func(b *pgx.B
 
 // release gives back a claim whose work stored no answer, so that a retry runs again at once
 // instead of waiting for the lease. It runs on a connection of its own, after the request's.
-func (s peerLeaseServer) release(tenant, key string, owner int64) {
+func (s peerLeaseServer) release(tenant, key string, owner any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = s.db.Exec(ctx, peerLeaseReleaseSQL, tenant, key, owner)
+	release := peerLeaseReleaseSQL
+	if s.row {
+		release = peerLeaseRowReleaseSQL
+	}
+	_, _ = s.db.Exec(ctx, release, tenant, key, owner)
 }
 
-// peerLeaseHandler is ceilingHandler with create served by peerLeaseServer, whose key table it
-// creates.
-func peerLeaseHandler(pool *pgxpool.Pool, schema string, log *slog.Logger) (http.Handler, error) {
+// peerLeaseHandler is ceilingHandler with create served by peerLeaseServer (the lease row peer
+// with row set), whose key table it creates.
+func peerLeaseHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := pool.Exec(ctx, peerLeaseTableSQL); err != nil {
-		return nil, fmt.Errorf("payments lease peer: create peer_lease_keys: %w", err)
+	table, ddl := "peer_lease_keys", peerLeaseTableSQL
+	if row {
+		table, ddl = "peer_lease_row_keys", strings.Replace(peerRowTableSQL, "peer_row_keys", "peer_lease_row_keys", 1)
+	}
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		return nil, fmt.Errorf("payments lease peer: create %s: %w", table, err)
 	}
 	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
-		return peerLeaseServer{StrictServerInterface: inner, db: pool}
+		return peerLeaseServer{StrictServerInterface: inner, db: pool, row: row}
 	})
 }

@@ -8,7 +8,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/examples/payments/api"
@@ -40,6 +43,32 @@ const peerTableSQL = `CREATE TABLE IF NOT EXISTS peer_keys (
 	PRIMARY KEY (tenant, key)
 )`
 
+// peerRowTableSQL is the row peer's key table: the runtime's key row as it is after its
+// migrations (runtime/idem/migrations: the design's columns, fillfactor 90, no expiry index, no
+// check constraints), under a name of its own. The row peer writes and reads it as the peer
+// writes and reads peer_keys, so that the difference between the two peers is the row's cost,
+// and the difference between the row peer and claim: transaction is what the runtime does
+// beyond writing and reading that row.
+const peerRowTableSQL = `CREATE TABLE IF NOT EXISTS peer_row_keys (
+	tenant           text        NOT NULL,
+	scope            text        NOT NULL,
+	key              text        NOT NULL,
+	operation        text        NOT NULL,
+	fingerprint      text        NOT NULL,
+	state            text        NOT NULL,
+	owner_token      uuid        NOT NULL,
+	lease_expires_at timestamptz NOT NULL,
+	attempt          integer     NOT NULL DEFAULT 1,
+	status           integer,
+	headers          jsonb,
+	body             bytea,
+	reference        text,
+	created_at       timestamptz NOT NULL DEFAULT now(),
+	completed_at     timestamptz,
+	expires_at       timestamptz NOT NULL,
+	PRIMARY KEY (tenant, scope, key)
+) WITH (fillfactor = 90)`
+
 // The peer's statements. Its begin and commit are its own texts, so that they are prepared
 // statements like the rest (pgx prepares every query it sends in a batch under the default exec
 // mode).
@@ -48,6 +77,14 @@ const (
 	peerLookupSQL = `SELECT fingerprint, status, location, body FROM peer_keys WHERE tenant = $1 AND key = $2`
 	peerStoreSQL  = `INSERT INTO peer_keys (tenant, key, fingerprint, status, location, body) VALUES ($1, $2, $3, $4, $5, $6)`
 	peerCommitSQL = `commit /* peer */`
+	// The row peer's: a remembered key's row (it has not expired), and the row written with the
+	// outcome, its expiry a day on, as the example's operations keep their keys.
+	peerRowLookupSQL = `SELECT fingerprint, status, headers, body FROM peer_row_keys
+		WHERE tenant = $1 AND scope = '' AND key = $2 AND expires_at > statement_timestamp()`
+	peerRowStoreSQL = `INSERT INTO peer_row_keys (tenant, scope, key, operation, fingerprint, state, owner_token,
+		lease_expires_at, attempt, created_at, expires_at, status, headers, body, completed_at)
+		VALUES ($1, '', $2, 'createPayment', $3, 'complete', $4, statement_timestamp(), 1, transaction_timestamp(),
+		statement_timestamp() + interval '1 day', $5, $6, $7, statement_timestamp())`
 )
 
 // peerServer is the example's strict server with create made idempotent by hand:
@@ -66,9 +103,15 @@ const (
 // lease (nothing is committed before the work, so there is nothing to take over or fence), an
 // in-progress answer (duplicates wait on the lock, holding a connection each), expiry, waiting
 // without a connection, and observability.
+//
+// With row set it is the row peer (server "peer-row"): the same handler storing the runtime's
+// key row (peerRowTableSQL) instead of its own narrow one: the fingerprint as hex text, the
+// Content-Type and Location as jsonb headers, a random owner token, the operation, state,
+// times and expiry.
 type peerServer struct {
 	api.StrictServerInterface
-	db *pgxpool.Pool
+	db  *pgxpool.Pool
+	row bool
 }
 
 // peerAnswer is the peer's response: the stored outcome on a replay, and on a first execution
@@ -142,15 +185,43 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	lock.Write([]byte{0})
 	lock.Write([]byte(key))
 	b.Queue(peerLockSQL, int64(lock.Sum64()))
-	b.Queue(peerLookupSQL, tenant, key).QueryRow(func(row pgx.Row) error {
-		var st int32
-		err := row.Scan(&sumFP, &st, &stored.location, &stored.body)
-		if errors.Is(err, pgx.ErrNoRows) {
+	var hexFP string
+	if s.row {
+		hexFP = hex.EncodeToString(fp[:])
+		b.Queue(peerRowLookupSQL, tenant, key).QueryRow(func(row pgx.Row) error {
+			var (
+				st      int32
+				fpText  string
+				headers []byte
+			)
+			err := row.Scan(&fpText, &st, &headers, &stored.body)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			var h map[string][]string
+			if err := json.Unmarshal(headers, &h); err != nil {
+				return err
+			}
+			if loc := h["Location"]; len(loc) == 1 {
+				stored.location = loc[0]
+			}
+			found, stored.status, sumFP = true, int(st), []byte(fpText)
 			return nil
-		}
-		found, stored.status = err == nil, int(st)
-		return err
-	})
+		})
+	} else {
+		b.Queue(peerLookupSQL, tenant, key).QueryRow(func(row pgx.Row) error {
+			var st int32
+			err := row.Scan(&sumFP, &st, &stored.location, &stored.body)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			found, stored.status = err == nil, int(st)
+			return err
+		})
+	}
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	if err := br.Close(); err != nil {
@@ -161,7 +232,11 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 		if err := tx.Rollback(ctx); err != nil {
 			return nil, err
 		}
-		if !bytes.Equal(sumFP, fp[:]) {
+		same := bytes.Equal(sumFP, fp[:])
+		if s.row {
+			same = string(sumFP) == hexFP
+		}
+		if !same {
 			return problemResponse{idemhttp.NewProblem(http.StatusUnprocessableEntity, idemhttp.CodeKeyReused,
 				"this Idempotency-Key was used for a different request")}, nil
 		}
@@ -185,7 +260,23 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 		return nil, err
 	}
 	b = &pgx.Batch{}
-	b.Queue(peerStoreSQL, tenant, key, fp[:], out.status, out.location, out.body)
+	if s.row {
+		var owner pgtype.UUID
+		if _, err := rand.Read(owner.Bytes[:]); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+		owner.Valid = true
+		loc, err := json.Marshal(out.location)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+		headers := append(append([]byte(`{"Content-Type":["application/json"],"Location":[`), loc...), "]}"...)
+		b.Queue(peerRowStoreSQL, tenant, key, hexFP, owner, int32(out.status), headers, out.body)
+	} else {
+		b.Queue(peerStoreSQL, tenant, key, fp[:], out.status, out.location, out.body)
+	}
 	committed := false
 	b.Queue(peerCommitSQL).Exec(func(tag pgconn.CommandTag) error {
 		committed = tag.String() == "COMMIT"
@@ -201,14 +292,19 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	return out, nil
 }
 
-// peerHandler is ceilingHandler with create served by peerServer, whose key table it creates.
-func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger) (http.Handler, error) {
+// peerHandler is ceilingHandler with create served by peerServer (the row peer with row set),
+// whose key table it creates.
+func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := pool.Exec(ctx, peerTableSQL); err != nil {
-		return nil, fmt.Errorf("payments peer: create peer_keys: %w", err)
+	table, ddl := "peer_keys", peerTableSQL
+	if row {
+		table, ddl = "peer_row_keys", peerRowTableSQL
+	}
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		return nil, fmt.Errorf("payments peer: create %s: %w", table, err)
 	}
 	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
-		return peerServer{StrictServerInterface: inner, db: pool}
+		return peerServer{StrictServerInterface: inner, db: pool, row: row}
 	})
 }

@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +55,13 @@ const (
 	// (bench_peer_lease_test.go): the claim committed before the work, takeover and fencing.
 	// Lease mode's rows are compared with it too.
 	serverPeerLease = "peer-lease"
+	// serverPeerRow is the hand-written peer storing the runtime's key row instead of its own
+	// narrow one (bench_peer_test.go): the difference from the peer is what that row costs.
+	serverPeerRow = "peer-row"
+	// serverPeerLeaseRow is the hand-written lease peer on the runtime's key row
+	// (bench_peer_lease_test.go): the difference from the lease peer is what that row costs a
+	// lease.
+	serverPeerLeaseRow = "peer-lease-row"
 )
 
 // The child's environment. A test binary started with envServe set serves instead of testing.
@@ -97,16 +105,20 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 	case serverCeiling:
 		return ceilingHandler(pool, schema, log)
 	case serverPeer:
-		return peerHandler(pool, schema, log)
+		return peerHandler(pool, schema, log, false)
+	case serverPeerRow:
+		return peerHandler(pool, schema, log, true)
 	case serverPeerLease:
-		return peerLeaseHandler(pool, schema, log)
+		return peerLeaseHandler(pool, schema, log, false)
+	case serverPeerLeaseRow:
+		return peerLeaseHandler(pool, schema, log, true)
 	case serverTransaction:
 		return transactionHandler(pool, cfg, log)
 	case serverCached:
 		cfg.ReplayCacheBytes = 64 << 20
 		return newHandler(pool, cfg, log)
 	}
-	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverPeerLease, serverLease, serverTransaction, serverCached)
+	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverPeerRow, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached)
 }
 
 // ceilingHandler is newHandler with create served by ceilingServer.
@@ -552,7 +564,9 @@ func TestBenchServers(t *testing.T) {
 	}{
 		{serverCeiling, http.StatusUnprocessableEntity, false, idem.DefaultTable, 0},
 		{serverPeer, http.StatusCreated, true, "peer_keys", 1},
+		{serverPeerRow, http.StatusCreated, true, "peer_row_keys", 1},
 		{serverPeerLease, http.StatusCreated, true, "peer_lease_keys", 1},
+		{serverPeerLeaseRow, http.StatusCreated, true, "peer_lease_row_keys", 1},
 		{serverLease, http.StatusCreated, true, idem.DefaultTable, 1},
 		{serverTransaction, http.StatusCreated, true, idem.DefaultTable, 1},
 		{serverCached, http.StatusCreated, true, idem.DefaultTable, 1},
@@ -629,8 +643,8 @@ func TestBenchServers(t *testing.T) {
 			if err := checkOnce(ctx, sch.Pool, []string{"k1", "storm"}); err != nil {
 				t.Error(err)
 			}
-			if tc.mode == serverPeerLease {
-				checkPeerLeaseTakeover(ctx, t, sch.Pool, l, s)
+			if tc.mode == serverPeerLease || tc.mode == serverPeerLeaseRow {
+				checkPeerLeaseTakeover(ctx, t, sch.Pool, l, s, tc.mode == serverPeerLeaseRow)
 			}
 		})
 	}
@@ -638,8 +652,9 @@ func TestBenchServers(t *testing.T) {
 
 // checkPeerLeaseTakeover checks the lease peer's answers for a key whose claim is in flight:
 // in-progress while its lease runs, key-reused for another body, and a takeover once the lease
-// has run out (the work runs once more, for the request that took it over).
-func checkPeerLeaseTakeover(ctx context.Context, t *testing.T, pool *pgxpool.Pool, l *load, s *benchServer) {
+// has run out (the work runs once more, for the request that took it over). row: the lease row
+// peer, whose table is the runtime's key row.
+func checkPeerLeaseTakeover(ctx context.Context, t *testing.T, pool *pgxpool.Pool, l *load, s *benchServer, row bool) {
 	t.Helper()
 	var body api.CreatePaymentJSONRequestBody
 	if err := json.Unmarshal(benchBodyBytes, &body); err != nil {
@@ -649,9 +664,15 @@ func checkPeerLeaseTakeover(ctx context.Context, t *testing.T, pool *pgxpool.Poo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO peer_lease_keys (tenant, key, fingerprint, owner, lease_until)
-		VALUES ($1, 'held', $2, 1, now() + interval '1 hour'), ($1, 'abandoned', $2, 2, now() - interval '1 second')`,
-		benchTenant, fp[:]); err != nil {
+	insert, fpArg := `INSERT INTO peer_lease_keys (tenant, key, fingerprint, owner, lease_until)
+		VALUES ($1, 'held', $2, 1, now() + interval '1 hour'), ($1, 'abandoned', $2, 2, now() - interval '1 second')`, any(fp[:])
+	if row {
+		insert = `INSERT INTO peer_lease_row_keys (tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at)
+		VALUES ($1, '', 'held', 'createPayment', $2, 'in_flight', gen_random_uuid(), now() + interval '1 hour', now() + interval '1 day'),
+			($1, '', 'abandoned', 'createPayment', $2, 'in_flight', gen_random_uuid(), now() - interval '1 second', now() + interval '1 day')`
+		fpArg = hex.EncodeToString(fp[:])
+	}
+	if _, err := pool.Exec(ctx, insert, benchTenant, fpArg); err != nil {
 		t.Fatal(err)
 	}
 	if st, _, _, err := l.send(ctx, s, "held"); err != nil || st != http.StatusConflict {
