@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,8 +84,7 @@ WHERE tenant = $1 AND key = $2 AND status IS NULL AND lease_until < now() AND fi
 )
 
 // The lease peer's statements on the runtime's key row (peerLeaseServer with row set): the same
-// statements, on a table of the runtime's key row (peerRowTableSQL's columns) under a name of
-// its own. The claim also writes the operation, state, attempt and expiry (a day after the lease
+// statements, on a table of the runtime's key row (createKeyRowTable) under a name of its own. The claim also writes the operation, state, attempt and expiry (a day after the lease
 // at most: the latest the work can complete, plus the example's TTL); the completion sets the
 // state and the completion time and stores the Content-Type and Location as jsonb headers.
 const (
@@ -350,11 +348,14 @@ func (s peerLeaseServer) release(tenant, key string, owner any) {
 func peerLeaseHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	table, ddl := "peer_lease_keys", peerLeaseTableSQL
+	table, err := "peer_lease_keys", error(nil)
 	if row {
-		table, ddl = "peer_lease_row_keys", strings.Replace(peerRowTableSQL, "peer_row_keys", "peer_lease_row_keys", 1)
+		table = "peer_lease_row_keys"
+		err = createKeyRowTable(ctx, pool, schema, table)
+	} else {
+		_, err = pool.Exec(ctx, peerLeaseTableSQL)
 	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("payments lease peer: create %s: %w", table, err)
 	}
 	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/examples/payments/api"
+	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
 
@@ -43,31 +44,19 @@ const peerTableSQL = `CREATE TABLE IF NOT EXISTS peer_keys (
 	PRIMARY KEY (tenant, key)
 )`
 
-// peerRowTableSQL is the row peer's key table: the runtime's key row as it is after its
-// migrations (runtime/idem/migrations: the design's columns, fillfactor 90, no expiry index, no
-// check constraints), under a name of its own. The row peer writes and reads it as the peer
-// writes and reads peer_keys, so that the difference between the two peers is the row's cost,
-// and the difference between the row peer and claim: transaction is what the runtime does
-// beyond writing and reading that row.
-const peerRowTableSQL = `CREATE TABLE IF NOT EXISTS peer_row_keys (
-	tenant           text        NOT NULL,
-	scope            text        NOT NULL,
-	key              text        NOT NULL,
-	operation        text        NOT NULL,
-	fingerprint      text        NOT NULL,
-	state            text        NOT NULL,
-	owner_token      uuid        NOT NULL,
-	lease_expires_at timestamptz NOT NULL,
-	attempt          integer     NOT NULL DEFAULT 1,
-	status           integer,
-	headers          jsonb,
-	body             bytea,
-	reference        text,
-	created_at       timestamptz NOT NULL DEFAULT now(),
-	completed_at     timestamptz,
-	expires_at       timestamptz NOT NULL,
-	PRIMARY KEY (tenant, scope, key)
-) WITH (fillfactor = 90)`
+// createKeyRowTable creates table in schema as the runtime's key table, by the runtime's own
+// migrations (idem.Migrator with the table's name): the row peers store exactly the runtime's
+// row (the design's columns, fillfactor 90, no expiry index, no check constraints), so that the
+// difference between a peer and its row twin is the row's cost, and the difference between the
+// twin and a claim mode is what the runtime does beyond writing and reading that row.
+func createKeyRowTable(ctx context.Context, pool *pgxpool.Pool, schema, table string) error {
+	m, err := idem.NewMigrator(pool, &idem.Config{Schema: schema, Table: table})
+	if err != nil {
+		return err
+	}
+	_, err = m.Migrate(ctx, idem.DirectionUp, nil)
+	return err
+}
 
 // The peer's statements. Its begin and commit are its own texts, so that they are prepared
 // statements like the rest (pgx prepares every query it sends in a batch under the default exec
@@ -105,7 +94,7 @@ const (
 // without a connection, and observability.
 //
 // With row set it is the row peer (server "peer-row"): the same handler storing the runtime's
-// key row (peerRowTableSQL) instead of its own narrow one: the fingerprint as hex text, the
+// key row (createKeyRowTable) instead of its own narrow one: the fingerprint as hex text, the
 // Content-Type and Location as jsonb headers, a random owner token, the operation, state,
 // times and expiry.
 type peerServer struct {
@@ -297,11 +286,14 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	table, ddl := "peer_keys", peerTableSQL
+	table, err := "peer_keys", error(nil)
 	if row {
-		table, ddl = "peer_row_keys", peerRowTableSQL
+		table = "peer_row_keys"
+		err = createKeyRowTable(ctx, pool, schema, table)
+	} else {
+		_, err = pool.Exec(ctx, peerTableSQL)
 	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("payments peer: create %s: %w", table, err)
 	}
 	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
