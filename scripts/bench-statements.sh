@@ -117,7 +117,7 @@ for row in "${rows[@]}"; do
 				if (r in failed || done[a[1], a[2], a[3]]++) continue
 				n[r]++; stmts[r, n[r]] = a[2] SUBSEP a[3]
 			}
-			for (r = warm + 1; r in seen || r <= maxreq; r++) {
+			for (r = warm + 1; r <= maxreq; r++) {
 				if (!(r in seen) || r in failed) continue
 				m = n[r]
 				for (x = 1; x <= m; x++) keys[x] = stmts[r, x]

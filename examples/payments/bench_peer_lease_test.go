@@ -346,19 +346,11 @@ func (s peerLeaseServer) release(tenant, key string, owner any) {
 // peerLeaseHandler is ceilingHandler with create served by peerLeaseServer (the lease row peer
 // with row set), whose key table it creates.
 func peerLeaseHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	table, err := "peer_lease_keys", error(nil)
+	table := "peer_lease_keys"
 	if row {
 		table = "peer_lease_row_keys"
-		err = createKeyRowTable(ctx, pool, schema, table)
-	} else {
-		_, err = pool.Exec(ctx, peerLeaseTableSQL)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("payments lease peer: create %s: %w", table, err)
-	}
-	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
+	return peerStack(pool, schema, log, table, peerLeaseTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
 		return peerLeaseServer{StrictServerInterface: inner, db: pool, row: row}
 	})
 }

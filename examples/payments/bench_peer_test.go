@@ -284,19 +284,30 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 // peerHandler is ceilingHandler with create served by peerServer (the row peer with row set),
 // whose key table it creates.
 func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	table, err := "peer_keys", error(nil)
+	table := "peer_keys"
 	if row {
 		table = "peer_row_keys"
-		err = createKeyRowTable(ctx, pool, schema, table)
-	} else {
-		_, err = pool.Exec(ctx, peerTableSQL)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("payments peer: create %s: %w", table, err)
-	}
-	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
+	return peerStack(pool, schema, log, table, peerTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
 		return peerServer{StrictServerInterface: inner, db: pool, row: row}
 	})
+}
+
+// peerStack creates a hand-written peer's key table, table: with ddl, or for a row twin (row) as
+// the runtime's key table (createKeyRowTable); and returns ceilingHandler's stack with create
+// served by the strict server wrap returns.
+func peerStack(pool *pgxpool.Pool, schema string, log *slog.Logger, table, ddl string, row bool,
+	wrap func(inner api.StrictServerInterface) api.StrictServerInterface) (http.Handler, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	if row {
+		err = createKeyRowTable(ctx, pool, schema, table)
+	} else {
+		_, err = pool.Exec(ctx, ddl)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payments: create the hand-written peer's key table %s: %w", table, err)
+	}
+	return stackFor(pool, schema, log, wrap)
 }
