@@ -15,7 +15,9 @@
 #     scheduler threads in the count) and GOGC=off (the collector's work depends on when it
 #     happens to run; the allocations it would collect are reported beside, in allocs and bytes
 #     per request). GODEBUG=asyncpreemptoff=1 because callgrind cannot follow Go's preemption
-#     signals.
+#     signals, and memprofilerate=0 because the heap profiler's sampling records a stack trace
+#     (about 60k instructions) at random allocations, one per 512 KiB on average: a few per run,
+#     a few thousand instructions per request up or down at random.
 # It needs valgrind (installed by scripts/deps.sh when missing) and PostgreSQL's server binaries,
 # and takes a few minutes: everything runs about fifty times slower under callgrind.
 set -euo pipefail
@@ -63,7 +65,7 @@ measure() {
 	local before after new out gofile
 	before=$(ls "$pgdir/callgrind")
 	gofile=$dir/go.callgrind
-	out=$(cd examples/payments && TEST_DATABASE_URL=$url GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1 \
+	out=$(cd examples/payments && TEST_DATABASE_URL=$url GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1,memprofilerate=0 \
 		valgrind -q --tool=callgrind --callgrind-out-file="$gofile" "$bin" \
 		-test.run '^$' -test.bench "^Benchmark${1%%/*}\$/^${1#*/}\$" -test.benchtime="${2}x" 2>&1) || {
 		echo "bench-instructions.sh: Benchmark$1 with $2 requests failed:" >&2
