@@ -68,16 +68,21 @@ func replayAllowed(name string, lists ...[]string) bool {
 
 func listed(list []string, name string) bool {
 	for _, a := range list {
-		if strings.EqualFold(a, name) {
+		if a == name || strings.EqualFold(a, name) {
 			return true
 		}
 	}
 	return false
 }
 
-// replayHeaders is what h keeps for replays under p: copies of its values (an empty list kept as
-// nil), all in one backing array, under canonical names.
+// replayHeaders is what h keeps for replays under p: h itself when it keeps every header, each
+// under its canonical name with a value (most answers: Content-Type, Location), which the caller
+// then must not change; otherwise copies of the values kept (an empty list kept as nil), all in
+// one backing array, under canonical names.
 func replayHeaders(h http.Header, p *Policy) http.Header {
+	if keepsAll(h, p) {
+		return h
+	}
 	var out http.Header
 	var vals []string
 	for k, vs := range h {
@@ -98,6 +103,16 @@ func replayHeaders(h http.Header, p *Policy) http.Header {
 		out[name] = vals[i:len(vals):len(vals)]
 	}
 	return out
+}
+
+// keepsAll says whether replayHeaders keeps every header of h as it is.
+func keepsAll(h http.Header, p *Policy) bool {
+	for k, vs := range h {
+		if len(vs) == 0 || canonicalKey(k) != k || !replayAllowed(k, p.DeclaredHeaders, p.ReplayHeaders) {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteTo writes the result: the outcome (with Idempotent-Replayed: true on replays, only

@@ -269,6 +269,7 @@ func storedOutcome(cfg idem.Config, p *Policy, o *idem.Outcome, scope, key strin
 		// not, and a replay says so.
 		cfg.Logger.Warn("idem: response body too large to store; a replay answers its status and headers with an empty body (raise Config.MaxStoredBody, or use reference storage)",
 			"operation", p.Operation, "status", o.Status, "bytes", len(o.Body), "limit", cfg.MaxStoredBody)
+		stored.Header = stored.Header.Clone() // it may be o's own (replayHeaders)
 		if stored.Header == nil {
 			stored.Header = http.Header{}
 		}
