@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -438,4 +440,71 @@ func TestChain(t *testing.T) {
 	if v := testutil.ToFloat64(c.events.WithLabelValues("op", string(idem.EventReplayed))); v != 1 {
 		t.Errorf("the collector counted %v replays, want 1", v)
 	}
+}
+
+// TestListedOperationsCountAsOthers: an operation of Options.Operations, whose series New looks
+// up once, ends with the same metrics as one that is not listed, for the same events: every
+// kind (the listed one's zero series aside), the durations and the in-flight gauge.
+func TestListedOperationsCountAsOthers(t *testing.T) {
+	t.Parallel()
+	listed, other := New(&Options{Operations: []string{"charge"}}), New(nil)
+	allKinds := append(append([]idem.EventKind{}, kinds...), idem.EventHandlerTimeout, idem.EventListenerDeaf, idem.EventListenerHeard)
+	for _, c := range []*Collector{listed, other} {
+		obs := c.Observer()
+		for i, k := range allKinds {
+			obs(context.Background(), idem.Event{Kind: k, Operation: "charge", KeyHash: fmt.Sprint("k", i%3), Duration: time.Duration(i+1) * time.Millisecond, Count: i})
+		}
+		obs(context.Background(), idem.Event{Kind: idem.EventAcquired, Operation: "charge", KeyHash: "held"})
+	}
+	var want strings.Builder
+	for _, name := range []string{EventsTotal, PurgedKeysTotal, HandlerDuration, KeysInFlight} {
+		n, err := testutil.GatherAndCount(registryOf(t, other), name)
+		if err != nil || n == 0 {
+			t.Fatalf("no %s series for the operation that is not listed: %d, %v", name, n, err)
+		}
+	}
+	// Every series of the unlisted collector, with its value, is in the listed one's.
+	got, err := registryOf(t, listed).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, mf := range got {
+		for _, m := range mf.GetMetric() {
+			have[seriesText(mf.GetName(), m)] = true
+		}
+	}
+	ref, err := registryOf(t, other).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range ref {
+		for _, m := range mf.GetMetric() {
+			if text := seriesText(mf.GetName(), m); !have[text] {
+				fmt.Fprintln(&want, text)
+			}
+		}
+	}
+	if want.Len() > 0 {
+		t.Errorf("series of the unlisted operation missing or different for the listed one:\n%s", want.String())
+	}
+	if v := testutil.ToFloat64(listed.inFlight.WithLabelValues("charge")); v != 1 {
+		t.Errorf("listed operation in flight = %v, want 1", v)
+	}
+}
+
+// seriesText is a series' name, labels and value, without the time it was created.
+func seriesText(name string, m *dto.Metric) string {
+	return name + " " + createdTimestamp.ReplaceAllString(m.String(), "")
+}
+
+var createdTimestamp = regexp.MustCompile(`created_timestamp:\{[^}]*\}`)
+
+func registryOf(t *testing.T, c *Collector) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }
