@@ -52,6 +52,17 @@ func scopeString(tenant string, parts []ScopePart) string {
 // (request-invalid), because the handler would bind the same value into its own statements and
 // fail there, after the key was claimed, as a 500.
 func notText(s string) string {
+	// Most values are ASCII without a NUL: one comparison per byte says so.
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == 0 || c >= utf8.RuneSelf {
+			return notTextSlow(s)
+		}
+	}
+	return ""
+}
+
+// notTextSlow is notText for a value with a NUL byte or a byte past ASCII.
+func notTextSlow(s string) string {
 	if i := strings.IndexByte(s, 0); i >= 0 {
 		return fmt.Sprintf("a NUL byte (at byte %d)", i+1)
 	}
