@@ -149,19 +149,14 @@ func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*bizTx, *claimRe
 	for {
 		var res *claimResult
 		var tx *bizTx
-		var err error
-		if pooled {
-			// Each of its batches is bounded by the store timeout on its own, detached from ctx
-			// (it is waited for even when ctx ends), and a bound that expires is an outage
-			// (storeError): one more bound around them would cost a cancel context per request
-			// and bound nothing they do not.
-			tx, res, err = s.claimAndBegin(ctx, p)
-		} else {
-			err = s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+			if pooled {
+				tx, res, err = s.claimAndBegin(ctx, p)
+			} else {
 				res, err = s.claim(ctx, p)
-				return err
-			})
-		}
+			}
+			return err
+		})
 		if err != nil || res.status != claimInProgress {
 			return tx, res, err
 		}
