@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,12 +33,17 @@ import (
 // With due set it is no context but a call the sweeper starts in a goroutine of its own at the
 // deadline (afterBound).
 type boundCtx struct {
-	context.Context // the cancel context underneath
-	cancel          context.CancelFunc
+	context.Context                         // the cancel context underneath
+	cancel          context.CancelCauseFunc // errStoreBound when the sweeper ends it
 	deadline        time.Time
 	expired         atomic.Bool // ended by the sweeper at its deadline
 	due             func()
 }
+
+// errStoreBound is the cause of a bound the sweeper ended at its deadline (context.Cause): the
+// store, not the caller, ran out of time, so a store error reported under it is reported (emit),
+// where one reported after the caller left is not.
+var errStoreBound = errors.New("idem: the store did not answer within the runtime's bound")
 
 func (c *boundCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
@@ -81,7 +87,7 @@ func newBound(ctx context.Context, d time.Duration) (bctx context.Context, b *bo
 	if cur, ok := ctx.Deadline(); ok && !cur.After(deadline) {
 		return ctx, nil
 	}
-	inner, cancel := context.WithCancel(ctx)
+	inner, cancel := context.WithCancelCause(ctx)
 	c := &boundCtx{Context: inner, cancel: cancel, deadline: deadline}
 	sweeper.add(c)
 	return c, c
@@ -93,7 +99,7 @@ func (c *boundCtx) end() {
 		return
 	}
 	sweeper.remove(c)
-	c.cancel()
+	c.cancel(nil)
 }
 
 // afterBound is time.AfterFunc(d, f) on the sweeper: f starts in a goroutine of its own at d,
@@ -163,7 +169,7 @@ func (b *bounds) sweep() {
 			go c.due()
 		} else {
 			c.expired.Store(c.Context.Err() == nil) // a parent that ended first keeps its error
-			c.cancel()
+			c.cancel(errStoreBound)
 		}
 	}
 }

@@ -317,9 +317,10 @@ func eventLevel(k EventKind) slog.Level {
 }
 
 func (s *Store) emit(ctx context.Context, e Event) {
-	if e.Kind == EventStoreError && ctx.Err() != nil {
+	if e.Kind == EventStoreError && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errStoreBound) {
 		// The caller gave up (a client that disconnected, a waiter whose deadline passed): the
-		// store did nothing wrong, and counting it would make the outage metric cry wolf.
+		// store did nothing wrong, and counting it would make the outage metric cry wolf. A
+		// store step whose own bound ran out (errStoreBound) is the store's error, and counts.
 		return
 	}
 	if s.cfg.Observer != nil {
