@@ -136,8 +136,9 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *batch)) (*bi
 // acquireIn takes bt's connection from pool, bounded by Config.StoreTimeout. Every claim calls
 // beginWith inside a bound of its own (the claim's store step, or the batch's), which the
 // acquire then runs under as it is: a bound inside it would end at most a claim's lock wait
-// sooner, and costs a cancel context of its own (about a twentieth of the runtime's own work on
-// a transaction-mode request). The caller's bound classifies its expiry as an outage.
+// sooner, and costs a cancel context of its own (about 3,000 instructions per transaction-mode
+// request). The caller's bound classifies its expiry as an outage, and its store_error event is
+// reported under it (errStoreBound).
 func (s *Store) acquireIn(ctx context.Context, pool acquirer, bt *bizTx) (err error) {
 	if b, ok := ctx.(*boundCtx); ok && b.due == nil {
 		bt.conn, err = s.acquire(ctx, pool)
