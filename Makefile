@@ -36,6 +36,10 @@ bench-http: ## serve the payments example over HTTP with and without idempotency
 bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1% in PostgreSQL and a few % in Go, unlike timings)
 	scripts/bench-instructions.sh
 
+.PHONY: bench-compare
+bench-compare: ## count the Go instructions per request of the work tree and of BASE (a git revision, default HEAD) side by side, beside the hand-written row twins (callgrind, about 2 minutes per round)
+	scripts/bench-compare.sh
+
 .PHONY: bench-statements
 bench-statements: ## split make bench-instructions' PostgreSQL count statement by statement, for each bench server (callgrind, about 2.5 minutes)
 	scripts/bench-statements.sh
