@@ -5,8 +5,8 @@
 # be read off in one run, beside the hand-written row twins (the peers that store the runtime's
 # key row) measured in the same runs.
 #
-# The count is make bench-instructions' Go count (callgrind on the test binary, GOMAXPROCS=1,
-# GOGC=off, GODEBUG=asyncpreemptoff=1,memprofilerate=0), with more requests: the count with 520
+# The count is make bench-instructions' Go count (callgrind on the test binary, run by
+# scripts/go-callgrind.sh), with more requests: the count with 520
 # requests minus the count with 20, divided by 500. Two runs of the same build still differ by a
 # few thousand instructions per request (the scheduler's and sysmon's share depends on timing),
 # more than many changes save, so the two builds alternate row by row, round after round
@@ -65,10 +65,7 @@ url=$(scripts/pg.sh start "$dir/pg")
 # and its allocations per request, or "absent" when BIN has no such benchmark.
 count() {
 	local out cg=$dir/run.cg
-	out=$(cd examples/payments && TEST_DATABASE_URL=$url GOMAXPROCS=1 GOGC=off \
-		GODEBUG=asyncpreemptoff=1,memprofilerate=0 \
-		valgrind -q --tool=callgrind --callgrind-out-file="$cg" "$dir/$1.test" \
-		-test.run '^$' -test.bench "^Benchmark${2%%/*}\$/^${2#*/}\$" -test.benchtime="${3}x" -test.benchmem 2>&1) || {
+	out=$(TEST_DATABASE_URL=$url GO_CALLGRIND_BIN=$dir/$1.test scripts/go-callgrind.sh "$cg" "$2" "$3" -test.benchmem 2>&1) || {
 		echo "bench-compare.sh: Benchmark$2 with $3 requests failed in the $1 build:" >&2
 		echo "$out" >&2
 		exit 1

@@ -11,13 +11,9 @@
 #   - PostgreSQL: a throwaway server (scripts/pg.sh, PG_CALLGRIND=1) whose processes all run under
 #     callgrind; the count is the sum over the backends that ended during the run (every
 #     connection the benchmark opened);
-#   - Go: the test binary itself under callgrind, with GOMAXPROCS=1 (one thread: no spinning
-#     scheduler threads in the count) and GOGC=off (the collector's work depends on when it
-#     happens to run; the allocations it would collect are reported beside, in allocs and bytes
-#     per request). GODEBUG=asyncpreemptoff=1 because callgrind cannot follow Go's preemption
-#     signals, and memprofilerate=0 because the heap profiler's sampling records a stack trace
-#     (about 60k instructions) at random allocations, one per 512 KiB on average: a few per run,
-#     a few thousand instructions per request up or down at random.
+#   - Go: the test binary itself under callgrind, run by scripts/go-callgrind.sh (one thread, the
+#     collector off, its settings explained there); the allocations the collector would collect
+#     are reported beside, in allocs and bytes per request.
 # It needs valgrind (installed by scripts/deps.sh when missing) and PostgreSQL's server binaries,
 # and takes a few minutes: everything runs about fifty times slower under callgrind.
 set -euo pipefail
@@ -59,15 +55,12 @@ total() {
 	echo "$sum"
 }
 
-# measure BENCH N: runs the benchmark with N requests; prints "pg go allocs bytes". Each level of
-# the -test.bench pattern is anchored at both ends: "lease$" alone would also run peer-lease.
+# measure BENCH N: runs the benchmark with N requests; prints "pg go allocs bytes".
 measure() {
 	local before after new out gofile
 	before=$(ls "$pgdir/callgrind")
 	gofile=$dir/go.callgrind
-	out=$(cd examples/payments && TEST_DATABASE_URL=$url GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1,memprofilerate=0 \
-		valgrind -q --tool=callgrind --callgrind-out-file="$gofile" "$bin" \
-		-test.run '^$' -test.bench "^Benchmark${1%%/*}\$/^${1#*/}\$" -test.benchtime="${2}x" 2>&1) || {
+	out=$(TEST_DATABASE_URL=$url GO_CALLGRIND_BIN=$bin scripts/go-callgrind.sh "$gofile" "$1" "$2" 2>&1) || {
 		echo "bench-instructions.sh: Benchmark$1 with $2 requests failed:" >&2
 		echo "$out" >&2
 		exit 1
