@@ -140,7 +140,7 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *batch)) (*bi
 // request). The caller's bound classifies its expiry as an outage, and its store_error event is
 // reported under it (errStoreBound).
 func (s *Store) acquireIn(ctx context.Context, pool acquirer, bt *bizTx) (err error) {
-	if b, ok := ctx.(*boundCtx); ok && b.due == nil {
+	if _, ok := ctx.(*boundCtx); ok {
 		bt.conn, err = s.acquire(ctx, pool)
 		return err
 	}
