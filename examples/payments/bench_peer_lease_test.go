@@ -346,11 +346,7 @@ func (s peerLeaseServer) release(tenant, key string, owner any) {
 // peerLeaseHandler is ceilingHandler with create served by peerLeaseServer (the lease row peer
 // with row set), whose key table it creates.
 func peerLeaseHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
-	table := "peer_lease_keys"
-	if row {
-		table = "peer_lease_row_keys"
-	}
-	return peerStack(pool, schema, log, table, peerLeaseTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
+	return peerStack(pool, schema, log, "peer_lease", peerLeaseTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
 		return peerLeaseServer{StrictServerInterface: inner, db: pool, row: row}
 	})
 }

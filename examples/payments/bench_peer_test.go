@@ -284,24 +284,22 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 // peerHandler is ceilingHandler with create served by peerServer (the row peer with row set),
 // whose key table it creates.
 func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
-	table := "peer_keys"
-	if row {
-		table = "peer_row_keys"
-	}
-	return peerStack(pool, schema, log, table, peerTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
+	return peerStack(pool, schema, log, "peer", peerTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
 		return peerServer{StrictServerInterface: inner, db: pool, row: row}
 	})
 }
 
-// peerStack creates a hand-written peer's key table, table: with ddl, or for a row twin (row) as
-// the runtime's key table (createKeyRowTable); and returns ceilingHandler's stack with create
-// served by the strict server wrap returns.
-func peerStack(pool *pgxpool.Pool, schema string, log *slog.Logger, table, ddl string, row bool,
+// peerStack creates a hand-written peer's key table: <name>_keys with ddl, or for a row twin (row)
+// <name>_row_keys as the runtime's key table (createKeyRowTable); and returns ceilingHandler's
+// stack with create served by the strict server wrap returns.
+func peerStack(pool *pgxpool.Pool, schema string, log *slog.Logger, name, ddl string, row bool,
 	wrap func(inner api.StrictServerInterface) api.StrictServerInterface) (http.Handler, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	table := name + "_keys"
 	var err error
 	if row {
+		table = name + "_row_keys"
 		err = createKeyRowTable(ctx, pool, schema, table)
 	} else {
 		_, err = pool.Exec(ctx, ddl)
