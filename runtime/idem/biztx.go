@@ -260,7 +260,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		// hold costs no statement (sql/notify_locked.sql would find it too short anyway).
 	case c.locked:
 		channel, payload := s.note(c)
-		b.Queue(s.sql.notifyLocked, channel, payload, c.lockedAt, interval(s.notifyAfter))
+		b.Queue(s.sql.notifyLocked, channel, payload, interval(s.notifyAfter), c.argv[0], c.argv[1], c.argv[2])
 	default:
 		channel, payload := s.note(c)
 		b.Queue(s.sql.notify, channel, payload)

@@ -84,11 +84,9 @@ type Claim struct {
 	// locked: the claim is the key's advisory lock, held by the business transaction
 	// (sql/claim_lock.sql), and the key's row is written only at the completion, with the
 	// fingerprint: inserted (sql/complete_insert.sql), or rewritten when the claim takes over a
-	// row it found (takeover, sql/complete_takeover.sql). lockedAt is the claim's transaction
-	// start, as the database's clock read it (sql/notify_locked.sql).
+	// row it found (takeover, sql/complete_takeover.sql).
 	locked, takeover bool
 	fingerprint      string
-	lockedAt         time.Time
 }
 
 // hash is KeyHash(c.Scope, c.Key): computed once, when the claim was made, for a claim whose

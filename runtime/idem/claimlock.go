@@ -60,7 +60,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		tx, err = s.beginWith(ctx, func(b *batch) {
 			b.Queue(s.sql.claimLock, c.lockArg...).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					if err := rows.Scan(&c.lockedAt, &t.lockTaken); err != nil {
+					if err := rows.Scan(&t.lockTaken); err != nil {
 						return err
 					}
 				}
@@ -132,7 +132,7 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 	b.Queue(rollbackSQL)
 	b.Queue(s.sql.claimLockWait, lock, bound).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			if err := rows.Scan(nil, &c.lockedAt); err != nil {
+			if err := rows.Scan(nil); err != nil {
 				return err
 			}
 		}

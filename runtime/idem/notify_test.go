@@ -13,29 +13,65 @@ import (
 // A transaction-mode completion under the key's lock whose hold reached the shortest wait of a
 // duplicate notifies the key's channel (a duplicate whose wait ran out sleeps until it): the
 // handler here runs four times that wait, so the hold is at least that long whatever the
-// machine's speed. TestLockClaimShortHoldNotifiesNobody is the other side.
+// machine's speed. The hold is measured from the claim's transaction start, which
+// sql/notify_locked.sql reads from the key row the completion wrote: a new key's row, the row of
+// a key whose remembered outcome expired (a fresh history), and the row of an abandoned claim
+// taken over (which keeps its history's first claim time) each notify.
+// TestLockClaimShortHoldNotifiesNobody is the other side.
 func TestLockClaimLongHoldNotifies(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil, nil)
 	const wait = 10 * time.Millisecond
-	idem.SetNotifyAfter(e.Store, wait)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	listen, channel := listenTo(t, ctx, e)
-	p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
 	slow := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		time.Sleep(4 * wait)
 		return &idem.Outcome{Status: 201}, nil
 	}
-	if _, err := e.Store.Do(ctx, p, slow); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Sch.Pool.Exec(ctx, "NOTIFY "+channel+", 'sentinel'"); err != nil {
-		t.Fatal(err)
-	}
-	n, err := listen.WaitForNotification(ctx)
-	if err != nil || n.Payload != idem.NotifyPayload(p) {
-		t.Fatalf("first notification after a hold of %s: %+v, %v; want the key's (%s), ahead of the test's sentinel", 4*wait, n, err, idem.NotifyPayload(p))
+	for _, tc := range []struct {
+		name    string
+		attempt int
+		before  func(t *testing.T, ctx context.Context, e *env, p *idem.DoParams) // leaves the key's row as the case needs
+	}{
+		{"new key", 1, func(*testing.T, context.Context, *env, *idem.DoParams) {}},
+		{"expired outcome", 1, func(t *testing.T, ctx context.Context, e *env, p *idem.DoParams) {
+			if _, err := e.Store.Do(ctx, p, pay(1, "first")); err != nil {
+				t.Fatal(err)
+			}
+			tag, err := e.Sch.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.Sch.Name, e.Sch.Table}.Sanitize()+
+				" SET expires_at = statement_timestamp() - interval '1 second' WHERE key = $1", p.Key)
+			if err != nil || tag.RowsAffected() != 1 {
+				t.Fatalf("expire the outcome: %v, %d rows; want 1", err, tag.RowsAffected())
+			}
+		}},
+		{"abandoned claim", 2, func(t *testing.T, ctx context.Context, e *env, p *idem.DoParams) {
+			holdClaim(t, e)
+			expireLease(t, e, p.Key)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil, nil)
+			idem.SetNotifyAfter(e.Store, wait)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+			tc.before(t, ctx, e, p)
+			listen, channel := listenTo(t, ctx, e) // after the set-up: only the slow completion may notify
+			var attempt int
+			r, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				c, _ := idem.ClaimFromContext(ctx)
+				attempt = c.Attempt
+				return slow(ctx, tx)
+			})
+			if err != nil || r.Replayed || attempt != tc.attempt {
+				t.Fatalf("Do = %+v, %v, attempt %d; want executed as attempt %d", r, err, attempt, tc.attempt)
+			}
+			if _, err := e.Sch.Pool.Exec(ctx, "NOTIFY "+channel+", 'sentinel'"); err != nil {
+				t.Fatal(err)
+			}
+			n, err := listen.WaitForNotification(ctx)
+			if err != nil || n.Payload != idem.NotifyPayload(p) {
+				t.Fatalf("first notification after a hold of %s: %+v, %v; want the key's (%s), ahead of the test's sentinel", 4*wait, n, err, idem.NotifyPayload(p))
+			}
+		})
 	}
 }
 

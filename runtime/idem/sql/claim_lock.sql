@@ -27,6 +27,8 @@
 -- Advisory locks are per node: on Citus the Store claims with claim_fast.sql and claim.sql
 -- instead. Through pgbouncer in transaction mode a transaction-scoped lock is as good as on a
 -- direct connection.
--- It returns the claim's transaction start, for notify_locked.sql, and whether it took the lock.
+-- It returns whether it took the lock, and nothing else: each column costs the server its output
+-- on every claim (the transaction's start, which notify_locked.sql needs after a long hold, cost
+-- about 2,600 instructions per request here; that statement reads it from the key's row).
 -- $1 the lock's id.
-SELECT transaction_timestamp(), pg_try_advisory_xact_lock($1::bigint)
+SELECT pg_try_advisory_xact_lock($1::bigint)

@@ -13,9 +13,9 @@
 -- taken with no setting touched). A wait that runs out fails with lock_not_available (SQLSTATE
 -- 55P03).
 --
--- It returns whether the lock was free, and the transaction's start.
+-- It returns whether the lock was free.
 -- $1 the lock's id, $2 the wait's bound (a lock_timeout value, such as '50ms').
-SELECT l.held, transaction_timestamp() FROM (
+SELECT l.held FROM (
 	SELECT pg_try_advisory_xact_lock($1::bigint) OR (
 		SELECT set_config('lock_timeout', w.saved, true) FROM (
 			SELECT v.saved, pg_advisory_xact_lock($1::bigint) FROM (
