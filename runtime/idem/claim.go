@@ -353,6 +353,9 @@ type claimTry struct {
 	rowAttempt   int32
 	// lockTaken is the answer of the try of the key's advisory lock (sql/claim_lock.sql).
 	lockTaken bool
+	// inFlight says the narrower read under the key's lock (sql/claim_read_locked.sql) found a
+	// row in flight, which it cannot answer: the claim reads it again whole.
+	inFlight bool
 }
 
 // queueClaim queues the claim of c on b: the read, its guard and the write, and between the
@@ -927,11 +930,10 @@ func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, er
 		case !r.sameFP:
 			res = &claimResult{status: claimKeyReused}
 		case r.complete:
-			o, err := stored.decode()
-			if err != nil {
+			var err error
+			if res, err = replayOf(r, stored); err != nil {
 				return nil, err
 			}
-			res = &claimResult{status: claimReplayed, outcome: o, final: wholeMillis(r.expires.Sub(r.now))}
 		default:
 			left := r.leaseLeft()
 			// How long the holder has run: since the key's first claim, or, after a takeover (whose
@@ -941,6 +943,55 @@ func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, er
 				elapsed = max(c.Lease-left, 0)
 			}
 			res = &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}
+		}
+	}
+	return res, rows.Err()
+}
+
+// replayOf is the replay of r, a completed row nobody may take, whose outcome is stored.
+func replayOf(r *readRow, stored *storedOutcome) (*claimResult, error) {
+	o, err := stored.decode()
+	if err != nil {
+		return nil, err
+	}
+	return &claimResult{status: claimReplayed, outcome: o, final: wholeMillis(r.expires.Sub(r.now))}, nil
+}
+
+// scanLockedRead is scanRead for the narrower read of the claim under the key's lock
+// (sql/claim_read_locked.sql), which leaves out the columns only a row in flight needs. A
+// completed row is decided as scanRead decides it; a row in flight sets t.inFlight and answers
+// nothing, and the caller reads it again whole (sql/claim_read.sql).
+func (s *Store) scanLockedRead(rows pgx.Rows, t *claimTry) (*claimResult, error) {
+	var res *claimResult
+	for rows.Next() {
+		scanned := &struct {
+			r            readRow
+			state        string
+			stored       storedOutcome
+			expires, now pgtype.Timestamptz
+		}{}
+		r, stored := &scanned.r, &scanned.stored
+		if err := rows.Scan(&r.sameFP, &scanned.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&scanned.expires, &scanned.now); err != nil {
+			return nil, err
+		}
+		res = nil
+		if scanned.state != "complete" {
+			t.inFlight = true
+			continue
+		}
+		r.complete, r.expires, r.now = true, finite(scanned.expires), finite(scanned.now)
+		fresh := r.fresh()
+		t.found, t.fresh = true, fresh
+		switch {
+		case fresh: // a remembered outcome whose TTL ran out: a new key
+		case !r.sameFP:
+			res = &claimResult{status: claimKeyReused}
+		default:
+			var err error
+			if res, err = replayOf(r, stored); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return res, rows.Err()

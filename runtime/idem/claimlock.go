@@ -23,8 +23,10 @@ func (s *Store) lockClaims() bool {
 // advisory lock on the key, and the key's row is written once, at the completion, with the
 // outcome (sql/complete_insert.sql) — where the row-lock claim inserts the row at the claim and
 // updates it at the completion. One round trip sends the lock's try (sql/claim_lock.sql), the
-// claim's read (sql/claim_read.sql: the row is authoritative), and the BEGIN that makes the
-// implicit transaction holding the lock the business transaction:
+// claim's read (sql/claim_read_locked.sql: the row is authoritative; it has what a completed
+// row's answer needs, and a row in flight, found only where lease mode claims the same key, is
+// read again whole in a second round trip, readWhole), and the BEGIN that makes the implicit
+// transaction holding the lock the business transaction:
 //
 //   - the lock taken, and no row or one this request may take (expired, or an abandoned lease of
 //     the same request): tx is open, the lock held, and the caller owns the key;
@@ -66,8 +68,17 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 				}
 				return rows.Err()
 			})
-			s.queueRead(b, c, &t, rowArgs)
+			b.Queue(s.sql.claimReadLocked, rowArgs...).Query(func(rows pgx.Rows) (err error) {
+				t.read, err = s.scanLockedRead(rows, &t)
+				return err
+			})
 		}, nil)
+		if err == nil && t.inFlight {
+			// A row in flight, which the narrower read cannot answer: read it whole, in the
+			// transaction the batch began (under the lock, when it was taken).
+			t = claimTry{lockTaken: t.lockTaken}
+			err = s.readWhole(ctx, tx, c, &t, rowArgs)
+		}
 		if err != nil || t.read != nil || t.lockTaken {
 			break
 		}
@@ -142,6 +153,15 @@ func (s *Store) claimContended(ctx context.Context, first *bizTx, c *Claim, t *c
 	err := conn.SendBatch(ctx, &b.Batch).Close()
 	endConn(ctx, conn) // a transaction is still open only when nothing was sent (ctx had ended)
 	return err
+}
+
+// readWhole is claimLocked's second round trip when the read behind the lock found a row in
+// flight (sql/claim_read_locked.sql leaves out what its answer needs): the claim's whole read
+// (sql/claim_read.sql) on tx, the transaction the first round trip began.
+func (s *Store) readWhole(ctx context.Context, tx *bizTx, c *Claim, t *claimTry, rowArgs []any) error {
+	b := newBatch()
+	s.queueRead(b, c, t, rowArgs)
+	return tx.conn.SendBatch(ctx, &b.Batch).Close()
 }
 
 // lockOf is the advisory lock id of the key row r: lockID, or in the tests that check that keys

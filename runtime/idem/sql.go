@@ -27,8 +27,11 @@ type statements struct {
 	// the row's answer with the guard that skips the write when nobody may take the row, and the
 	// write that inserts the key or takes it over. Citus sends claimRead (sql/claim_read.sql),
 	// the same read without the guard, in claimReadGuarded's place, and so does transaction
-	// mode's claim under the key's lock.
+	// mode's contended claim under the key's lock.
 	claimRead, claimReadGuarded, claim string
+	// claimReadLocked is the read behind transaction mode's lock (sql/claim_read_locked.sql):
+	// claimRead without the columns only a row in flight needs.
+	claimReadLocked string
 	// claimLock, completeInsert, completeTakeover and notifyLocked are transaction mode's claim
 	// on plain PostgreSQL (sql/claim_lock.sql, …): an advisory lock on the key for the business
 	// transaction, the key's row written once, with the outcome (inserted, or rewritten when the
@@ -56,7 +59,7 @@ func newStatements(table string) (statements, error) {
 		file string
 		dst  *string
 	}{
-		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_fast", &st.claimFast},
+		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_read_locked", &st.claimReadLocked}, {"claim_fast", &st.claimFast},
 		{"complete", &st.complete}, {"release", &st.release},
 		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount}, {"purge_citus", &st.purgeCitus},
 		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
@@ -77,7 +80,7 @@ func newStatements(table string) (statements, error) {
 	}
 	st.batched = append([]string{beginSQL, commitSQL, rollbackSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
 		st.replay, st.replayGuard, st.claimFastLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
-		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimLockWait, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
+		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimReadLocked, st.claimLockWait, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
 	return st, nil
 }
 
