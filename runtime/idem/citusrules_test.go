@@ -54,7 +54,7 @@ var (
 
 func TestCitusRules(t *testing.T) {
 	const table = `"public"."idempotency_keys"`
-	st, err := newStatements(table)
+	st, err := newStatements(table, true)
 	if err != nil {
 		t.Fatal(err)
 	}

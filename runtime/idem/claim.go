@@ -496,7 +496,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	tx, err = s.beginWith(rctx, func(b *batch) {
 		if s.citus {
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				got.done, err = scanPeek(rows)
+				got.done, err = s.scanPeek(rows)
 				return err
 			})
 			s.leaseSettings(b)
@@ -511,7 +511,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 				return nil
 			})
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				got.done, err = scanPeek(rows)
+				got.done, err = s.scanPeek(rows)
 				return err
 			})
 		}
@@ -705,7 +705,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		if _, pooled := s.db.(acquirer); check && pooled { // without a pool, nothing goes ahead
 			ahead = func(b *batch) {
 				b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-					done, err = scanPeek(rows)
+					done, err = s.scanPeek(rows)
 					return err
 				})
 				if !s.citus {
@@ -841,11 +841,19 @@ type peeked struct {
 	expiresLeft time.Duration
 }
 
-// scanPeek reads the replay check's row, if any (sql/replay.sql): how long it stays remembered
-// is worked out on the statement's clock (wholeMillis, as the claim's read).
-func scanPeek(rows pgx.Rows) (*peeked, error) {
+// scanPeek reads the replay check's row, if any (sql/replay.sql). With the replay cache on, how
+// long it stays remembered is worked out on the statement's clock (wholeMillis, as the claim's
+// read); without it the statement returns neither time, and nothing needs them.
+func (s *Store) scanPeek(rows pgx.Rows) (*peeked, error) {
 	var pk *peeked
 	for rows.Next() {
+		if s.cache == nil {
+			pk = &peeked{}
+			if err := rows.Scan(&pk.fingerprint, &pk.outcome.status, &pk.outcome.headers, &pk.outcome.body, &pk.outcome.reference); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		// The times are scanned into the row's own allocation: a variable whose address Scan
 		// takes lives on the heap.
 		row := &struct {

@@ -53,7 +53,9 @@ type statements struct {
 	batched []string
 }
 
-func newStatements(table string) (statements, error) {
+// newStatements renders the statements for table; remember says the Store keeps a replay cache,
+// whose entries need to know how long a replayed row stays remembered (sql/replay.sql).
+func newStatements(table string, remember bool) (statements, error) {
 	var st statements
 	for _, s := range []struct {
 		file string
@@ -67,7 +69,7 @@ func newStatements(table string) (statements, error) {
 		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
 		{"claim_fast_lease", &st.claimFastLease},
 	} {
-		sql, err := renderSQL(s.file, sqlVars{Table: table})
+		sql, err := renderSQL(s.file, sqlVars{Table: table, Remember: remember})
 		if err != nil {
 			return st, err
 		}
@@ -84,9 +86,12 @@ func newStatements(table string) (statements, error) {
 	return st, nil
 }
 
-// sqlVars are what a sql/*.sql file may use: the key table's sanitised name, and for the guarded
-// read the statement it wraps.
-type sqlVars struct{ Table, Inner string }
+// sqlVars are what a sql/*.sql file may use: the key table's sanitised name, for the guarded
+// read the statement it wraps, and whether the Store keeps a replay cache.
+type sqlVars struct {
+	Table, Inner string
+	Remember     bool
+}
 
 // renderSQL is sql/file.sql rendered with v, without its comments.
 func renderSQL(file string, v sqlVars) (string, error) {

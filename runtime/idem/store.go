@@ -244,7 +244,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		c.Logger = slog.Default()
 	}
 	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
-	st, err := newStatements(table)
+	st, err := newStatements(table, c.ReplayCacheBytes > 0)
 	if err != nil {
 		return nil, err
 	}
