@@ -171,21 +171,38 @@ func (s *Store) lockOf(r rowID) int64 {
 	if s.oneLock {
 		return lockID(s.table, rowID{})
 	}
-	return lockID(s.table, r)
+	return lockFrom(s.lockSeed, r)
 }
+
+// FNV-1a's 64-bit offset basis and prime.
+const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
 
 // lockID is the advisory lock id of the key row r of table: 64 bits of FNV-1a over the table's
 // name and the row's stored tenant, scope and key, NUL-separated (stored text holds no NUL). Two
-// keys with one id only wait for each other: the row decides every answer.
+// keys with one id only wait for each other: the row decides every answer. Every version of the
+// runtime must give a key the same id, or two of them running at once (a rolling deploy) would
+// not wait for each other: TestLockIDIsStable pins it.
 func lockID(table string, r rowID) int64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	for i, part := range [...]string{table, r.tenant, r.scope, r.key} {
-		if i > 0 {
-			h *= prime // a NUL byte between parts: h ^ 0 is h
-		}
+	return lockFrom(lockSeed(table), r)
+}
+
+// lockSeed is FNV-1a's state after table's name: what every lock id of the table starts from,
+// worked out once per Store (Store.lockSeed), not once per claim.
+func lockSeed(table string) uint64 {
+	h := uint64(fnvOffset)
+	for j := 0; j < len(table); j++ {
+		h = (h ^ uint64(table[j])) * fnvPrime
+	}
+	return h
+}
+
+// lockFrom is lockID from the table's seed.
+func lockFrom(seed uint64, r rowID) int64 {
+	h := seed
+	for _, part := range [...]string{r.tenant, r.scope, r.key} {
+		h *= fnvPrime // a NUL byte between parts: h ^ 0 is h
 		for j := 0; j < len(part); j++ {
-			h = (h ^ uint64(part[j])) * prime
+			h = (h ^ uint64(part[j])) * fnvPrime
 		}
 	}
 	return int64(h)

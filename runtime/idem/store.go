@@ -174,6 +174,8 @@ type Store struct {
 	// oneLock gives every key the same advisory lock (claimlock.go); tests use it to check that
 	// keys whose lock ids collide only wait for each other.
 	oneLock bool
+	// lockSeed is lockSeed(table): where every advisory lock id of the table starts (lockOf).
+	lockSeed uint64
 	// notifyAfter: a transaction-mode completion under the key's lock notifies only after a hold
 	// this long (sql/notify_locked.sql): the shortest wait on the lock that can run out with the
 	// waiter still waiting (txLockWait; see claimInTransaction). Tests raise it to see that a
@@ -250,7 +252,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	}
 	s := &Store{db: db, cfg: c, table: table, preparedMark: "idem.prepared " + table, log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes),
-		owed: newOwedConns(db), owedAge: owedMaxAge}
+		owed: newOwedConns(db), owedAge: owedMaxAge, lockSeed: lockSeed(table)}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
 		if pc := p.Config(); pc != nil && pc.ConnConfig != nil && pc.BeforeConnect == nil {
 			s.execMode, s.execModeKnown = pc.ConnConfig.DefaultQueryExecMode, true
