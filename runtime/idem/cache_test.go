@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -227,5 +228,45 @@ func TestReplayCacheUnderConcurrency(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("key %s ran %d times; want once", k, n)
 		}
+	}
+}
+
+// Two Stores on one table, one with the replay cache and one without, send replay checks of
+// different texts (the cache's also returns the row's expiry): on a connection they share, each
+// prepares its own, rather than taking the other's mark for its statements and leaving pgx to
+// prepare its check anew after every batch that fails.
+func TestStoresWithAndWithoutTheCacheEachPrepareTheirReplayCheck(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 1}) // one connection, shared
+	cfg := sch.Config()
+	cfg.ReplayCacheBytes = 1 << 20
+	cached, err := idem.NewStore(sch.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cached.Close)
+	other, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runs := 0
+	for i, s := range []*idem.Store{cached, other} {
+		p := &idem.DoParams{Scope: "s", Key: fmt.Sprint("k", i), Fingerprint: "fp", Claim: idem.ClaimLease}
+		if _, err := s.Do(ctx, p, created(`{"id":1}`, &runs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var checks int
+	// The Store prepares its statements by name (pgx names them stmt_…; what pgx prepares on its
+	// own for a batch is stmtcache_…).
+	if err := sch.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements
+		WHERE name LIKE 'stmt\_%' AND statement LIKE 'SELECT k.fingerprint, k.status, k.headers, k.body, k.reference%'`).Scan(&checks); err != nil {
+		t.Fatal(err)
+	}
+	if checks != 2 {
+		t.Fatalf("%d replay checks prepared by name on the shared connection; want 2, one per Store", checks)
 	}
 }

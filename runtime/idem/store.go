@@ -161,7 +161,7 @@ type Store struct {
 	cfg   Config
 	table string // sanitised "schema"."table"
 	// preparedMark names, in a connection's CustomData, the mark that its statements (whose
-	// texts name table) are prepared on it.
+	// texts name table, and differ with the replay cache: sql/replay.sql) are prepared on it.
 	preparedMark string
 	log          *slog.Logger
 	sql          statements
@@ -250,7 +250,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, cfg: c, table: table, preparedMark: "idem.prepared " + table, log: c.Logger, sql: st, bg: newBackground(),
+	s := &Store{db: db, cfg: c, table: table, preparedMark: preparedMark(table, c.ReplayCacheBytes > 0), log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes),
 		owed: newOwedConns(db), owedAge: owedMaxAge, lockSeed: lockSeed(table)}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {
@@ -361,6 +361,17 @@ func (s *Store) bounded(ctx context.Context, extra time.Duration, step func(ctx 
 		return fmt.Errorf("%w: no answer within %s: %w", ErrStoreUnavailable, limit, err)
 	}
 	return err
+}
+
+// preparedMark is the mark of a connection on which the statements of a Store on table are
+// prepared (Store.preparedMark). Two Stores on one table share their statements, but for the
+// replay check, which returns more with the replay cache on (remember): each kind has its mark,
+// so that neither takes the other's for its own.
+func preparedMark(table string, remember bool) string {
+	if remember {
+		return "idem.prepared " + table + " (replay cache)"
+	}
+	return "idem.prepared " + table
 }
 
 // storeError classifies an error from the database. Errors that mean the store cannot be
