@@ -26,8 +26,9 @@ type statements struct {
 	// claimReadGuarded and claim are the full claim (sql/claim_read_guarded.sql, sql/claim.sql):
 	// the row's answer with the guard that skips the write when nobody may take the row, and the
 	// write that inserts the key or takes it over. Citus sends claimRead (sql/claim_read.sql),
-	// the same read without the guard, in claimReadGuarded's place, and so does transaction
-	// mode's contended claim under the key's lock.
+	// the same read without the guard, in claimReadGuarded's place, and so do transaction
+	// mode's contended claim under the key's lock and its second read of a row in flight
+	// (Store.readWhole).
 	claimRead, claimReadGuarded, claim string
 	// claimReadLocked is the read behind transaction mode's lock (sql/claim_read_locked.sql):
 	// claimRead without the columns only a row in flight needs.
