@@ -914,95 +914,86 @@ func (so *storedOutcome) decode() (*Outcome, error) {
 func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
-		// Every column is scanned into one allocation (a variable whose address Scan takes lives
-		// on the heap), the times as pgtype values, without a wrapper per column.
-		scanned := &struct {
-			r                                   readRow
-			state                               string
-			stored                              storedOutcome
-			leaseExpires, created, expires, now pgtype.Timestamptz
-		}{}
-		r, stored := &scanned.r, &scanned.stored
-		if err := rows.Scan(&r.attempt, &r.sameFP, &scanned.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&scanned.leaseExpires, &scanned.created, &scanned.expires, &scanned.now); err != nil {
+		sc := &readScan{}
+		r, stored := &sc.r, &sc.stored
+		if err := rows.Scan(&r.attempt, &r.sameFP, &sc.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&sc.leaseExpires, &sc.created, &sc.expires, &sc.now); err != nil {
 			return nil, err
 		}
-		r.leaseExpires, r.created = finite(scanned.leaseExpires), finite(scanned.created)
-		r.expires, r.now = finite(scanned.expires), finite(scanned.now)
-		r.complete = scanned.state == "complete"
-		fresh := r.fresh()
-		t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
-		switch {
-		case r.takeable(fresh):
-			res = nil
-		case !r.sameFP:
-			res = &claimResult{status: claimKeyReused}
-		case r.complete:
-			var err error
-			if res, err = replayOf(r, stored); err != nil {
-				return nil, err
-			}
-		default:
-			left := r.leaseLeft()
-			// How long the holder has run: since the key's first claim, or, after a takeover (whose
-			// claim time the row does not keep), at least since its last renewal.
-			elapsed := wholeMillis(r.now.Sub(r.created))
-			if r.attempt > 1 {
-				elapsed = max(c.Lease-left, 0)
-			}
-			res = &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}
+		var err error
+		if res, err = s.answer(sc, c, t); err != nil {
+			return nil, err
 		}
 	}
 	return res, rows.Err()
-}
-
-// replayOf is the replay of r, a completed row nobody may take, whose outcome is stored.
-func replayOf(r *readRow, stored *storedOutcome) (*claimResult, error) {
-	o, err := stored.decode()
-	if err != nil {
-		return nil, err
-	}
-	return &claimResult{status: claimReplayed, outcome: o, final: wholeMillis(r.expires.Sub(r.now))}, nil
 }
 
 // scanLockedRead is scanRead for the narrower read of the claim under the key's lock
-// (sql/claim_read_locked.sql), which leaves out the columns only a row in flight needs. A
-// completed row is decided as scanRead decides it; a row in flight sets t.inFlight and answers
-// nothing, and the caller reads it again whole (sql/claim_read.sql).
-func (s *Store) scanLockedRead(rows pgx.Rows, t *claimTry) (*claimResult, error) {
+// (sql/claim_read_locked.sql), which leaves out the columns only a row in flight needs (attempt,
+// lease expiry, first claim time). A completed row is answered as scanRead answers it; a row in
+// flight sets t.inFlight and answers nothing, and the caller reads it again whole
+// (sql/claim_read.sql).
+func (s *Store) scanLockedRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, error) {
 	var res *claimResult
 	for rows.Next() {
-		scanned := &struct {
-			r            readRow
-			state        string
-			stored       storedOutcome
-			expires, now pgtype.Timestamptz
-		}{}
-		r, stored := &scanned.r, &scanned.stored
-		if err := rows.Scan(&r.sameFP, &scanned.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&scanned.expires, &scanned.now); err != nil {
+		sc := &readScan{}
+		r, stored := &sc.r, &sc.stored
+		if err := rows.Scan(&r.sameFP, &sc.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
+			&sc.expires, &sc.now); err != nil {
 			return nil, err
 		}
 		res = nil
-		if scanned.state != "complete" {
+		if sc.state != "complete" {
 			t.inFlight = true
 			continue
 		}
-		r.complete, r.expires, r.now = true, finite(scanned.expires), finite(scanned.now)
-		fresh := r.fresh()
-		t.found, t.fresh = true, fresh
-		switch {
-		case fresh: // a remembered outcome whose TTL ran out: a new key
-		case !r.sameFP:
-			res = &claimResult{status: claimKeyReused}
-		default:
-			var err error
-			if res, err = replayOf(r, stored); err != nil {
-				return nil, err
-			}
+		var err error
+		if res, err = s.answer(sc, c, t); err != nil {
+			return nil, err
 		}
 	}
 	return res, rows.Err()
+}
+
+// readScan is a row of the claim's read as scanned: every column in one allocation (a variable
+// whose address Scan takes lives on the heap), the times as pgtype values, without a wrapper per
+// column.
+type readScan struct {
+	r                                   readRow
+	state                               string
+	stored                              storedOutcome
+	leaseExpires, created, expires, now pgtype.Timestamptz
+}
+
+// answer is the claim's answer from the row sc: nil when the request may take it, and records
+// in t what the claim under the key's lock needs of any row found.
+func (s *Store) answer(sc *readScan, c *Claim, t *claimTry) (*claimResult, error) {
+	r, stored := &sc.r, &sc.stored
+	r.leaseExpires, r.created = finite(sc.leaseExpires), finite(sc.created)
+	r.expires, r.now = finite(sc.expires), finite(sc.now)
+	r.complete = sc.state == "complete"
+	fresh := r.fresh()
+	t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
+	switch {
+	case r.takeable(fresh):
+		return nil, nil
+	case !r.sameFP:
+		return &claimResult{status: claimKeyReused}, nil
+	case r.complete:
+		o, err := stored.decode()
+		if err != nil {
+			return nil, err
+		}
+		return &claimResult{status: claimReplayed, outcome: o, final: wholeMillis(r.expires.Sub(r.now))}, nil
+	}
+	left := r.leaseLeft()
+	// How long the holder has run: since the key's first claim, or, after a takeover (whose
+	// claim time the row does not keep), at least since its last renewal.
+	elapsed := wholeMillis(r.now.Sub(r.created))
+	if r.attempt > 1 {
+		elapsed = max(c.Lease-left, 0)
+	}
+	return &claimResult{status: claimInProgress, retryAfter: s.retryIn(c.Operation, elapsed, left)}, nil
 }
 
 // readRow is the key's row as the claim's read returns it (sql/claim_read.sql), with the read's

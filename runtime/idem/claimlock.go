@@ -69,7 +69,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 				return rows.Err()
 			})
 			b.Queue(s.sql.claimReadLocked, rowArgs...).Query(func(rows pgx.Rows) (err error) {
-				t.read, err = s.scanLockedRead(rows, &t)
+				t.read, err = s.scanLockedRead(rows, c, &t)
 				return err
 			})
 		}, nil)
