@@ -208,11 +208,7 @@ func (c *Collector) Observer() func(ctx context.Context, e idem.Event) {
 
 func (c *Collector) observe(_ context.Context, e idem.Event) {
 	ser := c.series[e.Operation]
-	if counter, ok := ser.event(e.Kind); ok {
-		counter.Inc()
-	} else {
-		c.events.WithLabelValues(e.Operation, string(e.Kind)).Inc()
-	}
+	c.eventOf(ser, e.Operation, e.Kind).Inc()
 	switch e.Kind {
 	case idem.EventPurged:
 		c.purged.Add(float64(max(e.Count, 0)))
@@ -230,14 +226,15 @@ func (c *Collector) observe(_ context.Context, e idem.Event) {
 	}
 }
 
-// event is ser's counter of kind k; false when ser is nil (an operation not in
-// Options.Operations) or has none of that kind.
-func (ser *series) event(k idem.EventKind) (prometheus.Counter, bool) {
-	if ser == nil {
-		return nil, false
+// eventOf is the event counter of op (whose series is ser, or nil for an operation not in
+// Options.Operations) and kind k.
+func (c *Collector) eventOf(ser *series, op string, k idem.EventKind) prometheus.Counter {
+	if ser != nil {
+		if counter, ok := ser.events[k]; ok {
+			return counter
+		}
 	}
-	counter, ok := ser.events[k]
-	return counter, ok
+	return c.events.WithLabelValues(op, string(k))
 }
 
 // durationOf is the handler duration histogram of op (whose series is ser, or nil) with outcome k.
