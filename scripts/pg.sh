@@ -100,6 +100,12 @@ stop)
 	if [[ -d "$dir/data" ]]; then
 		as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
 	fi
+	# Under callgrind (PG_CALLGRIND) a server process can still be writing its count into the
+	# directory after the server has stopped: try again for a few seconds before giving up.
+	for _ in $(seq 50); do
+		rm -rf "$dir" 2>/dev/null && break
+		sleep 0.1
+	done
 	rm -rf "$dir"
 	;;
 *)
