@@ -35,9 +35,9 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 rows=(
-	FirstHandler/peer-row FirstHandler/transaction
+	FirstHandler/peer-row FirstHandler/peer-row-guarded FirstHandler/transaction
 	FirstHandler/peer-lease-row FirstHandler/lease
-	ReplayHandler/peer-row ReplayHandler/transaction
+	ReplayHandler/peer-row ReplayHandler/peer-row-guarded ReplayHandler/transaction
 	ReplayHandler/peer-lease-row ReplayHandler/lease
 )
 if [[ -n $only ]]; then
@@ -115,6 +115,7 @@ cat <<'EOF'
 
 Go instructions per request: (count with 520 requests - count with 20) / 500, each round's, base and work tree
 alternating row by row; change is the work tree's mean minus the base's. The row twins (peer-row, peer-lease-row)
-are hand-written handlers storing the runtime's key row: a change to the runtime leaves them where they were, so
-their change is the noise of this run. "-": no such benchmark in that build.
+are hand-written handlers storing the runtime's key row, and peer-row-guarded is peer-row with the runtime's
+guarantees beyond the row written by hand: a change to the runtime leaves them where they were, so their change is
+the noise of this run. "-": no such benchmark in that build.
 EOF

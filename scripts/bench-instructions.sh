@@ -33,12 +33,14 @@ rows=(
 	"first executions, idempotency off (ceiling)|FirstHandler/ceiling"
 	"first executions, hand-written peer|FirstHandler/peer"
 	"first executions, hand-written peer, runtime's row|FirstHandler/peer-row"
+	"first executions, hand-written peer, runtime's row and guarantees|FirstHandler/peer-row-guarded"
 	"first executions, hand-written lease peer|FirstHandler/peer-lease"
 	"first executions, hand-written lease peer, runtime's row|FirstHandler/peer-lease-row"
 	"first executions, claim: lease|FirstHandler/lease"
 	"first executions, claim: transaction|FirstHandler/transaction"
 	"replays, hand-written peer|ReplayHandler/peer"
 	"replays, hand-written peer, runtime's row|ReplayHandler/peer-row"
+	"replays, hand-written peer, runtime's row and guarantees|ReplayHandler/peer-row-guarded"
 	"replays, hand-written lease peer|ReplayHandler/peer-lease"
 	"replays, hand-written lease peer, runtime's row|ReplayHandler/peer-lease-row"
 	"replays, claim: lease|ReplayHandler/lease"
@@ -92,7 +94,7 @@ for row in "${rows[@]}"; do
 done
 # ratio A B: A / B to two decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-printf '%-57s %13s %7s %7s %13s %7s %7s %10s %8s\n' row "PG instr/req" "× peer" "× lp" "Go instr/req" "× peer" "× lp" allocs/req B/req
+printf '%-66s %13s %7s %7s %13s %7s %7s %10s %8s\n' row "PG instr/req" "× peer" "× lp" "Go instr/req" "× peer" "× lp" allocs/req B/req
 for row in "${rows[@]}"; do
 	label=${row%%|*} bench=${row#*|}
 	peer=${bench%%/*}/peer leasePeer=${bench%%/*}/peer-lease
@@ -100,7 +102,7 @@ for row in "${rows[@]}"; do
 	if [[ $bench == */lease || $bench == */peer-lease || $bench == */peer-lease-row ]]; then
 		lpPG=$(ratio "${pg[$bench]}" "${pg[$leasePeer]}") lpGo=$(ratio "${go[$bench]}" "${go[$leasePeer]}")
 	fi
-	printf '%-57s %13d %7s %7s %13d %7s %7s %10s %8s\n' "$label" "${pg[$bench]}" "$(ratio "${pg[$bench]}" "${pg[$peer]}")" "$lpPG" \
+	printf '%-66s %13d %7s %7s %13d %7s %7s %10s %8s\n' "$label" "${pg[$bench]}" "$(ratio "${pg[$bench]}" "${pg[$peer]}")" "$lpPG" \
 		"${go[$bench]}" "$(ratio "${go[$bench]}" "${go[$peer]}")" "$lpGo" "${allocs[$bench]}" "${bytes[$bench]}"
 done
 echo

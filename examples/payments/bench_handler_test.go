@@ -24,7 +24,7 @@ import (
 )
 
 func BenchmarkFirstHandler(b *testing.B) {
-	for _, mode := range []string{serverCeiling, serverPeer, serverPeerRow, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction} {
+	for _, mode := range []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction} {
 		b.Run(mode, func(b *testing.B) {
 			serve := inProcess(b, mode)
 			n := 0
@@ -45,7 +45,7 @@ func BenchmarkFirstHandler(b *testing.B) {
 }
 
 func BenchmarkReplayHandler(b *testing.B) {
-	for _, mode := range []string{serverPeer, serverPeerRow, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction} {
+	for _, mode := range []string{serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction} {
 		b.Run(mode, func(b *testing.B) {
 			serve := inProcess(b, mode)
 			if rec := serve("replayed"); rec.Code != http.StatusCreated {

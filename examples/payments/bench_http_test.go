@@ -84,6 +84,7 @@ var rowSpecs = []rowSpec{
 	{id: "ceiling", label: "create, idempotency off (ceiling)", server: serverCeiling, kind: kindFirst},
 	{id: "peer", label: "create, hand-written peer, first executions", server: serverPeer, kind: kindFirst},
 	{id: "peer-row", label: "create, hand-written peer storing the runtime's key row, first executions", server: serverPeerRow, kind: kindFirst},
+	{id: "peer-row-guarded", label: "create, hand-written peer storing the runtime's key row, with its guarantees, first executions", server: serverPeerRowGuarded, kind: kindFirst},
 	{id: "peer-lease", label: "create, hand-written lease peer, first executions", server: serverPeerLease, kind: kindFirst},
 	{id: "peer-lease-row", label: "create, hand-written lease peer storing the runtime's key row, first executions", server: serverPeerLeaseRow, kind: kindFirst},
 	{id: "lease", label: "create, claim: lease, first executions", server: serverLease, kind: kindFirst,
@@ -105,7 +106,7 @@ var rowSpecs = []rowSpec{
 }
 
 // benchServers are the servers BenchmarkHTTP starts, in the order it warms them up.
-var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached}
+var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached}
 
 // segment is one row's share of one round.
 type segment struct {
@@ -433,7 +434,7 @@ func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, con
 	if free := max - reserved - used; need > free {
 		b.Fatalf("BenchmarkHTTP needs %d connections (%d servers, each a pool of %s=%d, a listener and 4 for the benchmark), "+
 			"and the server has %d free (max_connections %d, %d reserved, %d in use): raise max_connections "+
-			"(make bench-http starts its own server with 200) or lower %s", need, len(benchServers), envConns, conns,
+			"(make bench-http starts its own server with 240) or lower %s", need, len(benchServers), envConns, conns,
 			free, max, reserved, used, envConns)
 	}
 }
@@ -736,9 +737,10 @@ func generatorFromEnv(tb testing.TB) *generatorResult {
 	return g
 }
 
-// goProfiled are the servers whose Go profiles BENCH_HTTP_PROFILE records: both claim modes and
-// the hand-written peer they are compared with.
-var goProfiled = []string{serverLease, serverTransaction, serverPeer, serverPeerLease}
+// goProfiled are the servers whose Go profiles BENCH_HTTP_PROFILE records: both claim modes, the
+// hand-written peers they are compared with, and the guarded row peer, which does transaction
+// mode's work by hand.
+var goProfiled = []string{serverLease, serverTransaction, serverPeer, serverPeerLease, serverPeerRowGuarded}
 
 // profileServer loads server s (mode) with first executions for secs seconds while it records a
 // CPU profile and an allocation profile (a delta over the same seconds), and writes both to dir
@@ -875,6 +877,7 @@ var dbProfileRows = []dbProfileRow{
 	{serverCeiling, kindFirst},
 	{serverPeer, kindFirst},
 	{serverPeerRow, kindFirst},
+	{serverPeerRowGuarded, kindFirst},
 	{serverPeerLease, kindFirst},
 	{serverPeerLeaseRow, kindFirst},
 	{serverLease, kindFirst},
@@ -895,7 +898,7 @@ func (r dbProfileRow) name() string {
 }
 
 func (r dbProfileRow) label() string {
-	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerRow: "the hand-written peer storing the runtime's key row", serverPeerLease: "the hand-written lease peer", serverPeerLeaseRow: "the hand-written lease peer storing the runtime's key row",
+	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerRow: "the hand-written peer storing the runtime's key row", serverPeerRowGuarded: "the hand-written peer storing the runtime's key row, with its guarantees", serverPeerLease: "the hand-written lease peer", serverPeerLeaseRow: "the hand-written lease peer storing the runtime's key row",
 		serverLease: "claim: lease", serverTransaction: "claim: transaction"}[r.server]
 	if r.kind == kindReplay {
 		return "replays, " + what

@@ -141,7 +141,7 @@ type peerLeaseRow struct {
 }
 
 func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
-	tenant, key, fp, answer, err := peerRequest(ctx, "lease peer", req)
+	tenant, key, fp, answer, err := peerRequest(ctx, "lease peer", req, true)
 	if answer != nil || err != nil {
 		return answer, err
 	}

@@ -97,11 +97,35 @@ const (
 // key row (createKeyRowTable) instead of its own narrow one: the fingerprint as hex text, the
 // Content-Type and Location as jsonb headers, a random owner token, the operation, state,
 // times and expiry.
+//
+// With guarded set as well it is the guarded row peer (server "peer-row-guarded"): the row peer
+// with the guarantees the runtime gives every request beyond reading and writing that row,
+// written the way a careful engineer would write them by hand, so that what the runtime adds on
+// top of the row twin can be split into what those guarantees cost anyone and what the runtime's
+// own code costs:
+//   - the design's fingerprint: the route, the declared X-Tenant-Id header and the body as the
+//     client sent it, in canonical JSON (key order and white space do not count) without the
+//     excluded /simulate_failure, hashed with the frames that keep parts apart. It uses the
+//     runtime's exported Fingerprinter (the bytes the generated server stores for the same
+//     request, TestGuardedPeerFingerprintsAsTheRuntime), as a hand-written handler under the
+//     same contract would rather than write a canonical JSON encoder of its own;
+//   - the claim's round trip bounded by context.WithTimeout (idem.DefaultStoreTimeout), so that
+//     a database that does not answer fails the request rather than holding it;
+//   - the business work under the operation's timeout (a minute): a context.WithTimeoutCause
+//     the work runs under, and work that returns after it is rolled back.
 type peerServer struct {
 	api.StrictServerInterface
-	db  *pgxpool.Pool
-	row bool
+	db      *pgxpool.Pool
+	row     bool
+	guarded bool
 }
+
+// errPeerHandlerTimeout is the guarded row peer's handler timeout (the cause of its context).
+var errPeerHandlerTimeout = errors.New("payments peer: the business work ran past its timeout")
+
+// peerCreateTimeout is the guarded row peer's handler timeout: createPayment's, as the example's
+// spec gives it (x-idempotency's default).
+const peerCreateTimeout = time.Minute
 
 // peerAnswer is the peer's response: the stored outcome on a replay, and on a first execution
 // the same bytes it stores.
@@ -124,9 +148,10 @@ func (a peerAnswer) VisitCreatePaymentResponse(w http.ResponseWriter) error {
 	return err
 }
 
-// peerRequest is what both hand-written peers read from a create first: the tenant, the key and
-// the body's fingerprint; or the answer when the request has no key (answer not nil).
-func peerRequest(ctx context.Context, who string, req api.CreatePaymentRequestObject) (tenant, key string, fp [sha256.Size]byte, answer api.CreatePaymentResponseObject, err error) {
+// peerRequest is what both hand-written peers read from a create first: the tenant, the key and,
+// with hash set, the body's fingerprint; or the answer when the request has no key (answer not
+// nil).
+func peerRequest(ctx context.Context, who string, req api.CreatePaymentRequestObject, hash bool) (tenant, key string, fp [sha256.Size]byte, answer api.CreatePaymentResponseObject, err error) {
 	tenant, ok := tenantFrom(ctx)
 	if !ok {
 		return "", "", fp, nil, fmt.Errorf("payments %s: no tenant in the request context (is requireTenant installed?)", who)
@@ -135,8 +160,26 @@ func peerRequest(ctx context.Context, who string, req api.CreatePaymentRequestOb
 		return "", "", fp, problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
 			"send an Idempotency-Key header")}, nil
 	}
-	fp, err = peerFingerprint(req.Body)
+	if hash {
+		fp, err = peerFingerprint(req.Body)
+	}
 	return tenant, *req.Params.IdempotencyKey, fp, nil, err
+}
+
+// guardedFingerprint is the guarded row peer's fingerprint, in hex: the design's, of the route,
+// the declared X-Tenant-Id header and the body as the client sent it (the example's stack
+// captures it), as the generated server computes it for createPayment.
+func guardedFingerprint(ctx context.Context, req api.CreatePaymentRequestObject) (string, error) {
+	f := idem.NewFingerprinter("POST /v1/payments")
+	if err := f.Add("header:X-Tenant-Id", req.Params.XTenantID); err != nil {
+		return "", err
+	}
+	if body, ok := idemhttp.BodyFromContext(ctx); ok && len(body.Bytes) > 0 {
+		if err := f.RawBody(body.ContentType, body.Bytes, "/simulate_failure"); err != nil {
+			return "", err
+		}
+	}
+	return f.Sum(), nil
 }
 
 // peerFingerprint is the peers' fingerprint of a create's body: the SHA-256 of its fields in
@@ -150,9 +193,18 @@ func peerFingerprint(body *api.CreatePaymentJSONRequestBody) ([sha256.Size]byte,
 }
 
 func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
-	tenant, key, fp, answer, err := peerRequest(ctx, "peer", req)
+	tenant, key, fp, answer, err := peerRequest(ctx, "peer", req, !s.guarded)
 	if answer != nil || err != nil {
 		return answer, err
+	}
+	var hexFP string
+	if s.guarded {
+		if hexFP, err = guardedFingerprint(ctx, req); err != nil {
+			return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
+				"the request body is not valid JSON")}, nil
+		}
+	} else if s.row {
+		hexFP = hex.EncodeToString(fp[:])
 	}
 
 	conn, err := s.db.Acquire(ctx)
@@ -174,9 +226,7 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	lock.Write([]byte{0})
 	lock.Write([]byte(key))
 	b.Queue(peerLockSQL, int64(lock.Sum64()))
-	var hexFP string
 	if s.row {
-		hexFP = hex.EncodeToString(fp[:])
 		b.Queue(peerRowLookupSQL, tenant, key).QueryRow(func(row pgx.Row) error {
 			var (
 				st      int32
@@ -211,9 +261,17 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 			return err
 		})
 	}
-	br := conn.SendBatch(ctx, b)
+	claimCtx, endClaim := ctx, context.CancelFunc(nil)
+	if s.guarded {
+		claimCtx, endClaim = context.WithTimeout(ctx, idem.DefaultStoreTimeout)
+	}
+	br := conn.SendBatch(claimCtx, b)
 	tx := br.Tx()
-	if err := br.Close(); err != nil {
+	err = br.Close()
+	if endClaim != nil {
+		endClaim()
+	}
+	if err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("payments peer: claim key: %w", err)
 	}
@@ -233,7 +291,18 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 		return stored, nil
 	}
 
-	resp, err := createPayment(ctx, tx, tenant, key, req.Body)
+	hctx, endWork := ctx, context.CancelFunc(nil)
+	if s.guarded {
+		hctx, endWork = context.WithTimeoutCause(ctx, peerCreateTimeout, errPeerHandlerTimeout)
+	}
+	resp, err := createPayment(hctx, tx, tenant, key, req.Body)
+	if endWork != nil {
+		endWork() // the cause cannot change after this: the work returned in time, or did not
+		if errors.Is(context.Cause(hctx), errPeerHandlerTimeout) {
+			_ = tx.Rollback(ctx)
+			return nil, errPeerHandlerTimeout
+		}
+	}
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, err
@@ -281,11 +350,12 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	return out, nil
 }
 
-// peerHandler is ceilingHandler with create served by peerServer (the row peer with row set),
-// whose key table it creates.
-func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row bool) (http.Handler, error) {
+// peerHandler is ceilingHandler with create served by peerServer (the row peer with row set, the
+// guarded row peer with guarded set), whose key table it creates.
+func peerHandler(pool *pgxpool.Pool, schema string, log *slog.Logger, row, guarded bool) (http.Handler, error) {
+	row = row || guarded // each server has a schema of its own: the guarded peer's table is peer_row_keys too
 	return peerStack(pool, schema, log, "peer", peerTableSQL, row, func(inner api.StrictServerInterface) api.StrictServerInterface {
-		return peerServer{StrictServerInterface: inner, db: pool, row: row}
+		return peerServer{StrictServerInterface: inner, db: pool, row: row, guarded: guarded}
 	})
 }
 

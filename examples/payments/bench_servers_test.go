@@ -58,6 +58,12 @@ const (
 	// serverPeerRow is the hand-written peer storing the runtime's key row instead of its own
 	// narrow one (bench_peer_test.go): the difference from the peer is what that row costs.
 	serverPeerRow = "peer-row"
+	// serverPeerRowGuarded is the row peer with the runtime's guarantees beyond the row written
+	// by hand (bench_peer_test.go): the design's fingerprint, a bounded claim, the handler's
+	// timeout. The difference from the row peer is what those cost anyone; the difference to
+	// claim: transaction, what the runtime's own code costs. make bench-http measures its first
+	// executions; make bench-compare and make bench-instructions count both kinds of request.
+	serverPeerRowGuarded = "peer-row-guarded"
 	// serverPeerLeaseRow is the hand-written lease peer on the runtime's key row
 	// (bench_peer_lease_test.go): the difference from the lease peer is what that row costs a
 	// lease.
@@ -105,9 +111,11 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 	case serverCeiling:
 		return ceilingHandler(pool, schema, log)
 	case serverPeer:
-		return peerHandler(pool, schema, log, false)
+		return peerHandler(pool, schema, log, false, false)
 	case serverPeerRow:
-		return peerHandler(pool, schema, log, true)
+		return peerHandler(pool, schema, log, true, false)
+	case serverPeerRowGuarded:
+		return peerHandler(pool, schema, log, true, true)
 	case serverPeerLease:
 		return peerLeaseHandler(pool, schema, log, false)
 	case serverPeerLeaseRow:
@@ -118,7 +126,7 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 		cfg.ReplayCacheBytes = 64 << 20
 		return newHandler(pool, cfg, log)
 	}
-	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverPeerRow, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached)
+	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached)
 }
 
 // ceilingHandler is newHandler with create served by ceilingServer.
@@ -565,6 +573,7 @@ func TestBenchServers(t *testing.T) {
 		{serverCeiling, http.StatusUnprocessableEntity, false, idem.DefaultTable, 0},
 		{serverPeer, http.StatusCreated, true, "peer_keys", 1},
 		{serverPeerRow, http.StatusCreated, true, "peer_row_keys", 1},
+		{serverPeerRowGuarded, http.StatusCreated, true, "peer_row_keys", 1},
 		{serverPeerLease, http.StatusCreated, true, "peer_lease_keys", 1},
 		{serverPeerLeaseRow, http.StatusCreated, true, "peer_lease_row_keys", 1},
 		{serverLease, http.StatusCreated, true, idem.DefaultTable, 1},
@@ -716,4 +725,47 @@ func sendBody(ctx context.Context, l *load, s *benchServer, key, body string) (i
 	defer resp.Body.Close()
 	_, err = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, resp.Header.Get(idemhttp.HeaderReplayed) == "true", err
+}
+
+// TestGuardedPeerFingerprintsAsTheRuntime checks that the guarded row peer does the runtime's
+// fingerprinting work and no less: for the same request it stores the fingerprint the
+// transaction-mode server stores, and a body that differs only in key order and white space
+// replays on both.
+func TestGuardedPeerFingerprintsAsTheRuntime(t *testing.T) {
+	ctx := context.Background()
+	stored := map[string]string{}
+	for _, tc := range []struct{ mode, table string }{
+		{serverTransaction, idem.DefaultTable},
+		{serverPeerRowGuarded, "peer_row_keys"},
+	} {
+		sch := idemtest.TestSchema(t, nil)
+		if err := migrate(ctx, sch.Pool); err != nil {
+			t.Fatal(err)
+		}
+		h, err := benchHandler(tc.mode, sch.Pool, sch.Name, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		l := newLoad(1)
+		s := &benchServer{mode: tc.mode, url: srv.URL}
+		st, replayed, err := sendBody(ctx, l, s, "k1", benchBody)
+		if err != nil || st != http.StatusCreated || replayed {
+			t.Fatalf("%s: first create: status %d, replayed %v, error %v; want 201, not a replay", tc.mode, st, replayed, err)
+		}
+		st, replayed, err = sendBody(ctx, l, s, "k1", "{ \"currency\":\"RUB\",\n\"amount_minor\" :19900 }")
+		if err != nil || st != http.StatusCreated || !replayed {
+			t.Errorf("%s: the same body in another key order and spacing: status %d, replayed %v, error %v; want 201, a replay", tc.mode, st, replayed, err)
+		}
+		var fp string
+		if err := sch.Pool.QueryRow(ctx, "SELECT fingerprint FROM "+tc.table).Scan(&fp); err != nil {
+			t.Fatal(err)
+		}
+		stored[tc.mode] = fp
+		l.client.CloseIdleConnections()
+		srv.Close()
+	}
+	if stored[serverPeerRowGuarded] != stored[serverTransaction] {
+		t.Errorf("the guarded peer stored fingerprint %s, the transaction-mode server %s; want the same", stored[serverPeerRowGuarded], stored[serverTransaction])
+	}
 }
