@@ -109,10 +109,12 @@ const (
 //     runtime's exported Fingerprinter (the bytes the generated server stores for the same
 //     request, TestGuardedPeerFingerprintsAsTheRuntime), as a hand-written handler under the
 //     same contract would rather than write a canonical JSON encoder of its own;
-//   - the claim's round trip bounded by context.WithTimeout (idem.DefaultStoreTimeout), so that
-//     a database that does not answer fails the request rather than holding it;
+//   - the claim (the pool's connection and the claim's round trip) bounded by context.WithTimeout
+//     (idem.DefaultStoreTimeout), so that a database that does not answer fails the request with
+//     503 store-unavailable rather than holding it, as the runtime answers;
 //   - the business work under the operation's timeout (a minute): a context.WithTimeoutCause
-//     the work runs under, and work that returns after it is rolled back.
+//     the work runs under, and work that returns after it is rolled back and answered 503
+//     handler-timeout, as the runtime answers.
 type peerServer struct {
 	api.StrictServerInterface
 	db      *pgxpool.Pool
@@ -120,8 +122,9 @@ type peerServer struct {
 	guarded bool
 }
 
-// errPeerHandlerTimeout is the guarded row peer's handler timeout (the cause of its context).
-var errPeerHandlerTimeout = errors.New("payments peer: the business work ran past its timeout")
+// errPeerHandlerTimeout is the guarded row peer's handler timeout (the cause of its context). It
+// wraps idem.ErrHandlerTimeout, which the example's error handler answers as the runtime's.
+var errPeerHandlerTimeout = fmt.Errorf("payments peer: the business work ran past its timeout: %w", idem.ErrHandlerTimeout)
 
 // peerCreateTimeout is the guarded row peer's handler timeout: createPayment's, as the example's
 // spec gives it (x-idempotency's default).
@@ -168,18 +171,33 @@ func peerRequest(ctx context.Context, who string, req api.CreatePaymentRequestOb
 
 // guardedFingerprint is the guarded row peer's fingerprint, in hex: the design's, of the route,
 // the declared X-Tenant-Id header and the body as the client sent it (the example's stack
-// captures it), as the generated server computes it for createPayment.
+// captures it), as the generated server computes it for createPayment. A body the fingerprint
+// cannot read (data after the JSON value, a member twice) is the client's fault, and its error
+// an *idem.BodyError; a body that was not captured is the server's.
 func guardedFingerprint(ctx context.Context, req api.CreatePaymentRequestObject) (string, error) {
 	f := idem.NewFingerprinter("POST /v1/payments")
 	if err := f.Add("header:X-Tenant-Id", req.Params.XTenantID); err != nil {
 		return "", err
 	}
-	if body, ok := idemhttp.BodyFromContext(ctx); ok && len(body.Bytes) > 0 {
+	body, ok := idemhttp.BodyFromContext(ctx)
+	if !ok {
+		return "", errors.New("payments peer: the request body was not captured (is idemhttp.Capture installed?)")
+	}
+	if len(body.Bytes) > 0 {
 		if err := f.RawBody(body.ContentType, body.Bytes, "/simulate_failure"); err != nil {
 			return "", err
 		}
 	}
 	return f.Sum(), nil
+}
+
+// claimError is err from the peer's claim under ctx: wrapped with idem.ErrStoreUnavailable when
+// the claim's own bound ran out (the example's error handler answers it as the runtime's 503).
+func claimError(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("payments peer: claim key: %w: %w", idem.ErrStoreUnavailable, err)
+	}
+	return fmt.Errorf("payments peer: claim key: %w", err)
 }
 
 // peerFingerprint is the peers' fingerprint of a create's body: the SHA-256 of its fields in
@@ -200,16 +218,28 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	var hexFP string
 	if s.guarded {
 		if hexFP, err = guardedFingerprint(ctx, req); err != nil {
-			return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeRequestInvalid,
-				"the request body is not valid JSON")}, nil
+			var bad *idem.BodyError
+			if errors.As(err, &bad) {
+				return problemResponse{idemhttp.NewProblem(http.StatusBadRequest, idemhttp.CodeBodyInvalid,
+					"the request body is malformed: "+bad.Reason)}, nil
+			}
+			return nil, err
 		}
 	} else if s.row {
 		hexFP = hex.EncodeToString(fp[:])
 	}
 
-	conn, err := s.db.Acquire(ctx)
+	// The guarded peer bounds its claim, the connection's wait included, as the runtime does.
+	claimCtx, endClaim := ctx, context.CancelFunc(nil)
+	if s.guarded {
+		claimCtx, endClaim = context.WithTimeout(ctx, idem.DefaultStoreTimeout)
+	}
+	conn, err := s.db.Acquire(claimCtx)
 	if err != nil {
-		return nil, err
+		if endClaim != nil {
+			endClaim()
+		}
+		return nil, claimError(claimCtx, err)
 	}
 	defer conn.Release() // a connection left in a transaction is closed by the pool, not reused
 	var (
@@ -261,19 +291,18 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 			return err
 		})
 	}
-	claimCtx, endClaim := ctx, context.CancelFunc(nil)
-	if s.guarded {
-		claimCtx, endClaim = context.WithTimeout(ctx, idem.DefaultStoreTimeout)
-	}
 	br := conn.SendBatch(claimCtx, b)
 	tx := br.Tx()
 	err = br.Close()
+	if err != nil {
+		err = claimError(claimCtx, err)
+	}
 	if endClaim != nil {
 		endClaim()
 	}
 	if err != nil {
 		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("payments peer: claim key: %w", err)
+		return nil, err
 	}
 	if found {
 		if err := tx.Rollback(ctx); err != nil {
