@@ -115,7 +115,8 @@ cat <<'EOF'
 
 Go instructions per request: (count with 520 requests - count with 20) / 500, each round's, base and work tree
 alternating row by row; change is the work tree's mean minus the base's. The row twins (peer-row, peer-lease-row)
-are hand-written handlers storing the runtime's key row, and peer-row-guarded is peer-row with the runtime's
-guarantees beyond the row written by hand: a change to the runtime leaves them where they were, so their change is
-the noise of this run. "-": no such benchmark in that build.
+are hand-written handlers storing the runtime's key row: a change to the runtime leaves them where they were, so
+their change is the noise of this run. peer-row-guarded is peer-row with the runtime's guarantees written by hand;
+it calls the runtime's Fingerprinter, so a change to the fingerprint moves it too. "-": no such benchmark in that
+build.
 EOF

@@ -2,9 +2,9 @@
 # bench-http.sh: what `make bench-http` runs. First BenchmarkGenerate (generator/: idemgen generate
 # against oapi-codegen alone), then BenchmarkHTTP (examples/payments: the example over HTTP with
 # and without idempotency), which prints one table with both and writes it as JSON to
-# $BENCH_HTTP_JSON (default bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the lease,
-# transaction and peer servers' CPU and alloc profiles and a database profile per server and
-# row (pgss-*.txt) to DIR.
+# $BENCH_HTTP_JSON (default bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the CPU and
+# alloc profiles of both claim modes, both peers and the guarded row peer, and a database profile
+# per server and row (pgss-*.txt), to DIR.
 # docs/performance.md lists the other knobs. Needs TEST_DATABASE_URL (make bench-http provides it).
 set -euo pipefail
 if [[ -z "${TEST_DATABASE_URL:-}" ]]; then

@@ -39,7 +39,7 @@ import (
 // The benchmark's knobs, from the environment (make bench-http passes its variables on).
 const (
 	envJSON           = "BENCH_HTTP_JSON"            // where the JSON goes; default bench-http.json here
-	envProfile        = "BENCH_HTTP_PROFILE"         // a directory: write the lease, transaction and peer servers' CPU and alloc profiles and the database profiles there
+	envProfile        = "BENCH_HTTP_PROFILE"         // a directory: write the goProfiled servers' CPU and alloc profiles and the database profiles there
 	envProfileSeconds = "BENCH_HTTP_PROFILE_SECONDS" // how long each profiled load runs; default 10
 	envRounds         = "BENCH_HTTP_ROUNDS"          // rounds; default 5
 	envSegment        = "BENCH_HTTP_SEGMENT"         // each row's time in a round; default 2s
