@@ -582,20 +582,8 @@ func TestBenchServers(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			sch := idemtest.TestSchema(t, nil)
 			ctx := context.Background()
-			if err := migrate(ctx, sch.Pool); err != nil {
-				t.Fatal(err)
-			}
-			h, err := benchHandler(tc.mode, sch.Pool, sch.Name, slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewServer(h)
-			defer srv.Close()
-			l := newLoad(8)
-			defer l.client.CloseIdleConnections()
-			s := &benchServer{mode: tc.mode, url: srv.URL}
+			sch, s, l := serveBenchForTest(t, tc.mode, 8)
 			st, replayed, _, err := l.send(ctx, s, "k1")
 			if err != nil || st != http.StatusCreated || replayed {
 				t.Fatalf("first create: status %d, replayed %v, error %v; want 201, not a replay", st, replayed, err)
@@ -738,19 +726,7 @@ func TestGuardedPeerFingerprintsAsTheRuntime(t *testing.T) {
 		{serverTransaction, idem.DefaultTable},
 		{serverPeerRowGuarded, "peer_row_keys"},
 	} {
-		sch := idemtest.TestSchema(t, nil)
-		if err := migrate(ctx, sch.Pool); err != nil {
-			t.Fatal(err)
-		}
-		h, err := benchHandler(tc.mode, sch.Pool, sch.Name, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(h)
-		t.Cleanup(srv.Close)
-		l := newLoad(1)
-		t.Cleanup(l.client.CloseIdleConnections)
-		s := &benchServer{mode: tc.mode, url: srv.URL}
+		sch, s, l := serveBenchForTest(t, tc.mode, 1)
 		st, replayed, err := sendBody(ctx, l, s, "k1", benchBody)
 		if err != nil || st != http.StatusCreated || replayed {
 			t.Fatalf("%s: first create: status %d, replayed %v, error %v; want 201, not a replay", tc.mode, st, replayed, err)
@@ -773,4 +749,23 @@ func TestGuardedPeerFingerprintsAsTheRuntime(t *testing.T) {
 	if stored[serverPeerRowGuarded] != stored[serverTransaction] {
 		t.Errorf("the guarded peer stored fingerprint %s, the transaction-mode server %s; want the same", stored[serverPeerRowGuarded], stored[serverTransaction])
 	}
+}
+
+// serveBenchForTest serves bench server mode in this process over HTTP, on a schema of its own
+// with the example's tables, for a test; clients is the load's size. Everything ends with t.
+func serveBenchForTest(t *testing.T, mode string, clients int) (*idemtest.Schema, *benchServer, *load) {
+	t.Helper()
+	sch := idemtest.TestSchema(t, nil)
+	if err := migrate(context.Background(), sch.Pool); err != nil {
+		t.Fatal(err)
+	}
+	h, err := benchHandler(mode, sch.Pool, sch.Name, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	l := newLoad(clients)
+	t.Cleanup(l.client.CloseIdleConnections)
+	return sch, &benchServer{mode: mode, url: srv.URL}, l
 }
