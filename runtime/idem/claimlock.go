@@ -164,27 +164,18 @@ func (s *Store) readWhole(ctx context.Context, tx *bizTx, c *Claim, t *claimTry,
 	return tx.conn.SendBatch(ctx, &b.Batch).Close()
 }
 
-// lockOf is the advisory lock id of the key row r: lockID, or in the tests that check that keys
+// lockOf is the advisory lock id of the key row r (lockFrom), or in the tests that check that keys
 // sharing an id only wait for each other, one id for every key of the Store (its table's, so
 // that tests running at once on their own tables do not share it).
 func (s *Store) lockOf(r rowID) int64 {
 	if s.oneLock {
-		return lockID(s.table, rowID{})
+		r = rowID{}
 	}
 	return lockFrom(s.lockSeed, r)
 }
 
 // FNV-1a's 64-bit offset basis and prime.
 const fnvOffset, fnvPrime = 14695981039346656037, 1099511628211
-
-// lockID is the advisory lock id of the key row r of table: 64 bits of FNV-1a over the table's
-// name and the row's stored tenant, scope and key, NUL-separated (stored text holds no NUL). Two
-// keys with one id only wait for each other: the row decides every answer. Every version of the
-// runtime must give a key the same id, or two of them running at once (a rolling deploy) would
-// not wait for each other: TestLockIDIsStable pins it.
-func lockID(table string, r rowID) int64 {
-	return lockFrom(lockSeed(table), r)
-}
 
 // lockSeed is FNV-1a's state after table's name: what every lock id of the table starts from,
 // worked out once per Store (Store.lockSeed), not once per claim.
@@ -196,7 +187,11 @@ func lockSeed(table string) uint64 {
 	return h
 }
 
-// lockFrom is lockID from the table's seed.
+// lockFrom is the advisory lock id of the key row r of the table whose lockSeed is seed: 64 bits
+// of FNV-1a over the table's name and the row's stored tenant, scope and key, NUL-separated
+// (stored text holds no NUL). Two keys with one id only wait for each other: the row decides
+// every answer. Every version of the runtime must give a key the same id, or two of them running
+// at once (a rolling deploy) would not wait for each other: TestLockIDIsStable pins it.
 func lockFrom(seed uint64, r rowID) int64 {
 	h := seed
 	for _, part := range [...]string{r.tenant, r.scope, r.key} {
