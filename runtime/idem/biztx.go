@@ -39,7 +39,8 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkConn(ctx, conn.Conn()); err != nil {
+	t, err := s.topology(ctx)
+	if err != nil {
 		conn.Release()
 		return nil, err
 	}
@@ -49,9 +50,9 @@ func (s *Store) acquire(ctx context.Context, pool acquirer) (*pgxpool.Conn, erro
 	}
 	switch mode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
-		if s.path.Load() == pathPooled {
+		if t.pooled {
 			// A pooler in transaction mode would run the next request's statements on another
-			// server connection, where nothing is prepared (pooler.go).
+			// server connection, where nothing is prepared (topology.go).
 			return conn, nil
 		}
 	default:
@@ -108,6 +109,17 @@ func (s *Store) begin(ctx context.Context) (*bizTx, error) {
 // transaction is then closed). The batch's results are read when it returns; on an error the
 // transaction may be aborted, and the caller rolls it back. Without a pool, ahead is not sent.
 func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *batch)) (*bizTx, error) {
+	return s.beginSending(ctx, ctx, ahead, batch)
+}
+
+// beginSending is beginWith with the connection taken under ctx, the caller's, and the batch sent
+// and waited for under sendCtx: a caller gone before the Store holds a connection sends nothing
+// (no claim is made for nobody), and one that leaves once the batch is on its way does not cut
+// it off half-way (the server runs what it received whether or not the client still reads).
+func (s *Store) beginSending(ctx, sendCtx context.Context, ahead, batch func(b *batch)) (*bizTx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, storeError(ctx, "begin", err)
+	}
 	pool, ok := s.db.(acquirer)
 	if !ok {
 		bt, err := s.begin(ctx)
@@ -129,8 +141,11 @@ func (s *Store) beginWith(ctx context.Context, ahead, batch func(b *batch)) (*bi
 		bt.owed = true
 	} else if err := s.acquireIn(ctx, pool, bt); err != nil {
 		return nil, storeError(ctx, "begin", err)
+	} else if err := ctx.Err(); err != nil { // the caller left while it waited for a connection
+		bt.done()
+		return nil, storeError(ctx, "begin", err)
 	}
-	return bt, bt.send(ctx, ahead, batch)
+	return bt, bt.send(sendCtx, ahead, batch)
 }
 
 // acquireIn takes bt's connection from pool, bounded by Config.StoreTimeout. Every claim calls
@@ -245,10 +260,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 	b := newBatch()
 	b.Queue(s.completeSQL(c), args...)
 	committed := false
-	b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
-		committed = tag.String() == "COMMIT"
-		return nil
-	})
+	b.Queue(commitSQL).Exec(statementRan(&committed))
 	switch {
 	case !c.notify:
 	case c.locked && ran < s.notifyAfter/2:

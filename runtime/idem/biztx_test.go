@@ -102,8 +102,18 @@ func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
 		return &idem.Outcome{Status: 201, Body: []byte("done")}, nil
 	}
 
+	// Each key has an expired row, so the fast claim inserts nothing and the full claim (whose
+	// batch has the owner guard) decides.
+	expired := func(key string) {
+		t.Helper()
+		if _, err := sch.Pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{sch.Name, sch.Table}.Sanitize()+` (tenant, scope, key, operation, fingerprint, state,
+			owner_token, lease_expires_at, expires_at) VALUES ('', 's', $1, '', 'fp', 'complete', gen_random_uuid(), now() - interval '1 hour', now() - interval '1 hour')`, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expired("disagree")
+	expired("fails")
 	disagrees, _ := idem.NewStore(sch.Pool, sch.Config())
-	idem.DisableFastPath(disagrees)
 	// As if the claim were not this request's: the guard divides by zero.
 	idem.SetOwnerGuard(disagrees, guardSQL("1 / (length($1::text) * 0)"))
 	p := &idem.DoParams{Scope: "s", Key: "disagree", Fingerprint: "fp"}
@@ -115,7 +125,6 @@ func TestLeaseClaimAndBeginFallbacks(t *testing.T) {
 	}
 
 	fails, _ := idem.NewStore(sch.Pool, sch.Config())
-	idem.DisableFastPath(fails)
 	// Fails otherwise, after the claim committed.
 	idem.SetOwnerGuard(fails, guardSQL("($1::text || ' is not a number')::int"))
 	p = &idem.DoParams{Scope: "s", Key: "fails", Fingerprint: "fp"}

@@ -2,6 +2,8 @@
 
 package idem
 
+import "time"
+
 // CitusStatements are the statements s sends, by name, with example parameters in the order
 // each takes them: the Citus harness EXPLAINs each on a cluster. tenant, scope, key and token
 // name an existing key; the notification channel and payload are s's own.
@@ -10,14 +12,14 @@ func CitusStatements(s *Store, tenant, scope, key, token string) map[string]Citu
 	t, scope, key := r.tenant, r.scope, r.key
 	lead := []any{t, scope, key, token}
 	with := func(more ...any) []any { return append(append([]any{}, lead...), more...) }
-	claim := with("charge", "fp", int64(60000), int64(86400000))
+	claim := with("charge", "fp", 60*time.Second, 24*time.Hour)
 	st := map[string]CitusStatement{
 		"claimFast":       {s.sql.claimFast, claim, false},
 		"claimRead":       {s.sql.claimRead, []any{t, scope, key, "fp"}, false},
 		"claim":           {s.sql.claim, claim, false},
-		"complete":        {s.sql.complete, with(int32(201), nil, []byte("ok"), nil, int64(86400000)), false},
+		"complete":        {s.sql.complete, with(int32(201), nil, []byte("ok"), nil, 24*time.Hour), false},
 		"release":         {s.sql.release, with(), false},
-		"renew":           {s.sql.renew, with(int64(60000)), false},
+		"renew":           {s.sql.renew, with(60 * time.Second), false},
 		"replay":          {s.sql.replay, []any{t, scope, key}, false},
 		"replayGuard":     {s.sql.replayGuard, []any{t, scope, key}, false},
 		"ownerGuard":      {s.sql.ownerGuard, with(), false},

@@ -45,7 +45,7 @@ var knownCitusViolations = []string{}
 // purge): they need not name one, but must still take no row lock without one.
 var citusMaintenance = map[string]bool{"purge": true, "purgeCitus": true, "purgeCount": true}
 
-// citusSkipped are the guards the Store does not send on Citus (see citus.go); citusFence is the
+// citusSkipped are the guards the Store does not send on Citus (see topology.go); citusFence is the
 // one statement that fails on a shard, and only when a lease was lost.
 var (
 	citusSkipped = map[string]bool{"replayGuard": true, "claimReadGuarded": true, "ownerGuard": true}

@@ -236,7 +236,7 @@ func newClaimWith(s *Store, p *DoParams, token pgtype.UUID, full bool) *Claim {
 		c = &with.Claim
 		all := with.all[:]
 		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, token
-		all[4], all[5], all[6], all[7] = p.Operation, p.Fingerprint, s.boxInterval(lease(p)), s.boxInterval(ttl(p)+timeout(p))
+		all[4], all[5], all[6], all[7] = storedText(p.Operation), storedText(p.Fingerprint), s.boxInterval(lease(p)), s.boxInterval(ttl(p)+timeout(p))
 		c.argv, c.spare = all[:8:8], all[8:8]
 	} else {
 		with := &struct {
@@ -245,7 +245,7 @@ func newClaimWith(s *Store, p *DoParams, token pgtype.UUID, full bool) *Claim {
 		}{}
 		c = &with.Claim
 		all := with.all[:]
-		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, p.Fingerprint
+		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, storedText(p.Fingerprint)
 		all[4], all[5], all[6], all[7] = all[0], all[1], all[2], token
 		c.read, c.argv, c.spare = all[:4:4], all[4:8:8], all[8:8:8+completeLockedParams]
 		c.lockArg = all[8+completeLockedParams:]
@@ -285,6 +285,10 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 		sent := time.Now()
 		res, err := s.claimOnce(ctx, c, p)
 		if err != nil {
+			// The answer may have been lost after the claim committed (a broken connection, the
+			// caller leaving during the COMMIT): give back exactly this claim, if it was made,
+			// or the key would answer in progress for its whole lease.
+			s.releaseLost(ctx, c)
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return nil, storeError(ctx, "claim", err)
 		}
@@ -293,6 +297,12 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 				continue
 			}
 			res = &claimResult{status: claimInProgress, retryAfter: time.Second}
+		}
+		if ctx.Err() != nil { // the caller left while the claim ran: undo what it did, and only that
+			if res.status.owns() {
+				s.release(ctx, c, EventReleased, 0)
+			}
+			return nil, storeError(ctx, "claim", ctx.Err())
 		}
 		s.remember(p, res, sent)
 		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
@@ -360,11 +370,11 @@ type claimTry struct {
 
 // queueClaim queues the claim of c on b: the read, its guard and the write, and between the
 // guard and the write what mid queues (lease mode's BEGIN and its settings). A guard that fails
-// skips the rest of b. On Citus there is no guard (see citus.go): the write runs, and writes
+// skips the rest of b. On Citus there is no guard (see topology.go): the write runs, and writes
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *batch, c *Claim, p *DoParams, t *claimTry, mid func(b *batch)) {
 	read := c.readArgs(c.argv[5])
-	if s.citus {
+	if s.citus() {
 		s.queueRead(b, c, t, read)
 	} else {
 		s.queueGuardedRead(b, c, t, read)
@@ -444,7 +454,7 @@ func (s *Store) leaseSettings(b *batch) {
 // must reach the worker that commits, so the propagation of SET LOCAL is turned on first; plain
 // PostgreSQL has nothing to propagate to, and is spared the statement.
 func (s *Store) asyncCommit(b *batch) {
-	if s.citus {
+	if s.citus() {
 		b.Queue(propagateSetSQL)
 	}
 	b.Queue(asyncCommitSQL)
@@ -456,14 +466,12 @@ func (s *Store) asyncCommit(b *batch) {
 // remembered completed one; any other key (in flight, expired, or completed just now) is
 // decided by the full claim (fullClaimAndBegin), in a second round trip.
 func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res *claimResult, err error) {
-	if !s.noFastPath {
-		var decided bool
-		if tx, res, decided, err = s.fastClaimAndBegin(ctx, p); decided {
-			return tx, res, err
-		}
-		if ctx.Err() != nil { // the caller left, and the fast path made no claim
-			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
-		}
+	var decided bool
+	if tx, res, decided, err = s.fastClaimAndBegin(ctx, p); decided {
+		return tx, res, err
+	}
+	if ctx.Err() != nil { // the caller left, and the fast path made no claim
+		return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
 	}
 	return s.fullClaimAndBegin(ctx, p)
 }
@@ -472,7 +480,7 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, res 
 // own transaction (BEGIN; the fast claim's plain insert, sql/claim_fast_lease.sql, which also
 // sets the claim's asynchronous commit, see claim for why that loses nothing; the replay check,
 // sql/replay.sql; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
-// claim's transaction and the settings are SET LOCAL statements (see citus.go). No statement
+// claim's transaction and the settings are SET LOCAL statements (see topology.go). No statement
 // fails on purpose: for a key that has a row the insert writes nothing, and a remembered
 // completed row is the replay check's answer; the business transaction begun for nothing is
 // rolled back by the connection's next batch (owed.go), which costs the server less than an
@@ -488,40 +496,32 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	sent := time.Now()
 	// What the batch's callbacks find, in one variable: they capture it, so it lives on the heap.
 	var got struct {
-		done           *peeked
-		won, committed bool
+		done      *peeked
+		won       int // rows the insert returned: 1 when it inserted the key
+		committed bool
 	}
 	rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer bound.end()
-	tx, err = s.beginWith(rctx, func(b *batch) {
-		if s.citus {
+	tx, err = s.beginSending(ctx, rctx, func(b *batch) {
+		if s.citus() {
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 				got.done, err = s.scanPeek(rows)
 				return err
 			})
 			s.leaseSettings(b)
-			b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-				got.won = tag.RowsAffected() == 1
-				return nil
-			})
+			b.Queue(s.sql.claimFast, c.claimArgs()...).Query(counting(&got.won))
 		} else {
 			b.Queue(beginSQL)
-			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-				got.won = tag.RowsAffected() == 1
-				return nil
-			})
+			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Query(counting(&got.won))
 			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
 				got.done, err = s.scanPeek(rows)
 				return err
 			})
 		}
-		b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
-			got.committed = tag.String() == "COMMIT"
-			return nil
-		})
+		b.Queue(commitSQL).Exec(statementRan(&got.committed))
 	}, nil)
 	switch {
-	case err == nil && got.won && got.committed:
+	case err == nil && got.won == 1 && got.committed:
 		// Claimed and begun.
 		c.Attempt = 1
 		res = &claimResult{status: claimAcquired, claim: c}
@@ -534,7 +534,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
-	case err == nil && !got.won:
+	case err == nil && got.won == 0:
 		// The key has a row the replay check did not answer for: nothing was written, and the
 		// full claim decides, on this connection first of all (owed.go), whose business BEGIN
 		// its batch takes back.
@@ -594,13 +594,10 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		var t claimTry
 		committed := false
 		rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-		tx, err = s.beginWith(rctx, func(b *batch) {
+		tx, err = s.beginSending(ctx, rctx, func(b *batch) {
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
-			b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
-				committed = tag.String() == "COMMIT"
-				return nil
-			})
-			if !s.citus {
+			b.Queue(commitSQL).Exec(statementRan(&committed))
+			if !s.citus() {
 				b.Queue(s.sql.ownerGuard, c.args()...)
 			}
 		}, nil)
@@ -708,26 +705,22 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 					done, err = s.scanPeek(rows)
 					return err
 				})
-				if !s.citus {
+				if !s.citus() {
 					b.Queue(s.sql.replayGuard, c.rowArgs()...).Exec(func(pgconn.CommandTag) error {
 						replayPassed = true
 						return nil
 					})
 				}
 			}
-			if !s.noFastPath {
-				claim = func(b *batch) {
-					bounded(b, true, func(b *batch) {
-						b.Queue(s.sql.claimFast, c.claimArgs()...).Exec(func(tag pgconn.CommandTag) error {
-							won = int(tag.RowsAffected())
-							return nil
-						})
-					})
-				}
+			claim = func(b *batch) {
+				bounded(b, true, func(b *batch) {
+					won = 0
+					b.Queue(s.sql.claimFast, c.claimArgs()...).Query(counting(&won))
+				})
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, claim)
-		if s.citus && err == nil && done != nil {
+		if s.citus() && err == nil && done != nil {
 			// Without guards (Citus): the replay check found a remembered completed row (and the
 			// fast claim wrote nothing); tx is begun, and the caller rolls it back.
 			res, err = done.result(p.Fingerprint)
@@ -747,7 +740,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			err = tx.SendBatch(ctx, &b.Batch).Close()
 		}
 		switch {
-		case !s.citus && ahead != nil && !replayPassed && failedOnPurpose(err):
+		case !s.citus() && ahead != nil && !replayPassed && failedOnPurpose(err):
 			// The guard found a completed row: the begin and the claim were skipped.
 			if done == nil {
 				// It completed between the check and its guard: check again, the plain way.
@@ -869,9 +862,10 @@ func (s *Store) scanPeek(rows pgx.Rows) (*peeked, error) {
 	return pk, rows.Err()
 }
 
-// result is the claim's answer for a request with fingerprint fp: the replay, or key reused.
+// result is the claim's answer for a request with fingerprint fp: the replay, or key reused. The
+// row holds the fingerprint as stored text (storedText), as every statement sends it.
 func (pk *peeked) result(fp string) (*claimResult, error) {
-	if pk.fingerprint != fp {
+	if pk.fingerprint != storedText(fp) {
 		return &claimResult{status: claimKeyReused}, nil
 	}
 	o, err := pk.outcome.decode()
@@ -1093,9 +1087,9 @@ func (s *Store) completeArgs(c *Claim, o *Outcome, ttl time.Duration) ([]any, er
 		if c.read != nil {
 			fp = c.read[3] // boxed already, for the claim's read
 		} else {
-			fp = c.fingerprint
+			fp = storedText(c.fingerprint)
 		}
-		args = append(args, c.Operation, fp, int32(c.Attempt))
+		args = append(args, storedText(c.Operation), fp, int32(c.Attempt))
 	}
 	return args, nil
 }
@@ -1127,12 +1121,12 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) e
 // releaseRow deletes c's row if c still owns it; gone says it did. The waiting duplicates are
 // told in a statement of its own (see sql/release.sql).
 func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error) {
-	tag, err := s.db.Exec(ctx, s.sql.release, c.args()...)
+	n, err := s.returned(ctx, s.sql.release, c.args()...)
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return false, storeError(ctx, "release", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return false, nil
 	}
 	s.notifyWaiters(ctx, c)
@@ -1141,13 +1135,48 @@ func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error)
 
 // renew extends c's lease by c.Lease from now; ErrLeaseLost if c no longer owns the key.
 func (s *Store) renew(ctx context.Context, c *Claim) error {
-	tag, err := s.db.Exec(ctx, s.sql.renew, c.args(interval(c.Lease))...)
+	n, err := s.returned(ctx, s.sql.renew, c.args(interval(c.Lease))...)
 	if err != nil {
 		return storeError(ctx, "renew lease", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
 		return ErrLeaseLost
 	}
 	return nil
+}
+
+// returned runs sql and counts the rows it returned. A write says what it wrote through
+// RETURNING, never through its command tag: no decision of the Store rests on a tag, whose
+// count a distributed database may report for rows it did not write.
+func (s *Store) returned(ctx context.Context, sql string, args ...any) (n int, err error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err()
+}
+
+// counting is a batch callback that counts the rows its statement returned into n.
+func counting(n *int) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			*n++
+		}
+		return rows.Err()
+	}
+}
+
+// statementRan is a batch callback that records in ok that its statement ran without error. A batch
+// stops at its first failed statement, so a COMMIT that ran committed a transaction in which
+// nothing failed: that, not the COMMIT's command tag, says the transaction committed.
+func statementRan(ok *bool) func(pgconn.CommandTag) error {
+	return func(pgconn.CommandTag) error {
+		*ok = true
+		return nil
+	}
 }

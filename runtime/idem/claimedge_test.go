@@ -39,10 +39,7 @@ func TestCallerLeavingDuringTheClaimBatchLeavesNoClaim(t *testing.T) {
 				var d net.Dialer
 				return d.DialContext(ctx, network, addr)
 			}
-			e := newEnv(t, nil, &idemtest.SchemaOpts{DialFunc: dial})
-			if path.full {
-				idem.DisableFastPath(e.Store)
-			}
+			e := newEnv(t, &idem.Config{Topology: path.topology}, &idemtest.SchemaOpts{DialFunc: dial})
 			e.Warm(4)
 			slowDials.Store(true)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -107,10 +104,7 @@ func TestCallerLeavingWhileTheKeyIsHeldClaimsNothing(t *testing.T) {
 	for _, path := range claimPaths {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, nil, nil)
-			if path.full {
-				idem.DisableFastPath(e.Store)
-			}
+			e := newEnv(t, &idem.Config{Topology: path.topology}, nil)
 			e.Warm(4)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

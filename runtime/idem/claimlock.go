@@ -11,12 +11,12 @@ import (
 
 // lockClaims says whether a transaction-mode claim of s is the key's advisory lock
 // (claimLocked): on plain PostgreSQL through a pool the Store holds connections of. Advisory
-// locks are per node, so on Citus (and in the tests that claim as on Citus) the claim is the key
+// locks are per node, so with Citus's statement set the claim is the key
 // row's own lock instead (claimTx's other path), as it is without a pool, where nothing can be
 // sent ahead of the BEGIN.
 func (s *Store) lockClaims() bool {
 	_, pooled := s.db.(acquirer)
-	return pooled && !s.citus && !s.noFastPath
+	return pooled && !s.citus()
 }
 
 // claimLocked is claimTx on plain PostgreSQL (lockClaims): the claim is a transaction-scoped

@@ -30,6 +30,11 @@ func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
 
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
 func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execResult, error) {
+	// No claim before the topology is known: the wrong statement set could run fn twice.
+	if _, err := s.topology(ctx); err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		return execResult{}, err
+	}
 	if p.Claim == ClaimTransaction {
 		wait := orDefault(p.Wait, lease(p))
 		tx, res, err := s.claimInTransaction(ctx, p, wait)
@@ -425,7 +430,49 @@ func (s *Store) releaseLost(ctx context.Context, c *Claim) {
 	}
 	if gone {
 		s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
+		return
 	}
+	// Nothing to delete yet. But the server runs what it received whether or not its answer
+	// arrives: a COMMIT sent on a connection that broke may still commit the claim after this
+	// release looked (TestGuarantees: lost COMMIT answer). So the claim is remembered as
+	// abandoned (a claim of the key from this process takes it back) and looked for again in
+	// the background, a little later.
+	s.abandon(c)
+	s.recheckLost(ctx, c)
+}
+
+// recheckLost releases c once more after a short while, in the background: see releaseLost.
+func (s *Store) recheckLost(ctx context.Context, c *Claim) {
+	bg := s.bg
+	select {
+	case <-bg.closing:
+		return
+	case bg.slots <- struct{}{}:
+	default:
+		return // busy: the abandoned claim is taken back by this process's next claim of the key
+	}
+	bg.wg.Add(1)
+	go func() {
+		defer bg.wg.Done()
+		defer func() { <-bg.slots }()
+		for _, wait := range []time.Duration{50 * time.Millisecond, 500 * time.Millisecond} {
+			t := time.NewTimer(wait)
+			select {
+			case <-bg.closing:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			cctx, bound := detached(context.WithoutCancel(ctx))
+			gone, err := s.releaseRow(cctx, c)
+			bound.end()
+			if err == nil && gone {
+				s.forget(c)
+				s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
+				return
+			}
+		}
+	}()
 }
 
 // boundHandler is the handler's context, ended at timeout with cause ErrHandlerTimeout. pgx

@@ -12,7 +12,7 @@ func SetListenCheck(s *Store, every, within time.Duration) {
 
 // PreparesByName reports whether s prepares its batched statements by name on its connections:
 // false once it found a pooler in front of the database.
-func PreparesByName(s *Store) bool { return s.path.Load() == pathDirect }
+func PreparesByName(s *Store) bool { t := s.topo.Load(); return t != nil && !t.pooled }
 
 // ListenerStarted reports whether s's listener runs (a duplicate has waited lately).
 func ListenerStarted(s *Store) bool {

@@ -34,9 +34,6 @@ func KeepOwedRollbacks(s *Store) { s.owedAge = time.Hour }
 // SettleOwedRollbacks rolls back now every connection whose rollback s owes.
 func SettleOwedRollbacks(s *Store) { s.settleOwed(true) }
 
-// DisableFastPath sends every claim of s through the full claim statement.
-func DisableFastPath(s *Store) { s.noFastPath = true }
-
 // The claim's building blocks, exposed to the tests of the state machine.
 
 type ClaimParams = DoParams
@@ -115,24 +112,18 @@ func Listening(s *Store) bool {
 // ObserveHandlerTime feeds s's estimate of op's handler time, as a run of d would.
 func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op, d) }
 
-// ClaimSQL is the statement every try of a claim sends first on the path it takes (the fast
-// path's insert, unless it is off; else the full claim's read), for tests that count claims.
+// ClaimSQL is the statement every try of a claim sends first on the path it takes (the lock, or
+// the fast path's insert), for tests that count claims.
 func ClaimSQL(s *Store, m ClaimMode) string {
 	if m == ClaimTransaction && s.lockClaims() {
 		return s.sql.claimLock
 	}
 	switch {
-	case !s.noFastPath && m == ClaimLease && !s.citus:
+	case m == ClaimLease && !s.citus():
 		return s.sql.claimFastLease
-	case !s.noFastPath:
-		return s.sql.claimFast
 	}
-	return s.sql.claimRead
+	return s.sql.claimFast
 }
-
-// SendNoGuards makes s claim as it does on a database with Citus: without the statements that
-// fail on purpose to skip the rest of a batch.
-func SendNoGuards(s *Store) { s.citus = true }
 
 // Asleep is how many of s's waiters sleep until a notification, having found nothing new since
 // their last claim.

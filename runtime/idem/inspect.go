@@ -177,7 +177,7 @@ func (s *Store) LookupKey(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, e
 	}
 	q.tenant(p.Tenant)
 	if p.Operation != "" {
-		q.where("operation = ", p.Operation)
+		q.where("operation = ", storedText(p.Operation))
 	}
 	keys, err := s.queryKeys(ctx, "lookup key", q, "tenant, operation, scope", MaxLookupRows)
 	if err == nil && len(keys) == 0 {
@@ -218,7 +218,7 @@ func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, err
 	}
 	q.tenant(p.Tenant)
 	if p.Operation != "" {
-		q.where("operation = ", p.Operation)
+		q.where("operation = ", storedText(p.Operation))
 	}
 	if !p.Since.IsZero() {
 		q.where("created_at >= ", p.Since)
@@ -227,35 +227,34 @@ func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, err
 }
 
 // KeyStats counts the keys per operation and state. It reads the whole table.
+//
+// The database's clock is read first, and the counts compare the rows' times with it as a
+// parameter: one aggregate over the table, grouped by operation, which Citus runs on every
+// shard and merges (it refuses a join of the table with a sub-select of the clock).
 func (s *Store) KeyStats(ctx context.Context) (*KeyStats, error) {
-	rows, err := s.db.Query(ctx, `SELECT n.now, g.operation, g.in_flight, g.stale, g.complete, g.expired, g.oldest
-FROM (SELECT statement_timestamp() AS now) AS n LEFT JOIN LATERAL (
-	SELECT operation,
-		count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
-		count(*) FILTER (WHERE state = 'in_flight' AND lease_expires_at <= n.now) AS stale,
-		count(*) FILTER (WHERE state = 'complete') AS complete,
-		count(*) FILTER (WHERE expires_at <= n.now) AS expired,
-		min(created_at) FILTER (WHERE state = 'in_flight') AS oldest
-	FROM `+s.table+` GROUP BY operation
-) AS g ON true
-ORDER BY g.operation`)
+	st := &KeyStats{}
+	if err := s.db.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&st.Now); err != nil {
+		return nil, storeError(ctx, "key stats", err)
+	}
+	rows, err := s.db.Query(ctx, `SELECT operation,
+	count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
+	count(*) FILTER (WHERE state = 'in_flight' AND lease_expires_at <= $1::timestamptz) AS stale,
+	count(*) FILTER (WHERE state = 'complete') AS complete,
+	count(*) FILTER (WHERE expires_at <= $1::timestamptz) AS expired,
+	min(created_at) FILTER (WHERE state = 'in_flight') AS oldest
+FROM `+s.table+` GROUP BY operation
+ORDER BY operation`, st.Now)
 	if err != nil {
 		return nil, storeError(ctx, "key stats", err)
 	}
 	defer rows.Close()
-	st := &KeyStats{}
 	for rows.Next() {
-		var op *string
 		var o OperationKeyStats
-		var inFlight, stale, complete, expired *int64
 		var oldest *time.Time
-		if err := rows.Scan(&st.Now, &op, &inFlight, &stale, &complete, &expired, &oldest); err != nil {
+		if err := rows.Scan(&o.Operation, &o.InFlight, &o.Stale, &o.Complete, &o.Expired, &oldest); err != nil {
 			return nil, storeError(ctx, "key stats", err)
 		}
-		if op == nil {
-			continue // an empty table: the clock alone
-		}
-		o.Operation, o.InFlight, o.Stale, o.Complete, o.Expired = *op, *inFlight, *stale, *complete, *expired
+		o.Operation = fromStoredText(o.Operation)
 		if oldest != nil {
 			o.OldestInFlight = *oldest
 		}
@@ -332,6 +331,7 @@ func (s *Store) queryKeys(ctx context.Context, what string, q *keyQuery, order s
 			return nil, storeError(ctx, what, err)
 		}
 		k.Tenant, k.Scope, k.Key = fromStoredText(string(tenant)), fromStoredText(k.Scope), fromStoredText(k.Key)
+		k.Operation, k.Fingerprint = fromStoredText(k.Operation), fromStoredText(k.Fingerprint)
 		k.KeyHash = KeyHash(k.Scope, k.Key)
 		if status != nil {
 			k.Status = int(*status)

@@ -81,7 +81,7 @@ func newOwedConns(db DB) *owedConns {
 func (s *Store) owe(ctx context.Context, bt *bizTx) {
 	// On Citus the transaction may hold a connection to a worker (the replay check ran there):
 	// it is rolled back at once, as docs/citus.md says.
-	if s.citus || bt.conn == nil || bt.conn.Conn().PgConn().TxStatus() != 'T' || !s.owed.push(s, bt.conn) {
+	if s.citus() || bt.conn == nil || bt.conn.Conn().PgConn().TxStatus() != 'T' || !s.owed.push(s, bt.conn) {
 		s.rollback(ctx, bt)
 		return
 	}

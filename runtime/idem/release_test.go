@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -25,21 +24,30 @@ type deadRelease struct {
 	failed  atomic.Int32
 }
 
-func (d *deadRelease) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+// Query fails the release (which the Store sends as a query: it reads what it deleted from
+// RETURNING) by ending its connection's session first.
+func (d *deadRelease) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if sql != d.release || d.fail.Add(-1) < 0 {
-		return d.Pool.Exec(ctx, sql, args...)
+		return d.Pool.Query(ctx, sql, args...)
 	}
 	c, err := d.Pool.Acquire(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return nil, err
 	}
 	defer c.Release()
 	terminate(d.t, c.Conn().PgConn().PID())
-	tag, err := c.Exec(ctx, sql, args...)
+	rows, err := c.Query(ctx, sql, args...)
+	if err == nil {
+		for rows.Next() {
+		}
+		rows.Close()
+		err = rows.Err()
+	}
 	if err != nil {
 		d.failed.Add(1)
+		return nil, err
 	}
-	return tag, err
+	return nil, errors.New("deadRelease: the release on a terminated session did not fail")
 }
 
 // terminate ends the server session pid and waits until it is gone.

@@ -10,13 +10,13 @@ import (
 // text can hold it, and no real tenant, scope or key begins with it.
 const textEscape = "\x01"
 
-// storedText is s as the key table's text columns (tenant, scope, key) hold it: s itself when
+// storedText is s as the key table's text columns (tenant, scope, key, operation, fingerprint) hold it: s itself when
 // it is PostgreSQL text (valid UTF-8 without NUL) and does not begin with U+0001; otherwise
 // U+0001 followed by s's bytes in lowercase hex. The encoding is injective: two different
 // strings never store alike, so distinct tenants never share a row, whatever bytes a caller
 // passes. Text that begins with U+0001 is escaped too, because the escaped forms begin with it.
 //
-// Every statement about a key passes its tenant, scope and key through it ([Claim.args], the
+// Every statement about a key passes its tenant, scope, key, operation and fingerprint through it ([Claim.args], the
 // replay check), and so does the notification payload ([notifyID]): callers that build a scope
 // from parts (runtime/idemhttp) need no escaping of their own.
 func storedText(s string) string {

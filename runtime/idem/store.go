@@ -89,10 +89,16 @@ type Config struct {
 	// expires. It assumes that keys are removed only by expiry (Purge); after deleting keys by
 	// hand, restart the processes that cache. Off by default. See docs/runtime.md.
 	ReplayCacheBytes int64
-	// Pooler says whether a pooler that shares server connections between transactions
-	// (pgbouncer in transaction mode) stands between the Store and PostgreSQL. By default
-	// (PoolerDetect) NewStore asks the database. Through such a pooler the Store prepares nothing
-	// by name, and NewStore refuses pgx's statement cache, which cannot work there.
+	// Topology says what the Store's statements reach: plain PostgreSQL (TopologyPostgres),
+	// PostgreSQL behind a transaction-mode pooler (TopologyPooler) or Citus (TopologyCitus). By
+	// default (TopologyDetect) the Store asks the database, at NewStore or, when the database does
+	// not answer then, at the first request; until it knows, it refuses to claim
+	// (ErrStoreUnavailable). Behind a transaction-mode pooler NewStore refuses the pgx exec modes
+	// that cannot work there (ErrPoolerMode).
+	Topology Topology
+	// Pooler is the older form of Topology.
+	//
+	// Deprecated: set Topology.
 	Pooler Pooler
 	// ListenConn, when set, opens the connection the Store LISTENs on for finished keys (waiting
 	// duplicates wake on their holder's notification). LISTEN needs a session of its own: behind
@@ -168,9 +174,6 @@ type Store struct {
 
 	// noRenew turns off lease renewal; tests use it to let a lease run out under a live handler.
 	noRenew bool
-	// noFastPath sends every claim through the full claim statement; tests use it to check
-	// that both paths decide alike.
-	noFastPath bool
 	// oneLock gives every key the same advisory lock (claimlock.go); tests use it to check that
 	// keys whose lock ids collide only wait for each other.
 	oneLock bool
@@ -197,13 +200,10 @@ type Store struct {
 	owed    *owedConns    // connections whose rollback the next batch sends (owed.go)
 	owedAge time.Duration // owedMaxAge (tests raise it)
 
-	// citus: the database has the Citus extension, and the request path sends no statement that
-	// fails on purpose (see citus.go).
-	citus bool
-
-	// path is what the Store knows of the way to the database: pathDirect, pathPooled, or
-	// pathUnknown until a connection has been checked (pooler.go).
-	path atomic.Int32
+	// topo is the Store's topology once it is known (topology.go): set once, by settleTopology, and
+	// read without a lock on every request.
+	topo   atomic.Pointer[topology]
+	detect detector
 
 	boxed     [8]atomic.Pointer[boxedInterval] // boxInterval's intervals
 	boxedNext atomic.Uint32                    // the slot boxInterval replaces next, modulo 8
@@ -212,10 +212,11 @@ type Store struct {
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
 
-// NewStore returns a Store on db. cfg may be nil. Unless Config.Pooler says what stands between
-// db and PostgreSQL, it asks the database (one short transaction, bounded by
-// Config.StoreTimeout; a database that cannot be reached yet is asked by the first request), and
-// it fails with ErrPoolerMode when pgx's exec mode cannot work through the pooler it finds.
+// NewStore returns a Store on db. cfg may be nil. Unless Config.Topology names the topology, it
+// asks the database (one short transaction, bounded by Config.StoreTimeout; a database that
+// cannot be reached yet is asked by the first request, and claims are refused until then), and
+// it fails with ErrPoolerMode when pgx's exec mode cannot work through the pooler it finds or is
+// told of.
 func NewStore(db DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("idem: NewStore: db is nil (pass a *pgxpool.Pool)")
@@ -266,11 +267,16 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		s.ln = &listener{s: s, connect: connect, direct: direct, subs: map[string]map[*subscription]struct{}{},
 			checkEvery: listenCheckEvery, checkWithin: listenCheckWithin}
 	}
-	if err := s.checkPath(context.Background()); err != nil {
-		return nil, err
+	if c.Topology < TopologyDetect || c.Topology > TopologyCitus {
+		return nil, fmt.Errorf("idem: NewStore: Config.Topology %d is none of TopologyDetect, TopologyPostgres, TopologyPooler, TopologyCitus", int(c.Topology))
 	}
-	if s.path.Load() != pathUnknown || s.cfg.Pooler != PoolerDetect { // a database that did not answer is not asked twice
-		s.detectCitus(context.Background())
+	if _, err := s.topology(context.Background()); err != nil {
+		if !errors.Is(err, ErrStoreUnavailable) {
+			return nil, err
+		}
+		// An application may start before its database: the first request asks again, and
+		// claims are refused until the database answers.
+		s.log.Warn("idem: could not ask the database for its topology; requests are refused (store unavailable) until it answers", "error", err)
 	}
 	return s, nil
 }
@@ -410,7 +416,8 @@ func unavailable(err error) bool {
 // be reached or cannot serve now: a failed connection attempt, a connection pgx found closed or
 // could not use, a statement that timed out inside pgx, a closed pool, and SQLSTATE classes 08
 // (connection exception) and 53 (insufficient resources), 57P01..57P03 (shutdown, cannot connect
-// now). A bare network error is not among them: from a handler it may be another service's.
+// now), and Citus's XX000 "could not commit transaction …" (the coordinator lost a worker at the
+// commit: whether the work committed is the store's question, not the handler's). A bare network error is not among them: from a handler it may be another service's.
 func lostStore(err error) bool {
 	var connErr *pgconn.ConnectError
 	var pgErr *pgconn.PgError
@@ -420,7 +427,8 @@ func lostStore(err error) bool {
 	case errors.As(err, &pgErr):
 		c := pgErr.Code
 		return strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") ||
-			c == "57P01" || c == "57P02" || c == "57P03"
+			c == "57P01" || c == "57P02" || c == "57P03" ||
+			c == "XX000" && strings.HasPrefix(pgErr.Message, "could not commit transaction")
 	}
 	// pgxpool reports a closed pool with puddle's error, which this package does not import.
 	return strings.Contains(err.Error(), "closed pool")

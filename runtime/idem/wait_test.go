@@ -110,6 +110,11 @@ func TestWaitingDuplicateWakesOnNotification(t *testing.T) {
 						t.Fatalf("duplicate = %+v, %v; want it to run as soon as the first released the key", d.r, d.err)
 					}
 				}
+				// The wake came from a listener that hears: its own check of the notification it
+				// sends (the statement every completion and release sends) found nothing wrong.
+				if err := e.Store.ListenerHealth(); err != nil {
+					t.Fatalf("the listener is unhealthy after waking the duplicate: %v", err)
+				}
 			})
 		}
 	}

@@ -1,9 +1,10 @@
 -- The claim's fast path, for the common case: a key nobody has. A plain insert wins it; when the
--- key has a row, whatever its state, it inserts nothing (the command tag says INSERT 0 0), and
+-- key has a row, whatever its state, it inserts nothing and returns no row, and
 -- the caller sends the full claim (claim.sql), which alone reads a row, takes one over or tells
 -- a different request from a duplicate. So the takeover and mismatch logic costs only the
--- requests that need it. Ownership is decided by the insert alone: a row inserted here is new,
--- in flight, and this request's (attempt 1).
+-- requests that need it. Ownership is decided by the insert alone, as its RETURNING says (never
+-- by its command tag: Citus reports INSERT 0 1 for an INSERT … SELECT … ON CONFLICT DO NOTHING
+-- that inserted nothing): a row returned here is new, in flight, and this request's (attempt 1).
 --
 -- Parameters as claim.sql's: $1 tenant, $2 scope, $3 key, $4 owner token, $5 operation,
 -- $6 fingerprint, $7 lease (an interval), $8 TTL (an interval). It is a VALUES insert that leads
@@ -19,3 +20,4 @@ VALUES ($1, $2, $3, $5, $6, 'in_flight', $4::uuid,
 	statement_timestamp() + $7::interval, 1, statement_timestamp(),
 	statement_timestamp() + $8::interval)
 ON CONFLICT (tenant, scope, key) DO NOTHING
+RETURNING 1

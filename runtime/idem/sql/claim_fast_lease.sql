@@ -2,7 +2,8 @@
 -- first BEGIN): claim_fast.sql's insert, which wins a key nobody has, followed in the same batch
 -- by the replay check (replay.sql), which answers a key with a remembered completed row (a
 -- replay, or key reused). A key with any other row is left to the full claim: the insert writes
--- nothing (ON CONFLICT DO NOTHING) and the check finds nothing. Nothing fails on purpose (see
+-- nothing (ON CONFLICT DO NOTHING) and the check finds nothing. Whether it inserted is what
+-- RETURNING returns (see claim_fast.sql), never its command tag. Nothing fails on purpose (see
 -- claim_lock.sql for why): the business transaction that the batch begins for a replay is rolled
 -- back by the connection's next batch.
 --
@@ -26,3 +27,4 @@ SELECT $1, $2, $3, $5, $6, 'in_flight', $4::uuid,
 	statement_timestamp() + $8::interval
 WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
 ON CONFLICT (tenant, scope, key) DO NOTHING
+RETURNING 1
