@@ -580,7 +580,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 // and nil otherwise; when the owner guard disagrees with the claim (a lease shorter than a round
 // trip), tx is nil with an owning res, and the caller begins on its own. When the row changes
 // between the read and the write, the claim is tried again. On Citus neither guard is sent (see
-// citus.go): a business BEGIN that was not the owner's is rolled back.
+// topology.go): a business BEGIN that was not the owner's is rolled back.
 //
 // Once sent, the batch is waited for even when ctx ends meanwhile (bounded by the store
 // timeout): the server runs the statements it has received whether or not the client still
@@ -672,9 +672,6 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 // a pool; on plain PostgreSQL through a pool the claim is the key's advisory lock instead
 // (claimLocked), which writes no row before the completion.
 func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
-	if s.lockClaims() {
-		return s.claimLocked(ctx, p, wait)
-	}
 	c := s.newClaim(ctx, p)
 	bound := lockWaitFor(wait)
 	var t claimTry

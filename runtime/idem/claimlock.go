@@ -9,17 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// lockClaims says whether a transaction-mode claim of s is the key's advisory lock
-// (claimLocked): on plain PostgreSQL through a pool the Store holds connections of. Advisory
-// locks are per node, so with Citus's statement set the claim is the key
-// row's own lock instead (claimTx's other path), as it is without a pool, where nothing can be
-// sent ahead of the BEGIN.
-func (s *Store) lockClaims() bool {
-	_, pooled := s.db.(acquirer)
-	return pooled && !s.citus()
-}
-
-// claimLocked is claimTx on plain PostgreSQL (lockClaims): the claim is a transaction-scoped
+// claimLocked is the transaction-mode claim on plain PostgreSQL through a pool (txAdvisoryLock): the claim is a transaction-scoped
 // advisory lock on the key, and the key's row is written once, at the completion, with the
 // outcome (sql/complete_insert.sql) — where the row-lock claim inserts the row at the claim and
 // updates it at the completion. One round trip sends the lock's try (sql/claim_lock.sql), the

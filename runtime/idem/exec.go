@@ -31,13 +31,14 @@ func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
 func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execResult, error) {
 	// No claim before the topology is known: the wrong statement set could run fn twice.
-	if _, err := s.topology(ctx); err != nil {
+	t, err := s.topology(ctx)
+	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 		return execResult{}, err
 	}
 	if p.Claim == ClaimTransaction {
 		wait := orDefault(p.Wait, lease(p))
-		tx, res, err := s.claimInTransaction(ctx, p, wait)
+		tx, res, err := s.claimInTransaction(ctx, t.tx, p, wait)
 		if err != nil {
 			return execResult{}, err
 		}
@@ -47,7 +48,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execR
 		return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimTransaction)
 	}
 
-	tx, res, err := s.claimWaiting(ctx, p)
+	tx, res, err := s.claimWaiting(ctx, t.lease, p)
 	if err != nil {
 		return execResult{}, err
 	}
@@ -78,13 +79,13 @@ const txLockWaitListening = 10 * time.Millisecond
 // the result is then claimInProgress. On claimAcquired and claimTakenOver tx is open and the
 // caller owns it; on any other result it has been ended (rolled back, or handed on for the
 // connection's next batch to roll back: owed.go).
-func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
+func (s *Store) claimInTransaction(ctx context.Context, path claimer, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(wait, 250*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
 	for {
 		sub := pace.sub
 		lockWait := txLockWait
-		if sub.listening() && !s.lockClaims() {
+		if _, advisory := path.(txAdvisoryLock); sub.listening() && !advisory {
 			// The holder's commit or rollback will wake this waiter: a try need only find out
 			// that the key is held, and the less it waits on the lock, the less it holds its
 			// pool connection. A claim under the key's advisory lock keeps the longer wait: its
@@ -97,7 +98,7 @@ func (s *Store) claimInTransaction(ctx context.Context, p *DoParams, wait time.D
 		var locked bool
 		var tx *bizTx
 		err := s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
-			tx, res, locked, err = s.claimTx(ctx, p, lockWait)
+			tx, res, locked, err = path.claim(ctx, s, p, lockWait)
 			return err
 		})
 		if err == nil && res.status.owns() {
@@ -147,19 +148,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 //
 // When db is a pool, each claim also begins the business transaction if it acquires the key
 // (claimAndBegin): tx is then open. Otherwise tx is nil and the caller begins it.
-func (s *Store) claimWaiting(ctx context.Context, p *DoParams) (*bizTx, *claimResult, error) {
+func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
-	_, pooled := s.db.(acquirer)
 	for {
 		var res *claimResult
 		var tx *bizTx
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-			if pooled {
-				tx, res, err = s.claimAndBegin(ctx, p)
-			} else {
-				res, err = s.claim(ctx, p)
-			}
+			tx, res, _, err = path.claim(ctx, s, p, 0)
 			return err
 		})
 		if err != nil || res.status != claimInProgress {

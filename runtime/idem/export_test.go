@@ -115,7 +115,7 @@ func ObserveHandlerTime(s *Store, op string, d time.Duration) { s.est.observe(op
 // ClaimSQL is the statement every try of a claim sends first on the path it takes (the lock, or
 // the fast path's insert), for tests that count claims.
 func ClaimSQL(s *Store, m ClaimMode) string {
-	if m == ClaimTransaction && s.lockClaims() {
+	if _, advisory := s.topo.Load().tx.(txAdvisoryLock); m == ClaimTransaction && advisory {
 		return s.sql.claimLock
 	}
 	switch {
@@ -197,3 +197,16 @@ func LockID(s *Store, p *DoParams) int64 {
 // Owe hands conn to s as a connection whose rollback s owes, as a replay's claim does; false
 // when s may keep no more (the caller then still holds conn).
 func Owe(s *Store, conn *pgxpool.Conn) bool { return s.owed.push(s, conn) }
+
+// ClaimPath names the claim path s takes in claim mode m (claimpath.go), or "" before its
+// topology is known.
+func ClaimPath(s *Store, m ClaimMode) string {
+	t := s.topo.Load()
+	switch {
+	case t == nil:
+		return ""
+	case m == ClaimTransaction:
+		return t.tx.String()
+	}
+	return t.lease.String()
+}

@@ -188,20 +188,21 @@ func TestGuarantees(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	results := map[string]map[string]string{}
+	claimPaths := map[string]string{}
 	paths := guaranteePaths()
 	t.Cleanup(func() {
 		var b strings.Builder
-		w := len("path")
+		w := len("topology/access/mode")
 		for _, p := range paths {
 			w = max(w, len(p.name()))
 		}
-		fmt.Fprintf(&b, "\n%-*s", w, "path")
+		fmt.Fprintf(&b, "\n%-*s | %-26s", w, "topology/access/mode", "claim path")
 		for i := range guarantees {
 			fmt.Fprintf(&b, " | G%d", i+1)
 		}
 		b.WriteString("\n")
 		for _, p := range paths {
-			fmt.Fprintf(&b, "%-*s", w, p.name())
+			fmt.Fprintf(&b, "%-*s | %-26s", w, p.name(), claimPaths[p.name()])
 			for _, gu := range guarantees {
 				r := results[p.name()][gu.name]
 				if r == "" {
@@ -225,6 +226,9 @@ func TestGuarantees(t *testing.T) {
 			if strings.HasPrefix(p.topology, "pgbouncer") && g.store.Topology() != idem.TopologyPooler {
 				t.Fatalf("through pgbouncer in transaction mode the Store detected %s; want pooler", g.store.Topology())
 			}
+			mu.Lock()
+			claimPaths[p.name()] = idem.ClaimPath(g.store, p.mode)
+			mu.Unlock()
 			for _, gu := range guarantees {
 				ok := t.Run(gu.name, func(t *testing.T) { gu.run(t, g, p.mode) })
 				mu.Lock()

@@ -114,6 +114,8 @@ type topology struct {
 	// pooled: connections go through a pooler that shares server connections between
 	// transactions, so nothing is prepared by name (a Citus coordinator may sit behind one).
 	pooled bool
+	// lease and tx are the claim paths of the two claim modes (claimpath.go).
+	lease, tx claimer
 }
 
 func newTopology(kind Topology, pooled bool) *topology {
@@ -149,7 +151,8 @@ func (s *Store) settleTopology(ctx context.Context) (*topology, error) {
 	if err := refuse(t, mode, "it was "+map[bool]string{true: "detected", false: "configured"}[configured(&s.cfg) == TopologyDetect]); err != nil {
 		return nil, err
 	}
-	s.topo.Store(t)
+	_, pool := s.db.(acquirer)
+	s.topo.Store(t.chooseClaimers(pool))
 	if configured(&s.cfg) == TopologyDetect && t.kind != TopologyPostgres { // worth an operator's notice
 		msg := "idem: detected the database's topology"
 		if t.pooled && s.ln != nil && !s.ln.direct {

@@ -2,7 +2,7 @@
 -- claim_read.sql for "fresh" and "takeable"). It is sent behind the claim's guarded read
 -- (claim_read_guarded.sql), which fails when the row is there and nobody may take it, so a replay, an
 -- in-progress answer or a mismatch never writes or locks anything. (On Citus the Store sends no
--- guard, see citus.go: the write then runs, and for such a row its WHERE writes nothing.)
+-- guard, see topology.go: the write then runs, and for such a row its WHERE writes nothing.)
 --
 -- Parameters as every claim's: $1 tenant, $2 scope, $3 key, $4 owner token; then $5 operation,
 -- $6 fingerprint, $7 lease (an interval), $8 TTL (an interval).

@@ -14,7 +14,7 @@
 -- MATERIALIZED reads the key's row once; the second branch reads the first's copy. The guard's
 -- condition is claim_read.sql's "takeable", on the row's times and the read's clock (scanRead
 -- works out the same in Go).
--- Citus, whose claim has no guard (citus.go), sends claim_read.sql alone.
+-- Citus, whose claim has no guard (topology.go), sends claim_read.sql alone.
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
 WITH r AS MATERIALIZED (
 {{.Inner}}
