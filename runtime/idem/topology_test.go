@@ -157,7 +157,9 @@ func TestGenericPlans(t *testing.T) {
 				if err := pool.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode0); err != nil || mode0 != "force_generic_plan" {
 					t.Fatalf("plan_cache_mode = %q, %v", mode0, err)
 				}
-				fn := func(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201, Body: []byte("ok")}, nil }
+				fn := func(context.Context, pgx.Tx) (*idem.Outcome, error) {
+					return &idem.Outcome{Status: 201, Body: []byte("ok")}, nil
+				}
 				for i := range 8 { // past the five custom plans PostgreSQL tries by default
 					p := &idem.DoParams{Key: "k" + string(rune('a'+i)), Operation: "op", Fingerprint: "fp", Claim: mode}
 					for j, replay := range []bool{false, true} {
