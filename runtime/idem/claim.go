@@ -289,7 +289,7 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 			// caller leaving during the COMMIT): give back exactly this claim, if it was made,
 			// or the key would answer in progress for its whole lease.
 			s.releaseLost(ctx, c)
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			s.claimFailed(ctx, c)
 			return nil, storeError(ctx, "claim", err)
 		}
 		if res == nil { // the row changed under the claim: claim again
@@ -298,14 +298,10 @@ func (s *Store) claim(ctx context.Context, p *DoParams) (*claimResult, error) {
 			}
 			res = &claimResult{status: claimInProgress, retryAfter: time.Second}
 		}
-		if ctx.Err() != nil { // the caller left while the claim ran: undo what it did, and only that
-			if res.status.owns() {
-				s.release(ctx, c, EventReleased, 0)
-			}
+		if s.undoIfGone(ctx, c, nil, res) {
 			return nil, storeError(ctx, "claim", ctx.Err())
 		}
-		s.remember(p, res, sent)
-		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+		s.settleClaim(ctx, p, c, res, sent)
 		return res, nil
 	}
 }
@@ -531,7 +527,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		s.owe(ctx, tx)
 		tx = nil
 		if res, err = got.done.result(p.Fingerprint); err != nil {
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			s.claimFailed(ctx, c)
 			return nil, nil, true, storeError(ctx, "replay check", err)
 		}
 	case err == nil && got.won == 0:
@@ -550,23 +546,16 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		if err == nil { // the insert won but its commit did not say so: never begin unowned
 			err = errors.New("the fast claim's transaction did not commit")
 		}
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		s.claimFailed(ctx, c)
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
 		return nil, nil, true, storeError(ctx, "claim and begin", err)
 	}
-	if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
-		if res.status.owns() {
-			if tx != nil {
-				s.rollback(ctx, tx)
-			}
-			s.release(ctx, c, EventReleased, 0)
-		}
+	if s.undoIfGone(ctx, c, tx, res) {
 		return nil, nil, true, storeError(ctx, "claim and begin", ctx.Err())
 	}
-	s.remember(p, res, sent)
-	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+	s.settleClaim(ctx, p, c, res, sent)
 	return tx, res, true, nil
 }
 
@@ -636,23 +625,16 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 				// out the lease.
 				s.releaseLost(ctx, c)
 			}
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			s.claimFailed(ctx, c)
 			if ctx.Err() != nil {
 				err = ctx.Err()
 			}
 			return nil, nil, storeError(ctx, "claim and begin", err)
 		}
-		if ctx.Err() != nil { // the caller left while the batch ran: undo what it did, and only that
-			if res.status.owns() {
-				if tx != nil {
-					s.rollback(ctx, tx)
-				}
-				s.release(ctx, c, EventReleased, 0)
-			}
+		if s.undoIfGone(ctx, c, tx, res) {
 			return nil, nil, storeError(ctx, "claim and begin", ctx.Err())
 		}
-		s.remember(p, res, sent)
-		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+		s.settleClaim(ctx, p, c, res, sent)
 		return tx, res, nil
 	}
 }
@@ -722,11 +704,10 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			// fast claim wrote nothing); tx is begun, and the caller rolls it back.
 			res, err = done.result(p.Fingerprint)
 			if err != nil {
-				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+				s.claimFailed(ctx, c)
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
-			s.remember(p, res, sent)
-			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+			s.settleClaim(ctx, p, c, res, sent)
 			return tx, res, false, nil
 		}
 		if err == nil && won == 0 {
@@ -746,11 +727,10 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			}
 			res, err = done.result(p.Fingerprint)
 			if err != nil {
-				s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+				s.claimFailed(ctx, c)
 				return tx, nil, false, storeError(ctx, "replay check", err)
 			}
-			s.remember(p, res, sent)
-			s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+			s.settleClaim(ctx, p, c, res, sent)
 			return tx, res, false, nil
 		case pgCode(err) == "55P03": // lock_not_available: the wait ran out
 			return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
@@ -765,7 +745,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			}
 			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 		case err != nil:
-			s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+			s.claimFailed(ctx, c)
 			return tx, nil, false, storeError(ctx, "claim in transaction", err)
 		case won == 1:
 			// The fast claim inserted the key: new, in flight, this request's.
@@ -774,8 +754,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 		default:
 			res = t.owned(c)
 		}
-		s.remember(p, res, sent)
-		s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+		s.settleClaim(ctx, p, c, res, sent)
 		return tx, res, false, nil
 	}
 }

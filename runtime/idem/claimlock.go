@@ -91,7 +91,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 	case pgCode(err) == "55P03": // lock_not_available: the wait ran out
 		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
 	case err != nil:
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: c.hash()})
+		s.claimFailed(ctx, c)
 		return tx, nil, false, storeError(ctx, "claim in transaction", err)
 	case t.read != nil:
 		// A row nobody may take: the read's answer. tx, when open, the caller hands on (owed.go).
@@ -110,8 +110,7 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 		c.token = newToken()
 		c.argv[3] = c.token
 	}
-	s.remember(p, res, sent)
-	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+	s.settleClaim(ctx, p, c, res, sent)
 	return tx, res, false, nil
 }
 

@@ -81,3 +81,34 @@ func (t *topology) chooseClaimers(pool bool) *topology {
 	}
 	return t
 }
+
+// settleClaim is where every claim path's decided attempt ends: the answer is remembered (the
+// replay cache keeps a replay) and reported as its event. One place, so that a new outcome of a
+// claim is added once.
+func (s *Store) settleClaim(ctx context.Context, p *DoParams, c *Claim, res *claimResult, sent time.Time) {
+	s.remember(p, res, sent)
+	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
+}
+
+// claimFailed reports a claim that failed with a store error (the store_error event).
+func (s *Store) claimFailed(ctx context.Context, c *Claim) {
+	s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+}
+
+// undoIfGone undoes a lease-mode claim whose caller left while it ran, and says so: exactly what
+// the claim did is given back (the business transaction it began rolled back, the key it took
+// released), so the key is not left in flight for nobody. A claim that owns nothing has nothing
+// to undo. The claim's statements, once sent, are waited for whatever the caller does (see
+// Store.fullClaimAndBegin), which is what lets this know what there is to undo.
+func (s *Store) undoIfGone(ctx context.Context, c *Claim, tx *bizTx, res *claimResult) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	if res.status.owns() {
+		if tx != nil {
+			s.rollback(ctx, tx)
+		}
+		s.release(ctx, c, EventReleased, 0)
+	}
+	return true
+}
