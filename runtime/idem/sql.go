@@ -2,7 +2,9 @@ package idem
 
 import (
 	"embed"
+	"fmt"
 	"strings"
+	"text/template"
 )
 
 // The statements live in sql/*.sql, one file each, with the key table's name filled in once
@@ -58,32 +60,34 @@ type statements struct {
 // whose entries need to know how long a replayed row stays remembered (sql/replay.sql).
 func newStatements(table string, remember bool) (statements, error) {
 	var st statements
+	// Each statement once: its file, where it goes, and whether the request path batches it (see
+	// batched). In this order, since the guarded read wraps the read (its Inner).
 	for _, s := range []struct {
-		file string
-		dst  *string
+		file    string
+		dst     *string
+		batched bool
 	}{
-		{"claim", &st.claim}, {"claim_read", &st.claimRead}, {"claim_read_locked", &st.claimReadLocked}, {"claim_fast", &st.claimFast},
-		{"complete", &st.complete}, {"release", &st.release},
-		{"renew", &st.renew}, {"purge", &st.purge}, {"purge_count", &st.purgeCount}, {"purge_citus", &st.purgeCitus},
-		{"replay", &st.replay}, {"replay_guard", &st.replayGuard}, {"notify", &st.notify},
-		{"owner_guard", &st.ownerGuard}, {"claim_lock", &st.claimLock}, {"claim_lock_wait", &st.claimLockWait}, {"complete_insert", &st.completeInsert},
-		{"complete_takeover", &st.completeTakeover}, {"notify_locked", &st.notifyLocked},
-		{"claim_fast_lease", &st.claimFastLease},
+		{"claim_fast", &st.claimFast, true}, {"claim_fast_lease", &st.claimFastLease, true},
+		{"claim_read", &st.claimRead, true}, {"claim_read_guarded", &st.claimReadGuarded, true}, {"claim", &st.claim, true},
+		{"owner_guard", &st.ownerGuard, true}, {"replay", &st.replay, true}, {"replay_guard", &st.replayGuard, true},
+		{"complete", &st.complete, true}, {"notify", &st.notify, true},
+		{"claim_lock", &st.claimLock, true}, {"claim_read_locked", &st.claimReadLocked, true}, {"claim_lock_wait", &st.claimLockWait, true},
+		{"complete_insert", &st.completeInsert, true}, {"complete_takeover", &st.completeTakeover, true}, {"notify_locked", &st.notifyLocked, true},
+		{"release", &st.release, false}, {"renew", &st.renew, false},
+		{"purge", &st.purge, false}, {"purge_count", &st.purgeCount, false}, {"purge_citus", &st.purgeCitus, false},
 	} {
-		sql, err := renderSQL(s.file, sqlVars{Table: table, Remember: remember})
+		sql, err := renderSQL(s.file, sqlVars{Table: table, Remember: remember, Inner: st.claimRead})
 		if err != nil {
 			return st, err
 		}
 		*s.dst = sql
+		if s.batched {
+			st.batched = append(st.batched, sql)
+		}
 	}
-	// The guarded read wraps the read (its Inner) with the guard that fails.
-	var err error
-	if st.claimReadGuarded, err = renderSQL("claim_read_guarded", sqlVars{Table: table, Inner: st.claimRead}); err != nil {
-		return st, err
-	}
-	st.batched = append([]string{beginSQL, commitSQL, rollbackSQL, st.claimFast, st.claimRead, st.claimReadGuarded, st.claim, st.ownerGuard,
-		st.replay, st.replayGuard, st.claimFastLease, st.complete, st.notify, propagateSetSQL, asyncCommitSQL, lockWaitSave,
-		lockWaitDefault, lockWaitRestore, st.claimLock, st.claimReadLocked, st.claimLockWait, st.completeInsert, st.completeTakeover, st.notifyLocked}, lockWaitSQL[:]...)
+	// The Store's own statements that touch no table, batched too.
+	st.batched = append(st.batched, beginSQL, commitSQL, rollbackSQL, propagateSetSQL, asyncCommitSQL, lockWaitSave, lockWaitDefault, lockWaitRestore)
+	st.batched = append(st.batched, lockWaitSQL[:]...)
 	return st, nil
 }
 
@@ -94,10 +98,25 @@ type sqlVars struct {
 	Remember     bool
 }
 
-// renderSQL is sql/file.sql rendered with v, without its comments.
+// renderSQL is sql/file.sql rendered with v, without its comments, with the shared fragments
+// (sql/fragments.sql) defined for it.
 func renderSQL(file string, v sqlVars) (string, error) {
-	sql, err := renderEmbedded(sqlFS, "sql/"+file+".sql", v)
-	return stripComments(sql), err
+	name := "sql/" + file + ".sql"
+	t := template.New(name).Option("missingkey=error")
+	for _, f := range []string{"sql/fragments.sql", name} {
+		src, err := sqlFS.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("idem: %s: %w", f, err)
+		}
+		if t, err = t.Parse(string(src)); err != nil {
+			return "", fmt.Errorf("idem: %s: %w", f, err)
+		}
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, v); err != nil {
+		return "", fmt.Errorf("idem: %s: %w", name, err)
+	}
+	return stripComments(b.String()), nil
 }
 
 // stripComments drops the files' whole-line comments: they are for readers of the .sql files,

@@ -14,7 +14,6 @@
 -- so two racing takeovers cannot both win; RETURNING yields a row only when this request
 -- inserted the key or took it over, and nothing when the row turned out to be someone's (the
 -- caller then claims again, and the read sees who holds it).
-{{define "fresh"}}(k.expires_at <= EXCLUDED.created_at AND (k.state = 'complete' OR k.lease_expires_at <= EXCLUDED.created_at)){{end -}}
 INSERT INTO {{.Table}} AS k
 	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
 VALUES ($1, $2, $3, $5, $6, 'in_flight', $4::uuid,
@@ -26,9 +25,9 @@ ON CONFLICT (tenant, scope, key) DO UPDATE SET
 	(EXCLUDED.operation, EXCLUDED.fingerprint, EXCLUDED.state, EXCLUDED.owner_token,
 		EXCLUDED.lease_expires_at, EXCLUDED.expires_at,
 		-- a fresh history when the old one expired
-		CASE WHEN {{template "fresh"}} THEN 1 ELSE k.attempt + 1 END,
-		CASE WHEN {{template "fresh"}} THEN EXCLUDED.created_at ELSE k.created_at END,
+		CASE WHEN {{template "expired" "EXCLUDED.created_at"}} THEN 1 ELSE k.attempt + 1 END,
+		CASE WHEN {{template "expired" "EXCLUDED.created_at"}} THEN EXCLUDED.created_at ELSE k.created_at END,
 		NULL, NULL, NULL, NULL, NULL)
-WHERE {{template "fresh"}}
+WHERE {{template "expired" "EXCLUDED.created_at"}}
 	OR (k.state = 'in_flight' AND k.lease_expires_at <= EXCLUDED.created_at AND k.fingerprint = EXCLUDED.fingerprint)
 RETURNING attempt

@@ -9,7 +9,6 @@
 --
 -- created_at is the claim's time: the business transaction began with the claim's batch. A
 -- takeover (attempt above 1) keeps the history's first claim time.
-{{define "fresh"}}(k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp())){{end -}}
 WITH done AS (
 	INSERT INTO {{.Table}} AS k
 		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at,
@@ -22,7 +21,7 @@ WITH done AS (
 		(EXCLUDED.operation, EXCLUDED.fingerprint, EXCLUDED.state, EXCLUDED.owner_token, EXCLUDED.lease_expires_at,
 			EXCLUDED.attempt, CASE WHEN EXCLUDED.attempt = 1 THEN EXCLUDED.created_at ELSE k.created_at END,
 			EXCLUDED.expires_at, EXCLUDED.status, EXCLUDED.headers, EXCLUDED.body, EXCLUDED.reference, EXCLUDED.completed_at)
-	WHERE {{template "fresh"}}
+	WHERE {{template "expired" "statement_timestamp()"}}
 		OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = EXCLUDED.fingerprint)
 	RETURNING 1
 )

@@ -11,8 +11,7 @@
 DELETE FROM {{.Table}} AS k
 WHERE (k.tenant, k.scope, k.key) IN (
 	SELECT tenant, scope, key FROM {{.Table}} AS k
-	WHERE {{template "window"}} AND {{template "expired"}}
+	WHERE {{template "window"}} AND {{template "expired" "statement_timestamp()"}}
 	LIMIT $1)
-AND {{template "window"}} AND {{template "expired"}}
+AND {{template "window"}} AND {{template "expired" "statement_timestamp()"}}
 {{- define "window"}}k.ctid >= format('(%s,0)', $2::bigint)::tid AND k.ctid < format('(%s,0)', $3::bigint)::tid{{end}}
-{{- define "expired"}}k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp()){{end}}

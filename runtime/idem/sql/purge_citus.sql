@@ -7,7 +7,6 @@ DELETE FROM {{.Table}} AS k
 WHERE (k.tenant, k.scope, k.key) IN (
 	SELECT tenant, scope, key FROM {{.Table}} AS k
 	WHERE k.ctid >= format('(%s,0)', $2::bigint)::tid AND k.ctid < format('(%s,0)', $3::bigint)::tid
-		AND {{template "expired"}}
+		AND {{template "expired" "statement_timestamp()"}}
 	LIMIT $1)
-AND {{template "expired"}}
-{{- define "expired"}}k.expires_at <= statement_timestamp() AND (k.state = 'complete' OR k.lease_expires_at <= statement_timestamp()){{end}}
+AND {{template "expired" "statement_timestamp()"}}
