@@ -22,6 +22,7 @@ test: ## run every test with -race on real PostgreSQL (a throwaway server unless
 lint: ## gofmt, go vet and a tidy go.mod
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags citus ./...  # the Citus verification (make citus) compiles too
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod is not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 .PHONY: bench
@@ -45,10 +46,8 @@ bench-statements: ## split make bench-instructions' PostgreSQL count statement b
 	scripts/bench-statements.sh
 
 .PHONY: citus
-citus: ## start a Citus cluster on loopback (scripts/citus.sh; Citus must be installed), run the runtime's verification on it beside a plain PostgreSQL, stop it
-	@dir=$$(mktemp -d /tmp/idem-citus.XXXXXX) && url=$$(scripts/citus.sh start $$dir) || { rm -rf $$dir; exit 1; }; \
-	CITUS_DATABASE_URL=$$url $(PG) TEST_DATABASE_URL $(GO) test -tags citus -count=1 -v -timeout 15m -run '^TestCitusCluster$$' ./runtime/idem; \
-	rc=$$?; scripts/citus.sh stop $$dir; exit $$rc
+citus: ## verify the runtime on Citus: on the coordinator CITUS_DATABASE_URL names, in a schema of its own that it drops, else on a loopback cluster it starts from the installed extension (scripts/citus.sh)
+	GO=$(GO) scripts/citus.sh verify
 
 .PHONY: generate
 generate: ## regenerate the examples and the golden files

@@ -96,14 +96,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("migrate idempotency table: %w", err)
 	}
-	res, err := migrator.Migrate(startCtx, idem.DirectionUp, nil)
-	if err != nil {
-		return fmt.Errorf("migrate idempotency table: %w", err)
-	}
-	if err := migrate(startCtx, pool); err != nil {
-		return err
-	}
-	if err := migratePayouts(startCtx, pool, *schema, log); err != nil {
+	// Instances that start together migrate one at a time (withMigrationLock).
+	var res *idem.MigrateResult
+	if err := withMigrationLock(startCtx, pool, *schema, func() error {
+		if res, err = migrator.Migrate(startCtx, idem.DirectionUp, nil); err != nil {
+			return fmt.Errorf("migrate idempotency table: %w", err)
+		}
+		if err := migrate(startCtx, pool); err != nil {
+			return err
+		}
+		return migratePayouts(startCtx, pool, *schema, log)
+	}); err != nil {
 		return err
 	}
 	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))

@@ -41,7 +41,7 @@ type payoutArgs struct {
 func (payoutArgs) Kind() string { return "payout" }
 
 // migratePayouts creates River's tables (rivermigrate, in schema) and the payouts' and the
-// bank's tables.
+// bank's tables. Run it under withMigrationLock: River's migrator takes no lock of its own.
 func migratePayouts(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
 	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: log})
 	if err != nil {
@@ -60,6 +60,33 @@ func migratePayouts(ctx context.Context, pool *pgxpool.Pool, schema string, log 
 		return fmt.Errorf("create the payouts table: %w", err)
 	}
 	return migrateBank(ctx, pool)
+}
+
+// withMigrationLock runs migrate while this process holds the schema's migration lock, so that
+// instances starting at once on an empty database migrate one after another: the first creates
+// the tables, the others find them. River's migrator (migratePayouts) applies each migration in
+// a transaction of its own and takes no lock, so two instances would both apply River's first
+// migration and the second would fail on the tables the first created.
+//
+// The lock is transaction-level, held by an open transaction on a connection of its own (not
+// one of the pool's, which migrate needs): behind a pooler in transaction mode a session-level
+// lock would stay with whichever client the pooler hands that server connection to next. A
+// process that dies while migrating ends its transaction and so frees the lock.
+func withMigrationLock(ctx context.Context, pool *pgxpool.Pool, schema string, migrate func() error) error {
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("migrate: connect for the migration lock: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: begin the migration lock's transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // ends the transaction, which frees the lock
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "idemgen-example.migrate:"+schema); err != nil {
+		return fmt.Errorf("migrate: take the migration lock: %w", err)
+	}
+	return migrate()
 }
 
 // newJobInserter is the River client the API inserts jobs with: no queues, no workers, so it is

@@ -38,6 +38,9 @@ type payoutEnv struct {
 	bankAt  string
 	api     *env   // the current API server
 	stopAPI func() // closes it and its store, as a process that exits does
+	// done ends when the test does (before the bank's server closes): the bank's test hooks
+	// wait on it, so none outlives the test.
+	done context.Context
 }
 
 func newPayoutEnv(t *testing.T) *payoutEnv {
@@ -55,12 +58,40 @@ func newPayoutEnv(t *testing.T) *payoutEnv {
 	if err := migratePayouts(ctx, schema.Pool, schema.Name, log); err != nil {
 		t.Fatal(err)
 	}
-	e := &payoutEnv{t: t, schema: schema, log: log, bank: &bank{db: schema.Pool}}
+	done, end := context.WithCancel(context.Background())
+	e := &payoutEnv{t: t, schema: schema, log: log, bank: &bank{db: schema.Pool}, done: done}
 	srv := httptest.NewServer(e.bank)
 	t.Cleanup(srv.Close)
+	t.Cleanup(end) // before srv.Close (cleanups run last first): no hook keeps a handler open
 	e.bankAt = srv.URL
 	e.api, e.stopAPI = e.startAPI()
 	return e
+}
+
+// holdFirstCharges makes the bank hold the answer to each payout's first charge until its
+// caller gives up (the worker dies, or its bank timeout ends) or the test ends, and reports the
+// charge's key on the returned channel. There is one first charge per payout, n in all, as long
+// as every run of a payout's job sends the bank the same key: a first charge beyond n means a
+// job's key changed between runs, which the test is told at once (not held, not reported).
+func (e *payoutEnv) holdFirstCharges(n int) <-chan string {
+	charged := make(chan string, n)
+	e.bank.afterCharge = func(ctx context.Context, key string, calls int) {
+		if calls != 1 {
+			return
+		}
+		select {
+		case charged <- key:
+		default:
+			e.t.Errorf("the bank was charged for the first time under more than %d keys (%s is one more): "+
+				"a payout job's bank key is not the same on every run", n, key)
+			return
+		}
+		select { // the answer never leaves while the caller waits
+		case <-ctx.Done():
+		case <-e.done.Done():
+		}
+	}
+	return charged
 }
 
 // startAPI serves the example's handler on a new loopback server; stop closes it and its store,
@@ -338,13 +369,7 @@ func TestPayoutAnswers202AndTheStatusTurnsSucceeded(t *testing.T) {
 func TestFaultPayoutWorkerKilledAfterTheCharge(t *testing.T) {
 	t.Parallel()
 	e := newPayoutEnv(t)
-	charged := make(chan string, faultRequests)
-	e.bank.afterCharge = func(ctx context.Context, key string, calls int) {
-		if calls == 1 {
-			charged <- key
-			<-ctx.Done() // the answer never leaves: the worker dies first
-		}
-	}
+	charged := e.holdFirstCharges(faultRequests) // the answer never leaves: the worker dies first
 	answers := e.fire("acme", keys("kill", faultRequests), faultDups)
 	w := e.startWorker(5 * time.Second)
 	for i := range faultRequests {
@@ -375,6 +400,7 @@ func TestFaultPayoutBankTimesOutAfterTheCharge(t *testing.T) {
 		if calls == 1 {
 			select {
 			case <-ctx.Done():
+			case <-e.done.Done():
 			case <-time.After(10 * time.Second):
 			}
 		}
@@ -469,13 +495,7 @@ func workerChild() int {
 func TestFaultPayoutWorkerProcessKilledAfterTheCharge(t *testing.T) {
 	t.Parallel()
 	e := newPayoutEnv(t)
-	charged := make(chan string, faultRequests)
-	e.bank.afterCharge = func(ctx context.Context, key string, calls int) {
-		if calls == 1 {
-			charged <- key
-			<-ctx.Done() // the worker dies before this answer leaves
-		}
-	}
+	charged := e.holdFirstCharges(faultRequests) // the worker dies before this answer leaves
 	ks := keys("sigkill", faultRequests)
 	answers := e.fire("acme", ks, faultDups)
 

@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -258,5 +260,53 @@ func TestPageSaysWhenTheTableCannotBeRead(t *testing.T) {
 	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "could not be read") || strings.Contains(body, "nope") ||
 		strings.Contains(body, "SQLSTATE") {
 		t.Errorf("status %d; want 503 and no database text:\n%s", res.StatusCode, body)
+	}
+}
+
+// TestPageSearchesOnlyTheTenantAsked: the same key under three tenants; a search that names a
+// tenant shows that tenant's key alone (and none for a tenant without it), by its key or by its
+// hash; an empty tenant field shows every tenant's.
+func TestPageSearchesOnlyTheTenantAsked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	statuses := map[string]int{"acme": 201, "globex": 409, "initech": 422}
+	for tenant, status := range statuses {
+		if err := e.do(tenant, "shared-key", "createPayment", "fp-"+tenant, &idem.Outcome{Status: status}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := e.server(nil)
+	tenants := func(body string) []string {
+		var got []string
+		for _, m := range regexp.MustCompile(`data-fact="tenant">(.*?)</`).FindAllStringSubmatch(body, -1) {
+			got = append(got, m[1])
+		}
+		return got
+	}
+	hash := idem.KeyHash("createPayment", "shared-key")
+	for tenant, status := range statuses {
+		for _, q := range []url.Values{
+			{"tenant": {tenant}, "key": {"shared-key"}, "operation": {"createPayment"}},
+			{"tenant": {tenant}, "hash": {hash}},
+		} {
+			res, body := get(t, srv, q)
+			if got := tenants(body); res.StatusCode != http.StatusOK || len(got) != 1 || got[0] != tenant {
+				t.Errorf("search %v: status %d, keys of tenants %q; want only %q's", q, res.StatusCode, got, tenant)
+				continue
+			}
+			if got, want := fact(t, body, "status"), fmt.Sprintf("%d %s", status, http.StatusText(status)); got != want {
+				t.Errorf("search %v: stored status %q, want %q (%s's)", q, got, want, tenant)
+			}
+		}
+	}
+	res, body := get(t, srv, url.Values{"tenant": {"umbrella"}, "key": {"shared-key"}})
+	if got := tenants(body); res.StatusCode != http.StatusNotFound || len(got) != 0 {
+		t.Errorf("a tenant without the key: status %d, keys of tenants %q; want 404 and none", res.StatusCode, got)
+	}
+	res, body = get(t, srv, url.Values{"tenant": {""}, "key": {"shared-key"}})
+	got := tenants(body)
+	slices.Sort(got)
+	if res.StatusCode != http.StatusOK || !slices.Equal(got, []string{"acme", "globex", "initech"}) {
+		t.Errorf("an empty tenant field: status %d, keys of tenants %q; want all three", res.StatusCode, got)
 	}
 }

@@ -7,6 +7,12 @@
 // when the test ends. Clients are trusted; as root, pgbouncer (which refuses to run as root) runs
 // as the postgres user. The program comes from Debian's pgbouncer package: `scripts/deps.sh
 // pgbouncer` installs it, and Start runs that script when pgbouncer is missing.
+//
+// Any server the tests may create schemas in will do, Debian's stock cluster included: there, as
+// root, the tests connect over its socket by peer authentication as the role root (create it once:
+// `runuser -u postgres -- createuser --superuser root`; TEST_DATABASE_URL is then
+// `postgres:///postgres?host=/var/run/postgresql`), and pgbouncer, refused as root, logs in as
+// postgres (see [Start]).
 package pgbouncertest
 
 import (
@@ -73,6 +79,13 @@ func (b *Bouncer) Log() string {
 const port = 6432 // on a socket in the bouncer's own directory: never a clash
 
 // Start starts a pgbouncer in front of the test server and stops it when tb ends.
+//
+// pgbouncer logs into the server as the URL's user, with the URL's password. As root it runs
+// as the postgres user, so a server that admits its socket's clients by peer authentication
+// (Debian's stock cluster) refuses that login for any other user: Start then logs pgbouncer in
+// as postgres, the operating-system user it runs as, which peer authentication admits. When the
+// server refuses that too, Start fails at once, naming both refusals and what would let
+// pgbouncer in.
 func Start(tb testing.TB, opts *Opts) *Bouncer {
 	tb.Helper()
 	var o Opts
@@ -95,14 +108,55 @@ func Start(tb testing.TB, opts *Opts) *Bouncer {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
-
 	if o.Database == "" {
 		o.Database = server.Database
 	}
+	runAs := ""
+	if os.Getuid() == 0 {
+		runAs = "postgres" // pgbouncer refuses to run as root
+	}
+
+	b := &Bouncer{Dir: dir}
+	q := url.Values{"host": {dir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}
+	b.URL = (&url.URL{Scheme: "postgres", User: url.User(server.User), Path: "/idem", RawQuery: q.Encode()}).String()
+
+	who := serverLogin{user: server.User, password: server.Password}
+	err = b.run(tb, bin, runAs, server, who, o)
+	if err != nil && runAs != "" && who.user != runAs && strings.HasPrefix(server.Host, "/") && b.loginRefused() {
+		refused := err
+		b.stop(tb)
+		who = serverLogin{user: runAs}
+		if err = b.run(tb, bin, runAs, server, who, o); err == nil {
+			tb.Logf("pgbouncertest: the server at %s refused pgbouncer's login as %q (pgbouncer runs as the "+
+				"operating-system user %s): it logs in as %s instead (peer authentication); %v",
+				server.Host, server.User, runAs, runAs, refused)
+		} else {
+			err = fmt.Errorf("the server at %s refused pgbouncer's login as %q (%v) and as %q, the "+
+				"operating-system user pgbouncer runs as (%w); let one of them in over that socket (a "+
+				"pg_hba.conf line such as `local all postgres peer`, Debian's default), or name a server "+
+				"that takes a password in %s, or unset %s so that make test starts a throwaway PostgreSQL",
+				server.Host, server.User, refused, runAs, err, idemtest.EnvURL, idemtest.EnvURL)
+		}
+	}
+	if err != nil {
+		tb.Fatalf("pgbouncertest: cannot reach the server through pgbouncer: %v; its log:\n%s", err, b.Log())
+	}
+	return b
+}
+
+// serverLogin is who pgbouncer logs into the server as.
+type serverLogin struct{ user, password string }
+
+// run writes pgbouncer's configuration for login, starts it and waits until its socket is open
+// (failing tb when it does not start), then connects through it: the error is that
+// connection's. Once pgbouncer has written its PID, it is stopped when tb ends.
+func (b *Bouncer) run(tb testing.TB, bin, runAs string, server *pgconn.Config, who serverLogin, o Opts) error {
+	tb.Helper()
+	dir := b.Dir
 	target := []string{"host=" + quote(server.Host), "port=" + strconv.Itoa(int(server.Port)),
-		"dbname=" + quote(o.Database), "user=" + quote(server.User)}
-	if server.Password != "" {
-		target = append(target, "password="+quote(server.Password))
+		"dbname=" + quote(o.Database), "user=" + quote(who.user)}
+	if who.password != "" {
+		target = append(target, "password="+quote(who.password))
 	}
 	if o.SearchPath != "" {
 		target = append(target, "connect_query="+quote("SET search_path TO "+pgx.Identifier{o.SearchPath}.Sanitize()))
@@ -126,18 +180,25 @@ logfile = %s
 pidfile = %s
 `, strings.Join(target, " "), port, dir, filepath.Join(dir, "users.txt"), o.Mode, o.PoolSize, o.PoolSize,
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	// Clients log in as the URL's user, whoever pgbouncer logs into the server as.
 	users := fmt.Sprintf("%q \"\"\n", server.User)
 	for name, text := range map[string]string{"pgbouncer.ini": ini, "users.txt": users} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			tb.Fatal(err)
 		}
 	}
+	// A previous run's PID file, log and socket would be taken for this one's.
+	for _, name := range []string{"pgbouncer.pid", "pgbouncer.log", fmt.Sprintf(".s.PGSQL.%d", port)} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			tb.Fatal(err)
+		}
+	}
 	cmd := exec.Command(bin, "-d", filepath.Join(dir, "pgbouncer.ini"))
-	if os.Getuid() == 0 {
-		// pgbouncer refuses to run as root: it runs as postgres, which must own its directory.
-		u, err := user.Lookup("postgres")
+	if runAs != "" {
+		// The user pgbouncer runs as must own its directory.
+		u, err := user.Lookup(runAs)
 		if err != nil {
-			tb.Fatalf("pgbouncertest: as root pgbouncer runs as the postgres user: %v", err)
+			tb.Fatalf("pgbouncertest: as root pgbouncer runs as the %s user: %v", runAs, err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -146,22 +207,22 @@ pidfile = %s
 				tb.Fatal(err)
 			}
 		}
-		cmd = exec.Command("runuser", "-u", "postgres", "--", bin, "-d", filepath.Join(dir, "pgbouncer.ini"))
+		cmd = exec.Command("runuser", "-u", runAs, "--", bin, "-d", filepath.Join(dir, "pgbouncer.ini"))
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-		tb.Fatalf("pgbouncertest: %s: %v\n%s%s", strings.Join(cmd.Args, " "), err, out, log)
+		tb.Fatalf("pgbouncertest: %s: %v\n%s%s", strings.Join(cmd.Args, " "), err, out, b.Log())
 	}
-	b := &Bouncer{Dir: dir}
-	q := url.Values{"host": {dir}, "port": {strconv.Itoa(port)}, "sslmode": {"disable"}}
-	b.URL = (&url.URL{Scheme: "postgres", User: url.User(server.User), Path: "/idem", RawQuery: q.Encode()}).String()
 
 	// -d returns once pgbouncer has forked; it writes its PID and opens its socket after that.
+	b.PID = 0
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		raw, err := os.ReadFile(filepath.Join(dir, "pgbouncer.pid"))
 		if pid, perr := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && perr == nil && pid > 0 {
-			b.PID = pid
+			if b.PID == 0 {
+				b.PID = pid
+				tb.Cleanup(func() { stopPID(tb, pid) })
+			}
 			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf(".s.PGSQL.%d", port))); err == nil {
 				break
 			}
@@ -171,7 +232,6 @@ pidfile = %s
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	tb.Cleanup(func() { b.stop(tb) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -180,24 +240,31 @@ pidfile = %s
 		err = conn.Ping(ctx)
 		conn.Close(ctx)
 	}
-	if err != nil {
-		tb.Fatalf("pgbouncertest: cannot reach the server through pgbouncer: %v; its log:\n%s", err, b.Log())
-	}
-	return b
+	return err
 }
 
-// stop ends pgbouncer at once (SIGTERM), by the PID it wrote, and waits until it is gone.
-func (b *Bouncer) stop(tb testing.TB) {
-	if err := syscall.Kill(b.PID, syscall.SIGTERM); err != nil {
+// loginRefused reports whether pgbouncer's log says the server refused its login (rather than
+// being unreachable, or refusing the client).
+func (b *Bouncer) loginRefused() bool {
+	return strings.Contains(b.Log(), "server login failed")
+}
+
+// stop ends pgbouncer at once, by the PID it wrote (see stopPID).
+func (b *Bouncer) stop(tb testing.TB) { stopPID(tb, b.PID) }
+
+// stopPID ends the pgbouncer whose PID is pid with SIGTERM (it exits at once) and waits until it
+// is gone. A pgbouncer already gone is fine.
+func stopPID(tb testing.TB, pid int) {
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		if !errors.Is(err, syscall.ESRCH) {
-			tb.Errorf("pgbouncertest: stop pgbouncer (PID %d): %v", b.PID, err)
+			tb.Errorf("pgbouncertest: stop pgbouncer (PID %d): %v", pid, err)
 		}
 		return
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(b.PID, 0) == nil {
+	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
-			tb.Errorf("pgbouncertest: pgbouncer (PID %d) still runs 10s after SIGTERM", b.PID)
+			tb.Errorf("pgbouncertest: pgbouncer (PID %d) still runs 10s after SIGTERM", pid)
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
