@@ -9,6 +9,8 @@ PG := scripts/with-pg.sh
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
+# -timeout: go test's default of 10 minutes per package is too short for the packages that compile
+# generated code (internal/annotate, internal/cli) on a busy 2-core machine with a cold build cache.
 # testprogress runs go test with -json and prints go test's own lines as each package finishes,
 # plus a line on stderr naming the packages still running whenever nothing was printed for 15s.
 TESTPROGRESS := bin/testprogress
@@ -16,7 +18,7 @@ TESTPROGRESS := bin/testprogress
 .PHONY: test
 test: ## run every test with -race on real PostgreSQL (a throwaway server unless TEST_DATABASE_URL is set), saying which packages are still running
 	@$(GO) build -o $(TESTPROGRESS) ./scripts/testprogress
-	$(PG) TEST_DATABASE_URL $(TESTPROGRESS) $(GO) test -race -count=1 ./...
+	$(PG) TEST_DATABASE_URL $(TESTPROGRESS) $(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and a tidy go.mod

@@ -61,9 +61,20 @@ echo "demo.sh: the server listens on $addr (log: $work/server.log)" >&2
 "$work/demo" -url "http://$addr" -database-url "$DATABASE_URL"
 
 echo
-echo "The support page (read-only; user admin, password $admin_token):"
-echo "  http://admin:$admin_token@$addr/admin/idempotency"
 if [[ -t 0 && -t 1 ]]; then
-	# On a terminal the server stays up so that the page can be opened; elsewhere (CI) the demo ends.
+	# On a terminal the server stays up so that the support page can be opened; its address is
+	# printed only then, since it answers only while the server runs.
+	echo "The support page (read-only; user admin, password $admin_token):"
+	echo "  http://admin:$admin_token@$addr/admin/idempotency"
 	read -r -p "The server keeps running: press Enter to stop it. " _ || true
+fi
+# Stopped here rather than at exit, so that the last line is true when it is printed.
+kill -TERM "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+server_pid=
+if [[ -t 0 && -t 1 ]]; then
+	echo "The server has stopped."
+else
+	# Nobody (CI, a pipe) could have opened the support page before the server stopped.
+	echo "The server has stopped. Run make demo in a terminal to keep it running and open its support page."
 fi

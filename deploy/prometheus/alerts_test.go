@@ -68,7 +68,7 @@ func TestRulesNameWhatTheRuntimeExports(t *testing.T) {
 	events := map[string]bool{}
 	for _, k := range []idem.EventKind{idem.EventAcquired, idem.EventTakenOver, idem.EventReplayed, idem.EventInProgress,
 		idem.EventKeyReused, idem.EventCompleted, idem.EventLeaseLost, idem.EventReleased, idem.EventPurged,
-		idem.EventStoreError, idem.EventHandlerTimeout} {
+		idem.EventStoreError, idem.EventHandlerTimeout, idem.EventHandlerFailed} {
 		events[string(k)] = true
 	}
 	// Only the expressions: the annotations name metrics in prose, and commands.

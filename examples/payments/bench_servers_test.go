@@ -204,66 +204,6 @@ func transactionHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) 
 	return outerHandler(pool, log, h, nil), nil
 }
 
-// validateTx is the example's validate for benchtx's request types, which are package api's
-// under other names: it hands validate the same request as package api's type.
-func validateTx(next benchtx.StrictHandlerFunc, operationID string) benchtx.StrictHandlerFunc {
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
-		pass := func(ctx context.Context, w http.ResponseWriter, r *http.Request, _ any) (any, error) {
-			return next(ctx, w, r, request)
-		}
-		asAPI := request
-		switch req := request.(type) {
-		case benchtx.CreatePaymentRequestObject:
-			asAPI = createToAPI(req)
-		case benchtx.RefundPaymentRequestObject:
-			asAPI = refundToAPI(req)
-		}
-		return validate(pass, operationID)(ctx, w, r, asAPI)
-	}
-}
-
-func createToAPI(req benchtx.CreatePaymentRequestObject) api.CreatePaymentRequestObject {
-	return api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)}
-}
-
-func refundToAPI(req benchtx.RefundPaymentRequestObject) api.RefundPaymentRequestObject {
-	return api.RefundPaymentRequestObject{PaymentId: req.PaymentId, Params: api.RefundPaymentParams(req.Params), Body: (*api.RefundPaymentJSONRequestBody)(req.Body)}
-}
-
-// txPayments serves benchtx through the example's handlers: the request types convert, and
-// package api's response objects already are benchtx's (same Visit methods).
-type txPayments struct{ p *payments }
-
-var _ benchtx.IdempotentServerInterface = txPayments{}
-
-func (t txPayments) CreatePayment(ctx context.Context, tx pgx.Tx, req benchtx.CreatePaymentRequestObject) (benchtx.CreatePaymentResponseObject, error) {
-	return t.p.CreatePayment(ctx, tx, createToAPI(req))
-}
-
-func (t txPayments) GetPayment(ctx context.Context, req benchtx.GetPaymentRequestObject) (benchtx.GetPaymentResponseObject, error) {
-	return t.p.GetPayment(ctx, api.GetPaymentRequestObject{PaymentId: req.PaymentId, Params: api.GetPaymentParams(req.Params)})
-}
-
-func captureToAPI(req benchtx.CapturePaymentRequestObject) api.CapturePaymentRequestObject {
-	return api.CapturePaymentRequestObject{PaymentId: req.PaymentId, Params: api.CapturePaymentParams(req.Params)}
-}
-
-func (t txPayments) CapturePayment(ctx context.Context, tx pgx.Tx, req benchtx.CapturePaymentRequestObject) (benchtx.CapturePaymentResponseObject, string, error) {
-	return t.p.CapturePayment(ctx, tx, captureToAPI(req))
-}
-
-func (t txPayments) ReplayCapturePayment(ctx context.Context, req benchtx.CapturePaymentRequestObject, reference string) (benchtx.CapturePaymentResponseObject, error) {
-	return t.p.ReplayCapturePayment(ctx, captureToAPI(req), reference)
-}
-
-func (t txPayments) RefundPayment(ctx context.Context, tx pgx.Tx, req benchtx.RefundPaymentRequestObject) (benchtx.RefundPaymentResponseObject, error) {
-	return t.p.RefundPayment(ctx, tx, refundToAPI(req))
-}
-
-func (t txPayments) ReplayRefundPayment(ctx context.Context, req benchtx.RefundPaymentRequestObject, status int) (benchtx.RefundPaymentResponseObject, error) {
-	return t.p.ReplayRefundPayment(ctx, refundToAPI(req), status)
-}
-
 // serveChild is a child process: it serves one server on a loopback port and a control port
 // (GET /stats: the round trips and the process's CPU time so far; /debug/pprof/), says where on
 // its first line of stdout,
@@ -687,14 +627,6 @@ func checkPeerLeaseTakeover(ctx context.Context, t *testing.T, pool *pgxpool.Poo
 	if err := checkOnce(ctx, pool, []string{"abandoned"}); err != nil {
 		t.Error(err)
 	}
-}
-
-func (t txPayments) CreatePayout(ctx context.Context, tx pgx.Tx, req benchtx.CreatePayoutRequestObject) (benchtx.CreatePayoutResponseObject, error) {
-	return t.p.CreatePayout(ctx, tx, api.CreatePayoutRequestObject{Params: api.CreatePayoutParams(req.Params), Body: (*api.CreatePayoutJSONRequestBody)(req.Body)})
-}
-
-func (t txPayments) GetPayout(ctx context.Context, req benchtx.GetPayoutRequestObject) (benchtx.GetPayoutResponseObject, error) {
-	return t.p.GetPayout(ctx, api.GetPayoutRequestObject{PayoutId: req.PayoutId, Params: api.GetPayoutParams(req.Params)})
 }
 
 // sendBody is load.send with another body: the status and whether it was a replay.

@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	adminToken := fs.String("admin-token", "", "serve the support page at "+supportPath+" to the user admin with this password (default: $ADMIN_TOKEN; none: no page)")
 	bankURL := fs.String("bank-url", "", "the bank payouts are paid through (default: a fake bank this process serves on a loopback port)")
 	replayCache := fs.Int64("replay-cache-bytes", 0, "keep up to this many bytes of completed outcomes in memory, so replays of them skip the database (0: off)")
+	claim := fs.String("claim", "", "claim mode: lease (the claim commits before the handler runs) or transaction (the claim is part of the handler's transaction) (default: $"+claimModeEnv+", else lease)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -61,6 +62,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *adminToken == "" {
 		*adminToken = os.Getenv("ADMIN_TOKEN")
+	}
+	if *claim == "" {
+		*claim = os.Getenv(claimModeEnv)
+	}
+	mode, err := parseClaimMode(*claim)
+	if err != nil {
+		return usageError{fmt.Errorf("-claim: %w", err)}
 	}
 	if *replayCache < 0 {
 		return usageError{fmt.Errorf("-replay-cache-bytes %d: want a size in bytes, or 0 to turn the cache off", *replayCache)}
@@ -139,7 +147,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	handler, store, err := newService(pool, cfg, log)
+	handler, store, err := newServiceClaim(pool, cfg, log, mode)
 	if err != nil {
 		return err
 	}
@@ -158,7 +166,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	// already be waiting for); Shutdown below lets them finish instead.
 	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	// scripts/demo.sh reads the address from this line when it starts the server on port 0.
-	log.Info("listening", "addr", ln.Addr().String(), "support_page", *adminToken != "")
+	log.Info("listening", "addr", ln.Addr().String(), "support_page", *adminToken != "", "claim", mode.String())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -114,6 +114,11 @@ func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 // newService is newHandler that also returns the idempotency store, for main to close on
 // shutdown (it stops the store's listener and waits for its background release retries).
 func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, *idem.Store, error) {
+	return newServiceClaim(pool, cfg, log, idem.ClaimLease)
+}
+
+// newServiceClaim is newService with the API served in claim mode mode (claimmode.go).
+func newServiceClaim(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, mode idem.ClaimMode) (http.Handler, *idem.Store, error) {
 	c := idem.Config{}
 	if cfg != nil {
 		c = *cfg
@@ -142,9 +147,7 @@ func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 	if err != nil {
 		return nil, nil, err
 	}
-	apiHandler := api.NewIdempotentHandler(&payments{db: pool, jobs: jobs}, store, &api.IdempotentHandlerOptions{
-		Middlewares: []api.StrictMiddlewareFunc{validate},
-	})
+	apiHandler := idempotentAPI(mode, &payments{db: pool, jobs: jobs}, store)
 	return outerHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgen/idemgen/internal/annotate"
+	"github.com/idemgen/idemgen/internal/spec"
 )
 
 func newAnnotateCmd(s *streams) *cobra.Command {
@@ -63,6 +64,11 @@ SPEC "-" reads standard input.`,
 			name := file
 			if file == "-" {
 				name = "<stdin>"
+			}
+			// annotate reads the document its own way before loading it: a hostile one (too
+			// large, too deep, a $ref loop) is refused first, as generate and lint refuse it.
+			if err := spec.CheckBounds(name, data, nil); err != nil {
+				return fail(ExitUsage, err)
 			}
 			// Bad option values, unreadable input and a document kin-openapi refuses all exit 2.
 			res, err := annotate.Annotate(name, data, opts)
@@ -128,12 +134,23 @@ SPEC "-" reads standard input.`,
 }
 
 func readSpec(s *streams, file string) ([]byte, error) {
+	limit := spec.MaxBytes(nil)
 	if file == "-" {
-		data, err := io.ReadAll(s.in)
+		in := s.in
+		if limit >= 0 {
+			in = io.LimitReader(s.in, limit+1) // one byte more says it is over
+		}
+		data, err := io.ReadAll(in)
 		if err != nil {
 			return nil, fmt.Errorf("<stdin>: cannot read the spec: %w", err)
 		}
+		if limit >= 0 && int64(len(data)) > limit {
+			return nil, spec.SizeError("<stdin>", int64(len(data)), limit)
+		}
 		return data, nil
+	}
+	if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() && limit >= 0 && fi.Size() > limit {
+		return nil, spec.SizeError(file, fi.Size(), limit)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {

@@ -122,6 +122,13 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
+	// oapi-codegen writes a package whose names collide without a word: it is checked here, so
+	// the user hears of it with the options that resolve it rather than from go build.
+	if cs, err := collisions(files); err != nil {
+		return fail(ExitUsage, fmt.Errorf("%s: %w", job.spec, err))
+	} else if len(cs) > 0 {
+		return fail(ExitUsage, collisionError(job.spec, cs))
+	}
 
 	dst := generator.DirFS(job.output)
 	if f.check {

@@ -73,7 +73,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	yamlv4 "go.yaml.in/yaml/v4"
-	"gopkg.in/yaml.v3"
 
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
@@ -86,6 +85,10 @@ type Diagnostic = policy.Diagnostic
 type LoadOpts struct {
 	// AllowRemoteRefs lets $ref point at other hosts; refused by default.
 	AllowRemoteRefs bool
+	// MaxBytes refuses a larger document before reading it; 0 means the number of bytes in the
+	// environment variable IDEMGEN_MAX_SPEC_BYTES (MaxBytesEnv) when set, else DefaultMaxBytes
+	// (32 MiB); negative means no limit. MaxDepth and MaxRefChain bound every document.
+	MaxBytes int64
 }
 
 // Spec is a loaded document.
@@ -130,6 +133,11 @@ func (s *Spec) Errors() []Diagnostic {
 // document kin-openapi can load (it names the file and the cause); rule violations are
 // Diagnostics, all of them, not an error.
 func Load(path string, opts *LoadOpts) (*Spec, error) {
+	if limit := opts.maxBytes(); limit >= 0 {
+		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > limit {
+			return nil, SizeError(path, fi.Size(), limit) // refused before it is read
+		}
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot read the spec: %w", path, unwrapPathError(err))
@@ -158,25 +166,14 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 	if opts == nil {
 		opts = &LoadOpts{}
 	}
-	// The node tree and kin-openapi's model are two parses of the same bytes, so the tree is
-	// built on another core meanwhile: yaml.v3 takes about a third as long as kin-openapi on a
-	// large YAML document (a JSON one is read by jsonNodes, much faster). A document that does
-	// not parse is reported by the tree's error, whatever kin-openapi says.
-	type parsed struct {
-		tree *yaml.Node
-		err  error
+	// The bounds come first (bounds.go): size and nesting before any parser runs, the $ref
+	// chains on the node tree before kin-openapi follows them. A document that does not parse is
+	// reported by the tree's error, whatever kin-openapi would say.
+	tree, err := checkBounds(path, data, opts)
+	if err != nil {
+		return nil, err
 	}
-	treeDone := make(chan parsed, 1)
-	go func() {
-		tree, err := parseTree(data)
-		treeDone <- parsed{tree, err}
-	}()
 	doc, err := NewLoader(opts).LoadFromDataWithPath(data, &url.URL{Path: filepath.ToSlash(path)})
-	t := <-treeDone
-	if t.err != nil {
-		return nil, syntaxError(path, data, t.err)
-	}
-	tree := t.tree
 	if err != nil {
 		var rr *RemoteRefError
 		if errors.As(err, &rr) {

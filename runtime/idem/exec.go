@@ -330,6 +330,9 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		}
 		return execResult{}, err
 	}
+	if txAborted(tx.Tx) { // the completion would fail (25P02): the handler's fault, not the store's
+		return execResult{}, s.handlerAborted(ctx, tx, c, mode, run.start)
+	}
 	out := run.out
 	if out == nil {
 		out = &Outcome{}

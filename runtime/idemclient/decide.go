@@ -47,20 +47,28 @@ type Decision struct {
 	Reason string
 	// Stored says the server stored this answer: a retry would only replay it.
 	Stored bool
+	// Waiting says the answer asks the caller to come back, with nothing run for this attempt
+	// that a later one could fail at again: the key's first request still holds it (409
+	// in-progress), the server's store is unreachable (503 store-unavailable), or a gateway
+	// found no server behind it (502, 503, 504). Such an attempt, like one with no answer at
+	// all, does not count toward [Options.MaxAttempts]: only the deadlines bound them, so a
+	// server restart or an orphaned request's lease is outwaited.
+	Waiting bool
 }
 
 // Classify decides whether an answer of op is retried. It is the retry table of the package
 // (docs/client.md prints it), in this order:
 //
 //   - an answer with Idempotent-Replayed: true was stored: final;
-//   - the server's problems by code: in-progress, store-unavailable → retry after Retry-After;
+//   - the server's problems by code: in-progress, store-unavailable → retry after Retry-After,
+//     Waiting;
 //     handler-timeout, internal → retry (the work was rolled back and the key released);
 //     key-reused, key-missing, key-invalid, body-invalid, body-too-large, request-invalid,
 //     media-type-unsupported, not-found, method-not-allowed → final (a retry sends the same
 //     request and gets the same answer);
 //   - 1xx, 2xx, 3xx: final;
 //   - 408, 425, 429 (never stored, whatever persist says) → retry after Retry-After, if any;
-//   - another 5xx → retry unless op.Persist stores it;
+//   - another 5xx → retry unless op.Persist stores it (502, 503, 504: Waiting);
 //   - another 4xx → final.
 //
 // body is the answer's body, read to decode a problem; header may be nil.
@@ -73,7 +81,7 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 		reason := strconv.Itoa(status) + " " + p.Code
 		switch p.Code {
 		case CodeInProgress, CodeStoreUnavailable:
-			return Decision{Retry: true, Wait: ra, Reason: reason}
+			return Decision{Retry: true, Wait: ra, Reason: reason, Waiting: true}
 		case CodeHandlerTimeout, CodeInternal:
 			return Decision{Retry: true, Reason: reason}
 		case CodeKeyReused, CodeKeyMissing, CodeKeyInvalid, CodeBodyInvalid, CodeBodyTooLarge,
@@ -92,7 +100,8 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 		if op.stores(status) {
 			return Decision{Reason: reason + " stored (persist: " + strings.Join(op.Persist, ", ") + ")", Stored: true}
 		}
-		return Decision{Retry: true, Wait: ra, Reason: reason + " not stored (persist: " + strings.Join(op.persist(), ", ") + ")"}
+		gateway := status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+		return Decision{Retry: true, Wait: ra, Reason: reason + " not stored (persist: " + strings.Join(op.persist(), ", ") + ")", Waiting: gateway}
 	}
 	return Decision{Reason: reason, Stored: op.stores(status)}
 }

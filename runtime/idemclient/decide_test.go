@@ -74,6 +74,10 @@ func TestClassifyTable(t *testing.T) {
 		{"a replay is stored, whatever its status", op, 503, "", map[string]string{"Idempotent-Replayed": "true"}, false, 0},
 		{"a replayed 201", op, 201, "", map[string]string{"Idempotent-Replayed": "true"}, false, 0},
 	}
+	// The answers that only say to come back: the key's holder still runs, the store or the
+	// server behind a gateway cannot be reached.
+	waiting := map[string]bool{"in progress": true, "in progress without Retry-After": true, "store unavailable": true,
+		"502 not stored": true, "503 not stored": true, "504 not stored": true}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			h, body := http.Header{}, []byte(`{"message":"x"}`)
@@ -86,6 +90,9 @@ func TestClassifyTable(t *testing.T) {
 			d := idemclient.Classify(r.op, r.status, h, body)
 			if d.Retry != r.retry || d.Wait != r.wait {
 				t.Errorf("Classify(%d %s) = retry %v, wait %s (%s); want retry %v, wait %s", r.status, r.code, d.Retry, d.Wait, d.Reason, r.retry, r.wait)
+			}
+			if d.Waiting != waiting[r.name] {
+				t.Errorf("Classify(%d %s).Waiting = %v, want %v (only come-back answers do not count toward MaxAttempts)", r.status, r.code, d.Waiting, waiting[r.name])
 			}
 		})
 	}

@@ -13,7 +13,8 @@ var (
 	// transient failure: a key names one logical operation, so a new operation needs a new key
 	// and a retry must resend the request unchanged.
 	ErrKeyReused = errors.New("idemclient: the idempotency key was already used for a different request (a client bug: use a new key for each new operation, and resend a retried one unchanged)")
-	// ErrAttemptsExhausted: [Options.MaxAttempts] attempts were made and none gave a final answer.
+	// ErrAttemptsExhausted: [Options.MaxAttempts] attempts that counted (the server answered
+	// them with a failure a retry may fix) were made and none gave a final answer.
 	ErrAttemptsExhausted = errors.New("idemclient: attempts exhausted")
 	// ErrDeadline: the next attempt could only start after the call's deadline (the context's,
 	// or [Options.MaxElapsed] after the first attempt), so it was not waited for.
@@ -71,7 +72,7 @@ type GiveUpError struct {
 	// Why is [ErrAttemptsExhausted], [ErrDeadline], or the context's error.
 	Why error
 	// Bound says which limit ended the call, for the message: "the context's deadline",
-	// "MaxElapsed (2m0s)", "MaxAttempts (10)".
+	// "MaxElapsed (2m0s)", "MaxAttempts (10 answered attempts)".
 	Bound string
 	// Wait is the wait the next attempt needed, when Why is ErrDeadline.
 	Wait time.Duration

@@ -16,13 +16,16 @@ import (
 )
 
 // Defaults, chosen for a payments caller: long enough to outwait a server restart and the lease
-// of a request orphaned by a crashed server (60s by default), short enough that a user is not
-// kept waiting without an answer.
+// of a request orphaned by a crashed server (60s by default) plus its takeover, short enough that
+// a user is not kept waiting without an answer. Attempts that get no answer, or an answer that
+// says to come back ([Decision.Waiting]), do not count toward MaxAttempts: while the server is
+// unreachable only MaxElapsed (and the context's deadline) ends a call, and BackoffCap bounds how
+// long a server that is back goes unnoticed.
 const (
 	DefaultMaxAttempts    = 10
 	DefaultMaxElapsed     = 2 * time.Minute
 	DefaultBackoffBase    = 250 * time.Millisecond
-	DefaultBackoffCap     = 15 * time.Second
+	DefaultBackoffCap     = 10 * time.Second
 	DefaultAttemptTimeout = 30 * time.Second
 	DefaultMaxBodyBytes   = 8 << 20
 	// DefaultMaxAnswerBytes bounds the answer kept of each attempt (it is buffered, to decode a
@@ -33,7 +36,11 @@ const (
 // Options configure a [Retrier]. Zero fields take the defaults above; nil Options are all
 // defaults.
 type Options struct {
-	// MaxAttempts bounds the attempts of one call, the first included; 1 turns retries off.
+	// MaxAttempts bounds the attempts of one call that the server answered with a failure a
+	// retry may fix (500 internal, 503 handler-timeout, 429, an unstored 5xx), the first
+	// included; 1 turns retries off. Attempts with no answer (refused, reset, timed out) and
+	// answers that only say to come back ([Decision.Waiting]: 409 in-progress, 503
+	// store-unavailable, 502, 503 or 504 from a gateway) do not count: MaxElapsed bounds those.
 	MaxAttempts int
 	// MaxElapsed bounds a call from its first attempt: no attempt starts after it. The context's
 	// deadline, when earlier, bounds it too.
@@ -245,9 +252,13 @@ func (r *Retrier) Do(ctx context.Context, op *Operation, req Request, opts ...Ca
 		return &GiveUpError{Route: op.Route, Key: res.Key, Attempts: res.Attempts, Elapsed: time.Since(start),
 			Why: why, Bound: bn, Wait: wait, Last: last}
 	}
+	counted := 0 // the attempts MaxAttempts bounds
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		out := r.attempt(ctx, op, req, body, res, fallback, bound, c.editors)
+		if !out.waiting {
+			counted++
+		}
 		if out.final {
 			if out.resp != nil {
 				res.Status = out.resp.StatusCode
@@ -258,8 +269,8 @@ func (r *Retrier) Do(ctx context.Context, op *Operation, req Request, opts ...Ca
 		if err := ctx.Err(); err != nil {
 			return nil, giveUp(context.Cause(ctx), 0, out.err, "")
 		}
-		if attempt >= r.o.MaxAttempts {
-			return nil, giveUp(ErrAttemptsExhausted, 0, out.err, fmt.Sprintf("MaxAttempts (%d)", r.o.MaxAttempts))
+		if counted >= r.o.MaxAttempts || r.o.MaxAttempts == 1 { // 1: no retries, whatever the answer
+			return nil, giveUp(ErrAttemptsExhausted, 0, out.err, fmt.Sprintf("MaxAttempts (%d answered attempts)", r.o.MaxAttempts))
 		}
 		wait := max(out.wait, r.backoff(attempt))
 		if remaining := time.Until(bound); wait >= remaining {
@@ -301,6 +312,9 @@ type outcome struct {
 	err    error         // final: the call's error; else: why this attempt failed
 	wait   time.Duration // the least wait before the next attempt
 	reason string
+	// waiting: the attempt got no answer, or one that only says to come back
+	// (Decision.Waiting): it does not count toward MaxAttempts.
+	waiting bool
 }
 
 func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body []byte, res *Result, fallback string, bound time.Time, editors []func(context.Context, *http.Request) error) outcome {
@@ -358,7 +372,7 @@ func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body 
 		e.Route, e.Key = op.Route, res.Key
 	}
 	if d.Retry {
-		return outcome{err: e, wait: d.Wait, reason: d.Reason}
+		return outcome{err: e, wait: d.Wait, reason: d.Reason, waiting: d.Waiting}
 	}
 	if e != nil {
 		return outcome{final: true, resp: resp, err: e}
@@ -371,7 +385,7 @@ func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body 
 // fixes (a certificate the client refuses).
 func (r *Retrier) transportFailure(ctx, actx context.Context, op *Operation, bound time.Time, err error) outcome {
 	if ctx.Err() != nil {
-		return outcome{err: err, reason: "the context ended"}
+		return outcome{err: err, reason: "the context ended", waiting: true}
 	}
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
@@ -388,5 +402,5 @@ func (r *Retrier) transportFailure(ctx, actx context.Context, op *Operation, bou
 			reason = fmt.Sprintf("the attempt timed out (AttemptTimeout %s)", r.o.AttemptTimeout)
 		}
 	}
-	return outcome{err: err, reason: reason}
+	return outcome{err: err, reason: reason, waiting: true}
 }

@@ -436,10 +436,63 @@ func TestReplayedAndExhausted(t *testing.T) {
 		t.Errorf("replay: %v, %+v; want Replayed after 1 attempt", err, res)
 	}
 
-	s = newServer(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(502) })
+	s = newServer(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
 	_, err := call(t, context.Background(), fast(idemclient.Options{MaxAttempts: 3}), idemclient.Request{Send: s.send}, idemclient.WithResult(&res))
 	if !errors.Is(err, idemclient.ErrAttemptsExhausted) || s.attempts() != 3 || res.Attempts != 3 {
-		t.Errorf("always 502: %v after %d attempts; want ErrAttemptsExhausted after 3", err, s.attempts())
+		t.Errorf("always 500: %v after %d attempts; want ErrAttemptsExhausted after 3", err, s.attempts())
+	}
+}
+
+// TestUnreachableAttemptsDoNotCount: while the server cannot be reached (connections refused,
+// a gateway's 502/503/504, the key's orphaned holder answering 409 in-progress), attempts do
+// not count toward MaxAttempts: the call lasts until MaxElapsed, and succeeds when the server
+// comes back after more than MaxAttempts such attempts.
+func TestUnreachableAttemptsDoNotCount(t *testing.T) {
+	t.Parallel()
+	// A gateway with nothing behind it, then the orphan's lease, then the server.
+	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		switch {
+		case n <= 4:
+			w.WriteHeader(502 + n%3) // 503, 504, 502, 503
+		case n <= 8:
+			writeProblem(w, 409, idemhttp.CodeInProgress, "")
+		default:
+			created(w)
+		}
+	})
+	var res idemclient.Result
+	resp, err := call(t, context.Background(), fast(idemclient.Options{MaxAttempts: 2}), idemclient.Request{Send: s.send}, idemclient.WithResult(&res))
+	if err != nil || resp.StatusCode != 201 || res.Attempts != 9 {
+		t.Errorf("gateway errors and in-progress with MaxAttempts 2: %v, %+v; want the 201 on attempt 9", err, res)
+	}
+
+	// A server that is down: every connection refused. Only MaxElapsed ends the call.
+	ln := httptest.NewServer(http.NotFoundHandler())
+	url := ln.URL
+	ln.Close()
+	refused := func(ctx context.Context, body io.Reader, edit func(context.Context, *http.Request) error) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+		if err != nil {
+			return nil, err
+		}
+		if err := edit(ctx, req); err != nil {
+			return nil, err
+		}
+		return http.DefaultClient.Do(req)
+	}
+	start := time.Now()
+	_, err = call(t, context.Background(), fast(idemclient.Options{MaxAttempts: 3, MaxElapsed: 700 * time.Millisecond}), idemclient.Request{Send: refused}, idemclient.WithResult(&res))
+	if !errors.Is(err, idemclient.ErrDeadline) || res.Attempts <= 3 || !strings.Contains(err.Error(), "MaxElapsed") {
+		t.Errorf("server down: %v after %d attempts; want ErrDeadline at MaxElapsed, after more than MaxAttempts (3) attempts", err, res.Attempts)
+	}
+	if el := time.Since(start); el < 500*time.Millisecond {
+		t.Errorf("server down: the call ended after %s, want it to last until about MaxElapsed (700ms)", el)
+	}
+
+	// MaxAttempts 1 turns retries off, whatever the answer.
+	_, err = call(t, context.Background(), fast(idemclient.Options{MaxAttempts: 1}), idemclient.Request{Send: refused}, idemclient.WithResult(&res))
+	if !errors.Is(err, idemclient.ErrAttemptsExhausted) || res.Attempts != 1 {
+		t.Errorf("server down, MaxAttempts 1: %v after %d attempts; want ErrAttemptsExhausted after 1", err, res.Attempts)
 	}
 }
 

@@ -11,10 +11,16 @@
 //	idemgen_idempotency_events_total{operation,event}        counter: one per idem.Event, event = its Kind
 //	idemgen_idempotency_purged_keys_total                     counter: rows deleted by purge
 //	idemgen_idempotency_handler_duration_seconds{operation,outcome}
-//	                                                          histogram: handler time, outcome completed or released
+//	                                                          histogram: handler time, outcome completed, released,
+//	                                                          handler_timeout or handler_failed
 //	idemgen_idempotency_keys_in_flight{operation}             gauge: keys this process holds while their handler runs
 //	idemgen_idempotency_listener_deaf                         gauge: 1 while the Store's listener's last self-check
 //	                                                          went unheard (idem.EventListenerDeaf), else 0
+//
+// event="store_error" counts statements of the runtime itself that failed (an outage, a
+// misconfigured table); event="handler_failed" counts handlers that answered after a statement
+// of their own had aborted their transaction (idem.ErrHandlerAborted): a bug in the handler, not
+// an outage, and each is a 500 whose work was rolled back.
 //
 // The listener's events (listener_deaf, listener_heard) name no operation: they count under
 // operation "". Alert on idemgen_idempotency_listener_deaf == 1: waiting duplicates then poll
@@ -129,7 +135,7 @@ func New(opts *Options) *Collector {
 		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        HandlerDuration,
-			Help:        "Time the handler of an idempotent request ran while holding its key, by outcome: completed (committed with its stored outcome) or released (rolled back, key given back).",
+			Help:        "Time the handler of an idempotent request ran while holding its key, by outcome: completed (committed with its stored outcome), released (rolled back, key given back), handler_timeout (ran past its timeout) or handler_failed (answered with its transaction aborted by a failed statement of its own).",
 			Buckets:     o.Buckets,
 			ConstLabels: o.ConstLabels,
 		}, []string{"operation", "outcome"}),
@@ -176,7 +182,7 @@ func New(opts *Options) *Collector {
 var kinds = []idem.EventKind{
 	idem.EventAcquired, idem.EventTakenOver, idem.EventReplayed, idem.EventInProgress,
 	idem.EventKeyReused, idem.EventCompleted, idem.EventLeaseLost, idem.EventReleased,
-	idem.EventPurged, idem.EventStoreError,
+	idem.EventPurged, idem.EventStoreError, idem.EventHandlerTimeout, idem.EventHandlerFailed,
 }
 
 // Describe implements prometheus.Collector.
@@ -214,7 +220,7 @@ func (c *Collector) observe(_ context.Context, e idem.Event) {
 		c.purged.Add(float64(max(e.Count, 0)))
 	case idem.EventAcquired, idem.EventTakenOver:
 		c.begin(e)
-	case idem.EventCompleted, idem.EventReleased:
+	case idem.EventCompleted, idem.EventReleased, idem.EventHandlerTimeout, idem.EventHandlerFailed:
 		c.durationOf(ser, e.Operation, e.Kind).Observe(e.Duration.Seconds())
 		c.end(e)
 	case idem.EventLeaseLost:

@@ -175,16 +175,28 @@ func TestMetricsOfEachOutcome(t *testing.T) {
 	}); !errors.Is(err, boom) {
 		t.Fatalf("failing handler: got %v, want its error", err)
 	}
+	// A handler that answers after its own statement failed: handler_failed, not store_error.
+	if _, err := e.store.Do(ctx, params("charge", "k4", "fp1"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		if _, err := tx.Exec(ctx, "SELECT 1/0"); err == nil {
+			t.Error("SELECT 1/0 succeeded, want a division by zero")
+		}
+		return &idem.Outcome{Status: 400}, nil
+	}); !errors.Is(err, idem.ErrHandlerAborted) {
+		t.Fatalf("handler answering with an aborted transaction: got %v, want ErrHandlerAborted", err)
+	}
 
 	e.expect(map[string]float64{
-		ev(idem.EventAcquired):   3, // k1, k2, k3
-		ev(idem.EventCompleted):  2, // k1, k2
-		ev(idem.EventReplayed):   1,
-		ev(idem.EventKeyReused):  1,
-		ev(idem.EventInProgress): 1,
-		ev(idem.EventReleased):   1, // k3
-		dur + "completed} count": 2,
-		dur + "released} count":  1,
+		ev(idem.EventAcquired):        4, // k1, k2, k3, k4
+		ev(idem.EventHandlerFailed):   1, // k4
+		ev(idem.EventStoreError):      0,
+		dur + "handler_failed} count": 1,
+		ev(idem.EventCompleted):       2, // k1, k2
+		ev(idem.EventReplayed):        1,
+		ev(idem.EventKeyReused):       1,
+		ev(idem.EventInProgress):      1,
+		ev(idem.EventReleased):        1, // k3
+		dur + "completed} count":      2,
+		dur + "released} count":       1,
 	})
 	if v := e.inFlight("charge"); v != 0 {
 		t.Errorf("keys in flight after every request ended = %v, want 0", v)

@@ -119,7 +119,7 @@ func TestDemo(t *testing.T) {
 	}
 	// The closing table: what the database holds, next to what the requests should have left.
 	for _, row := range []string{
-		`payments\s+2\s+2 ok\s+8 creates`,
+		`payments\s+2\s+2 ok\s+8 creates: 3 with one key and body, 2 with another key, 3 refused \(422, 400, 401\)`,
 		`ledger: authorizations\s+2\s+2 ok`,
 		`ledger: captures\s+1\s+1 ok`,
 		`refunds\s+1\s+1 ok`,

@@ -460,7 +460,7 @@ func (d *demo) count(ctx context.Context) error {
 			what, requests string
 			want, found    int
 		}{
-			{"payments", "8 creates: 4 with one key, 2 with another, 2 refused", 2, payments},
+			{"payments", "8 creates: 3 with one key and body, 2 with another key, 3 refused (422, 400, 401)", 2, payments},
 			{"ledger: authorizations", "one per payment made", 2, authorized},
 			{"ledger: captures", "2 captures with one key", 1, captured},
 			{"refunds", "2 refunds with one key", 1, refunds},
