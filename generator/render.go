@@ -47,12 +47,12 @@ type opData struct {
 	GoName      string // CreatePayment
 	OperationID string // quoted operationId as written ("createPayment"), or the route
 	Route       string // POST /v1/payments
-	Idempotent bool
-	Storage    string // response, reference, marker
-	Policy     policyData
-	KeyExpr    string     // the key's typed request field
-	Scope      []partData // the scope's parts besides the tenant, in the policy's order
-	Parts      []partData // the fingerprinted parameters
+	Idempotent  bool
+	Storage     string // response, reference, marker
+	Policy      policyData
+	KeyExpr     string     // the key's typed request field
+	Scope       []partData // the scope's parts besides the tenant, in the policy's order
+	Parts       []partData // the fingerprinted parameters
 	// ValidateBody: the operation declares a body, checked against the spec before it runs.
 	ValidateBody bool
 }
