@@ -218,7 +218,15 @@ func (b *builder) paramRules(p *model.Param, prm *openapi3.Parameter, list *yaml
 		p.MaxLength = int(*sc.MaxLength)
 	}
 	p.Pattern = sc.Pattern
-	p.MaxLengthPos, p.PatternPos = p.Pos, p.Pos
+	if p.MaxLength == 0 && p.Pattern == "" {
+		return
+	}
+	if p.MaxLength > 0 {
+		p.MaxLengthPos = p.Pos
+	}
+	if p.Pattern != "" {
+		p.PatternPos = p.Pos
+	}
 	var pn *yaml.Node
 	if list != nil && list.Kind == yaml.SequenceNode && i < len(list.Content) {
 		pn = resolve(list.Content[i])
@@ -234,10 +242,10 @@ func (b *builder) paramRules(p *model.Param, prm *openapi3.Parameter, list *yaml
 		}
 		schema = b.localRef(r.Value)
 	}
-	if _, v := lookup(schema, "maxLength"); v != nil {
+	if _, v := lookup(schema, "maxLength"); v != nil && p.MaxLength > 0 {
 		p.MaxLengthPos = posOf(b.file, v)
 	}
-	if _, v := lookup(schema, "pattern"); v != nil {
+	if _, v := lookup(schema, "pattern"); v != nil && p.Pattern != "" {
 		p.PatternPos = posOf(b.file, v)
 	}
 }
