@@ -123,7 +123,7 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 	switch r.Kind {
 	case ResultProblem:
 		if r.log != nil && r.req != nil {
-			return r.log.render(w, r.req, r.op, r.Problem)
+			return r.log.render(w, r.req.WithContext(r.ctx), r.op, r.Problem)
 		}
 		return r.Problem.WriteTo(w)
 	case ResultReplayed, ResultExecuted:

@@ -136,11 +136,12 @@ type Result struct {
 	// declared and allow are the policy's DeclaredHeaders and ReplayHeaders, for WriteTo.
 	declared, allow []string
 	recomputed      bool // a replay answered anew by Replay<Op>: its headers are its own
-	// echo are the policy's EchoHeaders and req the request Handle served (nil when it was not
-	// captured), whose headers a replay echoes; log writes a problem through the server's
-	// renderer (CaptureWith), for op.
+	// echo are the policy's EchoHeaders and req the request Handle served as the capture saw it
+	// (nil when it was not captured), whose headers a replay echoes; log writes a problem through
+	// the server's renderer (CaptureWith), for op, with the request's context ctx.
 	echo []string
 	req  *http.Request
+	ctx  context.Context
 	log  *refusalLog
 	op   *Policy
 }
@@ -417,7 +418,9 @@ func (r *Result) Bind(ctx context.Context, p *Policy) {
 	if !ok || b.req == nil {
 		return
 	}
-	r.req, r.log, r.op = b.req.WithContext(ctx), b.log, p
+	// The request is rebuilt with ctx only when a problem is rendered: a replay needs its
+	// headers alone, and every answer passes here.
+	r.req, r.ctx, r.log, r.op = b.req, ctx, b.log, p
 	if p != nil {
 		r.echo = p.EchoHeaders
 	}
