@@ -32,6 +32,9 @@ type fileData struct {
 	// ValidateOthers: some operation that is not idempotent has its body checked too.
 	ValidateOthers bool
 	Router         routerData
+	// CustomRendered are the operations whose x-idempotency says renderer: custom (quoted ids):
+	// the wiring refuses to start without a Renderer for them.
+	CustomRendered string
 }
 
 // routerData is what a router's templates need besides their text: the route-registering
@@ -41,14 +44,15 @@ type routerData struct {
 }
 
 type opData struct {
-	GoName     string // CreatePayment
-	Route      string // POST /v1/payments
-	Idempotent bool
-	Storage    string // response, reference, marker
-	Policy     policyData
-	KeyExpr    string     // the key's typed request field
-	Scope      []partData // the scope's parts besides the tenant, in the policy's order
-	Parts      []partData // the fingerprinted parameters
+	GoName      string // CreatePayment
+	OperationID string // quoted operationId as written ("createPayment"), or the route
+	Route       string // POST /v1/payments
+	Idempotent  bool
+	Storage     string // response, reference, marker
+	Policy      policyData
+	KeyExpr     string     // the key's typed request field
+	Scope       []partData // the scope's parts besides the tenant, in the policy's order
+	Parts       []partData // the fingerprinted parameters
 	// ValidateBody: the operation declares a body, checked against the spec before it runs.
 	ValidateBody bool
 }
@@ -85,6 +89,7 @@ type policyData struct {
 	// ([declaredHeaders]); ReplayHeaders: quoted, x-idempotency's replayHeaders.
 	DeclaredHeaders string
 	ReplayHeaders   string // "Retry-After", "X-Rate" or ""
+	EchoHeaders     string // quoted, x-idempotency's echoHeaders
 }
 
 func render(w io.Writer, name string, data *fileData) error {
@@ -114,6 +119,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 		return nil, UnknownRouterError(opts.Router)
 	}
 	data := &fileData{Package: opts.Package, ValidateBody: opts.ValidateRequestBody, Router: routerData{Methods: r.methods}}
+	var custom []string
 	served := map[string]bool{}
 	for _, co := range res.Ops {
 		served[co.Route] = true
@@ -129,7 +135,14 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 			continue
 		}
 		od := opData{GoName: co.GoName, Route: co.Route, ValidateBody: opts.ValidateRequestBody && len(co.Bodies) > 0}
+		od.OperationID = strconv.Quote(co.Route)
+		if mo := byRoute[co.Route]; mo != nil {
+			od.OperationID = strconv.Quote(operationID(mo))
+		}
 		if mo := byRoute[co.Route]; mo != nil && mo.Policy != nil {
+			if mo.Policy.Renderer == policy.RendererCustom {
+				custom = append(custom, operationID(mo))
+			}
 			if err := fillIdempotent(&od, mo, co); err != nil {
 				return nil, &Error{File: s.File, Line: mo.Policy.Pos.Line, Col: mo.Policy.Pos.Col, Operation: mo.Route(), Msg: err.Error()}
 			}
@@ -141,6 +154,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 		data.ValidateOthers = data.ValidateOthers || (od.ValidateBody && !od.Idempotent)
 		data.Ops = append(data.Ops, od)
 	}
+	data.CustomRendered = quoteList(custom)
 	return data, nil
 }
 
@@ -196,6 +210,7 @@ func policyLiteral(mo *model.Operation) (policyData, error) {
 		KeyMaxLength:   p.Key.MaxLength,
 		Persist:        quoteList(p.Persist),
 		ReplayHeaders:  quoteList(p.ReplayHeaders),
+		EchoHeaders:    quoteList(p.EchoHeaders),
 	}
 	switch p.Storage {
 	case policy.StorageResponse:
@@ -293,10 +308,15 @@ func scopeParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
 }
 
 // fingerprintParts lists the declared path, query and non-key header parameters that are
-// fingerprinted (minus fingerprint.exclude's), in a fixed order: path, query, header, each by
-// name.
+// fingerprinted (minus fingerprint.exclude's and the headers the default fingerprint leaves out,
+// policy.Unprinted), in a fixed order: path, query, header, each by name.
 func fingerprintParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
 	excluded := map[string]bool{}
+	for _, u := range p.Unprinted {
+		if prm, ok := co.findParam("header", u.Name); ok {
+			excluded[partName(prm)] = true
+		}
+	}
 	for _, x := range p.ExcludeParams {
 		prm, ok := co.findParam(x.In, x.Name)
 		if !ok {

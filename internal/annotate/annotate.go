@@ -122,8 +122,19 @@ type Result struct {
 	// no scope in the document's defaults); [tenant, operation] first.
 	Scopes []ScopeChoice
 	// Kept lists the operations' own error responses left in place on statuses the runtime also
-	// answers with a problem, in document order.
+	// answers with a problem, in document order. Empty when the document's x-idempotency says
+	// renderer: custom: refusals then take the spec's own error format.
 	Kept []Kept
+	// Unprinted lists, for each annotated operation that declares any, the headers its
+	// fingerprint leaves out by default (credentials, signatures, correlation ids), in document
+	// order.
+	Unprinted []Unprinted
+}
+
+// Unprinted is the declared headers an annotated operation's fingerprint leaves out.
+type Unprinted struct {
+	Route   string
+	Headers []policy.Unprinted
 }
 
 // Changed reports whether the output differs from the input.
@@ -191,6 +202,11 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 		return nil, &InputError{file, err}
 	}
 	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices(), Kept: p.kept}
+	for _, route := range p.annotated {
+		if u := p.unprinted[route]; len(u) > 0 {
+			res.Unprinted = append(res.Unprinted, Unprinted{Route: route, Headers: u})
+		}
+	}
 	if len(p.annotated) == 0 {
 		return res, nil
 	}
@@ -391,6 +407,9 @@ type planner struct {
 	annotated []string
 	skipped   []Skip
 	kept      []Kept
+	// unprinted are the headers the resolved policy of each operation resolveErr looked at leaves
+	// out of the default fingerprint, by route.
+	unprinted map[string][]policy.Unprinted
 
 	keyParamRef, problemRef, replayedRef string // set once the shared component is planned
 	keyParamHeader                       string
@@ -569,7 +588,11 @@ func (p *planner) resolveErr(o op) *policy.Diagnostic {
 	case header == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam:
 		in.Params = append(slices.Clip(in.Params), policy.Param{Name: p.def.Key.Header, In: "header"})
 	}
-	_, diags := policy.Resolve(policy.Input{Raw: &raw, Defaults: p.loaded.Defaults, Op: in})
+	pol, diags := policy.Resolve(policy.Input{Raw: &raw, Defaults: p.loaded.Defaults, Op: in})
+	if p.unprinted == nil {
+		p.unprinted = map[string][]policy.Unprinted{}
+	}
+	p.unprinted[o.route()] = pol.Unprinted
 	for _, d := range diags {
 		if d.Severity == policy.SeverityError && !p.expected(d) {
 			return &d
@@ -1005,6 +1028,9 @@ func (p *planner) problemResponse() (string, error) {
 // other than application/problem+json. One with no content, or with problem+json among its media
 // types, says nothing wrong and is not reported.
 func (p *planner) keep(o op) {
+	if p.def.Renderer == policy.RendererCustom {
+		return // refusals are answered in the spec's own error format
+	}
 	mismatch := p.def.MismatchStatus
 	if p.flags.MismatchStatus.Set {
 		mismatch = p.flags.MismatchStatus.V

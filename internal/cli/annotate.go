@@ -90,8 +90,14 @@ SPEC "-" reads standard input.`,
 			}
 			// An error response of the spec's own stays, while the runtime answers problems on
 			// its status: said here, so the review of the change sees it, and by lint afterwards.
-			for _, k := range res.Kept {
+			// One line per kind of response, however many operations share it.
+			for _, k := range annotate.KeptSummary(res.Kept) {
 				fmt.Fprintln(s.err, "idemgen: annotate:", k)
+			}
+			// The headers the fingerprint leaves out are said, so that a reviewer who wants one
+			// fingerprinted knows to include it.
+			for _, u := range annotate.UnprintedSummary(res.Unprinted) {
+				fmt.Fprintln(s.err, "idemgen: annotate:", u)
 			}
 			if showDiff {
 				if err := writeDiff(s.out, name, data, res.Output); err != nil {

@@ -379,3 +379,37 @@ func KeyLikeRank(name string) int {
 	}
 	return 0
 }
+
+// ParseRenderer reads renderer: problem (the default) or custom.
+func ParseRenderer(s string) (string, *Problem) {
+	if s == RendererProblem || s == RendererCustom {
+		return s, nil
+	}
+	return "", problem(RuleRendererInvalid, "%q is not a renderer (use problem for RFC 9457 problems, or custom when the server's idemhttp.Renderer answers refusals in the API's own error format)", s)
+}
+
+// ParseIncludes reads fingerprint.include: header:<Name> entries, none twice.
+func ParseIncludes(items []string) ([]ExcludeItem, []ItemProblem) {
+	return parseList(items, func(s string) (ExcludeItem, string, *Problem) {
+		name, ok := strings.CutPrefix(s, "header:")
+		if !ok || !IsToken(name) {
+			return ExcludeItem{}, "", problem(RuleFingerprintPointer, "%q is not header:<Name>: only headers the default fingerprint leaves out can be included", s)
+		}
+		return ExcludeItem{Kind: ExcludeHeader, Name: name}, strings.ToLower(name), nil
+	}, func(s string) *Problem { return problem(RuleFingerprintPointer, "%q is listed twice (remove one)", s) })
+}
+
+// ParseEchoHeaders reads echoHeaders: header names, none a credential or hop-by-hop header (a
+// replay would hand the request's Authorization back), none twice.
+func ParseEchoHeaders(items []string) ([]string, []ItemProblem) {
+	return parseList(items, func(s string) (string, string, *Problem) {
+		canon := textproto.CanonicalMIMEHeaderKey(s)
+		switch {
+		case !IsToken(s):
+			return "", "", problem(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
+		case NeverReplayedWhy(canon) != "":
+			return "", "", problem(RuleReplayHeaderDenied, "%s cannot be echoed: %s (remove it)", s, NeverReplayedWhy(canon))
+		}
+		return s, canon, nil
+	}, func(s string) *Problem { return problem(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })
+}

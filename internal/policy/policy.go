@@ -121,7 +121,27 @@ type Policy struct {
 	// replayed, not answered with MismatchStatus. Never set for storage marker.
 	NoFingerprint bool
 	ReplayHeaders []string // per-operation additions to the replay header allow-list
+	// Include are the fingerprint.include headers: declared headers the default fingerprint
+	// leaves out ([VolatileHeader]) that this policy fingerprints all the same.
+	Include []ParamRef
+	// Unprinted are the declared header parameters the fingerprint leaves out by default
+	// ([VolatileHeader]): not the key, not excluded or included explicitly. Nil with the
+	// fingerprint off or without an operation.
+	Unprinted []Unprinted
+	// EchoHeaders are response headers every answer takes from the current request (FAPI's
+	// x-fapi-interaction-id): a replay never carries the stored one, and refusals carry it too.
+	EchoHeaders []string
+	// Renderer is RendererProblem (the runtime answers refusals as RFC 9457 problems) or
+	// RendererCustom (the application configures an idemhttp.Renderer that answers them in the
+	// API's own error format, so lint does not ask the spec's error responses to be problems).
+	Renderer string
 }
+
+// Renderer values: who writes the operation's refusals.
+const (
+	RendererProblem = "problem" // RFC 9457 problems, the default
+	RendererCustom  = "custom"  // the API's own format, through an idemhttp.Renderer
+)
 
 // ScopesTenant reports whether the scope includes the tenant.
 func (p *Policy) ScopesTenant() bool {
@@ -151,6 +171,13 @@ type Param struct {
 	In       string // path, query, header, cookie
 	Required bool
 	Pos      Position // the parameter's name (or its $ref) in the spec
+	// MaxLength and Pattern are the parameter's schema's maxLength (0 when it has none) and
+	// pattern ("" when none), at MaxLengthPos and PatternPos: for the key header, the spec's own
+	// rules for a key, which the policy takes over.
+	MaxLength    int
+	Pattern      string
+	MaxLengthPos Position
+	PatternPos   Position
 }
 
 // Operation is what [Resolve] needs to know of the operation a policy is for.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -46,7 +47,10 @@ type Raw struct {
 	Key              RawKey
 	Fingerprint      Field[bool]
 	Exclude          Field[[]Placed[ExcludeItem]]
+	Include          Field[[]Placed[ExcludeItem]] // header:<Name> items only
 	ReplayHeaders    Field[[]string]
+	EchoHeaders      Field[[]string]
+	Renderer         Field[string]
 }
 
 // Input is one policy to resolve.
@@ -168,6 +172,9 @@ func Resolve(in Input) (*Policy, []Diagnostic) {
 	p.NoFingerprint = !fingerprint
 	exclude, _, excludeDefs := pick(raw.Exclude, defs.Exclude, nil, at)
 	p.ReplayHeaders, _, _ = pick(raw.ReplayHeaders, defs.ReplayHeaders, nil, at)
+	p.EchoHeaders, _, _ = pick(raw.EchoHeaders, defs.EchoHeaders, nil, at)
+	p.Renderer, _, _ = pick(raw.Renderer, defs.Renderer, RendererProblem, at)
+	include, _, includeDefs := pick(raw.Include, defs.Include, nil, at)
 
 	var defScope []Placed[ScopeItem]
 	for _, it := range DefaultScope() {
@@ -180,6 +187,8 @@ func Resolve(in Input) (*Policy, []Diagnostic) {
 		// With the fingerprint off there is nothing to exclude from, so exclusions inherited from
 		// the document defaults are neither applied nor checked against this operation.
 		r.exclude(p, exclude, excludeDefs)
+		r.include(p, include, includeDefs)
+		r.unprinted(p)
 	}
 
 	if p.Wait > p.Lease {
@@ -326,8 +335,101 @@ func (r *resolver) key(p *Policy, op, defs RawKey) {
 	if p.Key.PathParam != "" {
 		p.Key.Required = true
 	}
-	p.Key.MaxLength, _, _ = pick(op.MaxLength, defs.MaxLength, MaxKeyLength, at)
-	p.Key.Pattern, _, _ = pick(op.Pattern, defs.Pattern, "", at)
+	maxLen, maxPos, maxDefs := pick(op.MaxLength, defs.MaxLength, 0, at)
+	pattern, patPos, patDefs := pick(op.Pattern, defs.Pattern, "", at)
+	p.Key.MaxLength, p.Key.Pattern = maxLen, pattern
+	if p.Key.Header != "" && o != nil {
+		if prm, ok := FindParam(o.Params, "header", p.Key.Header); ok {
+			r.keyParamRules(p, prm, maxLen, maxPos, maxDefs, pattern, patPos, patDefs)
+		}
+	}
+	if p.Key.MaxLength == 0 {
+		p.Key.MaxLength = MaxKeyLength
+	}
+}
+
+// keyParamRules takes the key header parameter's own rules, its schema's maxLength and pattern,
+// into the policy: a key the spec forbids must not be accepted. x-idempotency.key may repeat
+// them; where it says otherwise, the two disagree and that is an error, since a client reading
+// the parameter and the server would each hold a different rule. A parameter's pattern that is
+// not RE2 (Go's regexp: no look-ahead, no back-references) cannot be enforced as written, so it
+// is an error unless key.pattern gives the RE2 form the server enforces instead.
+func (r *resolver) keyParamRules(p *Policy, prm Param, maxLen int, maxPos Position, maxDefs bool, pattern string, patPos Position, patDefs bool) {
+	if prm.MaxLength > 0 {
+		switch {
+		case maxLen == 0:
+			p.Key.MaxLength = min(prm.MaxLength, MaxKeyLength)
+		case maxLen != prm.MaxLength:
+			r.errorf(maxPos, RuleKeyParamMismatch, "key.maxLength", "%d, but the %s parameter declares maxLength %d (%s:%d:%d)%s: the server and the spec would accept different keys (remove key.maxLength to take the parameter's, or make them equal)",
+				maxLen, prm.Name, prm.MaxLength, prm.MaxLengthPos.File, prm.MaxLengthPos.Line, prm.MaxLengthPos.Col, note(maxDefs))
+		}
+	}
+	if prm.Pattern == "" {
+		return
+	}
+	_, bad := ParseKeyPattern(prm.Pattern)
+	switch {
+	case pattern == "" && bad != nil:
+		d := NewDiagnostic(prm.PatternPos, RuleKeyPatternInvalid, r.route, fmt.Sprintf(
+			"the key header %s's schema pattern %q is not RE2, the syntax Go's regexp (and so the server) enforces: %s (rewrite it in RE2, or set x-idempotency.key.pattern to the RE2 pattern the server is to enforce)",
+			prm.Name, prm.Pattern, strings.TrimPrefix(bad.Msg, fmt.Sprintf("%q is not a valid RE2 regular expression: ", prm.Pattern))))
+		r.diags = append(r.diags, d)
+	case pattern == "":
+		p.Key.Pattern = prm.Pattern
+	case pattern != prm.Pattern && bad == nil:
+		r.errorf(patPos, RuleKeyParamMismatch, "key.pattern", "%q, but the %s parameter declares pattern %q (%s:%d:%d)%s: the server and the spec would accept different keys (remove key.pattern to take the parameter's, or make them equal)",
+			pattern, prm.Name, prm.Pattern, prm.PatternPos.File, prm.PatternPos.Line, prm.PatternPos.Col, note(patDefs))
+	}
+}
+
+// include checks fingerprint.include: declared headers, fingerprinted although the default
+// leaves them out. Putting a credential, signature or correlation header back is allowed, and
+// warned about: an honest retry that refreshes it is then answered key-reused.
+func (r *resolver) include(p *Policy, items []Placed[ExcludeItem], fromDefs bool) {
+	const field = "fingerprint.include"
+	op := r.in.Op
+	for _, placed := range items {
+		it, pos := placed.V, placed.Pos
+		if p.Key.Header != "" && strings.EqualFold(it.Name, p.Key.Header) {
+			r.errorf(pos, RuleFingerprintParamDenied, field, "header:%s is the idempotency key, which is never part of the fingerprint%s (remove it)", it.Name, note(fromDefs))
+			continue
+		}
+		name := it.Name
+		if op != nil {
+			prm, ok := FindParam(op.Params, "header", it.Name)
+			if !ok {
+				r.errorf(pos, RuleFingerprintParamMissing, field, "header:%s is not a header parameter of the operation or its path item, and only declared headers are fingerprinted%s (declare it under parameters, or remove it from include)", it.Name, note(fromDefs))
+				continue
+			}
+			name = prm.Name
+		}
+		if slices.ContainsFunc(p.ExcludeParams, func(x ParamRef) bool { return x.In == "header" && strings.EqualFold(x.Name, name) }) {
+			r.errorf(pos, RuleFingerprintPointer, field, "header:%s is also in fingerprint.exclude%s (keep it in one list)", it.Name, note(fromDefs))
+			continue
+		}
+		if k := VolatileHeader(name); k != "" {
+			r.errorf(pos, RuleFingerprintVolatile, field, "header:%s is %s: fingerprinting it answers an honest retry that changes it with key-reused, and that retry is refused though nothing of the request changed%s (remove it from include unless a retry must send it unchanged)", name, k.Why(), note(fromDefs))
+		}
+		p.Include = append(p.Include, ParamRef{In: "header", Name: name})
+	}
+}
+
+// unprinted lists the declared headers the default fingerprint leaves out ([VolatileHeader]).
+func (r *resolver) unprinted(p *Policy) {
+	if r.in.Op == nil {
+		return
+	}
+	for _, prm := range r.in.Op.Params {
+		k := VolatileHeader(prm.Name)
+		if prm.In != "header" || k == "" || (p.Key.Header != "" && strings.EqualFold(prm.Name, p.Key.Header)) {
+			continue
+		}
+		named := func(x ParamRef) bool { return x.In == "header" && strings.EqualFold(x.Name, prm.Name) }
+		if slices.ContainsFunc(p.Include, named) || slices.ContainsFunc(p.ExcludeParams, named) {
+			continue
+		}
+		p.Unprinted = append(p.Unprinted, Unprinted{Name: prm.Name, Kind: k})
+	}
 }
 
 // keyLikeHeader returns the first declared header that looks like an idempotency key, or "".

@@ -55,6 +55,9 @@ const (
 	RuleErrorNotProblem         = "error-response-not-problem"
 	RuleAcknowledgementInvalid  = "acknowledgement-invalid"
 	RuleAcknowledgementStale    = "acknowledgement-stale"
+	RuleKeyParamMismatch        = "key-param-mismatch"
+	RuleFingerprintVolatile     = "fingerprint-volatile-header"
+	RuleRendererInvalid         = "renderer-invalid"
 )
 
 var rules = []Rule{
@@ -93,6 +96,9 @@ var rules = []Rule{
 	{RuleHeaderNotReplayed, SeverityWarning, "a stored response declares a header replays never carry (Set-Cookie, Authorization, a hop-by-hop header)"},
 	{RuleErrorNotProblem, SeverityWarning, "an idempotent operation declares a non-problem body for a status the runtime also answers with application/problem+json"},
 	{RuleAcknowledgementInvalid, SeverityError, "a lint acknowledgement names no rule, an unknown rule or an error, or gives no reason"},
+	{RuleKeyParamMismatch, SeverityError, "x-idempotency.key's maxLength or pattern disagrees with the key header parameter's schema"},
+	{RuleFingerprintVolatile, SeverityWarning, "fingerprint.include puts a credential, signature or correlation header back into the fingerprint"},
+	{RuleRendererInvalid, SeverityError, "renderer is not problem or custom"},
 	{RuleAcknowledgementStale, SeverityWarning, "a lint acknowledgement accepts no finding: its operation or its warning is gone"},
 }
 

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -153,10 +154,14 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		var diags []policy.Diagnostic
 		o.Policy, diags = policy.Resolve(policy.Input{Raw: raw, Defaults: b.defs, Op: o.Input(), Pos: posOf(b.file, extKey)})
 		b.diags = append(b.diags, diags...)
-		conflict := b.conflictShared(o, op, opNode, anchor)
 		b.acceptedWithoutLocation(op, opNode, anchor, o.Route())
 		b.headersNotReplayed(o)
-		b.errorsNotProblem(o, op, opNode, anchor, conflict)
+		if o.Policy.Renderer != policy.RendererCustom {
+			// With the API's own renderer, refusals take the error format the spec declares:
+			// its error responses are right as they are.
+			b.conflictShared(o, op, opNode, anchor)
+			b.errorsNotProblem(o, op, opNode, anchor)
+		}
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
 	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
@@ -184,6 +189,7 @@ func (b *builder) params(item *openapi3.PathItem, op *openapi3.Operation, itemNo
 				}
 			}
 			p := model.Param{Name: ref.Value.Name, In: ref.Value.In, Required: ref.Value.Required, Pos: posOf(b.file, n)}
+			b.paramRules(&p, ref.Value, list, i)
 			replaced := false
 			for j := range out {
 				if policy.SameParam(out[j], p) {
@@ -198,6 +204,50 @@ func (b *builder) params(item *openapi3.PathItem, op *openapi3.Operation, itemNo
 	add(item.Parameters, itemNode)
 	add(op.Parameters, opNode)
 	return out
+}
+
+// paramRules reads the parameter's schema rules that a key header's policy takes over: its
+// maxLength and pattern, with their places (the parameter's own place when the schema is not in
+// this file's node tree).
+func (b *builder) paramRules(p *model.Param, prm *openapi3.Parameter, list *yaml.Node, i int) {
+	if prm.Schema == nil || prm.Schema.Value == nil {
+		return
+	}
+	sc := prm.Schema.Value
+	if sc.MaxLength != nil && *sc.MaxLength <= uint64(math.MaxInt32) {
+		p.MaxLength = int(*sc.MaxLength)
+	}
+	p.Pattern = sc.Pattern
+	if p.MaxLength == 0 && p.Pattern == "" {
+		return
+	}
+	if p.MaxLength > 0 {
+		p.MaxLengthPos = p.Pos
+	}
+	if p.Pattern != "" {
+		p.PatternPos = p.Pos
+	}
+	var pn *yaml.Node
+	if list != nil && list.Kind == yaml.SequenceNode && i < len(list.Content) {
+		pn = resolve(list.Content[i])
+		if _, r := lookup(pn, "$ref"); isString(r) {
+			pn = b.localRef(r.Value)
+		}
+	}
+	_, schema := lookup(pn, "schema")
+	for j := 0; j < 8 && schema != nil; j++ {
+		_, r := lookup(schema, "$ref")
+		if !isString(r) {
+			break
+		}
+		schema = b.localRef(r.Value)
+	}
+	if _, v := lookup(schema, "maxLength"); v != nil && p.MaxLength > 0 {
+		p.MaxLengthPos = posOf(b.file, v)
+	}
+	if _, v := lookup(schema, "pattern"); v != nil && p.Pattern != "" {
+		p.PatternPos = posOf(b.file, v)
+	}
 }
 
 // bodyKind classifies the request body by its declared media types (model.ClassifyMediaType):
@@ -359,20 +409,19 @@ func (b *builder) unusedKeyHeaders(o *model.Operation) {
 // state conflict): the runtime answers a duplicate that arrives while the first request is still
 // running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
 // status alone no longer tells a client which happened. A 409 whose description already names
-// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both. It
-// reports whether it warned.
-func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) bool {
+// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
+func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
 	if op.Responses == nil {
-		return false
+		return
 	}
 	ref := op.Responses.Value("409")
 	if ref == nil || ref.Value == nil {
-		return false
+		return
 	}
 	if d := ref.Value.Description; d != nil {
 		l := strings.ToLower(*d)
 		if strings.Contains(l, "in-progress") || strings.Contains(l, "in progress") {
-			return false
+			return
 		}
 	}
 	n := anchor
@@ -385,8 +434,7 @@ func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opN
 	if o.Policy.MismatchStatus == 409 {
 		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
 	}
-	b.report(n, policy.RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status)", also))
-	return true
+	b.report(n, policy.RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status; or, when the server renders refusals in the API's own format, set x-idempotency renderer: custom)", also))
 }
 
 // acceptedWithoutLocation warns when an idempotent operation answers 202 Accepted without

@@ -10,7 +10,7 @@ import (
 	"github.com/idemgen/idemgen/internal/policy"
 )
 
-var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders"}
+var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders", "echoHeaders", "renderer"}
 
 var keyFields = []string{"header", "from", "required", "maxLength", "pattern"}
 
@@ -167,6 +167,16 @@ func (c *checker) parsePolicy(m *yaml.Node) *policy.Raw {
 			p.Scope = c.scope(name, v)
 		case "replayHeaders":
 			p.ReplayHeaders = c.replayHeaders(name, v)
+		case "echoHeaders":
+			p.EchoHeaders = c.echoHeaders(name, v)
+		case "renderer":
+			if s, ok := c.str(name, v); ok {
+				if rd, prob := policy.ParseRenderer(s); prob != nil {
+					c.problem(v, name, prob)
+				} else {
+					p.Renderer = policy.Value(rd, c.pos(v))
+				}
+			}
 		case "key":
 			p.Key = c.key(name, v)
 		case "fingerprint":
@@ -261,8 +271,21 @@ func (c *checker) fingerprint(field string, n *yaml.Node, p *policy.Raw) {
 		p.Fingerprint = policy.Value(true, c.pos(n))
 		for _, kv := range pairs(n) {
 			k, v := kv[0], kv[1]
+			if k.Value == "include" {
+				name := field + ".include"
+				values, from, isList, ok := c.strings(name, v, "[header:X-Jws-Signature]", isString,
+					func(name string, e *yaml.Node) { c.str(name, e) })
+				if !isList {
+					continue
+				}
+				items, probs := policy.ParseIncludes(values)
+				if c.items(name, v, from, probs) && ok {
+					p.Include = policy.Value(placed(c, items, from), c.pos(v))
+				}
+				continue
+			}
 			if k.Value != "exclude" {
-				c.unknown(k, field, []string{"exclude"})
+				c.unknown(k, field, []string{"exclude", "include"})
 				continue
 			}
 			name := field + ".exclude"
@@ -277,7 +300,7 @@ func (c *checker) fingerprint(field string, n *yaml.Node, p *policy.Raw) {
 			}
 		}
 	default:
-		c.errorf(n, policy.RuleTypeInvalid, "%s: expected true, false or {exclude: [JSON pointers, header:<Name>, query:<name>]}, got %s", field, show(n))
+		c.errorf(n, policy.RuleTypeInvalid, "%s: expected true, false or {exclude: [JSON pointers, header:<Name>, query:<name>], include: [header:<Name>]}, got %s", field, show(n))
 	}
 }
 
@@ -320,6 +343,20 @@ func (c *checker) replayHeaders(name string, v *yaml.Node) policy.Field[[]string
 		return policy.Field[[]string]{}
 	}
 	headers, probs := policy.ParseReplayHeaders(values)
+	if c.items(name, v, from, probs) && ok {
+		return policy.Value(headers, c.pos(v))
+	}
+	return policy.Field[[]string]{}
+}
+
+// echoHeaders reads the response headers every answer takes from the current request.
+func (c *checker) echoHeaders(name string, v *yaml.Node) policy.Field[[]string] {
+	values, from, isList, ok := c.strings(name, v, "[x-fapi-interaction-id]", isString,
+		func(name string, e *yaml.Node) { c.str(name, e) })
+	if !isList {
+		return policy.Field[[]string]{}
+	}
+	headers, probs := policy.ParseEchoHeaders(values)
 	if c.items(name, v, from, probs) && ok {
 		return policy.Value(headers, c.pos(v))
 	}

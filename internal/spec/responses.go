@@ -138,16 +138,16 @@ func IsProblemMediaType(mt string) bool {
 // errorsNotProblem warns when an idempotent operation declares, for a status the runtime also
 // answers with an application/problem+json problem, a body of another media type only: a client
 // that decodes that status by the spec fails on the runtime's answers. A response with no
-// content says nothing of the body and stays quiet, and so does a 409 that conflict-status-shared
-// has already reported.
-func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node, conflictReported bool) {
+// content says nothing of the body and stays quiet. A 409 that conflict-status-shared reports is
+// reported here too: each finding asks for its own fix, and one must not hide the other.
+func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
 	for _, code := range sortedCodes(op) {
 		status, err := strconv.Atoi(code)
 		if err != nil {
 			continue
 		}
 		codes := ProblemCodesOn(status, o.Policy.MismatchStatus)
-		if len(codes) == 0 || (status == 409 && conflictReported) {
+		if len(codes) == 0 {
 			continue
 		}
 		what := NonProblemBody(op.Responses.Value(code))
@@ -159,7 +159,7 @@ func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, o
 			n = k
 		}
 		b.report(n, policy.RuleErrorNotProblem, o.Route(), fmt.Sprintf(
-			"responses.%s: declares %s, but the runtime also answers %d with application/problem+json (%s) on this operation; a client that decodes the %d by the spec fails on those (add application/problem+json to this response, e.g. with the IdempotencyProblem schema idemgen annotate writes)",
+			"responses.%s: declares %s, but the runtime also answers %d with application/problem+json (%s) on this operation; a client that decodes the %d by the spec fails on those (add application/problem+json to this response, e.g. with the IdempotencyProblem schema idemgen annotate writes; or configure an idemhttp.Renderer that answers refusals in this schema and set x-idempotency renderer: custom)",
 			code, what, status, CodesPhrase(codes), status))
 	}
 }

@@ -31,7 +31,9 @@ func TestValidFull(t *testing.T) {
 		t.Errorf("unexpected diagnostic: %s [%s]", d, d.Rule)
 	}
 	at := func(line, col int) model.Position { return model.Position{File: file, Line: line, Col: col} }
-	key := model.Param{Name: "Idempotency-Key", In: "header", Pos: at(12, 9)}
+	// The key parameter's schema (in common.yaml) bounds it to 255 characters: the rule is
+	// placed at the parameter's $ref in this file.
+	key := model.Param{Name: "Idempotency-Key", In: "header", Pos: at(12, 9), MaxLength: 255, MaxLengthPos: at(12, 9)}
 	defaults := func(p policy.Policy) *policy.Policy {
 		if p.Storage == "" {
 			p.Storage = policy.StorageResponse
@@ -62,6 +64,9 @@ func TestValidFull(t *testing.T) {
 		}
 		if p.ReplayHeaders == nil {
 			p.ReplayHeaders = []string{"X-Request-Cost"}
+		}
+		if p.Renderer == "" {
+			p.Renderer = policy.RendererProblem
 		}
 		return &p
 	}
@@ -120,7 +125,7 @@ func TestValidFull(t *testing.T) {
 		},
 		{
 			ID: "deleteUploads", Method: "DELETE", Path: "/v1/uploads", Pos: at(85, 5),
-			Params:    []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(89, 11)}},
+			Params:    []model.Param{{Name: "Idempotency-Key", In: "header", Pos: at(89, 11), MaxLength: 255, MaxLengthPos: at(89, 11)}},
 			Responses: noBody,
 			Policy: defaults(policy.Policy{
 				Pos: at(87, 7),

@@ -17,9 +17,11 @@ type Body struct {
 	ContentType string // the request's Content-Type header
 	Bytes       []byte
 
-	// Set by CaptureFor: where refusals are logged, and the request's method and path.
+	// Set by CaptureFor: where refusals are logged and how they are written, and the request
+	// (its method, path and headers) as the capture saw it.
 	log          *refusalLog
 	method, path string
+	req          *http.Request
 }
 
 type bodyKey struct{}
@@ -57,6 +59,8 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 			refuse := func(p *Problem) {
 				if log != nil {
 					log.refused(r.Context(), nil, r.Method, r.URL.Path, p)
+					_ = log.render(w, r, nil, p)
+					return
 				}
 				_ = p.WriteTo(w)
 			}
@@ -78,7 +82,7 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 			}
 			_ = r.Body.Close()
 			ct := r.Header.Get("Content-Type")
-			c := &captured{body: Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path}}
+			c := &captured{body: Body{ContentType: ct, Bytes: raw, log: log, method: r.Method, path: r.URL.Path, req: r}}
 			c.reader.r.Reset(raw)
 			r.Body = &c.reader
 			if log != nil && log.bindsTwice(r.Method, r.URL.Path, ct) {

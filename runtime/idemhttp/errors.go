@@ -24,7 +24,19 @@ const (
 	CodeMethodNotAllowed = "method-not-allowed"
 	// CodeInternal: the handler failed; its work was rolled back.
 	CodeInternal = "internal"
+	// CodeNotImplemented: the server does not serve this operation yet (a generated
+	// UnimplementedIdempotentServer method answered it): 501, nothing was claimed or changed.
+	CodeNotImplemented = "not-implemented"
 )
+
+// NotImplemented is the 501 not-implemented problem for operation (its operationId), which the
+// server does not implement: the generated UnimplementedIdempotentServer returns it as the
+// error of every operation its embedder does not define, so an unserved operation answers a
+// problem (through the server's Renderer) instead of panicking on a nil method.
+func NotImplemented(operation string) *Problem {
+	return newProblem(http.StatusNotImplemented, CodeNotImplemented, fmt.Sprintf(
+		"this server does not implement %s yet: nothing was done, and a retry will get the same answer until it does", shortened(operation)))
+}
 
 // RequestErrorHandler is for oapi-codegen's StrictHTTPServerOptions.RequestErrorHandlerFunc: a
 // body that cannot be decoded into the operation's request type is answered 400
@@ -134,7 +146,7 @@ func ResponseErrorHandler(s *idem.Store) func(w http.ResponseWriter, r *http.Req
 			}
 			cfg.Logger.WarnContext(r.Context(), "idem: request refused", "method", r.Method, "path", r.URL.Path,
 				"code", prob.Code, "error", err)
-			_ = prob.WriteTo(w)
+			_ = Render(w, r, prob)
 			return
 		}
 		level := slog.LevelError
@@ -142,8 +154,8 @@ func ResponseErrorHandler(s *idem.Store) func(w http.ResponseWriter, r *http.Req
 			level = slog.LevelInfo // the client went away; nothing failed on our side
 		}
 		cfg.Logger.Log(r.Context(), level, "request failed; its work was rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
-		_ = newProblem(http.StatusInternalServerError, CodeInternal,
-			"the request failed and changed nothing: retry it (with the same idempotency key, if it has one)").WriteTo(w)
+		_ = Render(w, r, newProblem(http.StatusInternalServerError, CodeInternal,
+			"the request failed and changed nothing: retry it (with the same idempotency key, if it has one)"))
 	}
 }
 
@@ -165,10 +177,10 @@ func Routed(mux *http.ServeMux, next http.Handler) http.Handler {
 			if allow := out.Header.Get("Allow"); allow != "" {
 				w.Header().Set("Allow", allow)
 			}
-			_ = newProblem(http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf(
-				"this path does not accept %s: use one of %s", shortened(r.Method), strings.TrimSpace(out.Header.Get("Allow")))).WriteTo(w)
+			_ = Render(w, r, newProblem(http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf(
+				"this path does not accept %s: use one of %s", shortened(r.Method), strings.TrimSpace(out.Header.Get("Allow")))))
 		case http.StatusNotFound:
-			_ = newProblem(http.StatusNotFound, CodeNotFound, "no operation of this API is at this path: check the URL against the API's paths").WriteTo(w)
+			_ = Render(w, r, newProblem(http.StatusNotFound, CodeNotFound, "no operation of this API is at this path: check the URL against the API's paths"))
 		default: // a redirect (a trailing slash, a cleaned path): as the mux answers it
 			for k, vs := range out.Header {
 				w.Header()[k] = vs

@@ -87,6 +87,7 @@ var problemTable = []struct {
 	{CodeInternal, "Internal error", http.StatusInternalServerError},
 	{CodeHandlerTimeout, "Request processing timed out", http.StatusServiceUnavailable},
 	{CodeMediaTypeUnsupported, "Media type unsupported", http.StatusUnsupportedMediaType},
+	{CodeNotImplemented, "Not implemented", http.StatusNotImplemented},
 }
 
 var problemTitles = func() map[string]string {

@@ -13,7 +13,7 @@ var allCodes = []string{
 	idemhttp.CodeKeyMissing, idemhttp.CodeKeyInvalid, idemhttp.CodeKeyReused, idemhttp.CodeInProgress,
 	idemhttp.CodeStoreUnavailable, idemhttp.CodeBodyInvalid, idemhttp.CodeBodyTooLarge,
 	idemhttp.CodeRequestInvalid, idemhttp.CodeNotFound, idemhttp.CodeMethodNotAllowed,
-	idemhttp.CodeInternal, idemhttp.CodeHandlerTimeout, idemhttp.CodeMediaTypeUnsupported,
+	idemhttp.CodeInternal, idemhttp.CodeHandlerTimeout, idemhttp.CodeMediaTypeUnsupported, idemhttp.CodeNotImplemented,
 }
 
 // TestProblemCodesListsEveryCode: ProblemCodes, what annotate documents, is every code constant,

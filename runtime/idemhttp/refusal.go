@@ -27,6 +27,11 @@ type refusalLog struct {
 	// twice are the policies that declare two JSON media types one Content-Type can match
 	// (application/json and application/json; charset=utf-8): see [bindsTwice].
 	twice []*Policy
+	// renderer and operationRenderers write refusals in the API's format (CaptureWith); routes
+	// find the operation of a request that no policy's route matches.
+	renderer           Renderer
+	operationRenderers map[string]Renderer
+	routes             []Route
 }
 
 // CaptureFor is [Capture] for a generated server: besides keeping the body, it lets every
@@ -42,6 +47,11 @@ type refusalLog struct {
 // value (ValidatedValue, the hook oapi-codegen binds from without reading the body), so every
 // decode binds the same value.
 func CaptureFor(store *idem.Store, policies []*Policy, max int64) func(http.Handler) http.Handler {
+	return capture(max, newRefusalLog(store, policies))
+}
+
+// newRefusalLog is the state CaptureFor and CaptureWith share among their requests.
+func newRefusalLog(store *idem.Store, policies []*Policy) *refusalLog {
 	l := &refusalLog{logger: store.Config().Logger, policies: policies}
 	for _, p := range policies {
 		json := 0
@@ -54,7 +64,7 @@ func CaptureFor(store *idem.Store, policies []*Policy, max int64) func(http.Hand
 			l.twice = append(l.twice, p)
 		}
 	}
-	return capture(max, l)
+	return l
 }
 
 // bindsTwice says whether oapi-codegen decodes a body of contentType more than once for an
@@ -104,14 +114,15 @@ func decodeJSON(raw []byte) (any, bool) {
 }
 
 // Refuse writes p, a refusal of r answered by generated code before the runtime ran (binding,
-// decoding), and logs it at debug level when r was captured by [CaptureFor]: "idem: request
-// refused" with its status, code, method and, when the path is an idempotent operation's, the
-// operation and its route. The path itself is not logged: a key may be a path parameter.
+// decoding), through the server's [Renderer] ([Render]), and logs it at debug level when r was
+// captured by [CaptureFor] or [CaptureWith]: "idem: request refused" with its status, code,
+// method and, when the path is an idempotent operation's, the operation and its route. The path
+// itself is not logged: a key may be a path parameter.
 func Refuse(w http.ResponseWriter, r *http.Request, p *Problem) {
 	if b, ok := BodyFromContext(r.Context()); ok && b.log != nil {
 		b.log.refused(r.Context(), nil, b.method, b.path, p)
 	}
-	_ = p.WriteTo(w)
+	_ = Render(w, r, p)
 }
 
 // refused logs p; op is the operation's policy when the caller knows it.
@@ -143,34 +154,39 @@ func logRefused(ctx context.Context, logger *slog.Logger, op *Policy, p *Problem
 }
 
 // routeOf returns the policy whose route ("POST /v1/payments/{payment_id}") method and path
-// are, or nil. The route's segments match the path's last ones, so a BaseURL the server is
-// mounted under does not hide the operation; a literal segment beats a parameter.
+// are, or nil (see [routeMatches]).
 func routeOf(policies []*Policy, method, path string) *Policy {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
 	var best *Policy
 	bestParams := -1
 	for _, p := range policies {
-		m, tmpl, ok := strings.Cut(p.Route, " ")
-		if !ok || m != method {
-			continue
-		}
-		want := strings.Split(strings.Trim(tmpl, "/"), "/")
-		if len(want) > len(segs) {
-			continue
-		}
-		got := segs[len(segs)-len(want):]
-		params, match := 0, true
-		for i, w := range want {
-			if strings.HasPrefix(w, "{") && strings.HasSuffix(w, "}") && got[i] != "" {
-				params++
-			} else if w != got[i] {
-				match = false
-				break
-			}
-		}
-		if match && (best == nil || params < bestParams) {
+		if params, ok := routeMatches(p.Route, method, path); ok && (best == nil || params < bestParams) {
 			best, bestParams = p, params
 		}
 	}
 	return best
+}
+
+// routeMatches says whether route ("POST /v1/payments/{payment_id}") is method and path, and how
+// many of its segments are parameters. The route's segments match the path's last ones, so a
+// BaseURL the server is mounted under does not hide the operation; of several routes that match,
+// the caller prefers the one with the fewest parameters (a literal segment beats a parameter).
+func routeMatches(route, method, path string) (params int, ok bool) {
+	m, tmpl, ok := strings.Cut(route, " ")
+	if !ok || m != method {
+		return 0, false
+	}
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	want := strings.Split(strings.Trim(tmpl, "/"), "/")
+	if len(want) > len(segs) {
+		return 0, false
+	}
+	got := segs[len(segs)-len(want):]
+	for i, w := range want {
+		if strings.HasPrefix(w, "{") && strings.HasSuffix(w, "}") && got[i] != "" {
+			params++
+		} else if w != got[i] {
+			return 0, false
+		}
+	}
+	return params, true
 }

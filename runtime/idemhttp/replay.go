@@ -122,6 +122,9 @@ func keepsAll(h http.Header, p *Policy) bool {
 func (r *Result) WriteTo(w http.ResponseWriter) error {
 	switch r.Kind {
 	case ResultProblem:
+		if r.log != nil && r.req != nil {
+			return r.log.render(w, r.req.WithContext(r.ctx), r.op, r.Problem)
+		}
 		return r.Problem.WriteTo(w)
 	case ResultReplayed, ResultExecuted:
 		if r.Outcome == nil {
@@ -142,9 +145,15 @@ func (r *Result) WriteTo(w http.ResponseWriter) error {
 		}
 		for k, vs := range r.Outcome.Header {
 			name := canonicalKey(k)
+			if r.Kind == ResultReplayed && !r.recomputed && listed(r.echo, name) {
+				continue // the current request's, below
+			}
 			if r.Kind == ResultExecuted || r.recomputed || replayAllowed(name, r.declared, r.allow) {
 				h[name] = take(vs...)
 			}
+		}
+		if r.Kind == ResultReplayed && r.req != nil {
+			echoHeaders(h, r.req.Header, r.echo)
 		}
 		if r.Kind == ResultReplayed {
 			h[HeaderReplayed] = take("true")

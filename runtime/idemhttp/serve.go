@@ -62,6 +62,12 @@ type Policy struct {
 	// never a header [NeverReplayed] names, whichever list has it.
 	DeclaredHeaders []string
 	ReplayHeaders   []string
+	// EchoHeaders (x-idempotency echoHeaders) are response headers that must be the current
+	// request's, not the first one's: FAPI's x-fapi-interaction-id. A replay takes each from the
+	// request's header of the same name, never from the stored answer (when the request has none,
+	// the replay keeps what middleware set, else goes without it), and so does every refusal of
+	// the operation ([Render]).
+	EchoHeaders []string
 	// ValidateBody, when set, checks the body as sent against the operation's schema before
 	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
 	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
@@ -130,6 +136,14 @@ type Result struct {
 	// declared and allow are the policy's DeclaredHeaders and ReplayHeaders, for WriteTo.
 	declared, allow []string
 	recomputed      bool // a replay answered anew by Replay<Op>: its headers are its own
+	// echo are the policy's EchoHeaders and req the request Handle served as the capture saw it
+	// (nil when it was not captured), whose headers a replay echoes; log writes a problem through
+	// the server's renderer (CaptureWith), for op, with the request's context ctx.
+	echo []string
+	req  *http.Request
+	ctx  context.Context
+	log  *refusalLog
+	op   *Policy
 }
 
 // ErrNoReference: a reference-storage handler answered 2xx without a reference, so a replay
@@ -383,12 +397,33 @@ func Handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (re
 		}
 	}()
 	res, err = handle(ctx, s, p, op)
+	if err == nil {
+		res.Bind(ctx, p)
+	}
 	if err == nil && res.Kind == ResultProblem && res.Problem.Status < 500 {
 		// A refusal is the client's to fix, so it is no warning; but a developer asking why a
 		// request was refused finds it at debug, with the code the client got.
 		logRefused(ctx, s.Config().Logger, p, res.Problem)
 	}
 	return res, err
+}
+
+// Bind makes r answer as the request of ctx, an operation of policy p: a problem through the
+// server's [Renderer] ([CaptureWith]) with p's echo headers, and a replay with p's echo headers
+// taken from the request. [Handle] binds its results; generated code binds the problems it
+// answers itself (a body refused by validation). Without a request captured in ctx, r answers as
+// it would unbound.
+func (r *Result) Bind(ctx context.Context, p *Policy) {
+	b, ok := BodyFromContext(ctx)
+	if !ok || b.req == nil {
+		return
+	}
+	// The request is rebuilt with ctx only when a problem is rendered: a replay needs its
+	// headers alone, and every answer passes here.
+	r.req, r.ctx, r.log, r.op = b.req, ctx, b.log, p
+	if p != nil {
+		r.echo = p.EchoHeaders
+	}
 }
 
 // ErrHandlerPanicked is Handle's error for a handler that panicked.

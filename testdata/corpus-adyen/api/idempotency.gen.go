@@ -610,6 +610,198 @@ var idemPolicies = []*idemhttp.Policy{
 	policyPostStoredPaymentMethods,
 }
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "post-applePay-sessions", Route: "POST /applePay/sessions"},
+	{Operation: "post-cancels", Route: "POST /cancels"},
+	{Operation: "post-cardDetails", Route: "POST /cardDetails"},
+	{Operation: "post-donationCampaigns", Route: "POST /donationCampaigns"},
+	{Operation: "post-donations", Route: "POST /donations"},
+	{Operation: "post-forward", Route: "POST /forward"},
+	{Operation: "post-orders", Route: "POST /orders"},
+	{Operation: "post-orders-cancel", Route: "POST /orders/cancel"},
+	{Operation: "post-originKeys", Route: "POST /originKeys"},
+	{Operation: "post-paymentLinks", Route: "POST /paymentLinks"},
+	{Operation: "get-paymentLinks-linkId", Route: "GET /paymentLinks/{linkId}"},
+	{Operation: "patch-paymentLinks-linkId", Route: "PATCH /paymentLinks/{linkId}"},
+	{Operation: "post-paymentMethods", Route: "POST /paymentMethods"},
+	{Operation: "post-paymentMethods-balance", Route: "POST /paymentMethods/balance"},
+	{Operation: "post-payments", Route: "POST /payments"},
+	{Operation: "post-payments-details", Route: "POST /payments/details"},
+	{Operation: "post-payments-paymentPspReference-amountUpdates", Route: "POST /payments/{paymentPspReference}/amountUpdates"},
+	{Operation: "post-payments-paymentPspReference-cancels", Route: "POST /payments/{paymentPspReference}/cancels"},
+	{Operation: "post-payments-paymentPspReference-captures", Route: "POST /payments/{paymentPspReference}/captures"},
+	{Operation: "post-payments-paymentPspReference-refunds", Route: "POST /payments/{paymentPspReference}/refunds"},
+	{Operation: "post-payments-paymentPspReference-reversals", Route: "POST /payments/{paymentPspReference}/reversals"},
+	{Operation: "post-paypal-updateOrder", Route: "POST /paypal/updateOrder"},
+	{Operation: "post-sessions", Route: "POST /sessions"},
+	{Operation: "get-sessions-sessionId", Route: "GET /sessions/{sessionId}"},
+	{Operation: "get-storedPaymentMethods", Route: "GET /storedPaymentMethods"},
+	{Operation: "post-storedPaymentMethods", Route: "POST /storedPaymentMethods"},
+	{Operation: "delete-storedPaymentMethods-storedPaymentMethodId", Route: "DELETE /storedPaymentMethods/{storedPaymentMethodId}"},
+	{Operation: "post-validateShopperId", Route: "POST /validateShopperId"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// PostApplePaySessions answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostApplePaySessions(ctx context.Context, tx pgx.Tx, request PostApplePaySessionsRequestObject) (PostApplePaySessionsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-applePay-sessions")
+}
+
+// PostCancels answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostCancels(ctx context.Context, tx pgx.Tx, request PostCancelsRequestObject) (PostCancelsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-cancels")
+}
+
+// PostCardDetails answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostCardDetails(ctx context.Context, tx pgx.Tx, request PostCardDetailsRequestObject) (PostCardDetailsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-cardDetails")
+}
+
+// PostDonationCampaigns answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostDonationCampaigns(ctx context.Context, tx pgx.Tx, request PostDonationCampaignsRequestObject) (PostDonationCampaignsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-donationCampaigns")
+}
+
+// PostDonations answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostDonations(ctx context.Context, tx pgx.Tx, request PostDonationsRequestObject) (PostDonationsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-donations")
+}
+
+// PostForward answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostForward(ctx context.Context, tx pgx.Tx, request PostForwardRequestObject) (PostForwardResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-forward")
+}
+
+// PostOrders answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostOrders(ctx context.Context, tx pgx.Tx, request PostOrdersRequestObject) (PostOrdersResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-orders")
+}
+
+// PostOrdersCancel answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostOrdersCancel(ctx context.Context, tx pgx.Tx, request PostOrdersCancelRequestObject) (PostOrdersCancelResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-orders-cancel")
+}
+
+// PostOriginKeys answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostOriginKeys(ctx context.Context, tx pgx.Tx, request PostOriginKeysRequestObject) (PostOriginKeysResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-originKeys")
+}
+
+// PostPaymentLinks answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentLinks(ctx context.Context, tx pgx.Tx, request PostPaymentLinksRequestObject) (PostPaymentLinksResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-paymentLinks")
+}
+
+// GetPaymentLinksLinkId answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetPaymentLinksLinkId(ctx context.Context, request GetPaymentLinksLinkIdRequestObject) (GetPaymentLinksLinkIdResponseObject, error) {
+	return nil, idemhttp.NotImplemented("get-paymentLinks-linkId")
+}
+
+// PatchPaymentLinksLinkId answers 501 not-implemented.
+func (UnimplementedIdempotentServer) PatchPaymentLinksLinkId(ctx context.Context, request PatchPaymentLinksLinkIdRequestObject) (PatchPaymentLinksLinkIdResponseObject, error) {
+	return nil, idemhttp.NotImplemented("patch-paymentLinks-linkId")
+}
+
+// PostPaymentMethods answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentMethods(ctx context.Context, tx pgx.Tx, request PostPaymentMethodsRequestObject) (PostPaymentMethodsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-paymentMethods")
+}
+
+// PostPaymentMethodsBalance answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentMethodsBalance(ctx context.Context, tx pgx.Tx, request PostPaymentMethodsBalanceRequestObject) (PostPaymentMethodsBalanceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-paymentMethods-balance")
+}
+
+// PostPayments answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPayments(ctx context.Context, tx pgx.Tx, request PostPaymentsRequestObject) (PostPaymentsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments")
+}
+
+// PostPaymentsDetails answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentsDetails(ctx context.Context, tx pgx.Tx, request PostPaymentsDetailsRequestObject) (PostPaymentsDetailsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments-details")
+}
+
+// PostPaymentsPaymentPspReferenceAmountUpdates answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentsPaymentPspReferenceAmountUpdates(ctx context.Context, tx pgx.Tx, request PostPaymentsPaymentPspReferenceAmountUpdatesRequestObject) (PostPaymentsPaymentPspReferenceAmountUpdatesResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments-paymentPspReference-amountUpdates")
+}
+
+// PostPaymentsPaymentPspReferenceCancels answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentsPaymentPspReferenceCancels(ctx context.Context, tx pgx.Tx, request PostPaymentsPaymentPspReferenceCancelsRequestObject) (PostPaymentsPaymentPspReferenceCancelsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments-paymentPspReference-cancels")
+}
+
+// PostPaymentsPaymentPspReferenceCaptures answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentsPaymentPspReferenceCaptures(ctx context.Context, tx pgx.Tx, request PostPaymentsPaymentPspReferenceCapturesRequestObject) (PostPaymentsPaymentPspReferenceCapturesResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments-paymentPspReference-captures")
+}
+
+// PostPaymentsPaymentPspReferenceRefunds answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentsPaymentPspReferenceRefunds(ctx context.Context, tx pgx.Tx, request PostPaymentsPaymentPspReferenceRefundsRequestObject) (PostPaymentsPaymentPspReferenceRefundsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments-paymentPspReference-refunds")
+}
+
+// PostPaymentsPaymentPspReferenceReversals answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaymentsPaymentPspReferenceReversals(ctx context.Context, tx pgx.Tx, request PostPaymentsPaymentPspReferenceReversalsRequestObject) (PostPaymentsPaymentPspReferenceReversalsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-payments-paymentPspReference-reversals")
+}
+
+// PostPaypalUpdateOrder answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostPaypalUpdateOrder(ctx context.Context, tx pgx.Tx, request PostPaypalUpdateOrderRequestObject) (PostPaypalUpdateOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-paypal-updateOrder")
+}
+
+// PostSessions answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostSessions(ctx context.Context, tx pgx.Tx, request PostSessionsRequestObject) (PostSessionsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-sessions")
+}
+
+// GetSessionsSessionId answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetSessionsSessionId(ctx context.Context, request GetSessionsSessionIdRequestObject) (GetSessionsSessionIdResponseObject, error) {
+	return nil, idemhttp.NotImplemented("get-sessions-sessionId")
+}
+
+// GetStoredPaymentMethods answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetStoredPaymentMethods(ctx context.Context, request GetStoredPaymentMethodsRequestObject) (GetStoredPaymentMethodsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("get-storedPaymentMethods")
+}
+
+// PostStoredPaymentMethods answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PostStoredPaymentMethods(ctx context.Context, tx pgx.Tx, request PostStoredPaymentMethodsRequestObject) (PostStoredPaymentMethodsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-storedPaymentMethods")
+}
+
+// DeleteStoredPaymentMethodsStoredPaymentMethodId answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteStoredPaymentMethodsStoredPaymentMethodId(ctx context.Context, request DeleteStoredPaymentMethodsStoredPaymentMethodIdRequestObject) (DeleteStoredPaymentMethodsStoredPaymentMethodIdResponseObject, error) {
+	return nil, idemhttp.NotImplemented("delete-storedPaymentMethods-storedPaymentMethodId")
+}
+
+// PostValidateShopperId answers 501 not-implemented.
+func (UnimplementedIdempotentServer) PostValidateShopperId(ctx context.Context, request PostValidateShopperIdRequestObject) (PostValidateShopperIdResponseObject, error) {
+	return nil, idemhttp.NotImplemented("post-validateShopperId")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -1382,6 +1574,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
@@ -1406,7 +1605,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -34,6 +34,66 @@ type IdempotentServerInterface interface {
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{}
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "getRepositoriesByOwner", Route: "GET /2.0/repositories/{username}"},
+	{Operation: "getRepository", Route: "GET /2.0/repositories/{username}/{slug}"},
+	{Operation: "getPullRequestsByRepository", Route: "GET /2.0/repositories/{username}/{slug}/pullrequests"},
+	{Operation: "getPullRequestsById", Route: "GET /2.0/repositories/{username}/{slug}/pullrequests/{pid}"},
+	{Operation: "mergePullRequest", Route: "POST /2.0/repositories/{username}/{slug}/pullrequests/{pid}/merge"},
+	{Operation: "getUserByName", Route: "GET /2.0/users/{username}"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// GetRepositoriesByOwner answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetRepositoriesByOwner(ctx context.Context, request GetRepositoriesByOwnerRequestObject) (GetRepositoriesByOwnerResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getRepositoriesByOwner")
+}
+
+// GetRepository answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetRepository(ctx context.Context, request GetRepositoryRequestObject) (GetRepositoryResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getRepository")
+}
+
+// GetPullRequestsByRepository answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetPullRequestsByRepository(ctx context.Context, request GetPullRequestsByRepositoryRequestObject) (GetPullRequestsByRepositoryResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getPullRequestsByRepository")
+}
+
+// GetPullRequestsById answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetPullRequestsById(ctx context.Context, request GetPullRequestsByIdRequestObject) (GetPullRequestsByIdResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getPullRequestsById")
+}
+
+// MergePullRequest answers 501 not-implemented.
+func (UnimplementedIdempotentServer) MergePullRequest(ctx context.Context, request MergePullRequestRequestObject) (MergePullRequestResponseObject, error) {
+	return nil, idemhttp.NotImplemented("mergePullRequest")
+}
+
+// GetUserByName answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetUserByName(ctx context.Context, request GetUserByNameRequestObject) (GetUserByNameResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getUserByName")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -109,6 +169,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
@@ -133,7 +200,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

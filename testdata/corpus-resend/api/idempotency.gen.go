@@ -280,6 +280,654 @@ var idemPolicies = []*idemhttp.Policy{
 	policyEmailssendBatch,
 }
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "api-keys/list", Route: "GET /api-keys"},
+	{Operation: "api-keys/create", Route: "POST /api-keys"},
+	{Operation: "api-keys/remove", Route: "DELETE /api-keys/{api_key_id}"},
+	{Operation: "api-keys/update", Route: "PATCH /api-keys/{api_key_id}"},
+	{Operation: "audiences/list", Route: "GET /audiences"},
+	{Operation: "audiences/create", Route: "POST /audiences"},
+	{Operation: "audiences/remove", Route: "DELETE /audiences/{id}"},
+	{Operation: "audiences/get", Route: "GET /audiences/{id}"},
+	{Operation: "automations/list", Route: "GET /automations"},
+	{Operation: "automations/create", Route: "POST /automations"},
+	{Operation: "automations/remove", Route: "DELETE /automations/{automation_id}"},
+	{Operation: "automations/get", Route: "GET /automations/{automation_id}"},
+	{Operation: "automations/update", Route: "PATCH /automations/{automation_id}"},
+	{Operation: "automations/duplicate", Route: "POST /automations/{automation_id}/duplicate"},
+	{Operation: "automations/list-runs", Route: "GET /automations/{automation_id}/runs"},
+	{Operation: "automations/get-run", Route: "GET /automations/{automation_id}/runs/{run_id}"},
+	{Operation: "automations/stop", Route: "POST /automations/{automation_id}/stop"},
+	{Operation: "broadcasts/list", Route: "GET /broadcasts"},
+	{Operation: "broadcasts/create", Route: "POST /broadcasts"},
+	{Operation: "broadcasts/remove", Route: "DELETE /broadcasts/{id}"},
+	{Operation: "broadcasts/get", Route: "GET /broadcasts/{id}"},
+	{Operation: "broadcasts/update", Route: "PATCH /broadcasts/{id}"},
+	{Operation: "broadcasts/cancel", Route: "POST /broadcasts/{id}/cancel"},
+	{Operation: "broadcasts/list-clicked-links", Route: "GET /broadcasts/{id}/clicked-links"},
+	{Operation: "broadcasts/recipients", Route: "GET /broadcasts/{id}/recipients"},
+	{Operation: "broadcasts/send", Route: "POST /broadcasts/{id}/send"},
+	{Operation: "contact-properties/list", Route: "GET /contact-properties"},
+	{Operation: "contact-properties/create", Route: "POST /contact-properties"},
+	{Operation: "contact-properties/remove", Route: "DELETE /contact-properties/{id}"},
+	{Operation: "contact-properties/get", Route: "GET /contact-properties/{id}"},
+	{Operation: "contact-properties/update", Route: "PATCH /contact-properties/{id}"},
+	{Operation: "contacts/list", Route: "GET /contacts"},
+	{Operation: "contacts/create", Route: "POST /contacts"},
+	{Operation: "contacts/list-imports", Route: "GET /contacts/imports"},
+	{Operation: "contacts/create-import", Route: "POST /contacts/imports"},
+	{Operation: "contacts/get-import", Route: "GET /contacts/imports/{id}"},
+	{Operation: "contacts/list-segments", Route: "GET /contacts/{contact_id}/segments"},
+	{Operation: "contacts/remove-segment", Route: "DELETE /contacts/{contact_id}/segments/{segment_id}"},
+	{Operation: "contacts/add-segment", Route: "POST /contacts/{contact_id}/segments/{segment_id}"},
+	{Operation: "contacts/list-topics", Route: "GET /contacts/{contact_id}/topics"},
+	{Operation: "contacts/update-topics", Route: "PATCH /contacts/{contact_id}/topics"},
+	{Operation: "contacts/remove", Route: "DELETE /contacts/{id}"},
+	{Operation: "contacts/get", Route: "GET /contacts/{id}"},
+	{Operation: "contacts/update", Route: "PATCH /contacts/{id}"},
+	{Operation: "domains/list", Route: "GET /domains"},
+	{Operation: "domains/create", Route: "POST /domains"},
+	{Operation: "domains/create-claim", Route: "POST /domains/claim"},
+	{Operation: "domains/remove", Route: "DELETE /domains/{domain_id}"},
+	{Operation: "domains/get", Route: "GET /domains/{domain_id}"},
+	{Operation: "domains/update", Route: "PATCH /domains/{domain_id}"},
+	{Operation: "domains/get-claim", Route: "GET /domains/{domain_id}/claim"},
+	{Operation: "domains/verify-claim", Route: "POST /domains/{domain_id}/claim/verify"},
+	{Operation: "domains/verify", Route: "POST /domains/{domain_id}/verify"},
+	{Operation: "emails/list", Route: "GET /emails"},
+	{Operation: "emails/send", Route: "POST /emails"},
+	{Operation: "emails/send-batch", Route: "POST /emails/batch"},
+	{Operation: "emails/metrics", Route: "GET /emails/metrics"},
+	{Operation: "emails/list-receiving", Route: "GET /emails/receiving"},
+	{Operation: "emails/get-receiving", Route: "GET /emails/receiving/{email_id}"},
+	{Operation: "emails/list-receiving-attachments", Route: "GET /emails/receiving/{email_id}/attachments"},
+	{Operation: "emails/get-receiving-attachment", Route: "GET /emails/receiving/{email_id}/attachments/{attachment_id}"},
+	{Operation: "emails/get", Route: "GET /emails/{email_id}"},
+	{Operation: "emails/update", Route: "PATCH /emails/{email_id}"},
+	{Operation: "emails/list-attachments", Route: "GET /emails/{email_id}/attachments"},
+	{Operation: "emails/get-attachment", Route: "GET /emails/{email_id}/attachments/{attachment_id}"},
+	{Operation: "emails/cancel", Route: "POST /emails/{email_id}/cancel"},
+	{Operation: "emails/share", Route: "POST /emails/{email_id}/share"},
+	{Operation: "events/list", Route: "GET /events"},
+	{Operation: "events/create", Route: "POST /events"},
+	{Operation: "events/send", Route: "POST /events/send"},
+	{Operation: "events/remove", Route: "DELETE /events/{identifier}"},
+	{Operation: "events/get", Route: "GET /events/{identifier}"},
+	{Operation: "events/update", Route: "PATCH /events/{identifier}"},
+	{Operation: "logs/list", Route: "GET /logs"},
+	{Operation: "logs/get", Route: "GET /logs/{log_id}"},
+	{Operation: "oauth/list-grants", Route: "GET /oauth/grants"},
+	{Operation: "oauth/revoke-grant", Route: "DELETE /oauth/grants/{oauth_grant_id}"},
+	{Operation: "segments/list", Route: "GET /segments"},
+	{Operation: "segments/create", Route: "POST /segments"},
+	{Operation: "segments/remove", Route: "DELETE /segments/{id}"},
+	{Operation: "segments/get", Route: "GET /segments/{id}"},
+	{Operation: "suppressions/list", Route: "GET /suppressions"},
+	{Operation: "suppressions/add", Route: "POST /suppressions"},
+	{Operation: "suppressions/batch-add", Route: "POST /suppressions/batch/add"},
+	{Operation: "suppressions/batch-remove", Route: "POST /suppressions/batch/remove"},
+	{Operation: "suppressions/remove", Route: "DELETE /suppressions/{suppression}"},
+	{Operation: "suppressions/get", Route: "GET /suppressions/{suppression}"},
+	{Operation: "templates/list", Route: "GET /templates"},
+	{Operation: "templates/create", Route: "POST /templates"},
+	{Operation: "templates/remove", Route: "DELETE /templates/{id}"},
+	{Operation: "templates/get", Route: "GET /templates/{id}"},
+	{Operation: "templates/update", Route: "PATCH /templates/{id}"},
+	{Operation: "templates/duplicate", Route: "POST /templates/{id}/duplicate"},
+	{Operation: "templates/publish", Route: "POST /templates/{id}/publish"},
+	{Operation: "topics/list", Route: "GET /topics"},
+	{Operation: "topics/create", Route: "POST /topics"},
+	{Operation: "topics/remove", Route: "DELETE /topics/{id}"},
+	{Operation: "topics/get", Route: "GET /topics/{id}"},
+	{Operation: "topics/update", Route: "PATCH /topics/{id}"},
+	{Operation: "webhooks/list", Route: "GET /webhooks"},
+	{Operation: "webhooks/create", Route: "POST /webhooks"},
+	{Operation: "webhooks/remove", Route: "DELETE /webhooks/{webhook_id}"},
+	{Operation: "webhooks/get", Route: "GET /webhooks/{webhook_id}"},
+	{Operation: "webhooks/update", Route: "PATCH /webhooks/{webhook_id}"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// ApiKeyslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ApiKeyslist(ctx context.Context, request ApiKeyslistRequestObject) (ApiKeyslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("api-keys/list")
+}
+
+// ApiKeyscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ApiKeyscreate(ctx context.Context, request ApiKeyscreateRequestObject) (ApiKeyscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("api-keys/create")
+}
+
+// ApiKeysremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ApiKeysremove(ctx context.Context, request ApiKeysremoveRequestObject) (ApiKeysremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("api-keys/remove")
+}
+
+// ApiKeysupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ApiKeysupdate(ctx context.Context, request ApiKeysupdateRequestObject) (ApiKeysupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("api-keys/update")
+}
+
+// Audienceslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Audienceslist(ctx context.Context, request AudienceslistRequestObject) (AudienceslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("audiences/list")
+}
+
+// Audiencescreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Audiencescreate(ctx context.Context, request AudiencescreateRequestObject) (AudiencescreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("audiences/create")
+}
+
+// Audiencesremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Audiencesremove(ctx context.Context, request AudiencesremoveRequestObject) (AudiencesremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("audiences/remove")
+}
+
+// Audiencesget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Audiencesget(ctx context.Context, request AudiencesgetRequestObject) (AudiencesgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("audiences/get")
+}
+
+// Automationslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationslist(ctx context.Context, request AutomationslistRequestObject) (AutomationslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/list")
+}
+
+// Automationscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationscreate(ctx context.Context, request AutomationscreateRequestObject) (AutomationscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/create")
+}
+
+// Automationsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationsremove(ctx context.Context, request AutomationsremoveRequestObject) (AutomationsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/remove")
+}
+
+// Automationsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationsget(ctx context.Context, request AutomationsgetRequestObject) (AutomationsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/get")
+}
+
+// Automationsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationsupdate(ctx context.Context, request AutomationsupdateRequestObject) (AutomationsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/update")
+}
+
+// Automationsduplicate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationsduplicate(ctx context.Context, request AutomationsduplicateRequestObject) (AutomationsduplicateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/duplicate")
+}
+
+// AutomationslistRuns answers 501 not-implemented.
+func (UnimplementedIdempotentServer) AutomationslistRuns(ctx context.Context, request AutomationslistRunsRequestObject) (AutomationslistRunsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/list-runs")
+}
+
+// AutomationsgetRun answers 501 not-implemented.
+func (UnimplementedIdempotentServer) AutomationsgetRun(ctx context.Context, request AutomationsgetRunRequestObject) (AutomationsgetRunResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/get-run")
+}
+
+// Automationsstop answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Automationsstop(ctx context.Context, request AutomationsstopRequestObject) (AutomationsstopResponseObject, error) {
+	return nil, idemhttp.NotImplemented("automations/stop")
+}
+
+// Broadcastslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastslist(ctx context.Context, request BroadcastslistRequestObject) (BroadcastslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/list")
+}
+
+// Broadcastscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastscreate(ctx context.Context, request BroadcastscreateRequestObject) (BroadcastscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/create")
+}
+
+// Broadcastsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastsremove(ctx context.Context, request BroadcastsremoveRequestObject) (BroadcastsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/remove")
+}
+
+// Broadcastsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastsget(ctx context.Context, request BroadcastsgetRequestObject) (BroadcastsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/get")
+}
+
+// Broadcastsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastsupdate(ctx context.Context, request BroadcastsupdateRequestObject) (BroadcastsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/update")
+}
+
+// Broadcastscancel answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastscancel(ctx context.Context, request BroadcastscancelRequestObject) (BroadcastscancelResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/cancel")
+}
+
+// BroadcastslistClickedLinks answers 501 not-implemented.
+func (UnimplementedIdempotentServer) BroadcastslistClickedLinks(ctx context.Context, request BroadcastslistClickedLinksRequestObject) (BroadcastslistClickedLinksResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/list-clicked-links")
+}
+
+// Broadcastsrecipients answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastsrecipients(ctx context.Context, request BroadcastsrecipientsRequestObject) (BroadcastsrecipientsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/recipients")
+}
+
+// Broadcastssend answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Broadcastssend(ctx context.Context, request BroadcastssendRequestObject) (BroadcastssendResponseObject, error) {
+	return nil, idemhttp.NotImplemented("broadcasts/send")
+}
+
+// ContactPropertieslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactPropertieslist(ctx context.Context, request ContactPropertieslistRequestObject) (ContactPropertieslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contact-properties/list")
+}
+
+// ContactPropertiescreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactPropertiescreate(ctx context.Context, request ContactPropertiescreateRequestObject) (ContactPropertiescreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contact-properties/create")
+}
+
+// ContactPropertiesremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactPropertiesremove(ctx context.Context, request ContactPropertiesremoveRequestObject) (ContactPropertiesremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contact-properties/remove")
+}
+
+// ContactPropertiesget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactPropertiesget(ctx context.Context, request ContactPropertiesgetRequestObject) (ContactPropertiesgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contact-properties/get")
+}
+
+// ContactPropertiesupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactPropertiesupdate(ctx context.Context, request ContactPropertiesupdateRequestObject) (ContactPropertiesupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contact-properties/update")
+}
+
+// Contactslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Contactslist(ctx context.Context, request ContactslistRequestObject) (ContactslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/list")
+}
+
+// Contactscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Contactscreate(ctx context.Context, request ContactscreateRequestObject) (ContactscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/create")
+}
+
+// ContactslistImports answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactslistImports(ctx context.Context, request ContactslistImportsRequestObject) (ContactslistImportsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/list-imports")
+}
+
+// ContactscreateImport answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactscreateImport(ctx context.Context, request ContactscreateImportRequestObject) (ContactscreateImportResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/create-import")
+}
+
+// ContactsgetImport answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactsgetImport(ctx context.Context, request ContactsgetImportRequestObject) (ContactsgetImportResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/get-import")
+}
+
+// ContactslistSegments answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactslistSegments(ctx context.Context, request ContactslistSegmentsRequestObject) (ContactslistSegmentsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/list-segments")
+}
+
+// ContactsremoveSegment answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactsremoveSegment(ctx context.Context, request ContactsremoveSegmentRequestObject) (ContactsremoveSegmentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/remove-segment")
+}
+
+// ContactsaddSegment answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactsaddSegment(ctx context.Context, request ContactsaddSegmentRequestObject) (ContactsaddSegmentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/add-segment")
+}
+
+// ContactslistTopics answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactslistTopics(ctx context.Context, request ContactslistTopicsRequestObject) (ContactslistTopicsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/list-topics")
+}
+
+// ContactsupdateTopics answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ContactsupdateTopics(ctx context.Context, request ContactsupdateTopicsRequestObject) (ContactsupdateTopicsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/update-topics")
+}
+
+// Contactsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Contactsremove(ctx context.Context, request ContactsremoveRequestObject) (ContactsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/remove")
+}
+
+// Contactsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Contactsget(ctx context.Context, request ContactsgetRequestObject) (ContactsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/get")
+}
+
+// Contactsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Contactsupdate(ctx context.Context, request ContactsupdateRequestObject) (ContactsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("contacts/update")
+}
+
+// Domainslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Domainslist(ctx context.Context, request DomainslistRequestObject) (DomainslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/list")
+}
+
+// Domainscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Domainscreate(ctx context.Context, request DomainscreateRequestObject) (DomainscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/create")
+}
+
+// DomainscreateClaim answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DomainscreateClaim(ctx context.Context, request DomainscreateClaimRequestObject) (DomainscreateClaimResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/create-claim")
+}
+
+// Domainsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Domainsremove(ctx context.Context, request DomainsremoveRequestObject) (DomainsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/remove")
+}
+
+// Domainsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Domainsget(ctx context.Context, request DomainsgetRequestObject) (DomainsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/get")
+}
+
+// Domainsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Domainsupdate(ctx context.Context, request DomainsupdateRequestObject) (DomainsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/update")
+}
+
+// DomainsgetClaim answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DomainsgetClaim(ctx context.Context, request DomainsgetClaimRequestObject) (DomainsgetClaimResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/get-claim")
+}
+
+// DomainsverifyClaim answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DomainsverifyClaim(ctx context.Context, request DomainsverifyClaimRequestObject) (DomainsverifyClaimResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/verify-claim")
+}
+
+// Domainsverify answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Domainsverify(ctx context.Context, request DomainsverifyRequestObject) (DomainsverifyResponseObject, error) {
+	return nil, idemhttp.NotImplemented("domains/verify")
+}
+
+// Emailslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Emailslist(ctx context.Context, request EmailslistRequestObject) (EmailslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/list")
+}
+
+// Emailssend answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) Emailssend(ctx context.Context, tx pgx.Tx, request EmailssendRequestObject) (EmailssendResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/send")
+}
+
+// EmailssendBatch answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) EmailssendBatch(ctx context.Context, tx pgx.Tx, request EmailssendBatchRequestObject) (EmailssendBatchResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/send-batch")
+}
+
+// Emailsmetrics answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Emailsmetrics(ctx context.Context, request EmailsmetricsRequestObject) (EmailsmetricsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/metrics")
+}
+
+// EmailslistReceiving answers 501 not-implemented.
+func (UnimplementedIdempotentServer) EmailslistReceiving(ctx context.Context, request EmailslistReceivingRequestObject) (EmailslistReceivingResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/list-receiving")
+}
+
+// EmailsgetReceiving answers 501 not-implemented.
+func (UnimplementedIdempotentServer) EmailsgetReceiving(ctx context.Context, request EmailsgetReceivingRequestObject) (EmailsgetReceivingResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/get-receiving")
+}
+
+// EmailslistReceivingAttachments answers 501 not-implemented.
+func (UnimplementedIdempotentServer) EmailslistReceivingAttachments(ctx context.Context, request EmailslistReceivingAttachmentsRequestObject) (EmailslistReceivingAttachmentsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/list-receiving-attachments")
+}
+
+// EmailsgetReceivingAttachment answers 501 not-implemented.
+func (UnimplementedIdempotentServer) EmailsgetReceivingAttachment(ctx context.Context, request EmailsgetReceivingAttachmentRequestObject) (EmailsgetReceivingAttachmentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/get-receiving-attachment")
+}
+
+// Emailsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Emailsget(ctx context.Context, request EmailsgetRequestObject) (EmailsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/get")
+}
+
+// Emailsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Emailsupdate(ctx context.Context, request EmailsupdateRequestObject) (EmailsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/update")
+}
+
+// EmailslistAttachments answers 501 not-implemented.
+func (UnimplementedIdempotentServer) EmailslistAttachments(ctx context.Context, request EmailslistAttachmentsRequestObject) (EmailslistAttachmentsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/list-attachments")
+}
+
+// EmailsgetAttachment answers 501 not-implemented.
+func (UnimplementedIdempotentServer) EmailsgetAttachment(ctx context.Context, request EmailsgetAttachmentRequestObject) (EmailsgetAttachmentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/get-attachment")
+}
+
+// Emailscancel answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Emailscancel(ctx context.Context, request EmailscancelRequestObject) (EmailscancelResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/cancel")
+}
+
+// Emailsshare answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Emailsshare(ctx context.Context, request EmailsshareRequestObject) (EmailsshareResponseObject, error) {
+	return nil, idemhttp.NotImplemented("emails/share")
+}
+
+// Eventslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Eventslist(ctx context.Context, request EventslistRequestObject) (EventslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("events/list")
+}
+
+// Eventscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Eventscreate(ctx context.Context, request EventscreateRequestObject) (EventscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("events/create")
+}
+
+// Eventssend answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Eventssend(ctx context.Context, request EventssendRequestObject) (EventssendResponseObject, error) {
+	return nil, idemhttp.NotImplemented("events/send")
+}
+
+// Eventsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Eventsremove(ctx context.Context, request EventsremoveRequestObject) (EventsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("events/remove")
+}
+
+// Eventsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Eventsget(ctx context.Context, request EventsgetRequestObject) (EventsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("events/get")
+}
+
+// Eventsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Eventsupdate(ctx context.Context, request EventsupdateRequestObject) (EventsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("events/update")
+}
+
+// Logslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Logslist(ctx context.Context, request LogslistRequestObject) (LogslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("logs/list")
+}
+
+// Logsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Logsget(ctx context.Context, request LogsgetRequestObject) (LogsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("logs/get")
+}
+
+// OauthlistGrants answers 501 not-implemented.
+func (UnimplementedIdempotentServer) OauthlistGrants(ctx context.Context, request OauthlistGrantsRequestObject) (OauthlistGrantsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("oauth/list-grants")
+}
+
+// OauthrevokeGrant answers 501 not-implemented.
+func (UnimplementedIdempotentServer) OauthrevokeGrant(ctx context.Context, request OauthrevokeGrantRequestObject) (OauthrevokeGrantResponseObject, error) {
+	return nil, idemhttp.NotImplemented("oauth/revoke-grant")
+}
+
+// Segmentslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Segmentslist(ctx context.Context, request SegmentslistRequestObject) (SegmentslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("segments/list")
+}
+
+// Segmentscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Segmentscreate(ctx context.Context, request SegmentscreateRequestObject) (SegmentscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("segments/create")
+}
+
+// Segmentsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Segmentsremove(ctx context.Context, request SegmentsremoveRequestObject) (SegmentsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("segments/remove")
+}
+
+// Segmentsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Segmentsget(ctx context.Context, request SegmentsgetRequestObject) (SegmentsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("segments/get")
+}
+
+// Suppressionslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Suppressionslist(ctx context.Context, request SuppressionslistRequestObject) (SuppressionslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("suppressions/list")
+}
+
+// Suppressionsadd answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Suppressionsadd(ctx context.Context, request SuppressionsaddRequestObject) (SuppressionsaddResponseObject, error) {
+	return nil, idemhttp.NotImplemented("suppressions/add")
+}
+
+// SuppressionsbatchAdd answers 501 not-implemented.
+func (UnimplementedIdempotentServer) SuppressionsbatchAdd(ctx context.Context, request SuppressionsbatchAddRequestObject) (SuppressionsbatchAddResponseObject, error) {
+	return nil, idemhttp.NotImplemented("suppressions/batch-add")
+}
+
+// SuppressionsbatchRemove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) SuppressionsbatchRemove(ctx context.Context, request SuppressionsbatchRemoveRequestObject) (SuppressionsbatchRemoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("suppressions/batch-remove")
+}
+
+// Suppressionsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Suppressionsremove(ctx context.Context, request SuppressionsremoveRequestObject) (SuppressionsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("suppressions/remove")
+}
+
+// Suppressionsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Suppressionsget(ctx context.Context, request SuppressionsgetRequestObject) (SuppressionsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("suppressions/get")
+}
+
+// Templateslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templateslist(ctx context.Context, request TemplateslistRequestObject) (TemplateslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/list")
+}
+
+// Templatescreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templatescreate(ctx context.Context, request TemplatescreateRequestObject) (TemplatescreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/create")
+}
+
+// Templatesremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templatesremove(ctx context.Context, request TemplatesremoveRequestObject) (TemplatesremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/remove")
+}
+
+// Templatesget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templatesget(ctx context.Context, request TemplatesgetRequestObject) (TemplatesgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/get")
+}
+
+// Templatesupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templatesupdate(ctx context.Context, request TemplatesupdateRequestObject) (TemplatesupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/update")
+}
+
+// Templatesduplicate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templatesduplicate(ctx context.Context, request TemplatesduplicateRequestObject) (TemplatesduplicateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/duplicate")
+}
+
+// Templatespublish answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Templatespublish(ctx context.Context, request TemplatespublishRequestObject) (TemplatespublishResponseObject, error) {
+	return nil, idemhttp.NotImplemented("templates/publish")
+}
+
+// Topicslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Topicslist(ctx context.Context, request TopicslistRequestObject) (TopicslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("topics/list")
+}
+
+// Topicscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Topicscreate(ctx context.Context, request TopicscreateRequestObject) (TopicscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("topics/create")
+}
+
+// Topicsremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Topicsremove(ctx context.Context, request TopicsremoveRequestObject) (TopicsremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("topics/remove")
+}
+
+// Topicsget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Topicsget(ctx context.Context, request TopicsgetRequestObject) (TopicsgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("topics/get")
+}
+
+// Topicsupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Topicsupdate(ctx context.Context, request TopicsupdateRequestObject) (TopicsupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("topics/update")
+}
+
+// Webhookslist answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Webhookslist(ctx context.Context, request WebhookslistRequestObject) (WebhookslistResponseObject, error) {
+	return nil, idemhttp.NotImplemented("webhooks/list")
+}
+
+// Webhookscreate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Webhookscreate(ctx context.Context, request WebhookscreateRequestObject) (WebhookscreateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("webhooks/create")
+}
+
+// Webhooksremove answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Webhooksremove(ctx context.Context, request WebhooksremoveRequestObject) (WebhooksremoveResponseObject, error) {
+	return nil, idemhttp.NotImplemented("webhooks/remove")
+}
+
+// Webhooksget answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Webhooksget(ctx context.Context, request WebhooksgetRequestObject) (WebhooksgetResponseObject, error) {
+	return nil, idemhttp.NotImplemented("webhooks/get")
+}
+
+// Webhooksupdate answers 501 not-implemented.
+func (UnimplementedIdempotentServer) Webhooksupdate(ctx context.Context, request WebhooksupdateRequestObject) (WebhooksupdateResponseObject, error) {
+	return nil, idemhttp.NotImplemented("webhooks/update")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -799,6 +1447,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
@@ -823,7 +1478,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -138,6 +138,378 @@ type IdempotentServerInterface interface {
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{}
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "FetchDeactivation", Route: "GET /v1/Deactivations"},
+	{Operation: "DeleteDomainCertV4", Route: "DELETE /v1/LinkShortening/Domains/{DomainSid}/Certificate"},
+	{Operation: "FetchDomainCertV4", Route: "GET /v1/LinkShortening/Domains/{DomainSid}/Certificate"},
+	{Operation: "UpdateDomainCertV4", Route: "POST /v1/LinkShortening/Domains/{DomainSid}/Certificate"},
+	{Operation: "FetchDomainConfig", Route: "GET /v1/LinkShortening/Domains/{DomainSid}/Config"},
+	{Operation: "UpdateDomainConfig", Route: "POST /v1/LinkShortening/Domains/{DomainSid}/Config"},
+	{Operation: "DeleteLinkshorteningMessagingService", Route: "DELETE /v1/LinkShortening/Domains/{DomainSid}/MessagingServices/{MessagingServiceSid}"},
+	{Operation: "CreateLinkshorteningMessagingService", Route: "POST /v1/LinkShortening/Domains/{DomainSid}/MessagingServices/{MessagingServiceSid}"},
+	{Operation: "UpdateRequestManagedCert", Route: "POST /v1/LinkShortening/Domains/{DomainSid}/RequestManagedCert"},
+	{Operation: "FetchDomainDnsValidation", Route: "GET /v1/LinkShortening/Domains/{DomainSid}/ValidateDns"},
+	{Operation: "FetchDomainConfigMessagingService", Route: "GET /v1/LinkShortening/MessagingService/{MessagingServiceSid}/DomainConfig"},
+	{Operation: "FetchLinkshorteningMessagingServiceDomainAssociation", Route: "GET /v1/LinkShortening/MessagingServices/{MessagingServiceSid}/Domain"},
+	{Operation: "ListService", Route: "GET /v1/Services"},
+	{Operation: "CreateService", Route: "POST /v1/Services"},
+	{Operation: "CreateExternalCampaign", Route: "POST /v1/Services/PreregisteredUsa2p"},
+	{Operation: "FetchUsecase", Route: "GET /v1/Services/Usecases"},
+	{Operation: "ListChannelSender", Route: "GET /v1/Services/{MessagingServiceSid}/ChannelSenders"},
+	{Operation: "CreateChannelSender", Route: "POST /v1/Services/{MessagingServiceSid}/ChannelSenders"},
+	{Operation: "DeleteChannelSender", Route: "DELETE /v1/Services/{MessagingServiceSid}/ChannelSenders/{Sid}"},
+	{Operation: "FetchChannelSender", Route: "GET /v1/Services/{MessagingServiceSid}/ChannelSenders/{Sid}"},
+	{Operation: "ListUsAppToPerson", Route: "GET /v1/Services/{MessagingServiceSid}/Compliance/Usa2p"},
+	{Operation: "CreateUsAppToPerson", Route: "POST /v1/Services/{MessagingServiceSid}/Compliance/Usa2p"},
+	{Operation: "FetchUsAppToPersonUsecase", Route: "GET /v1/Services/{MessagingServiceSid}/Compliance/Usa2p/Usecases"},
+	{Operation: "DeleteUsAppToPerson", Route: "DELETE /v1/Services/{MessagingServiceSid}/Compliance/Usa2p/{Sid}"},
+	{Operation: "FetchUsAppToPerson", Route: "GET /v1/Services/{MessagingServiceSid}/Compliance/Usa2p/{Sid}"},
+	{Operation: "UpdateUsAppToPerson", Route: "POST /v1/Services/{MessagingServiceSid}/Compliance/Usa2p/{Sid}"},
+	{Operation: "ListAlphaSender", Route: "GET /v1/Services/{ServiceSid}/AlphaSenders"},
+	{Operation: "CreateAlphaSender", Route: "POST /v1/Services/{ServiceSid}/AlphaSenders"},
+	{Operation: "DeleteAlphaSender", Route: "DELETE /v1/Services/{ServiceSid}/AlphaSenders/{Sid}"},
+	{Operation: "FetchAlphaSender", Route: "GET /v1/Services/{ServiceSid}/AlphaSenders/{Sid}"},
+	{Operation: "ListDestinationAlphaSender", Route: "GET /v1/Services/{ServiceSid}/DestinationAlphaSenders"},
+	{Operation: "CreateDestinationAlphaSender", Route: "POST /v1/Services/{ServiceSid}/DestinationAlphaSenders"},
+	{Operation: "DeleteDestinationAlphaSender", Route: "DELETE /v1/Services/{ServiceSid}/DestinationAlphaSenders/{Sid}"},
+	{Operation: "FetchDestinationAlphaSender", Route: "GET /v1/Services/{ServiceSid}/DestinationAlphaSenders/{Sid}"},
+	{Operation: "ListPhoneNumber", Route: "GET /v1/Services/{ServiceSid}/PhoneNumbers"},
+	{Operation: "CreatePhoneNumber", Route: "POST /v1/Services/{ServiceSid}/PhoneNumbers"},
+	{Operation: "DeletePhoneNumber", Route: "DELETE /v1/Services/{ServiceSid}/PhoneNumbers/{Sid}"},
+	{Operation: "FetchPhoneNumber", Route: "GET /v1/Services/{ServiceSid}/PhoneNumbers/{Sid}"},
+	{Operation: "ListShortCode", Route: "GET /v1/Services/{ServiceSid}/ShortCodes"},
+	{Operation: "CreateShortCode", Route: "POST /v1/Services/{ServiceSid}/ShortCodes"},
+	{Operation: "DeleteShortCode", Route: "DELETE /v1/Services/{ServiceSid}/ShortCodes/{Sid}"},
+	{Operation: "FetchShortCode", Route: "GET /v1/Services/{ServiceSid}/ShortCodes/{Sid}"},
+	{Operation: "DeleteService", Route: "DELETE /v1/Services/{Sid}"},
+	{Operation: "FetchService", Route: "GET /v1/Services/{Sid}"},
+	{Operation: "UpdateService", Route: "POST /v1/Services/{Sid}"},
+	{Operation: "ListTollfreeVerification", Route: "GET /v1/Tollfree/Verifications"},
+	{Operation: "CreateTollfreeVerification", Route: "POST /v1/Tollfree/Verifications"},
+	{Operation: "DeleteTollfreeVerification", Route: "DELETE /v1/Tollfree/Verifications/{Sid}"},
+	{Operation: "FetchTollfreeVerification", Route: "GET /v1/Tollfree/Verifications/{Sid}"},
+	{Operation: "UpdateTollfreeVerification", Route: "POST /v1/Tollfree/Verifications/{Sid}"},
+	{Operation: "ListBrandRegistrations", Route: "GET /v1/a2p/BrandRegistrations"},
+	{Operation: "CreateBrandRegistrations", Route: "POST /v1/a2p/BrandRegistrations"},
+	{Operation: "CreateBrandRegistrationOtp", Route: "POST /v1/a2p/BrandRegistrations/{BrandRegistrationSid}/SmsOtp"},
+	{Operation: "ListBrandVetting", Route: "GET /v1/a2p/BrandRegistrations/{BrandSid}/Vettings"},
+	{Operation: "CreateBrandVetting", Route: "POST /v1/a2p/BrandRegistrations/{BrandSid}/Vettings"},
+	{Operation: "FetchBrandVetting", Route: "GET /v1/a2p/BrandRegistrations/{BrandSid}/Vettings/{BrandVettingSid}"},
+	{Operation: "FetchBrandRegistrations", Route: "GET /v1/a2p/BrandRegistrations/{Sid}"},
+	{Operation: "UpdateBrandRegistrations", Route: "POST /v1/a2p/BrandRegistrations/{Sid}"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// FetchDeactivation answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchDeactivation(ctx context.Context, request FetchDeactivationRequestObject) (FetchDeactivationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchDeactivation")
+}
+
+// DeleteDomainCertV4 answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteDomainCertV4(ctx context.Context, request DeleteDomainCertV4RequestObject) (DeleteDomainCertV4ResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteDomainCertV4")
+}
+
+// FetchDomainCertV4 answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchDomainCertV4(ctx context.Context, request FetchDomainCertV4RequestObject) (FetchDomainCertV4ResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchDomainCertV4")
+}
+
+// UpdateDomainCertV4 answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateDomainCertV4(ctx context.Context, request UpdateDomainCertV4RequestObject) (UpdateDomainCertV4ResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateDomainCertV4")
+}
+
+// FetchDomainConfig answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchDomainConfig(ctx context.Context, request FetchDomainConfigRequestObject) (FetchDomainConfigResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchDomainConfig")
+}
+
+// UpdateDomainConfig answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateDomainConfig(ctx context.Context, request UpdateDomainConfigRequestObject) (UpdateDomainConfigResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateDomainConfig")
+}
+
+// DeleteLinkshorteningMessagingService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteLinkshorteningMessagingService(ctx context.Context, request DeleteLinkshorteningMessagingServiceRequestObject) (DeleteLinkshorteningMessagingServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteLinkshorteningMessagingService")
+}
+
+// CreateLinkshorteningMessagingService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateLinkshorteningMessagingService(ctx context.Context, request CreateLinkshorteningMessagingServiceRequestObject) (CreateLinkshorteningMessagingServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateLinkshorteningMessagingService")
+}
+
+// UpdateRequestManagedCert answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateRequestManagedCert(ctx context.Context, request UpdateRequestManagedCertRequestObject) (UpdateRequestManagedCertResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateRequestManagedCert")
+}
+
+// FetchDomainDnsValidation answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchDomainDnsValidation(ctx context.Context, request FetchDomainDnsValidationRequestObject) (FetchDomainDnsValidationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchDomainDnsValidation")
+}
+
+// FetchDomainConfigMessagingService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchDomainConfigMessagingService(ctx context.Context, request FetchDomainConfigMessagingServiceRequestObject) (FetchDomainConfigMessagingServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchDomainConfigMessagingService")
+}
+
+// FetchLinkshorteningMessagingServiceDomainAssociation answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchLinkshorteningMessagingServiceDomainAssociation(ctx context.Context, request FetchLinkshorteningMessagingServiceDomainAssociationRequestObject) (FetchLinkshorteningMessagingServiceDomainAssociationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchLinkshorteningMessagingServiceDomainAssociation")
+}
+
+// ListService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListService(ctx context.Context, request ListServiceRequestObject) (ListServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListService")
+}
+
+// CreateService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateService(ctx context.Context, request CreateServiceRequestObject) (CreateServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateService")
+}
+
+// CreateExternalCampaign answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateExternalCampaign(ctx context.Context, request CreateExternalCampaignRequestObject) (CreateExternalCampaignResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateExternalCampaign")
+}
+
+// FetchUsecase answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchUsecase(ctx context.Context, request FetchUsecaseRequestObject) (FetchUsecaseResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchUsecase")
+}
+
+// ListChannelSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListChannelSender(ctx context.Context, request ListChannelSenderRequestObject) (ListChannelSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListChannelSender")
+}
+
+// CreateChannelSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateChannelSender(ctx context.Context, request CreateChannelSenderRequestObject) (CreateChannelSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateChannelSender")
+}
+
+// DeleteChannelSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteChannelSender(ctx context.Context, request DeleteChannelSenderRequestObject) (DeleteChannelSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteChannelSender")
+}
+
+// FetchChannelSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchChannelSender(ctx context.Context, request FetchChannelSenderRequestObject) (FetchChannelSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchChannelSender")
+}
+
+// ListUsAppToPerson answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListUsAppToPerson(ctx context.Context, request ListUsAppToPersonRequestObject) (ListUsAppToPersonResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListUsAppToPerson")
+}
+
+// CreateUsAppToPerson answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateUsAppToPerson(ctx context.Context, request CreateUsAppToPersonRequestObject) (CreateUsAppToPersonResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateUsAppToPerson")
+}
+
+// FetchUsAppToPersonUsecase answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchUsAppToPersonUsecase(ctx context.Context, request FetchUsAppToPersonUsecaseRequestObject) (FetchUsAppToPersonUsecaseResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchUsAppToPersonUsecase")
+}
+
+// DeleteUsAppToPerson answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteUsAppToPerson(ctx context.Context, request DeleteUsAppToPersonRequestObject) (DeleteUsAppToPersonResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteUsAppToPerson")
+}
+
+// FetchUsAppToPerson answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchUsAppToPerson(ctx context.Context, request FetchUsAppToPersonRequestObject) (FetchUsAppToPersonResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchUsAppToPerson")
+}
+
+// UpdateUsAppToPerson answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateUsAppToPerson(ctx context.Context, request UpdateUsAppToPersonRequestObject) (UpdateUsAppToPersonResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateUsAppToPerson")
+}
+
+// ListAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListAlphaSender(ctx context.Context, request ListAlphaSenderRequestObject) (ListAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListAlphaSender")
+}
+
+// CreateAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateAlphaSender(ctx context.Context, request CreateAlphaSenderRequestObject) (CreateAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateAlphaSender")
+}
+
+// DeleteAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteAlphaSender(ctx context.Context, request DeleteAlphaSenderRequestObject) (DeleteAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteAlphaSender")
+}
+
+// FetchAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchAlphaSender(ctx context.Context, request FetchAlphaSenderRequestObject) (FetchAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchAlphaSender")
+}
+
+// ListDestinationAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListDestinationAlphaSender(ctx context.Context, request ListDestinationAlphaSenderRequestObject) (ListDestinationAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListDestinationAlphaSender")
+}
+
+// CreateDestinationAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateDestinationAlphaSender(ctx context.Context, request CreateDestinationAlphaSenderRequestObject) (CreateDestinationAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateDestinationAlphaSender")
+}
+
+// DeleteDestinationAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteDestinationAlphaSender(ctx context.Context, request DeleteDestinationAlphaSenderRequestObject) (DeleteDestinationAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteDestinationAlphaSender")
+}
+
+// FetchDestinationAlphaSender answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchDestinationAlphaSender(ctx context.Context, request FetchDestinationAlphaSenderRequestObject) (FetchDestinationAlphaSenderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchDestinationAlphaSender")
+}
+
+// ListPhoneNumber answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListPhoneNumber(ctx context.Context, request ListPhoneNumberRequestObject) (ListPhoneNumberResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListPhoneNumber")
+}
+
+// CreatePhoneNumber answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreatePhoneNumber(ctx context.Context, request CreatePhoneNumberRequestObject) (CreatePhoneNumberResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreatePhoneNumber")
+}
+
+// DeletePhoneNumber answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeletePhoneNumber(ctx context.Context, request DeletePhoneNumberRequestObject) (DeletePhoneNumberResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeletePhoneNumber")
+}
+
+// FetchPhoneNumber answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchPhoneNumber(ctx context.Context, request FetchPhoneNumberRequestObject) (FetchPhoneNumberResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchPhoneNumber")
+}
+
+// ListShortCode answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListShortCode(ctx context.Context, request ListShortCodeRequestObject) (ListShortCodeResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListShortCode")
+}
+
+// CreateShortCode answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateShortCode(ctx context.Context, request CreateShortCodeRequestObject) (CreateShortCodeResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateShortCode")
+}
+
+// DeleteShortCode answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteShortCode(ctx context.Context, request DeleteShortCodeRequestObject) (DeleteShortCodeResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteShortCode")
+}
+
+// FetchShortCode answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchShortCode(ctx context.Context, request FetchShortCodeRequestObject) (FetchShortCodeResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchShortCode")
+}
+
+// DeleteService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteService(ctx context.Context, request DeleteServiceRequestObject) (DeleteServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteService")
+}
+
+// FetchService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchService(ctx context.Context, request FetchServiceRequestObject) (FetchServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchService")
+}
+
+// UpdateService answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateService(ctx context.Context, request UpdateServiceRequestObject) (UpdateServiceResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateService")
+}
+
+// ListTollfreeVerification answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListTollfreeVerification(ctx context.Context, request ListTollfreeVerificationRequestObject) (ListTollfreeVerificationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListTollfreeVerification")
+}
+
+// CreateTollfreeVerification answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateTollfreeVerification(ctx context.Context, request CreateTollfreeVerificationRequestObject) (CreateTollfreeVerificationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateTollfreeVerification")
+}
+
+// DeleteTollfreeVerification answers 501 not-implemented.
+func (UnimplementedIdempotentServer) DeleteTollfreeVerification(ctx context.Context, request DeleteTollfreeVerificationRequestObject) (DeleteTollfreeVerificationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("DeleteTollfreeVerification")
+}
+
+// FetchTollfreeVerification answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchTollfreeVerification(ctx context.Context, request FetchTollfreeVerificationRequestObject) (FetchTollfreeVerificationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchTollfreeVerification")
+}
+
+// UpdateTollfreeVerification answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateTollfreeVerification(ctx context.Context, request UpdateTollfreeVerificationRequestObject) (UpdateTollfreeVerificationResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateTollfreeVerification")
+}
+
+// ListBrandRegistrations answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListBrandRegistrations(ctx context.Context, request ListBrandRegistrationsRequestObject) (ListBrandRegistrationsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListBrandRegistrations")
+}
+
+// CreateBrandRegistrations answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateBrandRegistrations(ctx context.Context, request CreateBrandRegistrationsRequestObject) (CreateBrandRegistrationsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateBrandRegistrations")
+}
+
+// CreateBrandRegistrationOtp answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateBrandRegistrationOtp(ctx context.Context, request CreateBrandRegistrationOtpRequestObject) (CreateBrandRegistrationOtpResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateBrandRegistrationOtp")
+}
+
+// ListBrandVetting answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ListBrandVetting(ctx context.Context, request ListBrandVettingRequestObject) (ListBrandVettingResponseObject, error) {
+	return nil, idemhttp.NotImplemented("ListBrandVetting")
+}
+
+// CreateBrandVetting answers 501 not-implemented.
+func (UnimplementedIdempotentServer) CreateBrandVetting(ctx context.Context, request CreateBrandVettingRequestObject) (CreateBrandVettingResponseObject, error) {
+	return nil, idemhttp.NotImplemented("CreateBrandVetting")
+}
+
+// FetchBrandVetting answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchBrandVetting(ctx context.Context, request FetchBrandVettingRequestObject) (FetchBrandVettingResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchBrandVetting")
+}
+
+// FetchBrandRegistrations answers 501 not-implemented.
+func (UnimplementedIdempotentServer) FetchBrandRegistrations(ctx context.Context, request FetchBrandRegistrationsRequestObject) (FetchBrandRegistrationsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("FetchBrandRegistrations")
+}
+
+// UpdateBrandRegistrations answers 501 not-implemented.
+func (UnimplementedIdempotentServer) UpdateBrandRegistrations(ctx context.Context, request UpdateBrandRegistrationsRequestObject) (UpdateBrandRegistrationsResponseObject, error) {
+	return nil, idemhttp.NotImplemented("UpdateBrandRegistrations")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -421,6 +793,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
@@ -445,7 +824,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -393,3 +393,33 @@ var cases = []testCase{
 		}
 	}},
 }
+
+// RunUnimplemented serves r's API with the generated UnimplementedIdempotentServer (r.Serve's
+// backend is ignored by such a server) and checks that an idempotent operation and one that is
+// not both answer the 501 not-implemented problem, instead of panicking into the router's
+// recovery, and that nothing was claimed.
+func RunUnimplemented(t *testing.T, r Router) {
+	t.Helper()
+	sch := idemtest.TestSchema(t, nil)
+	store, err := idem.NewStore(sch.Pool, &idem.Config{Schema: sch.Name, Tenant: r.Tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Serve(t, &Backend{pool: sch.Pool, tenant: r.Tenant}, store, ln)
+	e := &env{router: r.Name, url: "http://" + ln.Addr().String()}
+	e.waitReady(t)
+	c := &client{e: e, tenant: "unimplemented"}
+	c.problem(t, "an unimplemented idempotent operation", c.create(t, "k-unimplemented", orderBody), http.StatusNotImplemented, "not-implemented")
+	c.problem(t, "an unimplemented operation that is not idempotent", c.send(t, http.MethodGet, "/v1/orders/o-1", ""), http.StatusNotImplemented, "not-implemented")
+	var keys int
+	if err := sch.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{sch.Name, "idempotency_keys"}.Sanitize()).Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 0 {
+		t.Errorf("%s: %d keys kept after an unimplemented operation answered 501, want 0 (released)", r.Name, keys)
+	}
+}

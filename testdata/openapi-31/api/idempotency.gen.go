@@ -51,6 +51,36 @@ var idemPolicies = []*idemhttp.Policy{
 	policySendMessage,
 }
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "sendMessage", Route: "POST /messages"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// SendMessage answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) SendMessage(ctx context.Context, tx pgx.Tx, request SendMessageRequestObject) (SendMessageResponseObject, error) {
+	return nil, idemhttp.NotImplemented("sendMessage")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -132,6 +162,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // NewIdempotentHandler serves impl through store as an http.Handler, with every answer a client
@@ -156,7 +193,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureFor(store, idemPolicies, o.MaxRequestBody)(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -210,6 +210,82 @@ var idemPolicies = []*idemhttp.Policy{
 	policyCreateRefund,
 }
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "createOrder", Route: "POST /v1/orders"},
+	{Operation: "getOrder", Route: "GET /v1/orders/{order_id}"},
+	{Operation: "addNote", Route: "POST /v1/orders/{order_id}/notes"},
+	{Operation: "shipOrder", Route: "POST /v1/orders/{order_id}/ship"},
+	{Operation: "createPayment", Route: "POST /v1/payments"},
+	{Operation: "updatePayment", Route: "PATCH /v1/payments/{payment_id}"},
+	{Operation: "createRefund", Route: "POST /v1/payments/{payment_id}/refunds"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// CreateOrder answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreateOrder(ctx context.Context, tx pgx.Tx, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createOrder")
+}
+
+// GetOrder answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetOrder(ctx context.Context, request GetOrderRequestObject) (GetOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getOrder")
+}
+
+// AddNote answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) AddNote(ctx context.Context, tx pgx.Tx, request AddNoteRequestObject) (AddNoteResponseObject, error) {
+	return nil, idemhttp.NotImplemented("addNote")
+}
+
+// ReplayAddNote answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ReplayAddNote(ctx context.Context, request AddNoteRequestObject, status int) (AddNoteResponseObject, error) {
+	return nil, idemhttp.NotImplemented("addNote")
+}
+
+// ShipOrder answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) ShipOrder(ctx context.Context, tx pgx.Tx, request ShipOrderRequestObject) (ShipOrderResponseObject, string, error) {
+	return nil, "", idemhttp.NotImplemented("shipOrder")
+}
+
+// ReplayShipOrder answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("shipOrder")
+}
+
+// CreatePayment answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createPayment")
+}
+
+// UpdatePayment answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("updatePayment")
+}
+
+// CreateRefund answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreateRefund(ctx context.Context, tx pgx.Tx, request CreateRefundRequestObject) (CreateRefundResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createRefund")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -462,6 +538,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // RegisterIdempotentHandlers registers impl's operations on router (an *echo.Echo or an
@@ -479,7 +562,7 @@ func RegisterIdempotentHandlers(router EchoRouter, impl IdempotentServerInterfac
 		o = *opts
 	}
 	strict := NewStrictHandler(NewIdempotentServer(impl, store), o.Middlewares)
-	mw := idemMiddleware(store, o.MaxRequestBody)
+	mw := idemMiddleware(store, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))
 	RegisterHandlersWithOptions(idemRouter{router, mw}, strict, RegisterHandlersOptions{BaseURL: o.BaseURL})
 }
 
@@ -529,8 +612,8 @@ func (r idemRouter) TRACE(path string, h echo.HandlerFunc, m ...echo.MiddlewareF
 // idemMiddleware keeps the request body as sent (idemhttp.CaptureFor, which answers an oversized
 // one 413) and answers the errors of the route's handler (oapi-codegen's binding, the strict
 // handler, the adapter) with problems.
-func idemMiddleware(store *idem.Store, maxBody int64) echo.MiddlewareFunc {
-	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
+func idemMiddleware(store *idem.Store, opts idemhttp.CaptureOptions) echo.MiddlewareFunc {
+	capture := idemhttp.CaptureWith(store, idemPolicies, opts)
 	failed := idemhttp.ResponseErrorHandler(store)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {

@@ -16,7 +16,20 @@ import (
 )
 
 func TestRouterTable(t *testing.T) {
-	routertest.Run(t, routertest.Router{
+	routertest.Run(t, router(func(b *routertest.Backend) api.IdempotentServerInterface { return server{b} }))
+}
+
+// TestUnimplementedOperations serves the generated UnimplementedIdempotentServer: every operation
+// answers 501 not-implemented.
+func TestUnimplementedOperations(t *testing.T) {
+	routertest.RunUnimplemented(t, router(func(*routertest.Backend) api.IdempotentServerInterface {
+		return api.UnimplementedIdempotentServer{}
+	}))
+}
+
+// router is this package's wiring, serving impl(b).
+func router(impl func(*routertest.Backend) api.IdempotentServerInterface) routertest.Router {
+	return routertest.Router{
 		Name:   "echo5",
 		Tenant: routertest.TenantFromContext,
 		Serve: func(t *testing.T, b *routertest.Backend, store *idem.Store, ln net.Listener) {
@@ -31,8 +44,8 @@ func TestRouterTable(t *testing.T) {
 					return next(c)
 				}
 			})
-			api.RegisterIdempotentHandlers(e, server{b}, store, nil)
+			api.RegisterIdempotentHandlers(e, impl(b), store, nil)
 			routertest.ServeHTTP(t, ln, e)
 		},
-	})
+	}
 }

@@ -15,7 +15,20 @@ import (
 )
 
 func TestRouterTable(t *testing.T) {
-	routertest.Run(t, routertest.Router{
+	routertest.Run(t, router(func(b *routertest.Backend) api.IdempotentServerInterface { return server{b} }))
+}
+
+// TestUnimplementedOperations serves the generated UnimplementedIdempotentServer: every operation
+// answers 501 not-implemented.
+func TestUnimplementedOperations(t *testing.T) {
+	routertest.RunUnimplemented(t, router(func(*routertest.Backend) api.IdempotentServerInterface {
+		return api.UnimplementedIdempotentServer{}
+	}))
+}
+
+// router is this package's wiring, serving impl(b).
+func router(impl func(*routertest.Backend) api.IdempotentServerInterface) routertest.Router {
+	return routertest.Router{
 		Name: "fiber",
 		// The strict handler passes c.UserContext(), where the auth middleware put the tenant.
 		Tenant: routertest.TenantFromContext,
@@ -29,7 +42,7 @@ func TestRouterTable(t *testing.T) {
 				c.SetUserContext(routertest.WithTenant(c.UserContext(), tenant))
 				return c.Next()
 			})
-			api.RegisterIdempotentHandlers(app, server{b}, store, nil)
+			api.RegisterIdempotentHandlers(app, impl(b), store, nil)
 			done := make(chan error, 1)
 			go func() { done <- app.Listener(ln) }()
 			t.Cleanup(func() {
@@ -41,5 +54,5 @@ func TestRouterTable(t *testing.T) {
 				}
 			})
 		},
-	})
+	}
 }

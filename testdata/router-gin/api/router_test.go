@@ -17,7 +17,21 @@ import (
 
 func TestRouterTable(t *testing.T) {
 	gin.SetMode(gin.ReleaseMode)
-	routertest.Run(t, routertest.Router{
+	routertest.Run(t, router(func(b *routertest.Backend) api.IdempotentServerInterface { return server{b} }))
+}
+
+// TestUnimplementedOperations serves the generated UnimplementedIdempotentServer: every operation
+// answers 501 not-implemented.
+func TestUnimplementedOperations(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	routertest.RunUnimplemented(t, router(func(*routertest.Backend) api.IdempotentServerInterface {
+		return api.UnimplementedIdempotentServer{}
+	}))
+}
+
+// router is this package's wiring, serving impl(b).
+func router(impl func(*routertest.Backend) api.IdempotentServerInterface) routertest.Router {
+	return routertest.Router{
 		Name: "gin",
 		// The generated code hands the runtime a context whose Value also finds c.Set's keys.
 		Tenant: routertest.TenantFromFrameworkStore,
@@ -31,8 +45,8 @@ func TestRouterTable(t *testing.T) {
 				}
 				c.Set(routertest.TenantKey, tenant)
 			})
-			api.RegisterIdempotentHandlers(e, server{b}, store, nil)
+			api.RegisterIdempotentHandlers(e, impl(b), store, nil)
 			routertest.ServeHTTP(t, ln, e)
 		},
-	})
+	}
 }

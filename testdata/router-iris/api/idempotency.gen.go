@@ -206,6 +206,82 @@ var idemPolicies = []*idemhttp.Policy{
 	policyCreateRefund,
 }
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "createOrder", Route: "POST /v1/orders"},
+	{Operation: "getOrder", Route: "GET /v1/orders/{order_id}"},
+	{Operation: "addNote", Route: "POST /v1/orders/{order_id}/notes"},
+	{Operation: "shipOrder", Route: "POST /v1/orders/{order_id}/ship"},
+	{Operation: "createPayment", Route: "POST /v1/payments"},
+	{Operation: "updatePayment", Route: "PATCH /v1/payments/{payment_id}"},
+	{Operation: "createRefund", Route: "POST /v1/payments/{payment_id}/refunds"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// CreateOrder answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreateOrder(ctx context.Context, tx pgx.Tx, request CreateOrderRequestObject) (CreateOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createOrder")
+}
+
+// GetOrder answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetOrder(ctx context.Context, request GetOrderRequestObject) (GetOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getOrder")
+}
+
+// AddNote answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) AddNote(ctx context.Context, tx pgx.Tx, request AddNoteRequestObject) (AddNoteResponseObject, error) {
+	return nil, idemhttp.NotImplemented("addNote")
+}
+
+// ReplayAddNote answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ReplayAddNote(ctx context.Context, request AddNoteRequestObject, status int) (AddNoteResponseObject, error) {
+	return nil, idemhttp.NotImplemented("addNote")
+}
+
+// ShipOrder answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) ShipOrder(ctx context.Context, tx pgx.Tx, request ShipOrderRequestObject) (ShipOrderResponseObject, string, error) {
+	return nil, "", idemhttp.NotImplemented("shipOrder")
+}
+
+// ReplayShipOrder answers 501 not-implemented.
+func (UnimplementedIdempotentServer) ReplayShipOrder(ctx context.Context, request ShipOrderRequestObject, reference string) (ShipOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("shipOrder")
+}
+
+// CreatePayment answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreatePayment(ctx context.Context, tx pgx.Tx, request CreatePaymentRequestObject) (CreatePaymentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createPayment")
+}
+
+// UpdatePayment answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) UpdatePayment(ctx context.Context, tx pgx.Tx, request UpdatePaymentRequestObject) (UpdatePaymentResponseObject, error) {
+	return nil, idemhttp.NotImplemented("updatePayment")
+}
+
+// CreateRefund answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreateRefund(ctx context.Context, tx pgx.Tx, request CreateRefundRequestObject) (CreateRefundResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createRefund")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -470,6 +546,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // idemStrictRan marks, in ctx.Values(), a request the strict handler ran for: its answer is the
@@ -500,7 +583,7 @@ func RegisterIdempotentHandlers(app *iris.Application, impl IdempotentServerInte
 	before := len(app.GetRoutes())
 	RegisterHandlersWithOptions(app, strict, IrisServerOptions{
 		BaseURL:     o.BaseURL,
-		Middlewares: []MiddlewareFunc{MiddlewareFunc(idemMiddleware(store, o.MaxRequestBody, failed, ours))},
+		Middlewares: []MiddlewareFunc{MiddlewareFunc(idemMiddleware(store, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers), failed, ours))},
 	})
 	// Written before the app serves, read only afterwards.
 	for _, r := range app.GetRoutes()[before:] {
@@ -528,8 +611,8 @@ func idemStrictMiddleware(failed func(http.ResponseWriter, *http.Request, error)
 // idemMiddleware keeps the request body as sent (idemhttp.CaptureFor, which answers an oversized
 // one 413) in the request's context, and records the answer so that a refusal written as text
 // by oapi-codegen's binding or by iris becomes a problem.
-func idemMiddleware(store *idem.Store, maxBody int64, failed func(http.ResponseWriter, *http.Request, error), ours map[string]bool) iris.Handler {
-	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
+func idemMiddleware(store *idem.Store, opts idemhttp.CaptureOptions, failed func(http.ResponseWriter, *http.Request, error), ours map[string]bool) iris.Handler {
+	capture := idemhttp.CaptureWith(store, idemPolicies, opts)
 	return func(ctx iris.Context) {
 		if route := ctx.GetCurrentRoute(); route == nil || !ours[route.Name()] {
 			ctx.Next()

@@ -16,7 +16,20 @@ import (
 )
 
 func TestRouterTable(t *testing.T) {
-	routertest.Run(t, routertest.Router{
+	routertest.Run(t, router(func(b *routertest.Backend) api.IdempotentServerInterface { return server{b} }))
+}
+
+// TestUnimplementedOperations serves the generated UnimplementedIdempotentServer: every operation
+// answers 501 not-implemented.
+func TestUnimplementedOperations(t *testing.T) {
+	routertest.RunUnimplemented(t, router(func(*routertest.Backend) api.IdempotentServerInterface {
+		return api.UnimplementedIdempotentServer{}
+	}))
+}
+
+// router is this package's wiring, serving impl(b).
+func router(impl func(*routertest.Backend) api.IdempotentServerInterface) routertest.Router {
+	return routertest.Router{
 		Name: "iris",
 		// The strict handler passes the iris.Context, whose Value finds ctx.Values()'s keys.
 		Tenant: routertest.TenantFromFrameworkStore,
@@ -32,11 +45,11 @@ func TestRouterTable(t *testing.T) {
 				ctx.Values().Set(routertest.TenantKey, tenant)
 				ctx.Next()
 			})
-			api.RegisterIdempotentHandlers(app, server{b}, store, nil)
+			api.RegisterIdempotentHandlers(app, impl(b), store, nil)
 			if err := app.Build(); err != nil {
 				t.Fatal(err)
 			}
 			routertest.ServeHTTP(t, ln, app)
 		},
-	})
+	}
 }

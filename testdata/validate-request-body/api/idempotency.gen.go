@@ -68,6 +68,48 @@ var idemPolicies = []*idemhttp.Policy{
 	policyCreateTeam,
 }
 
+// idemOperations are every operation's id and route, so that a per-operation renderer
+// (IdempotentHandlerOptions.OperationRenderers) reaches each one's refusals.
+var idemOperations = []idemhttp.Route{
+	{Operation: "createTeam", Route: "POST /v1/teams"},
+	{Operation: "getTeam", Route: "GET /v1/teams/{team_id}"},
+	{Operation: "renameTeam", Route: "PUT /v1/teams/{team_id}"},
+}
+
+// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
+// refusals are written.
+func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+	return idemhttp.CaptureOptions{
+		MaxBody:            maxBody,
+		Renderer:           renderer,
+		OperationRenderers: byOperation,
+		Operations:         idemOperations,
+	}
+}
+
+// UnimplementedIdempotentServer answers every operation with the 501 not-implemented problem
+// (through the API's renderer, when one is configured). Embed it in your server to serve a spec
+// one operation at a time: an operation you have not written yet answers 501 and changes
+// nothing, instead of failing to compile or panicking on a nil method.
+type UnimplementedIdempotentServer struct{}
+
+// CreateTeam answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreateTeam(ctx context.Context, tx pgx.Tx, request CreateTeamRequestObject) (CreateTeamResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createTeam")
+}
+
+// GetTeam answers 501 not-implemented.
+func (UnimplementedIdempotentServer) GetTeam(ctx context.Context, request GetTeamRequestObject) (GetTeamResponseObject, error) {
+	return nil, idemhttp.NotImplemented("getTeam")
+}
+
+// RenameTeam answers 501 not-implemented.
+func (UnimplementedIdempotentServer) RenameTeam(ctx context.Context, request RenameTeamRequestObject) (RenameTeamResponseObject, error) {
+	return nil, idemhttp.NotImplemented("renameTeam")
+}
+
+var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
+
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
 // as usual, NewStrictHandler(NewIdempotentServer(impl, store), nil). It panics when store cannot
 // serve these operations (for example a tenant-scoped policy and no idem.Config.Tenant), as
@@ -156,7 +198,9 @@ func idemValidate(ctx context.Context, check func(context.Context, string, []byt
 		return nil
 	}
 	if prob := check(ctx, b.ContentType, b.Bytes); prob != nil {
-		return &idemResult{&idemhttp.Result{Kind: idemhttp.ResultProblem, Problem: prob}}
+		res := &idemhttp.Result{Kind: idemhttp.ResultProblem, Problem: prob}
+		res.Bind(ctx, nil)
+		return &idemResult{res}
 	}
 	return nil
 }
@@ -178,6 +222,13 @@ type IdempotentHandlerOptions struct {
 	// MaxRequestBody caps request bodies in bytes (idemhttp.DefaultMaxRequestBody, 1 MiB, when
 	// zero); a larger one is answered 413 body-too-large.
 	MaxRequestBody int64
+	// Renderer writes every refusal (a missing or malformed key, a reused key, a duplicate in
+	// progress, a store outage, a body or parameter refused, an unknown route, a handler's error)
+	// in the API's own error format; nil answers RFC 9457 problems. See idemhttp.Renderer.
+	Renderer idemhttp.Renderer
+	// OperationRenderers override Renderer for single operations, keyed by operationId as
+	// written in the spec.
+	OperationRenderers map[string]idemhttp.Renderer
 }
 
 // RegisterIdempotentHandlers registers impl's operations on router (a *gin.Engine or a
@@ -209,14 +260,14 @@ func RegisterIdempotentHandlers(router gin.IRouter, impl IdempotentServerInterfa
 	})
 	// A group with no path of its own: the capture runs for this API's routes only, after gin
 	// matched them and before oapi-codegen binds anything.
-	api := router.Group("", idemCapture(store, o.MaxRequestBody))
+	api := router.Group("", idemCapture(store, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers)))
 	RegisterHandlersWithOptions(api, strict, GinServerOptions{BaseURL: o.BaseURL, ErrorHandler: IdempotencyParamErrorHandler})
 }
 
 // idemCapture is idemhttp.CaptureFor as gin middleware: it keeps the body as sent in
 // c.Request's context, or answers an oversized one 413 and stops the chain.
-func idemCapture(store *idem.Store, maxBody int64) gin.HandlerFunc {
-	capture := idemhttp.CaptureFor(store, idemPolicies, maxBody)
+func idemCapture(store *idem.Store, opts idemhttp.CaptureOptions) gin.HandlerFunc {
+	capture := idemhttp.CaptureWith(store, idemPolicies, opts)
 	return func(c *gin.Context) {
 		passed := false
 		capture(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
