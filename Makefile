@@ -52,13 +52,13 @@ citus: ## start a Citus cluster on loopback (scripts/citus.sh; Citus must be ins
 
 .PHONY: generate
 generate: ## regenerate the examples and the golden files
-	$(GO) generate ./examples/...
+	$(GO) generate ./examples/... ./bench/...
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerateGolden$$' -count=1 -update
 
 .PHONY: verify
 verify: ## fail when any generated file is stale (the example and every golden case); CI runs it
 	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
-	$(GO) run ./cmd/idemgen generate -c examples/payments/internal/benchtx/idemgen.yaml --check
+	$(GO) run ./cmd/idemgen generate -c bench/internal/txapi/idemgen.yaml --check
 	$(GO) run ./cmd/idemgen generate -c examples/orders-sqlc/idemgen.yaml --check
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
 
