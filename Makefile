@@ -59,7 +59,7 @@ generate: ## regenerate the examples and the golden files
 .PHONY: verify
 verify: ## fail when any generated file is stale (the example and every golden case); CI runs it
 	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
-	$(GO) run ./cmd/idemgen generate -c examples/payments/internal/benchtx/idemgen.yaml --check
+	$(GO) run ./cmd/idemgen generate -c examples/payments/txapi/idemgen.yaml --check
 	$(GO) run ./cmd/idemgen generate -c examples/orders-sqlc/idemgen.yaml --check
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
 

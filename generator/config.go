@@ -14,6 +14,7 @@ import (
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"gopkg.in/yaml.v3"
 
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
 
@@ -45,10 +46,14 @@ type Config struct {
 	// Acknowledge lists the lint warnings reviewed and accepted (the lint key): generate and lint
 	// leave them out of their output (spec.Spec.Acknowledge).
 	Acknowledge []spec.Acknowledgement
+	// Override holds x-idempotency fields that replace, in every idempotent operation, what the
+	// spec says (the override key; spec.LoadOpts.Override): one spec generated twice, once as
+	// written and once with, say, claim: transaction. Nil when the key is absent.
+	Override *policy.Raw
 }
 
 // configKeys are the top-level keys, in the order messages list them.
-var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "validate-request-body", "oapi-codegen", "lint"}
+var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "validate-request-body", "oapi-codegen", "lint", "override"}
 
 // oapiPassthroughKeys are the oapi-codegen configuration keys idemgen.yaml may set; the others
 // (package, generate, output-options filters) are idemgen's to decide.
@@ -128,6 +133,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 				errs = append(errs, errors.New(d.String()))
 			}
 			c.Acknowledge = acks
+		case "override":
+			raw, diags := spec.ParseOverride(path, "override", v)
+			for _, d := range diags {
+				errs = append(errs, errors.New(d.String()))
+			}
+			c.Override = raw
 		default:
 			err = unknownKey(k.Value, k.Value, configKeys)
 		}
@@ -329,6 +340,7 @@ type passthroughFile struct {
 	ValidateBody    yaml.Node              `yaml:"validate-request-body"`
 	OapiCodegen     *codegen.Configuration `yaml:"oapi-codegen"`
 	Lint            yaml.Node              `yaml:"lint"`
+	Override        yaml.Node              `yaml:"override"`
 }
 
 var yamlLineError = regexp.MustCompile(`^\s*line (\d+): (.*)$`)

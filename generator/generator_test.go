@@ -16,6 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
 
+	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
 
@@ -275,6 +276,14 @@ oapi-codegen:
 	if c.OapiCodegen == nil || c.OapiCodegen.OutputOptions.NameNormalizer != "ToCamelCaseWithInitialisms" || !c.OapiCodegen.OutputOptions.SkipPrune {
 		t.Errorf("passthrough: %+v (pruning must stay off unless asked)", c.OapiCodegen)
 	}
+	if c.Override != nil {
+		t.Errorf("no override key, yet Override is %+v", c.Override)
+	}
+	c, err = ParseConfig("idemgen.yaml", []byte("version: 1\noverride:\n  claim: transaction\n  wait: 2s\n"))
+	if err != nil || c.Override == nil || !c.Override.Claim.Set || c.Override.Claim.V != policy.ClaimTransaction ||
+		c.Override.Wait.V != 2*time.Second || c.Override.Storage.Set {
+		t.Errorf("override {claim: transaction, wait: 2s}: %+v, %v", c.Override, err)
+	}
 	c, err = ParseConfig("idemgen.yaml", []byte("version: 1\noapi-codegen:\n  output-options:\n    skip-prune: false\n"))
 	if err != nil || c.OapiCodegen.OutputOptions.SkipPrune {
 		t.Errorf("skip-prune: false must turn pruning on: %+v, %v", c, err)
@@ -286,7 +295,7 @@ func TestParseConfigErrors(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"no version", "spec: a.yaml\n", "idemgen.yaml:1:1: missing \"version: 1\""},
 		{"version 2", "version: 2\n", "idemgen.yaml:1:10: version 2 is not supported (this idemgen reads version 1)"},
-		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, client, validate-request-body, oapi-codegen, lint)`},
+		{"unknown key", "version: 1\nsource: a.yaml\n", `idemgen.yaml:2:1: unknown key "source" (known keys: version, spec, package, output, router, allow-remote-refs, client, validate-request-body, oapi-codegen, lint, override)`},
 		{"misspelt key", "version: 1\nouput: api\n", `idemgen.yaml:2:1: unknown key "ouput"; did you mean output?`},
 		{"camelCase", "version: 1\nallowRemoteRefs: true\n", `idemgen.yaml:2:1: unknown key "allowRemoteRefs"`},
 		{"wrong type", "version: 1\npackage: [a]\n", "idemgen.yaml:2:10: package: expected a string, got a list"},
@@ -302,6 +311,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"oapi generate", "version: 1\noapi-codegen:\n  generate:\n    client: true\n", `idemgen.yaml:3:3: oapi-codegen: "generate" cannot be set here`},
 		{"oapi unknown option", "version: 1\noapi-codegen:\n  output-options:\n    skip-prun: true\n", `idemgen.yaml:4:5: unknown key "oapi-codegen.output-options.skip-prun"; did you mean skip-prune?`},
 		{"oapi option type", "version: 1\noapi-codegen:\n  output-options:\n    skip-prune: yes please\n", `idemgen.yaml:4:17: oapi-codegen.output-options.skip-prune: expected true or false, got "yes please"`},
+		{"override not a mapping", "version: 1\noverride: transaction\n", `idemgen.yaml:2:11: override: expected a mapping of x-idempotency fields such as {claim: transaction}, got "transaction"`},
+		{"override bad claim", "version: 1\noverride:\n  claim: sometimes\n", `idemgen.yaml:3:10: override.claim: `},
+		{"override unknown field", "version: 1\noverride:\n  claims: transaction\n", `idemgen.yaml:3:3: override.claims: `},
 		{"oapi misspelt section", "version: 1\noapi-codegen:\n  output-option: {}\n", `idemgen.yaml:3:3: unknown key "oapi-codegen.output-option"; did you mean output-options?`},
 	}
 	for _, tt := range tests {
@@ -351,7 +363,7 @@ func TestConfigSchema(t *testing.T) {
 	}
 
 	var files []string
-	for _, pattern := range []string{"../testdata/*/idemgen.yaml", "../examples/*/idemgen.yaml"} {
+	for _, pattern := range []string{"../testdata/*/idemgen.yaml", "../examples/*/idemgen.yaml", "../bench/internal/*/idemgen.yaml"} {
 		m, _ := filepath.Glob(pattern)
 		files = append(files, m...)
 	}
@@ -373,7 +385,7 @@ func TestConfigSchema(t *testing.T) {
 	if valid < 2 {
 		t.Errorf("only %d valid config files found in %v; the test checks nothing", valid, files)
 	}
-	for _, bad := range []string{"version: 2\n", "version: 1\npakage: api\n", "version: 1\nrouter: martini\n", "version: 1\nvalidate-request-body: \"yes\"\n", "spec: a.yaml\n"} {
+	for _, bad := range []string{"version: 2\n", "version: 1\npakage: api\n", "version: 1\nrouter: martini\n", "version: 1\nvalidate-request-body: \"yes\"\n", "spec: a.yaml\n", "version: 1\noverride: {claim: sometimes}\n", "version: 1\noverride: {claims: lease}\n"} {
 		if err := validate("inline", []byte(bad)); err == nil {
 			t.Errorf("the schema accepts %q", bad)
 		}

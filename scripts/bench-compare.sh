@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-compare.sh: what `make bench-compare` runs. It counts the Go instructions each bench
-# server of examples/payments spends per request in two builds side by side: the work tree and
+# server (bench/) spends per request in two builds side by side: the work tree and
 # BASE (a git revision, default HEAD), so that a change's effect on the runtime's own Go work can
 # be read off in one run, beside the hand-written row twins (the peers that store the runtime's
 # key row) measured in the same runs.
@@ -57,8 +57,12 @@ trap 'scripts/pg.sh stop "$dir/pg" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 mkdir "$dir/base-src"
 git archive "$base" | tar -x -C "$dir/base-src"
 echo "bench-compare.sh: building $base ($(git rev-parse --short "$base")) and the work tree" >&2
-(cd "$dir/base-src" && go test -c -o "$dir/base.test" ./examples/payments)
-go test -c -o "$dir/work.test" ./examples/payments
+# The benchmarks moved from examples/payments to bench/: a BASE from before the move builds them
+# where they were.
+basepkg=./bench
+[[ -d $dir/base-src/bench ]] || basepkg=./examples/payments
+(cd "$dir/base-src" && go test -c -o "$dir/base.test" "$basepkg")
+go test -c -o "$dir/work.test" ./bench
 url=$(scripts/pg.sh start "$dir/pg")
 
 # count BIN ROW N prints the callgrind total of build BIN running benchmark ROW with N requests

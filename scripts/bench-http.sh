@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-http.sh: what `make bench-http` runs. First BenchmarkGenerate (generator/: idemgen generate
-# against oapi-codegen alone), then BenchmarkHTTP (examples/payments: the example over HTTP with
+# against oapi-codegen alone), then BenchmarkHTTP (bench/: the payments example over HTTP with
 # and without idempotency), which prints one table with both and writes it as JSON to
 # $BENCH_HTTP_JSON (default bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the CPU and
 # alloc profiles of both claim modes, both peers and the guarded row peer, and a database profile
@@ -38,4 +38,4 @@ BENCH_HTTP_GENERATOR=$(awk '
 	}' "$gen") || { echo "bench-http.sh: BenchmarkGenerate printed no x-oapi-codegen metric" >&2; exit 1; }
 export BENCH_HTTP_GENERATOR
 echo
-go test -run '^$' -bench '^BenchmarkHTTP$' -benchtime=1x -timeout 10m ./examples/payments
+go test -run '^$' -bench '^BenchmarkHTTP$' -benchtime=1x -timeout 10m ./bench

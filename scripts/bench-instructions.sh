@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench-instructions.sh: what `make bench-instructions` runs. It counts the instructions each
-# bench server of examples/payments spends per request, in PostgreSQL and in Go, with valgrind's
+# bench server (bench/, serving examples/payments) spends per request, in PostgreSQL and in Go, with valgrind's
 # callgrind: a count, not a time, so the same code gives the same figure to about 1% on any
 # machine, busy or not, where make bench-http's ratios move by 10% or more from run to run.
 #
-# Each row runs BenchmarkFirstHandler or BenchmarkReplayHandler (bench_handler_test.go: one
+# Each row runs BenchmarkFirstHandler or BenchmarkReplayHandler (bench/handler_test.go: one
 # request at a time, in process, through the server's real HTTP handler) twice, with 20 and with
 # 220 requests, and reports the difference divided by 200, so that what both runs share (the
 # schema's set-up, the first request's statement preparation) cancels out:
@@ -26,7 +26,7 @@ trap 'scripts/pg.sh stop "$pgdir"; rm -rf "$dir"' EXIT
 url=$(PG_CALLGRIND=1 scripts/pg.sh start "$pgdir")
 echo "bench-instructions.sh: PostgreSQL under callgrind at $url" >&2
 bin=$dir/payments.test
-go test -c -o "$bin" ./examples/payments
+go test -c -o "$bin" ./bench
 
 small=20 big=220
 rows=(
@@ -108,5 +108,5 @@ done
 echo
 echo "instructions per request: (count with $big requests - count with $small) / $((big - small)); PostgreSQL's over every backend"
 echo "of the run, Go's over the whole test binary (GOMAXPROCS=1, GOGC=off: the collector's share is not counted)."
-echo "× peer is the ratio to the hand-written peer of the same kind of request (bench_peer_test.go); × lp, for lease mode,"
-echo "to the hand-written lease peer's (bench_peer_lease_test.go)."
+echo "× peer is the ratio to the hand-written peer of the same kind of request (bench/peer_test.go); × lp, for lease mode,"
+echo "to the hand-written lease peer's (bench/peer_lease_test.go)."

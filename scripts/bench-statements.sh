@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-statements.sh: what `make bench-statements` runs. It counts the instructions PostgreSQL
-# spends on each statement of a request, for each bench server of examples/payments: make
+# spends on each statement of a request, for each bench server (bench/): make
 # bench-instructions' per-request totals, split statement by statement, so that the difference
 # between two servers can be read where it is.
 #
@@ -8,7 +8,7 @@
 # backend's count before every portal is created (a statement's bind), after every command
 # ends (its execute, commit included for a COMMIT) and after every ReadyForQuery (a batch's Sync:
 # the commit of an implicit transaction). BenchmarkFirstHandler or BenchmarkReplayHandler runs
-# with BENCH_STATEMENTS_TRACE set (bench_statements_test.go), which records every statement each
+# with BENCH_STATEMENTS_TRACE set (bench/statements_test.go), which records every statement each
 # backend was sent, in order, and the request it belongs to; this script pairs each backend's
 # dumps with that list. Every statement gets three figures: what ran between the previous
 # message and its bind ("before": reading messages, starting a transaction, parsing a statement
@@ -30,7 +30,7 @@ url=$(PG_CALLGRIND=1 PG_CALLGRIND_OPTS='--dump-before=CreatePortal --dump-after=
 	scripts/pg.sh start "$pgdir")
 echo "bench-statements.sh: PostgreSQL under callgrind at $url" >&2
 bin=$dir/payments.test
-go test -c -o "$bin" ./examples/payments
+go test -c -o "$bin" ./bench
 requests=${BENCH_STATEMENTS_REQUESTS:-60} warm=${BENCH_STATEMENTS_WARM:-20}
 rows=(
 	"first executions, idempotency off (ceiling)|FirstHandler/ceiling"
@@ -52,7 +52,7 @@ for row in "${rows[@]}"; do
 	[[ $bench =~ ${BENCH_STATEMENTS_ONLY:-.} ]] || continue
 	trace=$dir/trace
 	before=$(ls "$pgdir/callgrind")
-	out=$(cd examples/payments && BENCH_STATEMENTS_TRACE=$trace TEST_DATABASE_URL=$url "$bin" \
+	out=$(cd bench && BENCH_STATEMENTS_TRACE=$trace TEST_DATABASE_URL=$url "$bin" \
 		-test.run '^$' -test.bench "^Benchmark${bench%%/*}\$/^${bench#*/}\$" -test.benchtime="${requests}x" 2>&1) || {
 		echo "bench-statements.sh: Benchmark$bench failed:" >&2
 		echo "$out" >&2

@@ -31,7 +31,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "demo.sh: building the payments example" >&2
-go build -o "$work/payments" ./examples/payments
+go build -o "$work/payments" ./examples/payments/cmd/payments
 go build -o "$work/demo" ./examples/payments/demo
 
 # The support page's password, fresh for each run.

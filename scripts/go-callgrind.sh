@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# go-callgrind.sh OUT BENCH N [ARGS...]: runs examples/payments' benchmark BENCH
+# go-callgrind.sh OUT BENCH N [ARGS...]: runs bench/'s benchmark BENCH
 # ("FirstHandler/transaction") with N requests in the test binary $GO_CALLGRIND_BIN under
-# valgrind's callgrind, writing the count to OUT, from examples/payments (TEST_DATABASE_URL must
+# valgrind's callgrind, writing the count to OUT, from bench/ (TEST_DATABASE_URL must
 # name the database). ARGS go to the test binary too. It is how make bench-instructions and make
 # bench-compare count Go, so that both count the same way:
 #   - GOMAXPROCS=1: one thread, so no spinning scheduler thread is in the count;
@@ -16,7 +16,7 @@
 set -euo pipefail
 out=$1 bench=$2 n=$3
 shift 3
-cd "$(dirname "$0")/../examples/payments"
+cd "$(dirname "$0")/../bench"
 GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1,memprofilerate=0 exec valgrind -q --tool=callgrind \
 	--callgrind-out-file="$out" "$GO_CALLGRIND_BIN" \
 	-test.run '^$' -test.bench "^Benchmark${bench%%/*}\$/^${bench#*/}\$" -test.benchtime="${n}x" "$@"

@@ -1,4 +1,4 @@
-package main
+package payments
 
 // The generated client (api.IdempotentClient) against the example server on real PostgreSQL,
 // under faults: connections cut before the request reaches the server and after the server
@@ -200,7 +200,7 @@ func TestClientUnderFaults(t *testing.T) {
 		tenant     = "acme"
 	)
 	schema := idemtest.TestSchema(t, nil)
-	if err := migrate(context.Background(), schema.Pool); err != nil {
+	if err := Migrate(context.Background(), schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	app := fmt.Sprintf("idemgen-client-faults-%d", time.Now().UnixNano())

@@ -1,4 +1,4 @@
-package main
+package payments
 
 import (
 	"bufio"
@@ -221,7 +221,7 @@ func TestConfiguredMaxRequestBodyIsTheCap(t *testing.T) {
 	schema := idemtest.TestSchema(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := migrate(ctx, schema.Pool); err != nil {
+	if err := Migrate(ctx, schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	cfg := schema.Config()
@@ -233,9 +233,9 @@ func TestConfiguredMaxRequestBodyIsTheCap(t *testing.T) {
 	t.Cleanup(store.Close)
 	const limit = 200
 	h := api.NewIdempotentHandler(&payments{db: schema.Pool}, store, &api.IdempotentHandlerOptions{
-		Middlewares: []api.StrictMiddlewareFunc{validate}, MaxRequestBody: limit,
+		Middlewares: []api.StrictMiddlewareFunc{Validate}, MaxRequestBody: limit,
 	})
-	srv := httptest.NewServer(outerHandler(schema.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)), h, http.NotFoundHandler()))
+	srv := httptest.NewServer(OuterHandler(schema.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)), h, http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	client := srv.Client()
 	client.Timeout = 10 * time.Second

@@ -1,4 +1,4 @@
-package main
+package payments
 
 // End-to-end tests: the real handler stack (tenant check, oapi-codegen's router and strict server,
 // idemgen's generated adapter, the runtime, the handlers) behind a real HTTP server, on a real
@@ -39,7 +39,7 @@ func newEnv(t *testing.T, options ...func(*idem.Config)) *env {
 	t.Helper()
 	schema := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 16})
 	ctx := context.Background()
-	if err := migrate(ctx, schema.Pool); err != nil {
+	if err := Migrate(ctx, schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

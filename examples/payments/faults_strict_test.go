@@ -1,4 +1,4 @@
-package main
+package payments
 
 // The strict fault tests: the guarantees the runtime once broke (a 500 for a connection lost in
 // the handler, a key held for a whole lease after a failed release), asserted as they must be.

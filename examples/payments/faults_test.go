@@ -1,4 +1,4 @@
-package main
+package payments
 
 // Fault tests: the real handler stack behind a real HTTP server on loopback, while the database
 // goes away, a backend is killed, the pool runs dry, a handler panics, a client hangs up or the
@@ -122,7 +122,7 @@ func newFaultEnv(t *testing.T, maxConns int32, tune func(*idem.Config)) (*env, *
 	base := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: maxConns})
 	schema := *base
 	schema.Pool = faultPool(t, base.URL, base.Name, maxConns, tr)
-	if err := migrate(context.Background(), schema.Pool); err != nil {
+	if err := Migrate(context.Background(), schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	cfg := schema.Config()
@@ -626,7 +626,7 @@ func childServer() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	h, err := newHandler(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := NewHandler(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -911,7 +911,7 @@ func stormAcrossRestart(t *testing.T) *restartRun {
 	if _, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	schema := &idemtest.Schema{Name: idem.DefaultSchema, Pool: pool, URL: pg.url, Table: idem.DefaultTable}

@@ -1,11 +1,17 @@
-// Command payments is idemgen's example: a small payments API whose writes are safe to retry.
+// Package payments is idemgen's example: a small payments API whose writes are safe to retry.
+// The command in cmd/payments serves it:
 //
-//	go run ./examples/payments -addr 127.0.0.1:8080 -database-url postgres://…
+//	go run ./examples/payments/cmd/payments -addr 127.0.0.1:8080 -database-url postgres://…
 //
 // The API is written in openapi.yaml; package api is generated from it by idemgen
 // (go generate ./examples/payments/...). On start the server migrates idemgen's key table and its
 // own tables. `make demo` runs it and fires duplicate requests at it.
-package main
+//
+// The package's exported names are the server's building blocks ([NewHandler], [NewAPI],
+// [Validate], [OuterHandler], [CreatePaymentTx], [Migrate]): the benchmark in the repository's
+// bench directory builds its servers from them, so that each differs from the example only in
+// what stands between the HTTP stack and the business work.
+package payments
 
 import (
 	"context"
@@ -16,8 +22,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,17 +30,19 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemadmin"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "payments:", err)
+// Main runs the payments server with the command-line args until ctx ends, then shuts down
+// gracefully. It returns the exit code: 0, 1 when the server failed, 2 for bad usage (the
+// error is written to stderr).
+func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	if err := run(ctx, args, stderr); err != nil {
+		fmt.Fprintln(stderr, "payments:", err)
 		var ue usageError
 		if errors.As(err, &ue) {
-			os.Exit(2)
+			return 2
 		}
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 type usageError struct{ error }
@@ -110,7 +116,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if res, err = migrator.Migrate(startCtx, idem.DirectionUp, nil); err != nil {
 			return fmt.Errorf("migrate idempotency table: %w", err)
 		}
-		if err := migrate(startCtx, pool); err != nil {
+		if err := Migrate(startCtx, pool); err != nil {
 			return err
 		}
 		return migratePayouts(startCtx, pool, *schema, log)

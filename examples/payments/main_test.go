@@ -1,16 +1,14 @@
-package main
+package payments
 
 import (
 	"os"
 	"testing"
 )
 
-// TestMain lets this test binary also be a child process that the HTTP benchmark and the
-// killed-server, killed-worker and restart tests start: each names itself by an environment variable.
+// TestMain lets this test binary also be a child process that the killed-server,
+// killed-worker and restart tests start: each names itself by an environment variable.
 func TestMain(m *testing.M) {
 	switch {
-	case os.Getenv(envServe) != "":
-		os.Exit(serveChild(os.Getenv(envServe)))
 	case os.Getenv(restartChildURL) != "":
 		os.Exit(restartChild())
 	case os.Getenv(childURL) != "":

@@ -1,4 +1,4 @@
-package main
+package payments
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func derivedID(prefix, tenant, key string) string {
 
 // claimed returns the request's tenant and the key of the claim the adapter holds for ctx.
 func claimed(ctx context.Context) (tenant, key string, err error) {
-	tenant, ok := tenantFrom(ctx)
+	tenant, ok := TenantFrom(ctx)
 	if !ok {
 		return "", "", errors.New("payments: no tenant in the request context (is the tenant middleware installed?)")
 	}
@@ -112,7 +112,7 @@ type querier interface {
 
 // loadPayment reads a payment of the request's tenant; lock adds FOR UPDATE.
 func loadPayment(ctx context.Context, q querier, id string, lock bool) (api.Payment, error) {
-	tenant, _ := tenantFrom(ctx)
+	tenant, _ := TenantFrom(ctx)
 	sql := `SELECT ` + paymentColumns + ` FROM payments WHERE tenant_id = $1 AND payment_id = $2`
 	if lock {
 		sql += ` FOR UPDATE`
@@ -125,13 +125,13 @@ func (s *payments) CreatePayment(ctx context.Context, tx pgx.Tx, req api.CreateP
 	if err != nil {
 		return nil, err
 	}
-	return createPayment(ctx, tx, tenant, key, req.Body)
+	return CreatePaymentTx(ctx, tx, tenant, key, req.Body)
 }
 
-// createPayment is CreatePayment's business work inside tx, the payment named after key. It is
-// apart from the claim so that the HTTP benchmark's ceiling (bench_http_test.go) runs exactly
-// this work without idempotency, naming the payment after a request id instead.
-func createPayment(ctx context.Context, tx pgx.Tx, tenant, key string, body *api.CreatePaymentJSONRequestBody) (api.CreatePaymentResponseObject, error) {
+// CreatePaymentTx is CreatePayment's business work inside the caller's tx, for tenant, the
+// payment named after key: a payment row and its ledger event. It takes no claim, so a caller
+// that holds none (the benchmark's ceiling and its hand-written peers) runs exactly this work.
+func CreatePaymentTx(ctx context.Context, tx pgx.Tx, tenant, key string, body *api.CreatePaymentJSONRequestBody) (api.CreatePaymentResponseObject, error) {
 	id := derivedID("pay_", tenant, key)
 
 	// An existing payment with this id means the key was used before, and its record has expired
@@ -303,7 +303,7 @@ func (s *payments) ReplayRefundPayment(ctx context.Context, req api.RefundPaymen
 	if prob != nil {
 		return nil, fmt.Errorf("payments: replay refund: the key that was claimed does not parse: %s", prob.Detail)
 	}
-	tenant, _ := tenantFrom(ctx)
+	tenant, _ := TenantFrom(ctx)
 	id := derivedID("re_", tenant, key)
 	r, err := scanRefund(s.db.QueryRow(ctx,
 		`SELECT `+refundColumns+` FROM refunds WHERE tenant_id = $1 AND refund_id = $2`, tenant, id))

@@ -1,4 +1,4 @@
-package main
+package payments
 
 import (
 	"cmp"
@@ -265,7 +265,7 @@ func (s *payments) CreatePayout(ctx context.Context, tx pgx.Tx, req api.CreatePa
 
 // GetPayout is the status resource a payout's 202 points at.
 func (s *payments) GetPayout(ctx context.Context, req api.GetPayoutRequestObject) (api.GetPayoutResponseObject, error) {
-	tenant, _ := tenantFrom(ctx)
+	tenant, _ := TenantFrom(ctx)
 	p, err := scanPayout(s.db.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE tenant_id = $1 AND payout_id = $2`, tenant, req.PayoutId))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return problem(http.StatusNotFound, "not-found", "Payout not found", "no payout "+req.PayoutId+" for this tenant"), nil

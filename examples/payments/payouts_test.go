@@ -1,4 +1,4 @@
-package main
+package payments
 
 // Payouts end to end: POST /v1/payouts (202 + Location) → a River job → the fake bank, a real HTTP
 // server with its own table and Idempotency-Key check, on a real PostgreSQL schema of each
@@ -52,7 +52,7 @@ func newPayoutEnv(t *testing.T) *payoutEnv {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(tWriter{t}, nil))
 	}
-	if err := migrate(ctx, schema.Pool); err != nil {
+	if err := Migrate(ctx, schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	if err := migratePayouts(ctx, schema.Pool, schema.Name, log); err != nil {

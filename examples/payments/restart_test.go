@@ -1,4 +1,4 @@
-package main
+package payments
 
 // The generated client with its default options (nil) against an example server process that is
 // killed (SIGKILL) inside a payment's handler, and started again on the same address after a
@@ -66,7 +66,7 @@ func restartChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	h, err := newHandler(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := NewHandler(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return fail(err)
 	}
@@ -150,7 +150,7 @@ func TestClientOutlastsARestart(t *testing.T) {
 		t.Run(fmt.Sprintf("down %s", down), func(t *testing.T) {
 			t.Parallel()
 			schema := idemtest.TestSchema(t, nil)
-			if err := migrate(context.Background(), schema.Pool); err != nil {
+			if err := Migrate(context.Background(), schema.Pool); err != nil {
 				t.Fatal(err)
 			}
 			// A free loopback port that both runs of the server listen on.

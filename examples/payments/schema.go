@@ -1,4 +1,4 @@
-package main
+package payments
 
 import (
 	"context"
@@ -16,10 +16,10 @@ var schemaSQL string
 // second session creating the same table at the same moment.
 const schemaLockID = 0x1de_9e1_0001
 
-// migrate creates the example's tables (payments, refunds, payment_events) in the pool's
+// Migrate creates the example's tables (payments, refunds, payment_events) in the pool's
 // search_path schema.
 // idemgen's key table is migrated separately by idem.Migrate.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockID)); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package main
+package payments
 
 import (
 	"context"
@@ -23,7 +23,8 @@ const tenantHeader = "X-Tenant-ID"
 
 type tenantKey struct{}
 
-func tenantFrom(ctx context.Context) (string, bool) {
+// TenantFrom returns the request's tenant, which [OuterHandler]'s tenant check put in ctx.
+func TenantFrom(ctx context.Context) (string, bool) {
 	t, ok := ctx.Value(tenantKey{}).(string)
 	return t, ok && t != ""
 }
@@ -45,7 +46,7 @@ func requireTenant(next http.Handler) http.Handler {
 
 // tenantForStore is idem.Config.Tenant: idempotency keys are scoped by tenant.
 func tenantForStore(ctx context.Context) (string, error) {
-	t, ok := tenantFrom(ctx)
+	t, ok := TenantFrom(ctx)
 	if !ok {
 		return "", fmt.Errorf("payments: no tenant in the request context (is requireTenant installed?)")
 	}
@@ -54,10 +55,10 @@ func tenantForStore(ctx context.Context) (string, error) {
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
-// validate checks what oapi-codegen's binding does not (minimum, pattern). It is a strict
+// Validate checks what oapi-codegen's binding does not (minimum, pattern). It is a strict
 // middleware, so it runs after binding and BEFORE idemgen's adapter claims the key: an invalid
 // request is answered 400 and never binds a key.
-func validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerFunc {
+func Validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerFunc {
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
 		var detail string
 		switch req := request.(type) {
@@ -104,14 +105,14 @@ func writeProblem(w http.ResponseWriter, p problemResponse) {
 	_ = p.WriteTo(w)
 }
 
-// newHandler builds the whole HTTP stack: /healthz, /metrics, and the API behind the tenant check, with
+// NewHandler builds the whole HTTP stack: /healthz, /metrics, and the API behind the tenant check, with
 // idemgen's adapter between oapi-codegen's strict server and the handlers in payments.go.
-func newHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
+func NewHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
 	h, _, err := newService(pool, cfg, log)
 	return h, err
 }
 
-// newService is newHandler that also returns the idempotency store, for main to close on
+// newService is NewHandler that also returns the idempotency store, for main to close on
 // shutdown (it stops the store's listener and waits for its background release retries).
 func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, *idem.Store, error) {
 	return newServiceClaim(pool, cfg, log, idem.ClaimLease)
@@ -143,28 +144,30 @@ func newServiceClaim(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, mod
 	// The generated default wiring: bodies kept as sent for the fingerprint (and capped), and
 	// every binding error, unknown route and handler error answered as a problem. validate runs
 	// after binding and before the adapter claims a key.
-	jobs, err := newJobInserter(pool, c.Schema, log)
+	handlers, err := NewAPI(pool, c.Schema, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	apiHandler := idempotentAPI(mode, &payments{db: pool, jobs: jobs}, store)
-	return outerHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil
+	apiHandler := NewIdempotentAPI(mode, handlers, store)
+	return OuterHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil
 }
 
-// strictOptions are the answers to a request the strict server cannot bind and to a handler's
-// Go error: the runtime's problems, as NewIdempotentHandler installs them. The HTTP benchmark's
-// ceiling server (bench_servers_test.go), wired by hand, uses them too.
-func strictOptions(store *idem.Store) api.StrictHTTPServerOptions {
-	return api.StrictHTTPServerOptions{
-		RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
-		ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+// NewAPI returns the example's handlers, the implementation of the generated
+// api.IdempotentServerInterface: payments on pool, payouts enqueued as River jobs in schema
+// (see payouts.go). [NewHandler] serves them behind idemgen's adapter.
+func NewAPI(pool *pgxpool.Pool, schema string, log *slog.Logger) (api.IdempotentServerInterface, error) {
+	jobs, err := newJobInserter(pool, schema, log)
+	if err != nil {
+		return nil, err
 	}
+	return &payments{db: pool, jobs: jobs}, nil
 }
 
-// outerHandler wraps the routed API in what every request passes first: the access
-// log, /healthz, /metrics (when metrics is not nil), and the tenant check. newHandler and the HTTP benchmark's other servers
-// (bench_http_test.go) share it, so they differ only in the API behind it.
-func outerHandler(pool *pgxpool.Pool, log *slog.Logger, api, metrics http.Handler) http.Handler {
+// OuterHandler wraps the routed API in what every request passes first: the access log,
+// /healthz, /metrics (when metrics is not nil), and the tenant check ([TenantFrom] reads it).
+// NewHandler and the benchmark's other servers (bench/) share it, so they differ only in the API
+// behind it.
+func OuterHandler(pool *pgxpool.Pool, log *slog.Logger, api, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -1,12 +1,10 @@
-package main
+package payments
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,6 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
-
-// syncBuffer is a log several goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestInstancesStartedTogetherOnAnEmptySchema: several example servers started at the same
 // instant on an empty schema all come up; the runtime's, the example's and River's tables are

@@ -1,4 +1,4 @@
-package main
+package payments
 
 // The support page in a real browser: headless Chromium opens the example's
 // /admin/idempotency against a real PostgreSQL schema holding a completed, an in-flight, a stale
@@ -42,7 +42,7 @@ func TestSupportPageInABrowser(t *testing.T) {
 	chromium := needChromium(t)
 	ctx := context.Background()
 	schema := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 8})
-	if err := migrate(ctx, schema.Pool); err != nil {
+	if err := Migrate(ctx, schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	recent := idemadmin.NewRecent(0)

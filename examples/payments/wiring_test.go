@@ -1,4 +1,4 @@
-package main
+package payments
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func TestOapiCodegenWiringAnswersAProblem(t *testing.T) {
 	t.Parallel()
 	schema := idemtest.TestSchema(t, nil)
 	ctx := context.Background()
-	if err := migrate(ctx, schema.Pool); err != nil {
+	if err := Migrate(ctx, schema.Pool); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
@@ -38,7 +38,7 @@ func TestOapiCodegenWiringAnswersAProblem(t *testing.T) {
 	t.Cleanup(store.Close)
 	// As oapi-codegen's documentation wires a strict server: no options, no capture.
 	h := api.HandlerWithOptions(api.NewStrictHandler(api.NewIdempotentServer(&payments{db: schema.Pool}, store), nil), api.StdHTTPServerOptions{})
-	srv := httptest.NewServer(outerHandler(schema.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)), h, nil))
+	srv := httptest.NewServer(OuterHandler(schema.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)), h, nil))
 	t.Cleanup(srv.Close)
 	e := &env{t: t, url: srv.URL, client: srv.Client(), schema: schema}
 

@@ -90,7 +90,11 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
-	loaded, err := spec.Load(job.spec, &spec.LoadOpts{AllowRemoteRefs: job.allowRemoteRefs})
+	loadOpts := &spec.LoadOpts{AllowRemoteRefs: job.allowRemoteRefs}
+	if job.cfg != nil {
+		loadOpts.Override = job.cfg.Override
+	}
+	loaded, err := spec.Load(job.spec, loadOpts)
 	if err != nil {
 		return fail(ExitUsage, err)
 	}

@@ -33,6 +33,8 @@ type builder struct {
 	diags []Diagnostic
 	defs  *policy.Raw // document-level defaults; nil when absent or invalid
 	acks  []Acknowledgement
+	// override replaces the fields it sets in every operation's policy (LoadOpts.Override).
+	override *policy.Raw
 }
 
 // lintSettings reads the x-idempotency-lint extension of the mapping m (the root, or the
@@ -151,6 +153,7 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		b.report(ext, policy.RuleTypeInvalid, route, fmt.Sprintf("x-idempotency: expected true, false or a mapping, got %s", show(ext)))
 	}
 	if raw != nil {
+		raw = overlay(raw, b.override)
 		var diags []policy.Diagnostic
 		o.Policy, diags = policy.Resolve(policy.Input{Raw: raw, Defaults: b.defs, Op: o.Input(), Pos: posOf(b.file, extKey)})
 		b.diags = append(b.diags, diags...)

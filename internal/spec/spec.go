@@ -89,6 +89,10 @@ type LoadOpts struct {
 	// environment variable IDEMGEN_MAX_SPEC_BYTES (MaxBytesEnv) when set, else DefaultMaxBytes
 	// (32 MiB); negative means no limit. MaxDepth and MaxRefChain bound every document.
 	MaxBytes int64
+	// Override, when set, replaces the fields it sets in every operation's x-idempotency, over
+	// the operation's own and the document's defaults (a config file's override key, see
+	// [ParseOverride]). Operations without x-idempotency stay without.
+	Override *policy.Raw
 }
 
 // Spec is a loaded document.
@@ -188,7 +192,7 @@ func LoadData(path string, data []byte, opts *LoadOpts) (*Spec, error) {
 		return nil, fmt.Errorf("%s: not an OpenAPI 3 document: the top-level \"openapi\" field is %q, want 3.0.x or 3.1.x", path, doc.OpenAPI)
 	}
 	s := &Spec{File: path, Raw: data, Doc: doc}
-	b := &builder{file: path, tree: tree, doc: doc}
+	b := &builder{file: path, tree: tree, doc: doc, override: opts.Override}
 	s.Model = b.build()
 	s.Defaults = b.defs
 	s.Diagnostics = b.diags

@@ -34,7 +34,7 @@ func TestDemo(t *testing.T) {
 	dbURL := u.String()
 
 	bin := filepath.Join(t.TempDir(), "payments")
-	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/payments").CombinedOutput(); err != nil {
 		t.Fatalf("go build the payments example: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 // The hand-written peer BenchmarkHTTP compares the generated servers with: create made
 // idempotent by hand, the way a careful engineer would write it for this one operation, on the
@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
@@ -155,7 +156,7 @@ func (a peerAnswer) VisitCreatePaymentResponse(w http.ResponseWriter) error {
 // with hash set, the body's fingerprint; or the answer when the request has no key (answer not
 // nil).
 func peerRequest(ctx context.Context, who string, req api.CreatePaymentRequestObject, hash bool) (tenant, key string, fp [sha256.Size]byte, answer api.CreatePaymentResponseObject, err error) {
-	tenant, ok := tenantFrom(ctx)
+	tenant, ok := payments.TenantFrom(ctx)
 	if !ok {
 		return "", "", fp, nil, fmt.Errorf("payments %s: no tenant in the request context (is requireTenant installed?)", who)
 	}
@@ -324,7 +325,7 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	if s.guarded {
 		hctx, endWork = context.WithTimeoutCause(ctx, peerCreateTimeout, errPeerHandlerTimeout)
 	}
-	resp, err := createPayment(hctx, tx, tenant, key, req.Body)
+	resp, err := payments.CreatePaymentTx(hctx, tx, tenant, key, req.Body)
 	if endWork != nil {
 		endWork() // the cause cannot change after this: the work returned in time, or did not
 		if errors.Is(context.Cause(hctx), errPeerHandlerTimeout) {

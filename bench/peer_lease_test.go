@@ -1,7 +1,7 @@
-package main
+package bench
 
 // The hand-written lease peer: create made idempotent by hand with what claim: lease gives and
-// the hand-written peer (bench_peer_test.go) does not, written as a careful engineer would for
+// the hand-written peer (peer_test.go) does not, written as a careful engineer would for
 // this one operation. The claim is committed before the work, so the work could call a payment
 // provider outside any transaction; a claim abandoned by a crashed instance is taken over once
 // its lease runs out; and a completion is fenced, so an owner whose claim was taken over cannot
@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/examples/payments/api"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
@@ -53,7 +54,7 @@ const peerLeaseTableSQL = `CREATE TABLE IF NOT EXISTS peer_lease_keys (
 // work takes milliseconds, so it is not renewed.
 const peerLease = "60 seconds"
 
-// The lease peer's statements, each prepared like the rest (see bench_peer_test.go).
+// The lease peer's statements, each prepared like the rest (see peer_test.go).
 const (
 	peerLeaseBeginSQL  = `begin /* peer-lease */`
 	peerLeaseCommitSQL = `commit /* peer-lease */`
@@ -262,7 +263,7 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 	}
 
 	// The claim is this request's and committed: the business work, then the fenced outcome.
-	resp, err := createPayment(ctx, tx, tenant, key, req.Body)
+	resp, err := payments.CreatePaymentTx(ctx, tx, tenant, key, req.Body)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		s.release(tenant, key, owner)

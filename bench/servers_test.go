@@ -1,6 +1,6 @@
-package main
+package bench
 
-// The servers BenchmarkHTTP (bench_http_test.go) compares. Each runs in a child process of the
+// The servers BenchmarkHTTP (http_test.go) compares. Each runs in a child process of the
 // test binary (TestMain below), so its CPU and allocation profiles are the server's alone, not
 // mixed with the load generator's, and a client's garbage never pauses a server.
 
@@ -30,12 +30,33 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/examples/payments/api"
-	"github.com/idemgen/idemgen/examples/payments/internal/benchtx"
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
+
+// tenantHeader is the example's stand-in for authentication: OuterHandler refuses a request
+// without it and puts it in the context, where payments.TenantFrom reads it.
+const tenantHeader = "X-Tenant-ID"
+
+// tenantForStore is idem.Config.Tenant for the servers wired here: keys are scoped by tenant,
+// as in the example.
+func tenantForStore(ctx context.Context) (string, error) {
+	t, ok := payments.TenantFrom(ctx)
+	if !ok {
+		return "", errors.New("bench: no tenant in the request context (is payments.OuterHandler installed?)")
+	}
+	return t, nil
+}
+
+// problemResponse answers create with a problem, as the example's own handlers do.
+type problemResponse struct{ *idemhttp.Problem }
+
+func (p problemResponse) VisitCreatePaymentResponse(w http.ResponseWriter) error {
+	return p.WriteTo(w)
+}
 
 // The servers, by what stands between the HTTP stack and the business work.
 const (
@@ -44,28 +65,28 @@ const (
 	serverCeiling = "ceiling"
 	// serverLease is the example as it is (package api, claim: lease).
 	serverLease = "lease"
-	// serverTransaction is the example generated with claim: transaction (package benchtx).
+	// serverTransaction is the example generated with claim: transaction (package txapi).
 	serverTransaction = "transaction"
 	// serverCached is the example with the runtime's replay cache on (64 MiB).
 	serverCached = "cached"
-	// serverPeer is the ceiling with create made idempotent by hand (bench_peer_test.go): the
+	// serverPeer is the ceiling with create made idempotent by hand (peer_test.go): the
 	// figure to beat.
 	serverPeer = "peer"
 	// serverPeerLease is the ceiling with create made idempotent by hand with a lease
-	// (bench_peer_lease_test.go): the claim committed before the work, takeover and fencing.
+	// (peer_lease_test.go): the claim committed before the work, takeover and fencing.
 	// Lease mode's rows are compared with it too.
 	serverPeerLease = "peer-lease"
 	// serverPeerRow is the hand-written peer storing the runtime's key row instead of its own
-	// narrow one (bench_peer_test.go): the difference from the peer is what that row costs.
+	// narrow one (peer_test.go): the difference from the peer is what that row costs.
 	serverPeerRow = "peer-row"
 	// serverPeerRowGuarded is the row peer with the runtime's guarantees beyond the row written
-	// by hand (bench_peer_test.go): the design's fingerprint, a bounded claim, the handler's
+	// by hand (peer_test.go): the design's fingerprint, a bounded claim, the handler's
 	// timeout. The difference from the row peer is what those cost anyone; the difference to
 	// claim: transaction, what the runtime's own code costs. make bench-http measures its first
 	// executions; make bench-compare and make bench-instructions count both kinds of request.
 	serverPeerRowGuarded = "peer-row-guarded"
 	// serverPeerLeaseRow is the hand-written lease peer on the runtime's key row
-	// (bench_peer_lease_test.go): the difference from the lease peer is what that row costs a
+	// (peer_lease_test.go): the difference from the lease peer is what that row costs a
 	// lease.
 	serverPeerLeaseRow = "peer-lease-row"
 )
@@ -107,7 +128,7 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 	cfg := &idem.Config{Schema: schema}
 	switch mode {
 	case serverLease:
-		return newHandler(pool, cfg, log)
+		return payments.NewHandler(pool, cfg, log)
 	case serverCeiling:
 		return ceilingHandler(pool, schema, log)
 	case serverPeer:
@@ -124,19 +145,19 @@ func benchHandler(mode string, pool *pgxpool.Pool, schema string, log *slog.Logg
 		return transactionHandler(pool, cfg, log)
 	case serverCached:
 		cfg.ReplayCacheBytes = 64 << 20
-		return newHandler(pool, cfg, log)
+		return payments.NewHandler(pool, cfg, log)
 	}
 	return nil, fmt.Errorf("unknown bench server %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", mode, serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached)
 }
 
-// ceilingHandler is newHandler with create served by ceilingServer.
+// ceilingHandler is payments.NewHandler with create served by ceilingServer.
 func ceilingHandler(pool *pgxpool.Pool, schema string, log *slog.Logger) (http.Handler, error) {
 	return stackFor(pool, schema, log, func(inner api.StrictServerInterface) api.StrictServerInterface {
 		return ceilingServer{StrictServerInterface: inner, db: pool}
 	})
 }
 
-// stackFor is newHandler's HTTP stack with create served by the strict server wrap returns; the
+// stackFor is payments.NewHandler's HTTP stack with create served by the strict server wrap returns; the
 // other operations stay the example's idempotent ones (inner), which the benchmark does not use.
 // The ceiling and the hand-written peer share it, so they differ only in create.
 func stackFor(pool *pgxpool.Pool, schema string, log *slog.Logger, wrap func(inner api.StrictServerInterface) api.StrictServerInterface) (http.Handler, error) {
@@ -144,10 +165,18 @@ func stackFor(pool *pgxpool.Pool, schema string, log *slog.Logger, wrap func(inn
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
 	}
-	p := &payments{db: pool}
+	p, err := payments.NewAPI(pool, schema, log)
+	if err != nil {
+		return nil, err
+	}
+	// The answers NewIdempotentHandler installs for a request the strict server cannot bind and
+	// for a handler's Go error: the runtime's problems.
 	strict := api.NewStrictHandlerWithOptions(wrap(api.NewIdempotentServer(p, store)),
-		[]api.StrictMiddlewareFunc{validate},
-		strictOptions(store))
+		[]api.StrictMiddlewareFunc{payments.Validate},
+		api.StrictHTTPServerOptions{
+			RequestErrorHandlerFunc:  idemhttp.RequestErrorHandler,
+			ResponseErrorHandlerFunc: idemhttp.ResponseErrorHandler(store),
+		})
 	// The same stack as NewIdempotentHandler's: the body captured and capped, problems for
 	// unrouted requests.
 	apiMux := http.NewServeMux()
@@ -155,7 +184,7 @@ func stackFor(pool *pgxpool.Pool, schema string, log *slog.Logger, wrap func(inn
 		BaseRouter:       apiMux,
 		ErrorHandlerFunc: api.IdempotencyParamErrorHandler,
 	})
-	return outerHandler(pool, log, idemhttp.Capture(0)(idemhttp.Routed(apiMux, apiMux)), nil), nil
+	return payments.OuterHandler(pool, log, idemhttp.Capture(0)(idemhttp.Routed(apiMux, apiMux)), nil), nil
 }
 
 // ceilingServer is the example's strict server with create's idempotency switched off: it runs
@@ -168,7 +197,7 @@ type ceilingServer struct {
 }
 
 func (s ceilingServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequestObject) (api.CreatePaymentResponseObject, error) {
-	tenant, ok := tenantFrom(ctx)
+	tenant, ok := payments.TenantFrom(ctx)
 	if !ok {
 		return nil, errors.New("payments ceiling: no tenant in the request context (is requireTenant installed?)")
 	}
@@ -179,7 +208,7 @@ func (s ceilingServer) CreatePayment(ctx context.Context, req api.CreatePaymentR
 	var resp api.CreatePaymentResponseObject
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		resp, err = createPayment(ctx, tx, tenant, *req.Params.IdempotencyKey, req.Body)
+		resp, err = payments.CreatePaymentTx(ctx, tx, tenant, *req.Params.IdempotencyKey, req.Body)
 		return err
 	})
 	if err != nil {
@@ -188,8 +217,8 @@ func (s ceilingServer) CreatePayment(ctx context.Context, req api.CreatePaymentR
 	return resp, nil
 }
 
-// transactionHandler is newHandler on package benchtx, the example generated with
-// claim: transaction, whose handler (txPayments) calls the example's own.
+// transactionHandler is payments.NewHandler in claim: transaction (the example's package txapi),
+// without the example's metrics, as the other servers.
 func transactionHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, error) {
 	c := *cfg
 	c.Tenant = tenantForStore
@@ -198,10 +227,11 @@ func transactionHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("idempotency store: %w", err)
 	}
-	h := benchtx.NewIdempotentHandler(txPayments{&payments{db: pool}}, store, &benchtx.IdempotentHandlerOptions{
-		Middlewares: []benchtx.StrictMiddlewareFunc{validateTx},
-	})
-	return outerHandler(pool, log, h, nil), nil
+	p, err := payments.NewAPI(pool, cfg.Schema, log)
+	if err != nil {
+		return nil, err
+	}
+	return payments.OuterHandler(pool, log, payments.NewIdempotentAPI(idem.ClaimTransaction, p, store), nil), nil
 }
 
 // serveChild is a child process: it serves one server on a loopback port and a control port
@@ -399,7 +429,7 @@ func (s *benchServer) stats(ctx context.Context, client *http.Client) (trips int
 }
 
 // flushStats has every connection of pool flush its pending statistics, for the database
-// profile (bench_http_test.go): a PostgreSQL 15 backend otherwise keeps them up to 10s after it
+// profile (http_test.go): a PostgreSQL 15 backend otherwise keeps them up to 10s after it
 // goes idle. A backend flushes before it answers ready for the next query, so they are flushed
 // when this returns. It returns the number of statements (each a transaction) it ran, and fails
 // when a connection is busy.
@@ -458,42 +488,6 @@ func (s *benchServer) flushStats(ctx context.Context, client *http.Client) (int,
 		return 0, fmt.Errorf("flush the %s server's statistics: status %d, %q, %v", s.mode, resp.StatusCode, b, err)
 	}
 	return n, nil
-}
-
-// TestBenchTxSpecIsTheExampleWithTransactionClaims keeps package benchtx's spec a copy of the
-// example's that differs in the document's claim mode only, so that BenchmarkHTTP compares the
-// two claim modes on one API.
-func TestBenchTxSpecIsTheExampleWithTransactionClaims(t *testing.T) {
-	t.Parallel()
-	example, err := os.ReadFile("openapi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	copied, err := os.ReadFile("internal/benchtx/openapi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := strings.Split(string(example), "\n"), strings.Split(string(copied), "\n")
-	if len(a) != len(b) {
-		t.Fatalf("internal/benchtx/openapi.yaml has %d lines, openapi.yaml %d: copy openapi.yaml there again "+
-			"and set its document-level claim to transaction", len(b), len(a))
-	}
-	claims := 0
-	for i := range a {
-		if a[i] == b[i] {
-			continue
-		}
-		lease, tx := strings.TrimSpace(a[i]), strings.TrimSpace(b[i])
-		if lease == "claim: lease" && strings.HasPrefix(tx, "claim: transaction") {
-			claims++
-			continue
-		}
-		t.Errorf("line %d differs: openapi.yaml has %q, internal/benchtx/openapi.yaml %q; only the claim line may "+
-			"(copy openapi.yaml there again and set its document-level claim to transaction)", i+1, a[i], b[i])
-	}
-	if claims != 1 {
-		t.Errorf("%d lines turn claim: lease into claim: transaction; want exactly the document-level one", claims)
-	}
 }
 
 // TestBenchServers checks that the benchmark's servers are what its table calls them, over
@@ -688,7 +682,7 @@ func TestGuardedPeerFingerprintsAsTheRuntime(t *testing.T) {
 func serveBenchForTest(t *testing.T, mode string, clients int) (*idemtest.Schema, *benchServer, *load) {
 	t.Helper()
 	sch := idemtest.TestSchema(t, nil)
-	if err := migrate(context.Background(), sch.Pool); err != nil {
+	if err := payments.Migrate(context.Background(), sch.Pool); err != nil {
 		t.Fatal(err)
 	}
 	h, err := benchHandler(mode, sch.Pool, sch.Name, slog.New(slog.DiscardHandler))

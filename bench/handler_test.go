@@ -1,4 +1,4 @@
-package main
+package bench
 
 // BenchmarkFirstHandler and BenchmarkReplayHandler: one first execution (a new key each time),
 // or one replay, served in process through a bench server's real HTTP handler on real
@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgen/idemgen/examples/payments"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
@@ -67,7 +68,7 @@ func BenchmarkReplayHandler(b *testing.B) {
 func inProcess(b *testing.B, mode string) func(key string) *httptest.ResponseRecorder {
 	ctx := context.Background()
 	sch := idemtest.TestSchema(b, &idemtest.SchemaOpts{MaxConns: 2})
-	if err := migrate(ctx, sch.Pool); err != nil {
+	if err := payments.Migrate(ctx, sch.Pool); err != nil {
 		b.Fatal(err)
 	}
 	cfg, err := pgxpool.ParseConfig(sch.URL)

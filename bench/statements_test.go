@@ -1,4 +1,4 @@
-package main
+package bench
 
 // The statement trace behind make bench-statements (scripts/bench-statements.sh): with
 // BENCH_STATEMENTS_TRACE naming a file, every bench server built by inProcess records each

@@ -2,8 +2,8 @@
 
 //go:build go1.22
 
-// Package benchtx provides primitives to interact with the openapi HTTP API.
-package benchtx
+// Package txapi provides primitives to interact with the openapi HTTP API.
+package txapi
 
 import (
 	"bytes"
