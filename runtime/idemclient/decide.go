@@ -26,6 +26,7 @@ const (
 	CodeMediaTypeUnsupported = "media-type-unsupported"
 	CodeNotFound             = "not-found"
 	CodeMethodNotAllowed     = "method-not-allowed"
+	CodeNotImplemented       = "not-implemented"
 	CodeInternal             = "internal"
 )
 
@@ -64,7 +65,7 @@ type Decision struct {
 //     Waiting;
 //     handler-timeout, internal → retry (the work was rolled back and the key released);
 //     key-reused, key-missing, key-invalid, body-invalid, body-too-large, request-invalid,
-//     media-type-unsupported, not-found, method-not-allowed → final (a retry sends the same
+//     media-type-unsupported, not-found, method-not-allowed, not-implemented → final (a retry sends the same
 //     request and gets the same answer);
 //   - 1xx, 2xx, 3xx: final;
 //   - 408, 425, 429 (never stored, whatever persist says) → retry after Retry-After, if any;
@@ -85,7 +86,7 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 		case CodeHandlerTimeout, CodeInternal:
 			return Decision{Retry: true, Reason: reason}
 		case CodeKeyReused, CodeKeyMissing, CodeKeyInvalid, CodeBodyInvalid, CodeBodyTooLarge,
-			CodeRequestInvalid, CodeMediaTypeUnsupported, CodeNotFound, CodeMethodNotAllowed:
+			CodeRequestInvalid, CodeMediaTypeUnsupported, CodeNotFound, CodeMethodNotAllowed, CodeNotImplemented:
 			return Decision{Reason: reason}
 		}
 		// A code this package does not know: judged by its status, below.

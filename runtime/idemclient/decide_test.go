@@ -49,6 +49,7 @@ func TestClassifyTable(t *testing.T) {
 		{"media type unsupported", op, 415, idemhttp.CodeMediaTypeUnsupported, nil, false, 0},
 		{"not found", op, 404, idemhttp.CodeNotFound, nil, false, 0},
 		{"method not allowed", op, 405, idemhttp.CodeMethodNotAllowed, nil, false, 0},
+		{"not implemented (an operation the server does not serve)", op, 501, idemhttp.CodeNotImplemented, nil, false, 0},
 		// Statuses without a runtime problem.
 		{"200", op, 200, "", nil, false, 0},
 		{"201", op, 201, "", nil, false, 0},
