@@ -87,6 +87,16 @@ type Claim struct {
 	// row it found (takeover, sql/complete_takeover.sql).
 	locked, takeover bool
 	fingerprint      string
+
+	// store is the Store that made the claim (ProviderKey records through it).
+	store *Store
+	// history: the claim's events go to the key's history (DoParams.History, or implied by
+	// uncertainOnLoss: DoParams.UncertainOnLoss).
+	history, uncertainOnLoss bool
+	// providerCalled is set once the holder asked for a provider key and the call was recorded
+	// (ProviderKey): under uncertainOnLoss a release then turns the key uncertain. Set and read
+	// with sync/atomic (1 once set): a handler past its timeout may still run while Do releases.
+	providerCalled int32
 }
 
 // hash is KeyHash(c.Scope, c.Key): computed once, when the claim was made, for a claim whose
@@ -252,6 +262,7 @@ func newClaimWith(s *Store, p *DoParams, token pgtype.UUID, full bool) *Claim {
 	}
 	c.Tenant, c.Scope, c.Key, c.Operation, c.Lease, c.token = p.Tenant, p.Scope, p.Key, p.Operation, lease(p), token
 	c.row, c.notify = row, waits(p)
+	c.store, c.history, c.uncertainOnLoss = s, p.History || p.UncertainOnLoss, p.UncertainOnLoss
 	return c
 }
 

@@ -84,6 +84,15 @@ type DoParams struct {
 	// Persist says which outcome statuses are stored; an outcome outside it is rolled back and
 	// its key released, as if fn had failed, but returned. The zero set stores every outcome.
 	Persist StatusSet
+	// History appends what happens to the key to its durable history (Store.History): claims,
+	// takeovers, completions, releases and why, replays (counted), mismatches, lost leases,
+	// provider calls. Off by default: it costs a write per first execution.
+	History bool
+	// UncertainOnLoss declares that fn's provider calls cannot be safely repeated: once fn has
+	// asked for a provider key (ProviderKey), losing the claim (a crash, a timeout, an error, a
+	// lost lease) turns the key uncertain (ErrUncertain) instead of letting a retry run fn again,
+	// until Store.Resolve settles it. It needs ClaimLease, and implies History.
+	UncertainOnLoss bool
 }
 
 // DoResult is what Do decided.

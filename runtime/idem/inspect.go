@@ -132,6 +132,10 @@ type OperationKeyStats struct {
 	Expired   int64
 	// OldestInFlight is when the oldest in-flight key was first claimed; zero when none is.
 	OldestInFlight time.Time
+	// Uncertain counts keys whose outcome is uncertain (KeyUncertain), waiting for an operator
+	// or a reconciliation; OldestUncertain is when the oldest of them called its provider.
+	Uncertain       int64
+	OldestUncertain time.Time
 }
 
 // keyHashSQL is [KeyHash] computed by PostgreSQL from a row's scope and key (sha256 is built in
@@ -241,7 +245,9 @@ func (s *Store) KeyStats(ctx context.Context) (*KeyStats, error) {
 	count(*) FILTER (WHERE state = 'in_flight' AND lease_expires_at <= $1::timestamptz) AS stale,
 	count(*) FILTER (WHERE state = 'complete') AS complete,
 	count(*) FILTER (WHERE expires_at <= $1::timestamptz) AS expired,
-	min(created_at) FILTER (WHERE state = 'in_flight') AS oldest
+	min(created_at) FILTER (WHERE state = 'in_flight') AS oldest,
+	count(*) FILTER (WHERE state = 'uncertain') AS uncertain,
+	min(provider_at) FILTER (WHERE state = 'uncertain') AS oldest_uncertain
 FROM `+s.table+` GROUP BY operation
 ORDER BY operation`, st.Now)
 	if err != nil {
@@ -250,13 +256,16 @@ ORDER BY operation`, st.Now)
 	defer rows.Close()
 	for rows.Next() {
 		var o OperationKeyStats
-		var oldest *time.Time
-		if err := rows.Scan(&o.Operation, &o.InFlight, &o.Stale, &o.Complete, &o.Expired, &oldest); err != nil {
+		var oldest, oldestUncertain *time.Time
+		if err := rows.Scan(&o.Operation, &o.InFlight, &o.Stale, &o.Complete, &o.Expired, &oldest, &o.Uncertain, &oldestUncertain); err != nil {
 			return nil, storeError(ctx, "key stats", err)
 		}
 		o.Operation = fromStoredText(o.Operation)
 		if oldest != nil {
 			o.OldestInFlight = *oldest
+		}
+		if oldestUncertain != nil {
+			o.OldestUncertain = *oldestUncertain
 		}
 		st.Operations = append(st.Operations, o)
 		t := &st.Total
@@ -266,6 +275,10 @@ ORDER BY operation`, st.Now)
 		t.Expired += o.Expired
 		if !o.OldestInFlight.IsZero() && (t.OldestInFlight.IsZero() || o.OldestInFlight.Before(t.OldestInFlight)) {
 			t.OldestInFlight = o.OldestInFlight
+		}
+		t.Uncertain += o.Uncertain
+		if !o.OldestUncertain.IsZero() && (t.OldestUncertain.IsZero() || o.OldestUncertain.Before(t.OldestUncertain)) {
+			t.OldestUncertain = o.OldestUncertain
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -2,7 +2,9 @@ package idem
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -78,6 +80,9 @@ type migrationVars struct {
 	// StateCheck and AttemptCheck are the names PostgreSQL gave version 1's CHECK constraints
 	// on state and attempt, which version 5 drops.
 	StateCheck, AttemptCheck string
+	// Events is the key's history table, "schema"."<table>_events" (HistoryTableName), and the
+	// rest its indexes (version 6).
+	Events, EventsKeyIndex, EventsProviderIndex, EventsAtIndex string
 }
 
 // Migrations returns the migrations rendered for m's table, in version order: the SQL to review
@@ -85,11 +90,15 @@ type migrationVars struct {
 func (m *Migrator) Migrations() ([]Migration, error) {
 	schema, table := m.schema, m.table
 	vars := migrationVars{
-		Table:        pgx.Identifier{schema, table}.Sanitize(),
-		Schema:       pgx.Identifier{schema}.Sanitize(),
-		ExpiresIndex: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
-		StateCheck:   pgx.Identifier{autoConstraintName(table, "state", "check")}.Sanitize(),
-		AttemptCheck: pgx.Identifier{autoConstraintName(table, "attempt", "check")}.Sanitize(),
+		Table:               pgx.Identifier{schema, table}.Sanitize(),
+		Schema:              pgx.Identifier{schema}.Sanitize(),
+		ExpiresIndex:        pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
+		StateCheck:          pgx.Identifier{autoConstraintName(table, "state", "check")}.Sanitize(),
+		AttemptCheck:        pgx.Identifier{autoConstraintName(table, "attempt", "check")}.Sanitize(),
+		Events:              pgx.Identifier{schema, HistoryTableName(table)}.Sanitize(),
+		EventsKeyIndex:      pgx.Identifier{companionName(table, "_events_key_idx")}.Sanitize(),
+		EventsProviderIndex: pgx.Identifier{companionName(table, "_events_provider_idx")}.Sanitize(),
+		EventsAtIndex:       pgx.Identifier{companionName(table, "_events_at_idx")}.Sanitize(),
 	}
 	files, err := fs.Glob(migrationFS, "migrations/*.up.sql")
 	if err != nil {
@@ -139,6 +148,22 @@ func checkTable(table string) error {
 		return fmt.Errorf("idem: table name %q is %d bytes; at most %d: PostgreSQL keeps 63 bytes of a name, and %s_migrations and %s_expires_at_idx must stay distinct", table, len(table), MaxTableBytes, table, table)
 	}
 	return nil
+}
+
+// HistoryTableName is the name of the history table beside the key table named table:
+// "<table>_events", or, when that is longer than PostgreSQL keeps, the table's name cut short
+// and told apart by a digest of the whole (companionName).
+func HistoryTableName(table string) string { return companionName(table, "_events") }
+
+// companionName is table+suffix, the name of something that belongs to the key table; when
+// that is over 63 bytes, the table's name is cut to fit and followed by 8 hex digits of its
+// SHA-256, so two long table names that share a prefix still get distinct companions.
+func companionName(table, suffix string) string {
+	if len(table)+len(suffix) <= maxIdentifierBytes {
+		return table + suffix
+	}
+	sum := sha256.Sum256([]byte(table))
+	return clipUTF8(table, maxIdentifierBytes-len(suffix)-9) + "_" + hex.EncodeToString(sum[:4]) + suffix
 }
 
 // autoConstraintName is the name PostgreSQL gives a constraint declared without one on column

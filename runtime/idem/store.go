@@ -100,6 +100,9 @@ type Config struct {
 	//
 	// Deprecated: set Topology.
 	Pooler Pooler
+	// HistoryRetention is how long the history of keys (see Store.History) is kept: Purge
+	// deletes older rows. Default DefaultHistoryRetention.
+	HistoryRetention time.Duration
 	// ListenConn, when set, opens the connection the Store LISTENs on for finished keys (waiting
 	// duplicates wake on their holder's notification). LISTEN needs a session of its own: behind
 	// a pooler in transaction mode, point it past the pooler, at the database itself
@@ -166,6 +169,8 @@ type Store struct {
 	db    DB
 	cfg   Config
 	table string // sanitised "schema"."table"
+	// events is the history table beside it, sanitised (HistoryTableName).
+	events string
 	// preparedMark names, in a connection's CustomData, the mark that its statements (whose
 	// texts name table, and differ with the replay cache: sql/replay.sql) are prepared on it.
 	preparedMark string
@@ -251,7 +256,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, cfg: c, table: table, preparedMark: preparedMark(table, c.ReplayCacheBytes > 0), log: c.Logger, sql: st, bg: newBackground(),
+	s := &Store{db: db, cfg: c, table: table, events: pgx.Identifier{c.Schema, HistoryTableName(c.Table)}.Sanitize(), preparedMark: preparedMark(table, c.ReplayCacheBytes > 0), log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes),
 		owed: newOwedConns(db), owedAge: owedMaxAge, lockSeed: lockSeed(table)}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {

@@ -1,0 +1,269 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// A key's history is a durable, append-only list of what happened to it (claimed, taken over,
+// completed, released and why, replays counted, a mismatch refused, a lease lost, a provider
+// call, uncertain, resolved), kept in the history table beside the key table
+// (HistoryTableName) for Config.HistoryRetention, longer than the key itself, so that a dispute
+// ("I paid twice") months later can still be read. The runtime appends to it in the
+// transactions it already runs, for operations that ask for it (DoParams.History), and always
+// for those declared uncertain-on-loss (DoParams.UncertainOnLoss).
+
+// DefaultHistoryRetention is how long history rows are kept by default: 120 days, the window in
+// which card schemes take most chargebacks.
+const DefaultHistoryRetention = 120 * 24 * time.Hour
+
+// The history's own event kinds (the others are the Observer's: EventAcquired, …). Each is also
+// sent to Config.Observer.
+const (
+	// EventProviderCall: the holder of a claim asked for a derived provider key (ProviderKey),
+	// and the call was recorded before the key was handed out.
+	EventProviderCall EventKind = "provider_call"
+	// EventUncertain: a claim of an operation declared uncertain-on-loss was lost after a
+	// provider call (its holder crashed, timed out, failed or lost its lease): the provider may
+	// have acted, so the key is not run again until an operator or a reconciliation settles it.
+	EventUncertain EventKind = "uncertain"
+	// EventResolved: an uncertain key was settled (Store.Resolve), as completed or as failed.
+	EventResolved EventKind = "resolved"
+)
+
+var (
+	// ErrUncertain: an earlier attempt of this key was lost after a provider call, and the key
+	// waits for an operator or a reconciliation to settle it (problem operation-uncertain). A
+	// retry cannot settle it, so clients must not retry.
+	ErrUncertain = errors.New("idem: the outcome of an earlier attempt is uncertain")
+	// ErrNotUncertain: Resolve was asked to settle a key that is not uncertain.
+	ErrNotUncertain = errors.New("idem: the key is not uncertain")
+)
+
+// KeyUncertain is KeyInfo.State of a key whose outcome is uncertain (see ErrUncertain).
+const KeyUncertain = "uncertain"
+
+// HistoryEvent is one row of a key's history.
+type HistoryEvent struct {
+	At        time.Time // the database clock
+	Kind      EventKind
+	Operation string
+	Attempt   int    // the attempt the event belongs to; 0 when none does (resolved, replayed)
+	Status    int    // completed: the stored status; resolved as completed: the status stored
+	Detail    string // released: why; key_reused: what came; resolved: the evidence
+	Actor     string // resolved: who
+	Replays   int    // replayed: how many replays the row counts
+	// A provider call: the provider's name, the derived key sent to it, and the amount (minor
+	// units) and currency the call moved, when the handler said.
+	Provider    string
+	ProviderKey string
+	Amount      int64
+	Currency    string
+}
+
+// ProviderCall describes a call to a provider, for the history and for reconciliation against
+// the provider's records.
+type ProviderCall struct {
+	// Provider names the provider ("acquirer", "bank:payouts"); see Derivation.Key.
+	Provider string
+	// Amount (in minor units) and Currency (ISO 4217) the call moves, when it moves money;
+	// reconciliation compares them with the provider's records. Zero and "" when it does not.
+	Amount   int64
+	Currency string
+}
+
+// Resolution is how Resolve settles an uncertain key.
+type Resolution int
+
+const (
+	// ResolveCompleted: the lost attempt took effect (the provider charged). The key becomes
+	// complete with the outcome given, which every retry replays.
+	ResolveCompleted Resolution = iota + 1
+	// ResolveFailed: the lost attempt took no effect (the provider has no record of it). The key
+	// is given back: the next retry executes anew.
+	ResolveFailed
+)
+
+func (r Resolution) String() string {
+	switch r {
+	case ResolveCompleted:
+		return "completed"
+	case ResolveFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("Resolution(%d)", int(r))
+}
+
+// ParseResolution parses "completed" or "failed".
+func ParseResolution(s string) (Resolution, error) {
+	switch s {
+	case "completed":
+		return ResolveCompleted, nil
+	case "failed":
+		return ResolveFailed, nil
+	}
+	return 0, fmt.Errorf("idem: resolution %q: want completed or failed", s)
+}
+
+// ResolveParams say which uncertain key to settle, how, by whom and why.
+type ResolveParams struct {
+	// Tenant, Scope and Key name the key as KeyInfo gives them.
+	Tenant, Scope, Key string
+	As                 Resolution
+	// Outcome is what retries replay once the key is resolved as completed (required then; a
+	// reference for reference storage, a status for marker storage). Ignored for ResolveFailed.
+	Outcome *Outcome
+	// TTL is how long the completed key is remembered from now; default DefaultTTL.
+	TTL time.Duration
+	// Actor (who settles it) and Evidence (why: a ticket, the provider's record) are required,
+	// and go to the history.
+	Actor, Evidence string
+}
+
+func (p *ResolveParams) check() error {
+	switch {
+	case p == nil:
+		return errors.New("idem: Resolve: params are nil")
+	case p.As != ResolveCompleted && p.As != ResolveFailed:
+		return errors.New("idem: Resolve: As must be ResolveCompleted or ResolveFailed")
+	case p.As == ResolveCompleted && p.Outcome == nil:
+		return errors.New("idem: Resolve: resolving as completed needs the Outcome retries will replay")
+	case p.As == ResolveCompleted && (p.Outcome.Status < 100 || p.Outcome.Status > 599):
+		return fmt.Errorf("idem: Resolve: outcome status %d is not an HTTP status", p.Outcome.Status)
+	case strings.TrimSpace(p.Actor) == "":
+		return errors.New("idem: Resolve: Actor is required: the history records who settled the key")
+	case strings.TrimSpace(p.Evidence) == "":
+		return errors.New("idem: Resolve: Evidence is required: the history records why the key was settled")
+	}
+	return nil
+}
+
+// Resolve settles an uncertain key in a transaction of its own. ErrNotUncertain when the key is
+// not uncertain (already settled, or never was), ErrNoSuchKey when there is no such key.
+func (s *Store) Resolve(ctx context.Context, p *ResolveParams) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return s.ResolveTx(ctx, tx, p) })
+}
+
+// ResolveTx is Resolve inside the caller's transaction, so that an application can write what
+// the lost attempt should have written (the payment row the provider's record proves) in the
+// same commit that settles the key.
+func (s *Store) ResolveTx(ctx context.Context, tx pgx.Tx, p *ResolveParams) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	row := rowID{storedText(p.Tenant), storedText(p.Scope), storedText(p.Key)}
+	var state, operation string
+	err := tx.QueryRow(ctx, `SELECT state, operation FROM `+s.table+
+		` WHERE tenant = $1 AND scope = $2 AND key = $3 FOR UPDATE`, row.tenant, row.scope, row.key).Scan(&state, &operation)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNoSuchKey
+	case err != nil:
+		return fmt.Errorf("idem: resolve: %w", err)
+	case state != KeyUncertain:
+		return fmt.Errorf("%w (it is %s)", ErrNotUncertain, state)
+	}
+	ev := HistoryEvent{Kind: EventResolved, Operation: fromStoredText(operation), Actor: p.Actor,
+		Detail: p.As.String() + ": " + p.Evidence}
+	switch p.As {
+	case ResolveCompleted:
+		var headers any
+		if len(p.Outcome.Header) > 0 {
+			b, err := encodeStoredHeaders(p.Outcome.Header)
+			if err != nil {
+				return fmt.Errorf("idem: resolve: encode headers: %w", err)
+			}
+			headers = b
+		}
+		var ref *string
+		if p.Outcome.Reference != "" {
+			ref = &p.Outcome.Reference
+		}
+		_, err = tx.Exec(ctx, `UPDATE `+s.table+` SET state = 'complete', status = $4, headers = $5, body = $6,
+	reference = $7, completed_at = statement_timestamp(), expires_at = statement_timestamp() + $8::interval
+WHERE tenant = $1 AND scope = $2 AND key = $3`, row.tenant, row.scope, row.key,
+			int32(p.Outcome.Status), headers, p.Outcome.Body, ref, interval(orDefault(p.TTL, DefaultTTL)))
+		ev.Status = p.Outcome.Status
+	case ResolveFailed:
+		_, err = tx.Exec(ctx, `DELETE FROM `+s.table+` WHERE tenant = $1 AND scope = $2 AND key = $3`,
+			row.tenant, row.scope, row.key)
+	}
+	if err != nil {
+		return fmt.Errorf("idem: resolve: %w", err)
+	}
+	if err := s.appendHistory(ctx, tx, row, ev); err != nil {
+		return err
+	}
+	s.observeHistory(ctx, row, ev)
+	return nil
+}
+
+// historyInsert appends one history row; $1–$3 the row (stored form), then the event's fields,
+// then the retention.
+func (s *Store) historyInsert() string {
+	return `INSERT INTO ` + s.events + ` (tenant, scope, key, kind, operation, attempt, status, detail, actor,
+	replays, provider, provider_key, amount, currency)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, 0), NULLIF($7, 0), NULLIF($8, ''), NULLIF($9, ''),
+	NULLIF($10, 0), NULLIF($11, ''), NULLIF($12, ''), NULLIF($13, 0::bigint), NULLIF($14, ''))`
+}
+
+// historyArgs are historyInsert's parameters for ev about row.
+func historyArgs(row rowID, ev HistoryEvent) []any {
+	return []any{row.tenant, row.scope, row.key, string(ev.Kind), storedText(ev.Operation), int32(ev.Attempt),
+		int32(ev.Status), ev.Detail, ev.Actor, int32(ev.Replays), ev.Provider, ev.ProviderKey, ev.Amount, ev.Currency}
+}
+
+// appendHistory appends ev to row's history through q: a transaction the runtime already runs,
+// or the pool for an event that happens outside one.
+func (s *Store) appendHistory(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, row rowID, ev HistoryEvent) error {
+	if _, err := q.Exec(ctx, s.historyInsert(), historyArgs(row, ev)...); err != nil {
+		return fmt.Errorf("idem: history: %w", err)
+	}
+	return nil
+}
+
+// observeHistory tells Config.Observer of a history event that is not also one of the claim's
+// own (resolved, provider_call, uncertain).
+func (s *Store) observeHistory(ctx context.Context, row rowID, ev HistoryEvent) {
+	if s.cfg.Observer == nil {
+		return
+	}
+	s.cfg.Observer(ctx, Event{Kind: ev.Kind, Operation: ev.Operation, KeyHash: KeyHash(fromStoredText(row.scope), fromStoredText(row.key))})
+}
+
+// MaxHistoryRows caps what History returns: the oldest rows of a key with more are left out.
+const MaxHistoryRows = 1000
+
+// History returns the history of the key (tenant, scope and key as KeyInfo gives them), oldest
+// first. A key with no history (its operation keeps none, or it is older than the retention)
+// has an empty one.
+func (s *Store) History(ctx context.Context, tenant, scope, key string) ([]HistoryEvent, error) {
+	rows, err := s.db.Query(ctx, `SELECT at, kind, operation, coalesce(attempt, 0), coalesce(status, 0),
+	coalesce(detail, ''), coalesce(actor, ''), coalesce(replays, 0), coalesce(provider, ''),
+	coalesce(provider_key, ''), coalesce(amount, 0), coalesce(currency, '')
+FROM (SELECT * FROM `+s.events+` WHERE tenant = $1 AND scope = $2 AND key = $3 ORDER BY at DESC LIMIT $4) h
+ORDER BY at`, storedText(tenant), storedText(scope), storedText(key), MaxHistoryRows)
+	if err != nil {
+		return nil, fmt.Errorf("idem: history: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (HistoryEvent, error) {
+		var ev HistoryEvent
+		var at pgtype.Timestamptz
+		var kind, op string
+		var attempt, status, replays int32
+		err := r.Scan(&at, &kind, &op, &attempt, &status, &ev.Detail, &ev.Actor, &replays, &ev.Provider,
+			&ev.ProviderKey, &ev.Amount, &ev.Currency)
+		ev.At, ev.Kind, ev.Operation = at.Time, EventKind(kind), fromStoredText(op)
+		ev.Attempt, ev.Status, ev.Replays = int(attempt), int(status), int(replays)
+		return ev, err
+	})
+}

@@ -1,0 +1,2 @@
+DROP TABLE {{.Events}};
+ALTER TABLE {{.Table}} DROP COLUMN provider_at;
