@@ -98,11 +98,14 @@ func (t *Tracer) observe(ctx context.Context, e idem.Event) {
 		t.span(ctx, SpanComplete, e, returned, end, false)
 	case idem.EventReleased:
 		t.span(ctx, SpanHandler, e, end.Add(-e.Duration), end, false)
-	case idem.EventHandlerTimeout:
+	case idem.EventHandlerTimeout, idem.EventHandlerFailed:
+		// The handler ran past its timeout, or answered over a transaction one of its own
+		// statements had aborted: either way its work rolled back, a failed handler step.
 		t.span(ctx, SpanHandler, e, end.Add(-e.Duration), end, true)
 	default:
-		// lease_lost, store_error, purged: no step of their own to draw; they are noted on the
-		// span they happened under.
+		// lease_lost, store_error, purged, provider_call, uncertain, resolved: no step of their
+		// own to draw; they are noted on the span they happened under, and those that mean a
+		// failure mark it failed.
 		span := trace.SpanFromContext(ctx)
 		if !span.IsRecording() {
 			return
@@ -112,7 +115,8 @@ func (t *Tracer) observe(ctx context.Context, e idem.Event) {
 			attrs = append(attrs, AttrPurged.Int(e.Count))
 		}
 		span.AddEvent("idem."+string(e.Kind), trace.WithTimestamp(end), trace.WithAttributes(attrs...))
-		if e.Kind != idem.EventPurged {
+		switch e.Kind {
+		case idem.EventLeaseLost, idem.EventStoreError, idem.EventUncertain:
 			span.SetStatus(codes.Error, "idem: "+string(e.Kind))
 		}
 	}

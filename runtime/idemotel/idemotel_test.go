@@ -179,6 +179,26 @@ func TestHandlerTimeoutIsAnError(t *testing.T) {
 	}
 }
 
+// TestHandlerFailedIsAnError: a handler that answers over a transaction one of its statements
+// aborted draws an error span with outcome handler_failed, not a store error.
+func TestHandlerFailedIsAnError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0)
+	e.spans.Reset()
+	_, err := e.store.Do(context.Background(), &idem.DoParams{Scope: "acme", Key: "aborted", Operation: "aborted", Fingerprint: "fp"},
+		func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			_, _ = tx.Exec(ctx, "SELECT 1/0") // fails, and the handler answers anyway
+			return &idem.Outcome{Status: 201}, nil
+		})
+	if !errors.Is(err, idem.ErrHandlerAborted) {
+		t.Fatalf("handler over an aborted transaction: %v; want ErrHandlerAborted", err)
+	}
+	h := find(e.spans.GetSpans(), idemotel.SpanHandler)
+	if h.Status.Code != codes.Error || !slices.Contains(attrs(h), "idem.outcome=handler_failed") {
+		t.Errorf("handler span %+v %v; want an error with outcome handler_failed", h.Status, attrs(h))
+	}
+}
+
 func checkSpans(t *testing.T, what string, got tracetest.SpanStubs, want map[string][]string) {
 	t.Helper()
 	if len(got) != len(want) {
