@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +46,9 @@ type chargeRequest struct {
 	Account     string `json:"account"`
 	AmountMinor int64  `json:"amount_minor"`
 	Currency    string `json:"currency"`
+	// Purpose is what the charge is for, "payout" (the default) or "transfer"; the bank's report
+	// can be asked for one purpose, as a provider's report is per product.
+	Purpose string `json:"purpose,omitempty"`
 }
 
 // chargeAnswer is the bank's answer: the charge, or why it was declined.
@@ -56,9 +61,24 @@ type chargeAnswer struct {
 // payout: a decline is decided by the request alone, so it is the same on every call.
 const declinedPrefix = "closed-"
 
+// The purposes of a charge (chargeRequest.Purpose).
+const (
+	purposePayout   = "payout"
+	purposeTransfer = "transfer"
+)
+
+// lostAnswerPrefix marks the accounts whose charge the bank makes and then never answers, as a
+// provider does when its answer is lost on the way (a cut connection, a gateway timeout): the
+// caller cannot tell whether it was charged. The demo uses it to show an uncertain key.
+const lostAnswerPrefix = "lost-answer-"
+
 func (b *bank) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/reports/charges" {
+		b.serveReport(w, r)
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/charges" {
-		http.Error(w, "the bank serves POST /charges", http.StatusNotFound)
+		http.Error(w, "the bank serves POST /charges and GET /reports/charges?day=YYYY-MM-DD", http.StatusNotFound)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
@@ -71,6 +91,9 @@ func (b *bank) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want a JSON body with account and a positive amount_minor", http.StatusBadRequest)
 		return
 	}
+	if req.Purpose == "" {
+		req.Purpose = purposePayout
+	}
 	if strings.HasPrefix(req.Account, declinedPrefix) {
 		writeJSON(w, http.StatusPaymentRequired, chargeAnswer{Declined: "account " + req.Account + " is closed"})
 		return
@@ -82,11 +105,11 @@ func (b *bank) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		calls int
 	)
 	err := b.db.QueryRow(r.Context(), `
-		INSERT INTO bank_charges (idempotency_key, account, amount_minor, currency)
-		VALUES ($1, $2, $3, $4)
+		INSERT INTO bank_charges (idempotency_key, account, amount_minor, currency, purpose)
+		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (idempotency_key) DO UPDATE SET calls = bank_charges.calls + 1
-		RETURNING charge_id::text, account, amount_minor, currency, calls`,
-		key, req.Account, req.AmountMinor, req.Currency).Scan(&id, &got.Account, &got.AmountMinor, &got.Currency, &calls)
+		RETURNING charge_id::text, account, amount_minor, currency, purpose, calls`,
+		key, req.Account, req.AmountMinor, req.Currency, req.Purpose).Scan(&id, &got.Account, &got.AmountMinor, &got.Currency, &got.Purpose, &calls)
 	if err != nil {
 		http.Error(w, "the bank is unavailable", http.StatusServiceUnavailable)
 		return
@@ -98,7 +121,67 @@ func (b *bank) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.afterCharge != nil {
 		b.afterCharge(r.Context(), key, calls)
 	}
+	if strings.HasPrefix(req.Account, lostAnswerPrefix) {
+		<-r.Context().Done() // charged; the answer never leaves
+		return
+	}
 	writeJSON(w, http.StatusCreated, chargeAnswer{ChargeID: id})
+}
+
+// serveReport answers GET /reports/charges?day=YYYY-MM-DD[&purpose=transfer] with the bank's
+// daily report: every charge it made that day (UTC), for one purpose when asked, as CSV with a header row, the way providers publish settlement
+// reports. idemgen reconcile reads it (docs/reconcile.md); the derived key the caller sent is the
+// idempotency_key column.
+func (b *bank) serveReport(w http.ResponseWriter, r *http.Request) {
+	day, err := time.Parse(time.DateOnly, r.URL.Query().Get("day"))
+	if err != nil {
+		http.Error(w, "want ?day=YYYY-MM-DD", http.StatusBadRequest)
+		return
+	}
+	var buf bytes.Buffer
+	if err := writeBankReport(r.Context(), b.db, day, r.URL.Query().Get("purpose"), &buf); err != nil {
+		http.Error(w, "the bank's report is unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	_, _ = w.Write(buf.Bytes()) // a caller that went away asks again
+}
+
+// bankReportColumns is the report's header row.
+var bankReportColumns = []string{"charge_id", "idempotency_key", "account", "amount_minor", "currency", "purpose", "created_at"}
+
+// writeBankReport writes the charges the bank made on day (UTC) to w as CSV, oldest first; for
+// one purpose when purpose is not "".
+func writeBankReport(ctx context.Context, pool *pgxpool.Pool, day time.Time, purpose string, w io.Writer) error {
+	from := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
+	rows, err := pool.Query(ctx, `
+		SELECT charge_id::text, idempotency_key, account, amount_minor, currency, purpose, created_at
+		FROM bank_charges WHERE created_at >= $1 AND created_at < $2 AND ($3 = '' OR purpose = $3)
+		ORDER BY created_at, charge_id`, from, from.AddDate(0, 0, 1), purpose)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cw := csv.NewWriter(w)
+	if err := cw.Write(bankReportColumns); err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id, key, account, currency, purpose string
+		var amount int64
+		var at time.Time
+		if err := rows.Scan(&id, &key, &account, &amount, &currency, &purpose, &at); err != nil {
+			return err
+		}
+		if err := cw.Write([]string{id, key, account, strconv.FormatInt(amount, 10), currency, purpose, at.UTC().Format(time.RFC3339Nano)}); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	cw.Flush()
+	return cw.Error()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,5 +9,9 @@ CREATE TABLE IF NOT EXISTS bank_charges (
 	currency        text        NOT NULL,
 	-- How many calls carried this key: 1 + the retries the bank absorbed.
 	calls           int         NOT NULL DEFAULT 1,
+	-- What the charge is for: payout or transfer (chargeRequest.Purpose).
+	purpose         text        NOT NULL DEFAULT 'payout',
 	created_at      timestamptz NOT NULL DEFAULT now()
 );
+-- A bank table made before purposes existed gets the column.
+ALTER TABLE bank_charges ADD COLUMN IF NOT EXISTS purpose text NOT NULL DEFAULT 'payout';

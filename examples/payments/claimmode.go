@@ -57,6 +57,8 @@ func validateTx(next txapi.StrictHandlerFunc, operationID string) txapi.StrictHa
 			asAPI = createToAPI(req)
 		case txapi.RefundPaymentRequestObject:
 			asAPI = refundToAPI(req)
+		case txapi.CreateTransferRequestObject:
+			asAPI = transferToAPI(req)
 		}
 		return Validate(pass, operationID)(ctx, w, r, asAPI)
 	}
@@ -82,6 +84,14 @@ func (t txPayments) CreatePayment(ctx context.Context, tx pgx.Tx, req txapi.Crea
 
 func (t txPayments) GetPayment(ctx context.Context, req txapi.GetPaymentRequestObject) (txapi.GetPaymentResponseObject, error) {
 	return t.p.GetPayment(ctx, api.GetPaymentRequestObject{PaymentId: req.PaymentId, Params: api.GetPaymentParams(req.Params)})
+}
+
+func (t txPayments) CreateTransfer(ctx context.Context, tx pgx.Tx, req txapi.CreateTransferRequestObject) (txapi.CreateTransferResponseObject, error) {
+	return t.p.CreateTransfer(ctx, tx, transferToAPI(req))
+}
+
+func transferToAPI(req txapi.CreateTransferRequestObject) api.CreateTransferRequestObject {
+	return api.CreateTransferRequestObject{Params: api.CreateTransferParams(req.Params), Body: (*api.CreateTransferJSONRequestBody)(req.Body)}
 }
 
 func captureToAPI(req txapi.CapturePaymentRequestObject) api.CapturePaymentRequestObject {

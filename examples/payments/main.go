@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; port 0 picks a free port (the log says which)")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (default: $DATABASE_URL)")
 	adminToken := fs.String("admin-token", "", "serve the support page at "+supportPath+" to the user admin with this password (default: $ADMIN_TOKEN; none: no page)")
-	bankURL := fs.String("bank-url", "", "the bank payouts are paid through (default: a fake bank this process serves on a loopback port)")
+	bankURL := fs.String("bank-url", "", "the bank payouts and transfers are paid through (default: a fake bank this process serves on a loopback port)")
 	replayCache := fs.Int64("replay-cache-bytes", 0, "keep up to this many bytes of completed outcomes in memory, so replays of them skip the database (0: off)")
 	claim := fs.String("claim", "", "claim mode: lease (the claim commits before the handler runs) or transaction (the claim is part of the handler's transaction) (default: $"+claimModeEnv+", else lease)")
 	if err := fs.Parse(args); err != nil {
@@ -153,7 +153,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	handler, store, err := newServiceClaim(pool, cfg, log, mode)
+	handler, store, err := newServiceWith(pool, cfg, log, serviceOptions{Mode: mode, BankURL: *bankURL})
 	if err != nil {
 		return err
 	}

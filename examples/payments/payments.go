@@ -31,6 +31,7 @@ var keyRule = idemhttp.KeyRule{Header: "Idempotency-Key", Required: true, MaxLen
 type payments struct {
 	db   *pgxpool.Pool
 	jobs *river.Client[pgx.Tx] // inserts payout jobs (payouts.go)
+	bank *bankClient           // transfers (transfers.go); nil without a bank
 }
 
 var _ api.IdempotentServerInterface = (*payments)(nil)

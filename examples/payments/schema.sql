@@ -55,3 +55,19 @@ CREATE TABLE IF NOT EXISTS payment_events (
 );
 
 CREATE INDEX IF NOT EXISTS payment_events_payment ON payment_events (tenant_id, payment_id, created_at);
+
+-- Transfers made through the bank while the request waited (createTransfer, transfers.go): one
+-- row per transfer the bank charged, its id derived from the tenant and the idempotency key. A
+-- transfer whose answer from the bank was lost has no row until reconciliation writes it from
+-- the bank's report (settled_by = 'reconciliation').
+CREATE TABLE IF NOT EXISTS transfers (
+	tenant_id      text        NOT NULL,
+	transfer_id    text        NOT NULL,
+	account        text        NOT NULL,
+	amount_minor   bigint      NOT NULL CHECK (amount_minor > 0),
+	currency       text        NOT NULL,
+	bank_charge_id text        NOT NULL,
+	settled_by     text        NOT NULL DEFAULT 'handler',
+	created_at     timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (tenant_id, transfer_id)
+);

@@ -82,6 +82,17 @@ func Validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerF
 			case req.Body.Account == "" || len(req.Body.Account) > 64:
 				detail = "account must be 1 to 64 characters"
 			}
+		case api.CreateTransferRequestObject:
+			switch {
+			case req.Body == nil:
+				detail = "the body is required"
+			case req.Body.AmountMinor < 1:
+				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
+			case !currencyRE.MatchString(req.Body.Currency):
+				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
+			case req.Body.Account == "" || len(req.Body.Account) > 64:
+				detail = "account must be 1 to 64 characters"
+			}
 		case api.RefundPaymentRequestObject:
 			switch {
 			case req.Body == nil:
@@ -115,11 +126,24 @@ func NewHandler(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Ha
 // newService is NewHandler that also returns the idempotency store, for main to close on
 // shutdown (it stops the store's listener and waits for its background release retries).
 func newService(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger) (http.Handler, *idem.Store, error) {
-	return newServiceClaim(pool, cfg, log, idem.ClaimLease)
+	return newServiceWith(pool, cfg, log, serviceOptions{})
 }
 
-// newServiceClaim is newService with the API served in claim mode mode (claimmode.go).
-func newServiceClaim(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, mode idem.ClaimMode) (http.Handler, *idem.Store, error) {
+// serviceOptions are what main sets beyond newService's defaults.
+type serviceOptions struct {
+	// Mode is the claim mode the API is served in (claimmode.go); zero means lease.
+	Mode idem.ClaimMode
+	// BankURL is the bank transfers are made through (transfers.go); "" answers transfers 503
+	// bank-unavailable.
+	BankURL string
+}
+
+// newServiceWith is newService with opts.
+func newServiceWith(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, opts serviceOptions) (http.Handler, *idem.Store, error) {
+	mode := opts.Mode
+	if mode == 0 {
+		mode = idem.ClaimLease
+	}
 	c := idem.Config{}
 	if cfg != nil {
 		c = *cfg
@@ -130,7 +154,7 @@ func newServiceClaim(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, mod
 	}
 	// A registry of the handler's own, not the global one: tests build several handlers in one
 	// process, and each must count only its own requests.
-	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout"}})
+	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout", "createTransfer"}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
@@ -144,9 +168,12 @@ func newServiceClaim(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, mod
 	// The generated default wiring: bodies kept as sent for the fingerprint (and capped), and
 	// every binding error, unknown route and handler error answered as a problem. validate runs
 	// after binding and before the adapter claims a key.
-	handlers, err := NewAPI(pool, c.Schema, log)
+	handlers, err := newPayments(pool, c.Schema, log)
 	if err != nil {
 		return nil, nil, err
+	}
+	if opts.BankURL != "" {
+		handlers.bank = newBankClient(opts.BankURL, bankTimeout)
 	}
 	apiHandler := NewIdempotentAPI(mode, handlers, store)
 	return OuterHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil
@@ -156,6 +183,11 @@ func newServiceClaim(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, mod
 // api.IdempotentServerInterface: payments on pool, payouts enqueued as River jobs in schema
 // (see payouts.go). [NewHandler] serves them behind idemgen's adapter.
 func NewAPI(pool *pgxpool.Pool, schema string, log *slog.Logger) (api.IdempotentServerInterface, error) {
+	return newPayments(pool, schema, log)
+}
+
+// newPayments is NewAPI as its own type, without a bank (transfers answer bank-unavailable).
+func newPayments(pool *pgxpool.Pool, schema string, log *slog.Logger) (*payments, error) {
 	jobs, err := newJobInserter(pool, schema, log)
 	if err != nil {
 		return nil, err

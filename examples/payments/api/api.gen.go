@@ -119,6 +119,15 @@ type CreateRefundRequest struct {
 	AmountMinor int64 `json:"amount_minor"`
 }
 
+// CreateTransferRequest defines model for CreateTransferRequest.
+type CreateTransferRequest struct {
+	// Account The account to pay. The fake bank declines accounts starting with "closed-", and
+	// charges but never answers for accounts starting with "lost-answer-" (a lost answer).
+	Account     string `json:"account"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+}
+
 // Payment defines model for Payment.
 type Payment struct {
 	AmountMinor         int64      `json:"amount_minor"`
@@ -186,6 +195,18 @@ type Refund struct {
 
 // RefundStatus pending until the processor settles the refund, then succeeded.
 type RefundStatus string
+
+// Transfer defines model for Transfer.
+type Transfer struct {
+	Account      string    `json:"account"`
+	AmountMinor  int64     `json:"amount_minor"`
+	BankChargeId string    `json:"bank_charge_id"`
+	CreatedAt    time.Time `json:"created_at"`
+	Currency     string    `json:"currency"`
+
+	// TransferId Example: tr_3f1c0e9d2b7a4c5e8f6a1b2c
+	TransferId string `json:"transfer_id"`
+}
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -278,6 +299,17 @@ type GetPayoutParams struct {
 	XTenantID TenantID `json:"X-Tenant-ID"`
 }
 
+// CreateTransferParams defines parameters for CreateTransfer.
+type CreateTransferParams struct {
+	// XTenantID The calling tenant. It stands in for authentication: a real server takes the tenant from
+	// a verified token. Idempotency keys are unique per tenant.
+	XTenantID TenantID `json:"X-Tenant-ID"`
+
+	// IdempotencyKey A unique value the client generates for each logical request (a UUID is a good choice) and
+	// sends again, unchanged, when it retries. Keys are remembered for 24 hours.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // CreatePaymentJSONRequestBody defines body for CreatePayment for application/json ContentType.
 type CreatePaymentJSONRequestBody = CreatePaymentRequest
 
@@ -286,6 +318,9 @@ type RefundPaymentJSONRequestBody = CreateRefundRequest
 
 // CreatePayoutJSONRequestBody defines body for CreatePayout for application/json ContentType.
 type CreatePayoutJSONRequestBody = CreatePayoutRequest
+
+// CreateTransferJSONRequestBody defines body for CreateTransfer for application/json ContentType.
+type CreateTransferJSONRequestBody = CreateTransferRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -451,6 +486,36 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/payouts/{payout_id} (the `GetPayout` operationId).
 	GetPayout(ctx context.Context, payoutId PayoutID, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTransferWithBody Transfer money to a bank account now, through the bank
+	//
+	// Calls the bank while the request waits, with a key derived from this request's
+	// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+	// connection, a timeout): the caller cannot then tell whether the bank charged. This
+	// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+	// turns the key uncertain instead of calling the bank again, and retries are answered 409
+	// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+	// operator does. Its history is kept, so a dispute can be read key by key.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+	CreateTransferWithBody(ctx context.Context, params *CreateTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTransfer Transfer money to a bank account now, through the bank
+	//
+	// Calls the bank while the request waits, with a key derived from this request's
+	// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+	// connection, a timeout): the caller cannot then tell whether the bank charged. This
+	// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+	// turns the key uncertain instead of calling the bank again, and retries are answered 409
+	// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+	// operator does. Its history is kept, so a dispute can be read key by key.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+	CreateTransfer(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreatePaymentWithBody Create (authorise) a payment
@@ -624,6 +689,56 @@ func (c *Client) CreatePayout(ctx context.Context, params *CreatePayoutParams, b
 // Corresponds with GET /v1/payouts/{payout_id} (the `GetPayout` operationId).
 func (c *Client) GetPayout(ctx context.Context, payoutId PayoutID, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetPayoutRequest(c.Server, payoutId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTransferWithBody Transfer money to a bank account now, through the bank
+//
+// Calls the bank while the request waits, with a key derived from this request's
+// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+// connection, a timeout): the caller cannot then tell whether the bank charged. This
+// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+// turns the key uncertain instead of calling the bank again, and retries are answered 409
+// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+// operator does. Its history is kept, so a dispute can be read key by key.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+func (c *Client) CreateTransferWithBody(ctx context.Context, params *CreateTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTransferRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTransfer Transfer money to a bank account now, through the bank
+//
+// Calls the bank while the request waits, with a key derived from this request's
+// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+// connection, a timeout): the caller cannot then tell whether the bank charged. This
+// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+// turns the key uncertain instead of calling the bank again, and retries are answered 409
+// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+// operator does. Its history is kept, so a dispute can be read key by key.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+func (c *Client) CreateTransfer(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTransferRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -985,6 +1100,70 @@ func NewGetPayoutRequest(server string, payoutId PayoutID, params *GetPayoutPara
 	return req, nil
 }
 
+// NewCreateTransferRequest calls the generic CreateTransfer builder with application/json body
+func NewCreateTransferRequest(server string, params *CreateTransferParams, body CreateTransferJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTransferRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateTransferRequestWithBody constructs an http.Request for the CreateTransfer method, with any body, and a specified content type
+func NewCreateTransferRequestWithBody(server string, params *CreateTransferParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/transfers")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Tenant-ID", params.XTenantID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tenant-ID", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -1125,6 +1304,36 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/payouts/{payout_id} (the `GetPayout` operationId).
 	GetPayoutWithResponse(ctx context.Context, payoutId PayoutID, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*GetPayoutResponse, error)
+
+	// CreateTransferWithBodyWithResponse Transfer money to a bank account now, through the bank
+	//
+	// Calls the bank while the request waits, with a key derived from this request's
+	// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+	// connection, a timeout): the caller cannot then tell whether the bank charged. This
+	// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+	// turns the key uncertain instead of calling the bank again, and retries are answered 409
+	// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+	// operator does. Its history is kept, so a dispute can be read key by key.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+	CreateTransferWithBodyWithResponse(ctx context.Context, params *CreateTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTransferResponse, error)
+
+	// CreateTransferWithResponse Transfer money to a bank account now, through the bank
+	//
+	// Calls the bank while the request waits, with a key derived from this request's
+	// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+	// connection, a timeout): the caller cannot then tell whether the bank charged. This
+	// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+	// turns the key uncertain instead of calling the bank again, and retries are answered 409
+	// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+	// operator does. Its history is kept, so a dispute can be read key by key.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+	CreateTransferWithResponse(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTransferResponse, error)
 }
 
 // CreatePaymentResponse201Headers the declared response headers of an HTTP 201 response for CreatePayment
@@ -1611,6 +1820,89 @@ func (r GetPayoutResponse) ContentType() string {
 	return ""
 }
 
+type CreateTransferResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Transfer
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON402 the response for an HTTP 402 `application/problem+json` response
+	ApplicationproblemJSON402 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *KeyReused
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTransferResponse) GetJSON201() *Transfer {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateTransferResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateTransferResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON402 returns the response for an HTTP 402 `application/problem+json` response
+func (r CreateTransferResponse) GetApplicationproblemJSON402() *Problem {
+	return r.ApplicationproblemJSON402
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTransferResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateTransferResponse) GetApplicationproblemJSON422() *KeyReused {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateTransferResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTransferResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTransferResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTransferResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTransferResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreatePaymentWithBodyWithResponse Create (authorise) a payment
 //
 // The payment id is derived from the tenant and the idempotency key, so even a request that
@@ -1760,6 +2052,48 @@ func (c *ClientWithResponses) GetPayoutWithResponse(ctx context.Context, payoutI
 		return nil, err
 	}
 	return ParseGetPayoutResponse(rsp)
+}
+
+// CreateTransferWithBodyWithResponse Transfer money to a bank account now, through the bank
+//
+// Calls the bank while the request waits, with a key derived from this request's
+// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+// connection, a timeout): the caller cannot then tell whether the bank charged. This
+// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+// turns the key uncertain instead of calling the bank again, and retries are answered 409
+// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+// operator does. Its history is kept, so a dispute can be read key by key.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+func (c *ClientWithResponses) CreateTransferWithBodyWithResponse(ctx context.Context, params *CreateTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTransferResponse, error) {
+	rsp, err := c.CreateTransferWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTransferResponse(rsp)
+}
+
+// CreateTransferWithResponse Transfer money to a bank account now, through the bank
+//
+// Calls the bank while the request waits, with a key derived from this request's
+// Idempotency-Key, and answers with the bank's charge. The bank's answer can be lost (a cut
+// connection, a timeout): the caller cannot then tell whether the bank charged. This
+// operation is declared uncertain-on-loss: once it has called the bank, a lost attempt
+// turns the key uncertain instead of calling the bank again, and retries are answered 409
+// operation-uncertain until the bank's daily report settles the key (reconciliation) or an
+// operator does. Its history is kept, so a dispute can be read key by key.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
+func (c *ClientWithResponses) CreateTransferWithResponse(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTransferResponse, error) {
+	rsp, err := c.CreateTransfer(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTransferResponse(rsp)
 }
 
 // ParseCreatePaymentResponse parses an HTTP response from a CreatePaymentWithResponse call
@@ -2192,6 +2526,74 @@ func ParseGetPayoutResponse(rsp *http.Response) (*GetPayoutResponse, error) {
 	return response, nil
 }
 
+// ParseCreateTransferResponse parses an HTTP response from a CreateTransferWithResponse call
+func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTransferResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Transfer
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 402:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON402 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest KeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -2212,6 +2614,9 @@ type ServerInterface interface {
 	// GetPayout Read a payout's status (pending, succeeded or failed) and its result
 	// (GET /v1/payouts/{payout_id})
 	GetPayout(w http.ResponseWriter, r *http.Request, payoutId PayoutID, params GetPayoutParams)
+	// CreateTransfer Transfer money to a bank account now, through the bank
+	// (POST /v1/transfers)
+	CreateTransfer(w http.ResponseWriter, r *http.Request, params CreateTransferParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -2605,6 +3010,70 @@ func (siw *ServerInterfaceWrapper) GetPayout(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// CreateTransfer operation middleware
+func (siw *ServerInterfaceWrapper) CreateTransfer(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateTransferParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "X-Tenant-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Tenant-ID")]; found {
+		var XTenantID TenantID
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Tenant-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Tenant-ID", valueList[0], &XTenantID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Tenant-ID", Err: err})
+			return
+		}
+
+		params.XTenantID = XTenantID
+
+	} else {
+		err := fmt.Errorf("Header parameter X-Tenant-ID is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "X-Tenant-ID", Err: err})
+		return
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTransfer(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -2731,6 +3200,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payments/{payment_id}/refunds", wrapper.RefundPayment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payouts", wrapper.CreatePayout)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/payouts/{payout_id}", wrapper.GetPayout)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/transfers", wrapper.CreateTransfer)
 
 	return m
 }
@@ -3354,6 +3824,119 @@ func (response GetPayout404ApplicationProblemPlusJSONResponse) VisitGetPayoutRes
 	return err
 }
 
+type CreateTransferRequestObject struct {
+	Params CreateTransferParams
+	Body   *CreateTransferJSONRequestBody
+}
+
+type CreateTransferResponseObject interface {
+	VisitCreateTransferResponse(w http.ResponseWriter) error
+}
+
+type CreateTransfer201JSONResponse Transfer
+
+func (response CreateTransfer201JSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTransfer400ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTransfer401ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer402ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTransfer402ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(402)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTransfer409ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer422ApplicationProblemPlusJSONResponse struct {
+	KeyReusedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTransfer422ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTransfer503ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -3374,6 +3957,9 @@ type StrictServerInterface interface {
 	// GetPayout Read a payout's status (pending, succeeded or failed) and its result
 	// (GET /v1/payouts/{payout_id})
 	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
+	// CreateTransfer Transfer money to a bank account now, through the bank
+	// (POST /v1/transfers)
+	CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -3589,6 +4175,39 @@ func (sh *strictHandler) GetPayout(w http.ResponseWriter, r *http.Request, payou
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetPayoutResponseObject); ok {
 		if err := validResponse.VisitGetPayoutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateTransfer operation middleware
+func (sh *strictHandler) CreateTransfer(w http.ResponseWriter, r *http.Request, params CreateTransferParams) {
+	var request CreateTransferRequestObject
+
+	request.Params = params
+
+	var body CreateTransferJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateTransfer(ctx, request.(CreateTransferRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateTransfer")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTransferResponseObject); ok {
+		if err := validResponse.VisitCreateTransferResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

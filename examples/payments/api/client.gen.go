@@ -179,3 +179,38 @@ func (c *IdempotentClient) CreatePayoutWithBodyWithResponse(ctx context.Context,
 	idemRsp, idemErr := c.CreatePayoutWithBody(ctx, params, contentType, body, idemOpts...)
 	return idemWithResponse(idemRsp, idemErr, ParseCreatePayoutResponse)
 }
+
+// idemOpCreateTransfer is the policy of POST /v1/transfers, as its attempts need it.
+var idemOpCreateTransfer = &idemclient.Operation{Route: "POST /v1/transfers", KeyHeader: "Idempotency-Key", Persist: []string{"2xx", "3xx", "4xx"}}
+
+// CreateTransfer is POST /v1/transfers, retry-safe: the body is encoded once, as
+// oapi-codegen encodes it, and the same bytes are sent on every attempt.
+func (c *IdempotentClient) CreateTransfer(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	idemReq, idemErr := NewCreateTransferRequest(c.raw.Server, params, body)
+	if idemErr != nil {
+		return nil, idemErr
+	}
+	return c.CreateTransferWithBody(ctx, params, idemReq.Header.Get("Content-Type"), idemReq.Body, idemOpts...)
+}
+
+// CreateTransferWithResponse is CreateTransfer with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreateTransferWithResponse(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, idemOpts ...idemclient.CallOption) (*CreateTransferResponse, error) {
+	idemRsp, idemErr := c.CreateTransfer(ctx, params, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreateTransferResponse)
+}
+
+// CreateTransferWithBody is POST /v1/transfers, retry-safe: one key for all attempts, and body
+// read once and sent again byte for byte.
+func (c *IdempotentClient) CreateTransferWithBody(ctx context.Context, params *CreateTransferParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*http.Response, error) {
+	return c.retrier.Do(ctx, idemOpCreateTransfer, idemclient.Request{Body: body,
+		Send: func(idemCtx context.Context, idemBody io.Reader, idemEdit func(context.Context, *http.Request) error) (*http.Response, error) {
+			return c.raw.CreateTransferWithBody(idemCtx, params, contentType, idemBody, idemEdit)
+		},
+	}, idemOpts...)
+}
+
+// CreateTransferWithBodyWithResponse is CreateTransferWithBody with the answer parsed as oapi-codegen parses it.
+func (c *IdempotentClient) CreateTransferWithBodyWithResponse(ctx context.Context, params *CreateTransferParams, contentType string, body io.Reader, idemOpts ...idemclient.CallOption) (*CreateTransferResponse, error) {
+	idemRsp, idemErr := c.CreateTransferWithBody(ctx, params, contentType, body, idemOpts...)
+	return idemWithResponse(idemRsp, idemErr, ParseCreateTransferResponse)
+}

@@ -116,6 +116,15 @@ type CreateRefundRequest struct {
 	AmountMinor int64 `json:"amount_minor"`
 }
 
+// CreateTransferRequest defines model for CreateTransferRequest.
+type CreateTransferRequest struct {
+	// Account The account to pay. The fake bank declines accounts starting with "closed-", and
+	// charges but never answers for accounts starting with "lost-answer-" (a lost answer).
+	Account     string `json:"account"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+}
+
 // Payment defines model for Payment.
 type Payment struct {
 	AmountMinor         int64      `json:"amount_minor"`
@@ -183,6 +192,18 @@ type Refund struct {
 
 // RefundStatus pending until the processor settles the refund, then succeeded.
 type RefundStatus string
+
+// Transfer defines model for Transfer.
+type Transfer struct {
+	Account      string    `json:"account"`
+	AmountMinor  int64     `json:"amount_minor"`
+	BankChargeId string    `json:"bank_charge_id"`
+	CreatedAt    time.Time `json:"created_at"`
+	Currency     string    `json:"currency"`
+
+	// TransferId Example: tr_3f1c0e9d2b7a4c5e8f6a1b2c
+	TransferId string `json:"transfer_id"`
+}
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -275,6 +296,17 @@ type GetPayoutParams struct {
 	XTenantID TenantID `json:"X-Tenant-ID"`
 }
 
+// CreateTransferParams defines parameters for CreateTransfer.
+type CreateTransferParams struct {
+	// XTenantID The calling tenant. It stands in for authentication: a real server takes the tenant from
+	// a verified token. Idempotency keys are unique per tenant.
+	XTenantID TenantID `json:"X-Tenant-ID"`
+
+	// IdempotencyKey A unique value the client generates for each logical request (a UUID is a good choice) and
+	// sends again, unchanged, when it retries. Keys are remembered for 24 hours.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // CreatePaymentJSONRequestBody defines body for CreatePayment for application/json ContentType.
 type CreatePaymentJSONRequestBody = CreatePaymentRequest
 
@@ -283,6 +315,9 @@ type RefundPaymentJSONRequestBody = CreateRefundRequest
 
 // CreatePayoutJSONRequestBody defines body for CreatePayout for application/json ContentType.
 type CreatePayoutJSONRequestBody = CreatePayoutRequest
+
+// CreateTransferJSONRequestBody defines body for CreateTransfer for application/json ContentType.
+type CreateTransferJSONRequestBody = CreateTransferRequest
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -304,6 +339,9 @@ type ServerInterface interface {
 	// GetPayout Read a payout's status (pending, succeeded or failed) and its result
 	// (GET /v1/payouts/{payout_id})
 	GetPayout(w http.ResponseWriter, r *http.Request, payoutId PayoutID, params GetPayoutParams)
+	// CreateTransfer Transfer money to a bank account now, through the bank
+	// (POST /v1/transfers)
+	CreateTransfer(w http.ResponseWriter, r *http.Request, params CreateTransferParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -697,6 +735,70 @@ func (siw *ServerInterfaceWrapper) GetPayout(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// CreateTransfer operation middleware
+func (siw *ServerInterfaceWrapper) CreateTransfer(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateTransferParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "X-Tenant-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Tenant-ID")]; found {
+		var XTenantID TenantID
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Tenant-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Tenant-ID", valueList[0], &XTenantID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Tenant-ID", Err: err})
+			return
+		}
+
+		params.XTenantID = XTenantID
+
+	} else {
+		err := fmt.Errorf("Header parameter X-Tenant-ID is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "X-Tenant-ID", Err: err})
+		return
+	}
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTransfer(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -823,6 +925,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payments/{payment_id}/refunds", wrapper.RefundPayment)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payouts", wrapper.CreatePayout)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/payouts/{payout_id}", wrapper.GetPayout)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/transfers", wrapper.CreateTransfer)
 
 	return m
 }
@@ -1446,6 +1549,119 @@ func (response GetPayout404ApplicationProblemPlusJSONResponse) VisitGetPayoutRes
 	return err
 }
 
+type CreateTransferRequestObject struct {
+	Params CreateTransferParams
+	Body   *CreateTransferJSONRequestBody
+}
+
+type CreateTransferResponseObject interface {
+	VisitCreateTransferResponse(w http.ResponseWriter) error
+}
+
+type CreateTransfer201JSONResponse Transfer
+
+func (response CreateTransfer201JSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTransfer400ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer401ApplicationProblemPlusJSONResponse struct {
+	UnauthorizedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTransfer401ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer402ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTransfer402ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(402)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer409ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTransfer409ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer422ApplicationProblemPlusJSONResponse struct {
+	KeyReusedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateTransfer422ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTransfer503ApplicationProblemPlusJSONResponse Problem
+
+func (response CreateTransfer503ApplicationProblemPlusJSONResponse) VisitCreateTransferResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -1466,6 +1682,9 @@ type StrictServerInterface interface {
 	// GetPayout Read a payout's status (pending, succeeded or failed) and its result
 	// (GET /v1/payouts/{payout_id})
 	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
+	// CreateTransfer Transfer money to a bank account now, through the bank
+	// (POST /v1/transfers)
+	CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -1681,6 +1900,39 @@ func (sh *strictHandler) GetPayout(w http.ResponseWriter, r *http.Request, payou
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetPayoutResponseObject); ok {
 		if err := validResponse.VisitGetPayoutResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateTransfer operation middleware
+func (sh *strictHandler) CreateTransfer(w http.ResponseWriter, r *http.Request, params CreateTransferParams) {
+	var request CreateTransferRequestObject
+
+	request.Params = params
+
+	var body CreateTransferJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateTransfer(ctx, request.(CreateTransferRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateTransfer")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTransferResponseObject); ok {
+		if err := validResponse.VisitCreateTransferResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -41,6 +41,8 @@ type IdempotentServerInterface interface {
 	CreatePayout(ctx context.Context, tx pgx.Tx, request CreatePayoutRequestObject) (CreatePayoutResponseObject, error)
 	// GetPayout handles GET /v1/payouts/{payout_id} (not idempotent).
 	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
+	// CreateTransfer handles POST /v1/transfers once per key; retries get its stored response.
+	CreateTransfer(ctx context.Context, tx pgx.Tx, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
 }
 
 // policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
@@ -132,6 +134,28 @@ var policyCreatePayout = &idemhttp.Policy{
 	DeclaredHeaders: []string{"Location", "Retry-After"},
 }
 
+// policyCreateTransfer is the x-idempotency of POST /v1/transfers, with every default applied.
+var policyCreateTransfer = &idemhttp.Policy{
+	Operation:      "createTransfer",
+	Route:          "POST /v1/transfers",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimTransaction,
+	TTL:            24 * time.Hour,
+	Lease:          time.Minute,
+	Wait:           0,
+	Timeout:        time.Minute,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "Idempotency-Key",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: true,
+	Body:        true,
+	BodyTypes:   []string{"application/json"},
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
@@ -139,6 +163,7 @@ var idemPolicies = []*idemhttp.Policy{
 	policyCapturePayment,
 	policyRefundPayment,
 	policyCreatePayout,
+	policyCreateTransfer,
 }
 
 // idemOperations are every operation's id and route, so that a per-operation renderer
@@ -150,6 +175,7 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "refundPayment", Route: "POST /v1/payments/{payment_id}/refunds"},
 	{Operation: "createPayout", Route: "POST /v1/payouts"},
 	{Operation: "getPayout", Route: "GET /v1/payouts/{payout_id}"},
+	{Operation: "createTransfer", Route: "POST /v1/transfers"},
 }
 
 // idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
@@ -209,6 +235,11 @@ func (UnimplementedIdempotentServer) GetPayout(ctx context.Context, request GetP
 	return nil, idemhttp.NotImplemented("getPayout")
 }
 
+// CreateTransfer answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) CreateTransfer(ctx context.Context, tx pgx.Tx, request CreateTransferRequestObject) (CreateTransferResponseObject, error) {
+	return nil, idemhttp.NotImplemented("createTransfer")
+}
+
 var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -225,6 +256,7 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyCapturePayment, s.opCapturePayment(CapturePaymentRequestObject{})),
 		idemhttp.CheckOp(policyRefundPayment, s.opRefundPayment(RefundPaymentRequestObject{})),
 		idemhttp.CheckOp(policyCreatePayout, s.opCreatePayout(CreatePayoutRequestObject{})),
+		idemhttp.CheckOp(policyCreateTransfer, s.opCreateTransfer(CreateTransferRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -376,6 +408,36 @@ func (s *idemServer) GetPayout(ctx context.Context, request GetPayoutRequestObje
 	return s.impl.GetPayout(ctx, request)
 }
 
+// CreateTransfer runs s.impl.CreateTransfer at most once per key.
+func (s *idemServer) CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error) {
+	return idemHandle(ctx, s.store, policyCreateTransfer, s.opCreateTransfer(request))
+}
+
+// scopeCreateTransfer is opCreateTransfer's scope. It names no request value,
+// so every request shares it.
+var scopeCreateTransfer = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordCreateTransfer records CreateTransfer's responses; made once, for every request.
+var recordCreateTransfer = idemhttp.Record(CreateTransferResponseObject.VisitCreateTransferResponse)
+
+// opCreateTransfer is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opCreateTransfer(request CreateTransferRequestObject) *idemhttp.Op[CreateTransferResponseObject] {
+	return &idemhttp.Op[CreateTransferResponseObject]{
+		Key:   request.Params.IdempotencyKey,
+		Scope: scopeCreateTransfer,
+		Parts: []idemhttp.Part{
+			{Name: "header:X-Tenant-Id", Value: request.Params.XTenantID},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (CreateTransferResponseObject, error) {
+			return s.impl.CreateTransfer(ctx, tx, request)
+		},
+		Record: recordCreateTransfer,
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -397,6 +459,8 @@ func (r idemResult) VisitCapturePaymentResponse(w http.ResponseWriter) error { r
 func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitCreatePayoutResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitCreateTransferResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {
