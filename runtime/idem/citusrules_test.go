@@ -54,7 +54,7 @@ var (
 
 func TestCitusRules(t *testing.T) {
 	const table = `"public"."idempotency_keys"`
-	st, err := newStatements(table, true)
+	st, err := newStatements(table, `"public"."idempotency_keys_events"`, true)
 	if err != nil {
 		t.Fatal(err)
 	}

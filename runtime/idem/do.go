@@ -133,6 +133,12 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 	if p == nil {
 		return nil, errors.New("idem: Do: params are nil")
 	}
+	if p.UncertainOnLoss && p.Claim == ClaimTransaction {
+		// The claim of transaction mode is durable only with the business transaction's commit: a
+		// crashed holder leaves no row to carry the provider call's mark, and a retry would run
+		// the handler again as if nothing had happened.
+		return nil, errors.New("idem: Do: UncertainOnLoss needs ClaimLease: a transaction-mode claim is not durable until its commit, so a crash after a provider call would leave nothing on the key that records the call")
+	}
 	if p.Key == "" {
 		if !p.AllowNoKey {
 			return nil, errors.New("idem: Do: an empty key cannot be made idempotent (set DoParams.Key, or AllowNoKey for an optional key)")
@@ -154,6 +160,8 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 		return nil, &InProgressError{RetryAfter: r.retryAfter}
 	case claimKeyReused:
 		return nil, ErrKeyReused
+	case claimUncertain:
+		return nil, ErrUncertain
 	}
 	return &DoResult{Outcome: r.outcome, Persisted: r.persisted}, nil
 }
