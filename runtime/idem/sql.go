@@ -110,7 +110,7 @@ func newStatements(table, events string, remember bool) (statements, error) {
 // read the statement it wraps, the history table's, and whether the Store keeps a replay cache.
 type sqlVars struct {
 	Table, Events, Inner string
-	Remember     bool
+	Remember             bool
 }
 
 // renderSQL is sql/file.sql rendered with v, without its comments, with the shared fragments
