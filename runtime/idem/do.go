@@ -123,7 +123,10 @@ func (e *InProgressError) Unwrap() error { return ErrInProgress }
 // Errors say why fn did not run or did not commit: *InProgressError (ErrInProgress) while
 // another caller holds the key; ErrKeyReused for the same key with another fingerprint;
 // ErrStoreUnavailable when the store cannot be reached (fn never runs without a claim);
-// ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back.
+// ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back;
+// ErrUncertain when an earlier attempt of an UncertainOnLoss operation was lost after a provider
+// call (the key waits for Store.Resolve; fn does not run), and an error before any claim for
+// UncertainOnLoss with ClaimTransaction.
 // fn's own error, a panic or a cancelled ctx rolls the work back and releases the key, so a
 // later call runs fn anew; fn's error is returned as it is, unless the database connection was
 // lost under fn: then it is wrapped with ErrStoreUnavailable (errors.Is finds both).

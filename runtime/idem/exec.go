@@ -86,6 +86,7 @@ const txLockWaitListening = 10 * time.Millisecond
 func (s *Store) claimInTransaction(ctx context.Context, path claimer, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(wait, 250*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
+	changed := 0 // claims that found the row changed under an uncertain transition
 	for {
 		sub := pace.sub
 		lockWait := txLockWait
@@ -123,7 +124,10 @@ func (s *Store) claimInTransaction(ctx context.Context, path claimer, p *DoParam
 				return nil, nil, err
 			}
 			if !turned {
-				continue // the row changed: claim again, and see what it is now
+				if changed++; changed < claimTries {
+					continue // the row changed: claim again, and see what it is now
+				}
+				res = &claimResult{status: claimInProgress, retryAfter: time.Second}
 			}
 		}
 		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
@@ -164,6 +168,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
+	changed := 0 // claims that found the row changed under an uncertain transition
 	for {
 		var res *claimResult
 		var tx *bizTx
@@ -177,7 +182,10 @@ func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams) (*b
 				return nil, nil, err
 			}
 			if !turned {
-				continue // the row changed: claim again, and see what it is now
+				if changed++; changed < claimTries {
+					continue // the row changed: claim again, and see what it is now
+				}
+				res = &claimResult{status: claimInProgress, retryAfter: time.Second}
 			}
 		}
 		if err != nil || res.status != claimInProgress {

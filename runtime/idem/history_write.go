@@ -174,6 +174,9 @@ func (s *Store) releaseWithHistory(ctx context.Context, c *Claim) (gone bool, er
 		gone = true
 		ev = c.event(EventReleased)
 		ev.Detail = c.why
+		if ev.Detail == "" {
+			ev.Detail = "abandoned: the claim's answer was lost, and the key given back"
+		}
 		return s.appendHistory(ctx, tx, c.row, ev)
 	})
 	if err != nil {
