@@ -259,6 +259,10 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 	}
 	b := newBatch()
 	b.Queue(s.completeSQL(c), args...)
+	if c.history {
+		evs := c.completionHistory(o.Status)
+		b.Queue(s.sql.historyInsert[len(evs)], historyArgs(c.row, evs...)...)
+	}
 	committed := false
 	b.Queue(commitSQL).Exec(statementRan(&committed))
 	switch {
@@ -307,6 +311,9 @@ func (s *Store) completeFailed(ctx context.Context, c *Claim, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == leaseLostCode || c.locked && s.keyRowTaken(pgErr)) {
 		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
+		if c.history {
+			s.rareHistory(ctx, c.row, c.event(EventLeaseLost))
+		}
 		return ErrLeaseLost
 	}
 	s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})

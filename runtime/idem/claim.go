@@ -23,6 +23,10 @@ const (
 	claimReplayed                          // completed before: the outcome is the answer
 	claimInProgress                        // held by a live lease
 	claimKeyReused                         // same key, different fingerprint (checked first)
+	// claimUncertain: an earlier attempt was lost after a provider call (DoParams.UncertainOnLoss):
+	// the key is uncertain, or its holder's lease ran out after the call and the claim turns it
+	// uncertain (claimResult.abandoned; Store.settleUncertain).
+	claimUncertain
 )
 
 // event is the event each claim status is reported as.
@@ -38,6 +42,8 @@ func (c claimStatus) event() EventKind {
 		return EventInProgress
 	case claimKeyReused:
 		return EventKeyReused
+	case claimUncertain:
+		return EventUncertain
 	}
 	return EventKind(fmt.Sprintf("claim status %d", int(c)))
 }
@@ -97,6 +103,14 @@ type Claim struct {
 	// (ProviderKey): under uncertainOnLoss a release then turns the key uncertain. Set and read
 	// with sync/atomic (1 once set): a handler past its timeout may still run while Do releases.
 	providerCalled int32
+	// txMode: the claim lives in the business transaction (ClaimTransaction): its history's claim
+	// row is written with the completion, or after the rollback that gives it back.
+	txMode bool
+	// why is the reason the claim is given back, for its history (set before the release, by the
+	// goroutine that releases it; read by the release and its retries). turnedUncertain says the
+	// release turned the key uncertain instead of deleting it (releaseRow).
+	why             string
+	turnedUncertain bool
 }
 
 // hash is KeyHash(c.Scope, c.Key): computed once, when the claim was made, for a claim whose
@@ -150,6 +164,11 @@ type claimResult struct {
 	// claimReplayed: the outcome stays final at least this long after the statement was sent
 	// (the row's expiry, as the database measured it); the replay cache keeps it no longer.
 	final time.Duration
+	// claimUncertain: abandoned says the row is still in flight, its holder's lease run out
+	// after a provider call, and the claim must turn it uncertain (Store.settleUncertain);
+	// rowAttempt is that holder's attempt, which fences the transition.
+	abandoned  bool
+	rowAttempt int32
 }
 
 // newToken is a random (version 4) UUID.
@@ -263,6 +282,7 @@ func newClaimWith(s *Store, p *DoParams, token pgtype.UUID, full bool) *Claim {
 	c.Tenant, c.Scope, c.Key, c.Operation, c.Lease, c.token = p.Tenant, p.Scope, p.Key, p.Operation, lease(p), token
 	c.row, c.notify = row, waits(p)
 	c.store, c.history, c.uncertainOnLoss = s, p.History || p.UncertainOnLoss, p.UncertainOnLoss
+	c.txMode = p.Claim == ClaimTransaction
 	return c
 }
 
@@ -335,6 +355,7 @@ func (s *Store) claimOnce(ctx context.Context, c *Claim, p *DoParams) (res *clai
 	b := newBatch()
 	s.asyncCommit(b)
 	s.queueClaim(b, c, p, &t, nil)
+	s.queueClaimHistory(b, c)
 	err = tx.SendBatch(ctx, &b.Batch).Close()
 	switch {
 	case err == nil && t.wrote:
@@ -525,6 +546,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 				return err
 			})
 		}
+		s.queueClaimHistory(b, c)
 		b.Queue(commitSQL).Exec(statementRan(&got.committed))
 	}, nil)
 	switch {
@@ -596,6 +618,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 		rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		tx, err = s.beginSending(ctx, rctx, func(b *batch) {
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
+			s.queueClaimHistory(b, c)
 			b.Queue(commitSQL).Exec(statementRan(&committed))
 			if !s.citus() {
 				b.Queue(s.sql.ownerGuard, c.args()...)
@@ -898,7 +921,7 @@ func (s *Store) scanRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResult, er
 		sc := &readScan{}
 		r, stored := &sc.r, &sc.stored
 		if err := rows.Scan(&r.attempt, &r.sameFP, &sc.state, &stored.status, &stored.headers, &stored.body, &stored.reference,
-			&sc.leaseExpires, &sc.created, &sc.expires, &sc.now); err != nil {
+			&sc.leaseExpires, &sc.created, &sc.expires, &sc.now, &r.providerCalled); err != nil {
 			return nil, err
 		}
 		var err error
@@ -952,7 +975,7 @@ func (s *Store) answer(sc *readScan, c *Claim, t *claimTry) (*claimResult, error
 	r, stored := &sc.r, &sc.stored
 	r.leaseExpires, r.created = finite(sc.leaseExpires), finite(sc.created)
 	r.expires, r.now = finite(sc.expires), finite(sc.now)
-	r.complete = sc.state == "complete"
+	r.complete, r.uncertain = sc.state == "complete", sc.state == KeyUncertain
 	fresh := r.fresh()
 	t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
 	switch {
@@ -966,6 +989,11 @@ func (s *Store) answer(sc *readScan, c *Claim, t *claimTry) (*claimResult, error
 			return nil, err
 		}
 		return &claimResult{status: claimReplayed, outcome: o, final: wholeMillis(r.expires.Sub(r.now))}, nil
+	case r.uncertain:
+		return &claimResult{status: claimUncertain}, nil
+	case r.providerCalled && !r.leaseExpires.After(r.now):
+		// Its holder called a provider and is gone: never taken over, turned uncertain.
+		return &claimResult{status: claimUncertain, abandoned: true, rowAttempt: r.attempt}, nil
 	}
 	left := r.leaseLeft()
 	// How long the holder has run: since the key's first claim, or, after a takeover (whose
@@ -982,7 +1010,8 @@ func (s *Store) answer(sc *readScan, c *Claim, t *claimTry) (*claimResult, error
 // PostgreSQL would have (the lease's time left rounded up, the others down, none below zero).
 type readRow struct {
 	attempt                        int32
-	sameFP, complete               bool
+	sameFP, complete, uncertain    bool
+	providerCalled                 bool // provider_at is set: its holder asked for a provider key
 	leaseExpires, created, expires time.Time
 	now                            time.Time // statement_timestamp() of the read
 }
@@ -1008,15 +1037,17 @@ var (
 	farPast   = time.Date(-5000, time.January, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// fresh says the row behaves as a new key: its TTL has run out and nobody holds it.
+// fresh says the row behaves as a new key: its TTL has run out and nobody holds it
+// (sql/fragments.sql's "expired"). An uncertain row is never fresh.
 func (r *readRow) fresh() bool {
-	return !r.expires.After(r.now) && (r.complete || !r.leaseExpires.After(r.now))
+	return !r.expires.After(r.now) && (r.complete || (!r.uncertain && !r.leaseExpires.After(r.now)))
 }
 
 // takeable says the request may take the row: it is fresh, or its holder's lease ran out on the
-// same request. A different request can never take over a live key's history.
+// same request and no provider call was recorded on it (sql/fragments.sql's "takeover"). A
+// different request can never take over a live key's history.
 func (r *readRow) takeable(fresh bool) bool {
-	return fresh || (!r.complete && !r.leaseExpires.After(r.now) && r.sameFP)
+	return fresh || (!r.complete && !r.uncertain && !r.leaseExpires.After(r.now) && r.sameFP && !r.providerCalled)
 }
 
 // leaseLeft is how long the holder's lease has left, rounded up to the millisecond.
@@ -1102,13 +1133,30 @@ func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) e
 		}
 		return storeError(ctx, "complete", err)
 	}
+	if c.history {
+		if err := s.appendHistory(ctx, tx, c.row, c.completionHistory(int(args[4].(int32)))...); err != nil {
+			return storeError(ctx, "complete", err)
+		}
+	}
 	return nil
 }
 
 // releaseRow deletes c's row if c still owns it; gone says it did. The waiting duplicates are
 // told in a statement of its own (see sql/release.sql).
+//
+// It is the one place that decides what becomes of a given-back claim's row: for a claim that
+// keeps a history, releaseWithHistory (which, under UncertainOnLoss, turns a row marked by a
+// provider call uncertain instead of deleting it); otherwise the bare DELETE.
 func (s *Store) releaseRow(ctx context.Context, c *Claim) (gone bool, err error) {
-	n, err := s.returned(ctx, s.sql.release, c.args()...)
+	var n int
+	if c.history {
+		gone, err = s.releaseWithHistory(ctx, c)
+		if gone {
+			n = 1
+		}
+	} else {
+		n, err = s.returned(ctx, s.sql.release, c.args()...)
+	}
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		return false, storeError(ctx, "release", err)
@@ -1128,6 +1176,9 @@ func (s *Store) renew(ctx context.Context, c *Claim) error {
 	}
 	if n == 0 {
 		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
+		if c.history {
+			s.rareHistory(ctx, c.row, c.event(EventLeaseLost))
+		}
 		return ErrLeaseLost
 	}
 	return nil

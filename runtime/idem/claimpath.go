@@ -85,7 +85,20 @@ func (t *topology) chooseClaimers(pool bool) *topology {
 // settleClaim is where every claim path's decided attempt ends: the answer is remembered (the
 // replay cache keeps a replay) and reported as its event. One place, so that a new outcome of a
 // claim is added once.
+//
+// An uncertain answer is reported by the transition that made it (settleUncertain), not here.
+// A replay is counted in the key's history (countReplay), a mismatch appended to it.
 func (s *Store) settleClaim(ctx context.Context, p *DoParams, c *Claim, res *claimResult, sent time.Time) {
+	switch res.status {
+	case claimUncertain:
+		return
+	case claimReplayed:
+		s.countReplay(p)
+	case claimKeyReused:
+		if c.history {
+			s.rareHistory(ctx, c.row, HistoryEvent{Kind: EventKeyReused, Operation: p.Operation, Detail: "another fingerprint"})
+		}
+	}
 	s.remember(p, res, sent)
 	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})
 }
@@ -108,6 +121,7 @@ func (s *Store) undoIfGone(ctx context.Context, c *Claim, tx *bizTx, res *claimR
 		if tx != nil {
 			s.rollback(ctx, tx)
 		}
+		c.why = "cancelled: the caller left during the claim"
 		s.release(ctx, c, EventReleased, 0)
 	}
 	return true

@@ -123,7 +123,10 @@ func (e *InProgressError) Unwrap() error { return ErrInProgress }
 // Errors say why fn did not run or did not commit: *InProgressError (ErrInProgress) while
 // another caller holds the key; ErrKeyReused for the same key with another fingerprint;
 // ErrStoreUnavailable when the store cannot be reached (fn never runs without a claim);
-// ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back.
+// ErrLeaseLost when fn ran but its lease was taken over meanwhile, so its work was rolled back;
+// ErrUncertain when an earlier attempt of an UncertainOnLoss operation was lost after a provider
+// call (the key waits for Store.Resolve; fn does not run), and an error before any claim for
+// UncertainOnLoss with ClaimTransaction.
 // fn's own error, a panic or a cancelled ctx rolls the work back and releases the key, so a
 // later call runs fn anew; fn's error is returned as it is, unless the database connection was
 // lost under fn: then it is wrapped with ErrStoreUnavailable (errors.Is finds both).
@@ -132,6 +135,12 @@ func (e *InProgressError) Unwrap() error { return ErrInProgress }
 func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult, error) {
 	if p == nil {
 		return nil, errors.New("idem: Do: params are nil")
+	}
+	if p.UncertainOnLoss && p.Claim == ClaimTransaction {
+		// The claim of transaction mode is durable only with the business transaction's commit: a
+		// crashed holder leaves no row to carry the provider call's mark, and a retry would run
+		// the handler again as if nothing had happened.
+		return nil, errors.New("idem: Do: UncertainOnLoss needs ClaimLease: a transaction-mode claim is not durable until its commit, so a crash after a provider call would leave nothing on the key that records the call")
 	}
 	if p.Key == "" {
 		if !p.AllowNoKey {
@@ -154,6 +163,8 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 		return nil, &InProgressError{RetryAfter: r.retryAfter}
 	case claimKeyReused:
 		return nil, ErrKeyReused
+	case claimUncertain:
+		return nil, ErrUncertain
 	}
 	return &DoResult{Outcome: r.outcome, Persisted: r.persisted}, nil
 }

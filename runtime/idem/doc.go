@@ -59,5 +59,10 @@
 // a retry executes anew. A holder whose lease was taken over cannot commit: its completion fails
 // with ErrLeaseLost and its transaction is rolled back.
 //
+// An operation declared uncertain-on-loss (DoParams.UncertainOnLoss, lease mode only) whose
+// handler asked for a provider key (ProviderKey) is never run again after a lost claim: the key
+// turns uncertain (ErrUncertain to every retry) until Store.Resolve settles it. Operations that
+// keep a history (DoParams.History) append what happens to each key to it (Store.History).
+//
 // The package imports only the standard library and pgx.
 package idem

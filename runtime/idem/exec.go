@@ -42,6 +42,9 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execR
 		if err != nil {
 			return execResult{}, err
 		}
+		if res.status == claimUncertain {
+			return execResult{status: res.status}, nil
+		}
 		if !res.status.owns() {
 			return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 		}
@@ -57,6 +60,7 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execR
 	}
 	if tx == nil { // the claim did not begin the business transaction: begin it now
 		if tx, err = s.begin(ctx); err != nil {
+			res.claim.why = "store_unavailable: the business transaction could not begin"
 			s.release(ctx, res.claim, EventReleased, 0)
 			return execResult{}, err
 		}
@@ -82,6 +86,7 @@ const txLockWaitListening = 10 * time.Millisecond
 func (s *Store) claimInTransaction(ctx context.Context, path claimer, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(wait, 250*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
+	changed := 0 // claims that found the row changed under an uncertain transition
 	for {
 		sub := pace.sub
 		lockWait := txLockWait
@@ -112,6 +117,18 @@ func (s *Store) claimInTransaction(ctx context.Context, path claimer, p *DoParam
 		}
 		if tx != nil {
 			s.owe(ctx, tx) // begun for nothing: the connection's next batch rolls it back
+		}
+		if res.status == claimUncertain && res.abandoned {
+			turned, err := s.settleUncertain(ctx, p, res)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !turned {
+				if changed++; changed < claimTries {
+					continue // the row changed: claim again, and see what it is now
+				}
+				res = &claimResult{status: claimInProgress, retryAfter: time.Second}
+			}
 		}
 		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
 			return nil, res, nil
@@ -151,6 +168,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams) (*bizTx, *claimResult, error) {
 	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
 	defer func() { pace.sub.close() }()
+	changed := 0 // claims that found the row changed under an uncertain transition
 	for {
 		var res *claimResult
 		var tx *bizTx
@@ -158,6 +176,18 @@ func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams) (*b
 			tx, res, _, err = path.claim(ctx, s, p, 0)
 			return err
 		})
+		if err == nil && res.status == claimUncertain && res.abandoned {
+			turned, err := s.settleUncertain(ctx, p, res)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !turned {
+				if changed++; changed < claimTries {
+					continue // the row changed: claim again, and see what it is now
+				}
+				res = &claimResult{status: claimInProgress, retryAfter: time.Second}
+			}
+		}
 		if err != nil || res.status != claimInProgress {
 			return tx, res, err
 		}
@@ -307,11 +337,11 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (execResult, error) {
 	switch run.end {
 	case handlerPanicked:
-		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, giveBackWhy(EventReleased, nil))
 		return execResult{}, nil // the panic goes on: nobody receives this
 	case handlerTimedOut:
 		ran := time.Since(run.start)
-		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start)
+		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start, giveBackWhy(EventHandlerTimeout, nil))
 		return execResult{}, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
 	case handlerLeaseLost:
 		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
@@ -324,7 +354,11 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 	if err != nil {
 		// Asked before the rollback hands the connection back to the pool, and to another request.
 		lost := s.handlerLostStore(ctx, tx.Tx, c.Operation, c.hash(), err)
-		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
+		why := giveBackWhy(EventReleased, err)
+		if lost != nil {
+			why = giveBackWhy(EventReleased, lost)
+		}
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, why)
 		if lost != nil {
 			return execResult{}, lost
 		}
@@ -342,7 +376,7 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		res.status = claimTakenOver
 	}
 	if !p.Persist.IsEmpty() && !p.Persist.Contains(out.Status) {
-		s.giveBack(ctx, tx, c, mode, EventReleased, run.start)
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, fmt.Sprintf("persist: the persisted statuses do not include %d", out.Status))
 		return res, nil
 	}
 	return s.commitOutcome(ctx, tx, c, p, mode, res, run.start)
@@ -351,16 +385,24 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 // giveBack undoes a run: the business work and, in lease mode, the claim (token-guarded), so a
 // retry runs anew. In transaction mode the rollback itself undoes the claim, but a rolled-back
 // transaction notifies nobody, so the waiting duplicates are told apart. kind is the event that
-// reports it.
-func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMode, kind EventKind, start time.Time) {
+// reports it; why says it to the key's history, when it keeps one.
+func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMode, kind EventKind, start time.Time, why string) {
 	s.rollback(ctx, tx)
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
+	c.why = why
 	if mode == ClaimLease {
 		s.release(ctx, c, kind, ran)
 		return
 	}
 	s.notifyWaiters(ctx, c)
+	if c.history {
+		// The rollback took the claim's own row with it (written with the completion): both are
+		// appended now, the claim's first.
+		rel := c.event(EventReleased)
+		rel.Detail = why
+		s.rareHistory(ctx, c.row, c.event(c.claimKind()), rel)
+	}
 	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 }
 
@@ -374,17 +416,19 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 			// Another request holds the key now, and this release deletes nothing. But a
 			// division by zero at the completion can also come from the application (a
 			// deferred trigger at the COMMIT): the key would then stay held for its lease.
+			c.why = "lease_lost: the completion found the claim no longer its holder's"
 			s.releaseLost(ctx, c)
 		}
 		return execResult{}, s.leaseLost(c)
 	case completeErr != nil:
-		s.giveBack(ctx, tx, c, mode, EventReleased, start)
+		s.giveBack(ctx, tx, c, mode, EventReleased, start, "store_unavailable: the completion failed")
 		return execResult{}, completeErr
 	case commitErr != nil:
 		// Whether the commit happened is unknown. A release deletes only an in-flight row: if
 		// the commit did happen, the row is complete and stays (in transaction mode, the claim
 		// was part of what did or did not commit).
 		if mode == ClaimLease {
+			c.why = "store_unavailable: the commit's answer was lost"
 			s.release(ctx, c, EventReleased, time.Since(start))
 		}
 		return execResult{}, commitErr
@@ -414,7 +458,7 @@ func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.
 		s.releaseLater(ctx, c, kind, ran, err)
 		return
 	}
-	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
+	s.emitGiveBack(ctx, c, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 }
 
 // releaseLost gives back a claim that may or may not have been made (its batch failed): like
@@ -428,7 +472,7 @@ func (s *Store) releaseLost(ctx context.Context, c *Claim) {
 		return
 	}
 	if gone {
-		s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
+		s.emitGiveBack(ctx, c, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
 		return
 	}
 	// Nothing to delete yet. But the server runs what it received whether or not its answer
@@ -467,7 +511,7 @@ func (s *Store) recheckLost(ctx context.Context, c *Claim) {
 			bound.end()
 			if err == nil && gone {
 				s.forget(c)
-				s.emit(ctx, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
+				s.emitGiveBack(ctx, c, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
 				return
 			}
 		}

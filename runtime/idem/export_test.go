@@ -210,3 +210,6 @@ func ClaimPath(s *Store, m ClaimMode) string {
 	}
 	return t.lease.String()
 }
+
+// FlushReplays writes the replays s counted for keys' histories now, as its periodic flush does.
+func FlushReplays(s *Store) { s.flushReplays(context.Background()) }

@@ -181,6 +181,8 @@ var guarantees = []guarantee{
 	{"caller gone during the claim", guaranteeGoneDuring},
 	{"lost COMMIT answer released", guaranteeLostCommit},
 	{"replay after the TTL: new", guaranteeTTL},
+	{"history of a completion and a release", guaranteeHistory},
+	{"uncertain after a provider call", guaranteeUncertain},
 }
 
 // TestGuarantees runs every guarantee on every path and prints the table.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -202,32 +201,6 @@ WHERE tenant = $1 AND scope = $2 AND key = $3`, row.tenant, row.scope, row.key,
 		return err
 	}
 	s.observeHistory(ctx, row, ev)
-	return nil
-}
-
-// historyInsert appends one history row; $1–$3 the row (stored form), then the event's fields,
-// then the retention.
-func (s *Store) historyInsert() string {
-	return `INSERT INTO ` + s.events + ` (tenant, scope, key, kind, operation, attempt, status, detail, actor,
-	replays, provider, provider_key, amount, currency)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, 0), NULLIF($7, 0), NULLIF($8, ''), NULLIF($9, ''),
-	NULLIF($10, 0), NULLIF($11, ''), NULLIF($12, ''), NULLIF($13, 0::bigint), NULLIF($14, ''))`
-}
-
-// historyArgs are historyInsert's parameters for ev about row.
-func historyArgs(row rowID, ev HistoryEvent) []any {
-	return []any{row.tenant, row.scope, row.key, string(ev.Kind), storedText(ev.Operation), int32(ev.Attempt),
-		int32(ev.Status), ev.Detail, ev.Actor, int32(ev.Replays), ev.Provider, ev.ProviderKey, ev.Amount, ev.Currency}
-}
-
-// appendHistory appends ev to row's history through q: a transaction the runtime already runs,
-// or the pool for an event that happens outside one.
-func (s *Store) appendHistory(ctx context.Context, q interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, row rowID, ev HistoryEvent) error {
-	if _, err := q.Exec(ctx, s.historyInsert(), historyArgs(row, ev)...); err != nil {
-		return fmt.Errorf("idem: history: %w", err)
-	}
 	return nil
 }
 

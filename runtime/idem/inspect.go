@@ -43,7 +43,7 @@ type KeyInfo struct {
 	// KeyHash is the key as logs and events print it ([KeyHash] of Scope and Key).
 	KeyHash     string
 	Fingerprint string
-	State       string // KeyInFlight or KeyComplete
+	State       string // KeyInFlight, KeyComplete or KeyUncertain
 	// Attempt counts the executions of this key: 1, or more after takeovers of abandoned claims.
 	Attempt int
 	// Status, Reference and Header are the stored outcome (zero while in flight).
@@ -97,7 +97,7 @@ type ListKeysParams struct {
 	// Tenant is as in LookupKeyParams: nil matches every tenant.
 	Tenant    *string
 	Operation string
-	// State keeps only keys in this state (KeyInFlight or KeyComplete); "" keeps both.
+	// State keeps only keys in this state (KeyInFlight, KeyComplete or KeyUncertain); "" keeps all.
 	State string
 	// Stale keeps only stale in-flight keys (see KeyInfo.Stale); it implies State KeyInFlight.
 	Stale bool
@@ -212,10 +212,10 @@ func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, err
 	q := newKeyQuery(false)
 	switch state {
 	case "":
-	case KeyInFlight, KeyComplete:
+	case KeyInFlight, KeyComplete, KeyUncertain:
 		q.where("state = ", state)
 	default:
-		return nil, fmt.Errorf("idem: ListKeys: unknown state %q (use %s or %s)", state, KeyInFlight, KeyComplete)
+		return nil, fmt.Errorf("idem: ListKeys: unknown state %q (use %s, %s or %s)", state, KeyInFlight, KeyComplete, KeyUncertain)
 	}
 	if p.Stale {
 		q.cond("lease_expires_at <= statement_timestamp()")

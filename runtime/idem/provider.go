@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ProviderKey is the idempotency key to send with call to its provider, for the request whose
@@ -45,5 +48,54 @@ func ProviderKey(ctx context.Context, call ProviderCall) (string, error) {
 // transaction on the pool that commits synchronously, before the provider is called. The mark
 // is fenced by c's token: zero rows marked means the claim was taken over (ErrLeaseLost).
 func (s *Store) recordProviderCall(ctx context.Context, c *Claim, call ProviderCall, key string) error {
-	return fmt.Errorf("idem: ProviderKey: recording a provider call is not implemented yet: %w", ErrStoreUnavailable)
+	ev := c.event(EventProviderCall)
+	ev.Provider, ev.ProviderKey, ev.Amount, ev.Currency = call.Provider, key, call.Amount, call.Currency
+	lost := false
+	err := s.bounded(ctx, 0, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			// The claim committed asynchronously; this record must be on disk before the provider
+			// is called, whatever the session's setting.
+			if s.citus() {
+				if _, err := tx.Exec(ctx, propagateSetSQL); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(ctx, syncCommitSQL); err != nil {
+				return err
+			}
+			if c.uncertainOnLoss {
+				n, err := txReturned(ctx, tx, s.sql.providerMark, c.args()...)
+				if err != nil {
+					return err
+				}
+				if n == 0 {
+					lost = true
+					return errLostMark
+				}
+			}
+			return s.appendHistory(ctx, tx, c.row, ev)
+		})
+	})
+	switch {
+	case lost:
+		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
+		s.rareHistory(ctx, c.row, c.event(EventLeaseLost))
+		return fmt.Errorf("idem: ProviderKey: %w: do not call the provider (operation %s)", ErrLeaseLost, c.Operation)
+	case err != nil:
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+		if !errors.Is(err, ErrStoreUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
+		return fmt.Errorf("idem: ProviderKey: recording the provider call: %w", err)
+	}
+	atomic.StoreInt32(&c.providerCalled, 1)
+	s.emitClaim(ctx, c, Event{Kind: EventProviderCall, Operation: c.Operation, Attempt: c.Attempt})
+	return nil
 }
+
+// syncCommitSQL makes recordProviderCall's transaction wait for its flush to disk.
+const syncCommitSQL = `SET LOCAL synchronous_commit = on`
+
+// errLostMark rolls back recordProviderCall's transaction when the claim is no longer its
+// holder's.
+var errLostMark = errors.New("idem: the claim is no longer its holder's")

@@ -16,10 +16,14 @@ type PurgeOpts struct {
 type PurgeResult struct {
 	Deleted int64
 	Batches int
+	// HistoryDeleted counts the history rows (Store.History) deleted for being older than
+	// Config.HistoryRetention; with DryRun, those that would be.
+	HistoryDeleted int64
 }
 
 // Purge deletes expired completed keys (and in-flight rows whose lease and TTL are both long
-// gone) in batches, walking the key table once in its physical order, until the walk ends or
+// gone; never an uncertain key, which waits for Resolve) and then the history rows older than
+// Config.HistoryRetention, in batches, walking the key table once in its physical order, until the walk ends or
 // ctx does.
 //
 // Each batch is its own short DELETE of at most BatchSize rows from a window of pages (a few
@@ -41,6 +45,10 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 	if o.DryRun {
 		if err := s.db.QueryRow(ctx, s.sql.purgeCount).Scan(&res.Deleted); err != nil {
 			return nil, storeError(ctx, "purge: count expired keys", err)
+		}
+		err := s.db.QueryRow(ctx, `SELECT count(*) FROM `+s.events+` WHERE at < $1::timestamptz`, s.historyHorizon()).Scan(&res.HistoryDeleted)
+		if err != nil && pgCode(err) != undefinedTable {
+			return nil, storeError(ctx, "purge: count old history", err)
 		}
 		return res, nil
 	}
@@ -74,7 +82,46 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 			return res, err
 		}
 	}
-	return res, nil
+	return res, s.purgeHistory(ctx, batch, res, o.Progress)
+}
+
+// undefinedTable is SQLSTATE 42P01: a Store on a table migrated before version 6 has no history
+// table, and its purge has no history to delete.
+const undefinedTable = "42P01"
+
+// historyHorizon is the time before which history rows are deleted: now less
+// Config.HistoryRetention, on the process's clock (the rows' times are the database's: a skew
+// between the two moves the horizon by as much, which a retention of months does not notice).
+func (s *Store) historyHorizon() time.Time { return time.Now().Add(-s.cfg.HistoryRetention) }
+
+// purgeHistory deletes the history rows older than the retention, batch rows per statement
+// (sql/purge_history.sql), counting them in res and reporting each batch as EventPurged.
+func (s *Store) purgeHistory(ctx context.Context, batch int, res *PurgeResult, progress func(int64)) error {
+	horizon := s.historyHorizon()
+	for {
+		tag, err := s.db.Exec(ctx, s.sql.purgeHistory, batch, horizon)
+		if pgCode(err) == undefinedTable {
+			return nil
+		}
+		if err != nil {
+			return storeError(ctx, "purge: old history", err)
+		}
+		n := tag.RowsAffected()
+		if n > 0 {
+			res.HistoryDeleted += n
+			res.Batches++
+			s.emit(ctx, Event{Kind: EventPurged, Count: int(n)})
+			if progress != nil {
+				progress(res.Deleted + res.HistoryDeleted)
+			}
+		}
+		if n < int64(batch) {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // purgeRowsPerPage sizes Purge's window of pages: a page of the key table holds a few dozen

@@ -68,7 +68,8 @@ func newBackground() *background {
 // Close stops what the Store runs in the background: the connections kept for a rollback
 // (owed.go) are rolled back and given back to the pool, the connection that listens for finished
 // keys is closed (waiting duplicates fall back to polling), release retries not yet done are
-// dropped (their keys' leases run out on their own), and it waits for the ones running. Requests
+// dropped (their keys' leases run out on their own), and it waits for the ones running; the
+// replays counted for keys' histories since the last flush are written (history_write.go). Requests
 // may still be served after Close. Close is safe to call more than once.
 func (s *Store) Close() {
 	s.bg.closeOnce.Do(func() { close(s.bg.closing) })
@@ -77,6 +78,7 @@ func (s *Store) Close() {
 		s.ln.close()
 	}
 	s.bg.wg.Wait()
+	s.flushReplays(context.Background()) // the replays counted since the last flush
 }
 
 // releaseLater remembers c as abandoned and retries its release in the background.
@@ -122,7 +124,7 @@ func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran 
 		if err == nil {
 			s.forget(c)
 			s.log.InfoContext(ctx, "idem: released the key on a retry", "operation", c.Operation, "key_hash", c.hash(), "tries", try+1)
-			s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
+			s.emitGiveBack(ctx, c, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 			return
 		}
 	}

@@ -47,6 +47,15 @@ type statements struct {
 	// on the DELETE itself.
 	purgeCitus string
 
+	// The key's history and the uncertain state (history.go, provider.go): the history row of
+	// a lease-mode claim (sql/history_claim.sql), the replays' flush, the two transitions to
+	// uncertain (a release after a provider call, a claim that finds such a holder gone), the
+	// mark of a provider call, and the history's purge. None is batched: a Store whose table
+	// has no history yet (migration 6 not applied) still prepares its statements.
+	historyClaim, historyReplays, uncertainHeld, uncertainAbandoned, providerMark, purgeHistory string
+	// historyInsert[n] appends n history rows (Store.appendHistory), for n = 1 and 2.
+	historyInsert [3]string
+
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
 	// forgets the statements of a batch that failed, so each would be prepared anew on the
@@ -58,7 +67,7 @@ type statements struct {
 
 // newStatements renders the statements for table; remember says the Store keeps a replay cache,
 // whose entries need to know how long a replayed row stays remembered (sql/replay.sql).
-func newStatements(table string, remember bool) (statements, error) {
+func newStatements(table, events string, remember bool) (statements, error) {
 	var st statements
 	// Each statement once: its file, where it goes, and whether the request path batches it (see
 	// batched). In this order, since the guarded read wraps the read (its Inner).
@@ -75,8 +84,11 @@ func newStatements(table string, remember bool) (statements, error) {
 		{"complete_insert", &st.completeInsert, true}, {"complete_takeover", &st.completeTakeover, true}, {"notify_locked", &st.notifyLocked, true},
 		{"release", &st.release, false}, {"renew", &st.renew, false},
 		{"purge", &st.purge, false}, {"purge_count", &st.purgeCount, false}, {"purge_citus", &st.purgeCitus, false},
+		{"history_claim", &st.historyClaim, false}, {"history_replays", &st.historyReplays, false},
+		{"uncertain_held", &st.uncertainHeld, false}, {"uncertain_abandoned", &st.uncertainAbandoned, false},
+		{"provider_mark", &st.providerMark, false}, {"purge_history", &st.purgeHistory, false},
 	} {
-		sql, err := renderSQL(s.file, sqlVars{Table: table, Remember: remember, Inner: st.claimRead})
+		sql, err := renderSQL(s.file, sqlVars{Table: table, Events: events, Remember: remember, Inner: st.claimRead})
 		if err != nil {
 			return st, err
 		}
@@ -88,14 +100,17 @@ func newStatements(table string, remember bool) (statements, error) {
 	// The Store's own statements that touch no table, batched too.
 	st.batched = append(st.batched, beginSQL, commitSQL, rollbackSQL, propagateSetSQL, asyncCommitSQL, lockWaitSave, lockWaitDefault, lockWaitRestore)
 	st.batched = append(st.batched, lockWaitSQL[:]...)
+	for n := 1; n < len(st.historyInsert); n++ {
+		st.historyInsert[n] = historyInsertSQL(events, n)
+	}
 	return st, nil
 }
 
 // sqlVars are what a sql/*.sql file may use: the key table's sanitised name, for the guarded
-// read the statement it wraps, and whether the Store keeps a replay cache.
+// read the statement it wraps, the history table's, and whether the Store keeps a replay cache.
 type sqlVars struct {
-	Table, Inner string
-	Remember     bool
+	Table, Events, Inner string
+	Remember             bool
 }
 
 // renderSQL is sql/file.sql rendered with v, without its comments, with the shared fragments

@@ -213,6 +213,10 @@ type Store struct {
 	boxed     [8]atomic.Pointer[boxedInterval] // boxInterval's intervals
 	boxedNext atomic.Uint32                    // the slot boxInterval replaces next, modulo 8
 
+	// replays counts the replays of keys that keep a history until they are flushed
+	// (history_write.go).
+	replays replayCounter
+
 	channel      string        // the key table's notification channel
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
@@ -245,6 +249,9 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
+	if c.HistoryRetention <= 0 {
+		c.HistoryRetention = DefaultHistoryRetention
+	}
 	if c.UnavailableRetryAfter <= 0 {
 		c.UnavailableRetryAfter = DefaultUnavailableRetryAfter
 	}
@@ -252,11 +259,12 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		c.Logger = slog.Default()
 	}
 	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
-	st, err := newStatements(table, c.ReplayCacheBytes > 0)
+	events := pgx.Identifier{c.Schema, HistoryTableName(c.Table)}.Sanitize()
+	st, err := newStatements(table, events, c.ReplayCacheBytes > 0)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, cfg: c, table: table, events: pgx.Identifier{c.Schema, HistoryTableName(c.Table)}.Sanitize(), preparedMark: preparedMark(table, c.ReplayCacheBytes > 0), log: c.Logger, sql: st, bg: newBackground(),
+	s := &Store{db: db, cfg: c, table: table, events: events, preparedMark: preparedMark(table, c.ReplayCacheBytes > 0), log: c.Logger, sql: st, bg: newBackground(),
 		channel: channelOf(table), fallbackPoll: fallbackPoll, notifyAfter: txLockWait, cache: newReplayCache(c.ReplayCacheBytes),
 		owed: newOwedConns(db), owedAge: owedMaxAge, lockSeed: lockSeed(table)}
 	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok {

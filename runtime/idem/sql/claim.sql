@@ -21,13 +21,13 @@ VALUES ($1, $2, $3, $5, $6, 'in_flight', $4::uuid,
 	statement_timestamp() + $8::interval)
 ON CONFLICT (tenant, scope, key) DO UPDATE SET
 	(operation, fingerprint, state, owner_token, lease_expires_at, expires_at, attempt, created_at,
-		status, headers, body, reference, completed_at) =
+		status, headers, body, reference, completed_at, provider_at) =
 	(EXCLUDED.operation, EXCLUDED.fingerprint, EXCLUDED.state, EXCLUDED.owner_token,
 		EXCLUDED.lease_expires_at, EXCLUDED.expires_at,
 		-- a fresh history when the old one expired
 		CASE WHEN {{template "expired" "EXCLUDED.created_at"}} THEN 1 ELSE k.attempt + 1 END,
 		CASE WHEN {{template "expired" "EXCLUDED.created_at"}} THEN EXCLUDED.created_at ELSE k.created_at END,
-		NULL, NULL, NULL, NULL, NULL)
+		NULL, NULL, NULL, NULL, NULL, NULL)
 WHERE {{template "expired" "EXCLUDED.created_at"}}
-	OR (k.state = 'in_flight' AND k.lease_expires_at <= EXCLUDED.created_at AND k.fingerprint = EXCLUDED.fingerprint)
+	OR {{template "takeover" "EXCLUDED.created_at"}}
 RETURNING attempt

@@ -22,8 +22,13 @@
 -- the row (scanRead does it instead, on the same clock). claim_read_guarded.sql works out
 -- "takeable" from these columns for its guard.
 --
+-- provider_called says the holder asked for a provider key under DoParams.UncertainOnLoss
+-- (provider_at): such a row is never taken over, and a claim that finds its lease run out turns
+-- it uncertain (uncertain_abandoned.sql). state 'uncertain' is answered ErrUncertain.
+--
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
 SELECT k.attempt, k.fingerprint = $4 AS same_fingerprint, k.state, k.status, k.headers, k.body, k.reference,
-	k.lease_expires_at, k.created_at, k.expires_at, statement_timestamp() AS now
+	k.lease_expires_at, k.created_at, k.expires_at, statement_timestamp() AS now,
+	k.provider_at IS NOT NULL AS provider_called
 FROM {{.Table}} AS k
 WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3

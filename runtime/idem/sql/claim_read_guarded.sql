@@ -13,7 +13,7 @@
 --
 -- MATERIALIZED reads the key's row once; the second branch reads the first's copy. The guard's
 -- condition is claim_read.sql's "takeable", on the row's times and the read's clock (scanRead
--- works out the same in Go).
+-- works out the same in Go): fragments.sql's "expired" and "takeover" on the read's columns.
 -- Citus, whose claim has no guard (topology.go), sends claim_read.sql alone.
 -- $1 tenant, $2 scope, $3 key, $4 fingerprint.
 WITH r AS MATERIALIZED (
@@ -22,5 +22,5 @@ WITH r AS MATERIALIZED (
 SELECT * FROM r
 UNION ALL
 SELECT * FROM r WHERE 1 / (
-	(r.expires_at <= r.now AND (r.state = 'complete' OR r.lease_expires_at <= r.now))
-	OR (r.state = 'in_flight' AND r.lease_expires_at <= r.now AND r.same_fingerprint))::int = 0
+	(r.expires_at <= r.now AND (r.state = 'complete' OR (r.state = 'in_flight' AND r.lease_expires_at <= r.now)))
+	OR (r.state = 'in_flight' AND r.lease_expires_at <= r.now AND r.same_fingerprint AND NOT r.provider_called))::int = 0

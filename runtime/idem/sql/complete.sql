@@ -11,6 +11,9 @@
 -- no indexed column changes, and PostgreSQL can make the update a HOT update (no new entries in
 -- the primary key and expiry indexes, less WAL). It moves only for a completion later than that.
 --
+-- A row marked by a provider call (provider_at: ProviderKey set its expiry to 'infinity' while
+-- the outcome was unknown) gets the TTL from now.
+--
 -- It notifies nobody: a transaction that notifies takes PostgreSQL's notification queue lock
 -- at its commit and keeps it until the commit is flushed, so such commits would wait for each
 -- other's disk flush, one at a time. Waiting duplicates are told after the commit instead
@@ -18,7 +21,8 @@
 WITH done AS (
 	UPDATE {{.Table}} SET state = 'complete', status = $5, headers = $6, body = $7, reference = $8,
 		completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
-		expires_at = greatest(expires_at, statement_timestamp() + $9::interval)
+		expires_at = CASE WHEN provider_at IS NULL THEN greatest(expires_at, statement_timestamp() + $9::interval)
+			ELSE statement_timestamp() + $9::interval END
 	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
 	RETURNING 1
 )

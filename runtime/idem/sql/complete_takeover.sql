@@ -17,12 +17,12 @@ WITH done AS (
 		statement_timestamp() + $9::interval, $5, $6, $7, $8, statement_timestamp())
 	ON CONFLICT (tenant, scope, key) DO UPDATE SET
 		(operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at,
-			status, headers, body, reference, completed_at) =
+			status, headers, body, reference, completed_at, provider_at) =
 		(EXCLUDED.operation, EXCLUDED.fingerprint, EXCLUDED.state, EXCLUDED.owner_token, EXCLUDED.lease_expires_at,
 			EXCLUDED.attempt, CASE WHEN EXCLUDED.attempt = 1 THEN EXCLUDED.created_at ELSE k.created_at END,
-			EXCLUDED.expires_at, EXCLUDED.status, EXCLUDED.headers, EXCLUDED.body, EXCLUDED.reference, EXCLUDED.completed_at)
+			EXCLUDED.expires_at, EXCLUDED.status, EXCLUDED.headers, EXCLUDED.body, EXCLUDED.reference, EXCLUDED.completed_at, NULL)
 	WHERE {{template "expired" "statement_timestamp()"}}
-		OR (k.state = 'in_flight' AND k.lease_expires_at <= statement_timestamp() AND k.fingerprint = EXCLUDED.fingerprint)
+		OR {{template "takeover" "statement_timestamp()"}}
 	RETURNING 1
 )
 SELECT 1 / count(*)::int AS owned FROM done

@@ -1,0 +1,393 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// kinds is the history's kinds and attempts, "kind/attempt", oldest first.
+func kinds(evs []idem.HistoryEvent) string {
+	var b []string
+	for _, ev := range evs {
+		b = append(b, fmt.Sprintf("%s/%d", ev.Kind, ev.Attempt))
+	}
+	return strings.Join(b, " ")
+}
+
+func history(t *testing.T, s *idem.Store, scope, key string) []idem.HistoryEvent {
+	t.Helper()
+	evs, err := s.History(context.Background(), "", scope, key)
+	if err != nil {
+		t.Fatalf("History(%s): %v", key, err)
+	}
+	return evs
+}
+
+func (g *guaranteeEnv) events() string {
+	return pgx.Identifier{g.sch.Name, idem.HistoryTableName(g.sch.Table)}.Sanitize()
+}
+
+// guaranteeHistory: a completion and a release each leave the key's history, in order, on every
+// path; a replay is counted; an operation without history writes none.
+func guaranteeHistory(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
+	ctx := gctx(t)
+	var runs atomic.Int32
+	p := &idem.DoParams{Scope: "h", Key: "done", Operation: "op", Fingerprint: "fp", Claim: mode, History: true}
+	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if r, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil || !r.Replayed {
+			t.Fatalf("replay: %+v, %v", r, err)
+		}
+	}
+	idem.FlushReplays(g.store)
+	evs := history(t, g.store, "h", "done")
+	if got := kinds(evs); got != "acquired/1 completed/1 replayed/0" {
+		t.Fatalf("history of a completed key: %s; want acquired/1 completed/1 replayed/0", got)
+	}
+	if evs[1].Status != 201 || evs[2].Replays != 3 {
+		t.Fatalf("completed with status %d, replays counted %d; want 201 and 3", evs[1].Status, evs[2].Replays)
+	}
+
+	f := *p
+	f.Key = "failed"
+	if _, err := g.store.Do(ctx, &f, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		return nil, errors.New("card declined")
+	}); err == nil || err.Error() != "card declined" {
+		t.Fatalf("a failing handler: %v; want its error", err)
+	}
+	evs = history(t, g.store, "h", "failed")
+	if got := kinds(evs); got != "acquired/1 released/1" || !strings.Contains(evs[1].Detail, "card declined") {
+		t.Fatalf("history of a released key: %s (%q); want acquired/1 released/1 saying why", got, evs[len(evs)-1].Detail)
+	}
+
+	plain := *p
+	plain.Key, plain.History = "plain", false
+	if _, err := g.store.Do(ctx, &plain, counted(&runs, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.store.Do(ctx, &plain, counted(&runs, 0)); err != nil {
+		t.Fatal(err)
+	}
+	idem.FlushReplays(g.store)
+	if n := g.count(t, "SELECT count(*) FROM "+g.events()+" WHERE key = 'plain'"); n != 0 {
+		t.Fatalf("an operation without history wrote %d history rows; want none", n)
+	}
+}
+
+// guaranteeUncertain: in lease mode, a holder that asked for a provider key and then lost its
+// claim (its lease ran out, or its handler failed) leaves the key uncertain: retries get
+// ErrUncertain and never run, the holder cannot commit, and Resolve settles it. Transaction mode
+// refuses UncertainOnLoss before claiming.
+func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
+	ctx := gctx(t)
+	var runs atomic.Int32
+	p := &idem.DoParams{Scope: "u", Key: "lost", Operation: "pay", Fingerprint: "fp", Claim: mode, UncertainOnLoss: true,
+		Lease: 150 * time.Millisecond, Timeout: 10 * time.Second}
+	if mode == idem.ClaimTransaction {
+		if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err == nil || runs.Load() != 0 {
+			t.Fatalf("UncertainOnLoss in transaction mode: %v, %d runs; want an error before any claim", err, runs.Load())
+		}
+		return
+	}
+	slow := g.newStore(t)
+	idem.DisableRenewal(slow)
+	entered, finish := make(chan string, 1), make(chan struct{})
+	release := letGo(t, finish)
+	first := make(chan error, 1)
+	go func() {
+		_, err := slow.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			key, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer", Amount: 500, Currency: "EUR"})
+			entered <- key
+			if err != nil {
+				return nil, err
+			}
+			<-finish
+			return counted(&runs, 0)(ctx, tx)
+		})
+		first <- err
+	}()
+	if key := recv(t, entered, 10*time.Second, "the holder never asked for a provider key"); key == "" {
+		t.Fatal("ProviderKey gave no key")
+	}
+	time.Sleep(300 * time.Millisecond) // past the lease: the holder is as good as crashed
+	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+		t.Fatalf("a retry after the holder was lost past a provider call: %v; want ErrUncertain", err)
+	}
+	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+		t.Fatalf("a retry of an uncertain key: %v; want ErrUncertain", err)
+	}
+	release()
+	if err := recv(t, first, 10*time.Second, "the holder never returned"); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the lost holder's completion: %v; want ErrLeaseLost", err)
+	}
+	if n, rows := runs.Load(), g.count(t, "SELECT count(*) FROM payments WHERE key = 'lost'"); n != 1 || rows != 0 {
+		t.Fatalf("%d runs, %d business rows committed; want only the lost holder's run, and nothing committed", n, rows)
+	}
+	evs := history(t, g.store, "u", "lost")
+	if got := kinds(evs); got != "acquired/1 provider_call/1 uncertain/1 lease_lost/1" {
+		t.Fatalf("history: %s; want acquired/1 provider_call/1 uncertain/1 lease_lost/1", got)
+	}
+	if pc := evs[1]; pc.Provider != "acquirer" || pc.ProviderKey == "" || pc.Amount != 500 || pc.Currency != "EUR" {
+		t.Fatalf("provider call recorded as %+v", pc)
+	}
+	if n := g.count(t, "SELECT count(*) FROM "+g.table()+" WHERE key = 'lost' AND state = 'uncertain' AND expires_at = 'infinity'"); n != 1 {
+		t.Fatalf("the key's row is not uncertain for good (%d rows)", n)
+	}
+	if res, err := g.store.Purge(ctx, nil); err != nil || g.count(t, "SELECT count(*) FROM "+g.table()+" WHERE key = 'lost'") != 1 {
+		t.Fatalf("purge: %+v, %v; want the uncertain key kept", res, err)
+	}
+	if err := g.store.Resolve(ctx, &idem.ResolveParams{Scope: "u", Key: "lost", As: idem.ResolveCompleted,
+		Outcome: &idem.Outcome{Status: 201, Body: []byte("charged")}, Actor: "ops", Evidence: "acquirer record"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil || !r.Replayed || string(r.Outcome.Body) != "charged" {
+		t.Fatalf("a retry after Resolve(completed): %+v, %v; want the resolved outcome replayed", r, err)
+	}
+
+	// A handler that fails after its provider call leaves the key uncertain too.
+	q := *p
+	q.Key = "failed"
+	_, err := g.store.Do(ctx, &q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		if _, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer"}); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("acquirer timed out")
+	})
+	if err == nil || err.Error() != "acquirer timed out" {
+		t.Fatalf("a handler failing after its provider call: %v; want its own error", err)
+	}
+	if _, err := g.store.Do(ctx, &q, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+		t.Fatalf("its retry: %v; want ErrUncertain", err)
+	}
+	if got := kinds(history(t, g.store, "u", "failed")); got != "acquired/1 provider_call/1 uncertain/1" {
+		t.Fatalf("history: %s; want acquired/1 provider_call/1 uncertain/1", got)
+	}
+	if err := g.store.Resolve(ctx, &idem.ResolveParams{Scope: "u", Key: "failed", As: idem.ResolveFailed, Actor: "ops", Evidence: "no record"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := g.store.Do(ctx, &q, counted(&runs, 0)); err != nil || r.Replayed || runs.Load() != 2 {
+		t.Fatalf("a retry after Resolve(failed): %+v, %v, %d runs; want it to run", r, err, runs.Load())
+	}
+}
+
+// TestUncertainRetriesAtOnce: many identical retries that find the key's holder gone after a
+// provider call all get ErrUncertain, and exactly one of them turns the key (one uncertain row
+// in its history, one EventUncertain).
+func TestUncertainRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 12})
+	var observed atomic.Int32
+	cfg := *sch.Config()
+	cfg.Observer = func(ctx context.Context, e idem.Event) {
+		if e.Kind == idem.EventUncertain {
+			observed.Add(1)
+		}
+	}
+	store, err := idem.NewStore(sch.Pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	holder, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(holder.Close)
+	idem.DisableRenewal(holder)
+	ctx := gctx(t)
+	p := &idem.DoParams{Scope: "u", Key: "k", Operation: "pay", Fingerprint: "fp", UncertainOnLoss: true,
+		Lease: 100 * time.Millisecond, Timeout: 10 * time.Second}
+	called, finish := make(chan struct{}), make(chan struct{})
+	release := letGo(t, finish)
+	done := make(chan error, 1)
+	go func() {
+		_, err := holder.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			if _, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer"}); err != nil {
+				return nil, err
+			}
+			close(called)
+			<-finish
+			return &idem.Outcome{Status: 201}, nil
+		})
+		done <- err
+	}()
+	recv(t, called, 10*time.Second, "the holder never recorded its provider call")
+	time.Sleep(200 * time.Millisecond)
+	const n = 8
+	var runs atomic.Int32
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			_, err := store.Do(ctx, p, counted(&runs, 0))
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, idem.ErrUncertain) {
+			t.Errorf("a retry: %v; want ErrUncertain", err)
+		}
+	}
+	release()
+	if err := recv(t, done, 10*time.Second, "the holder never returned"); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the holder: %v; want ErrLeaseLost", err)
+	}
+	evs := history(t, store, "u", "k")
+	uncertain := 0
+	for _, ev := range evs {
+		if ev.Kind == idem.EventUncertain {
+			uncertain++
+			if !strings.Contains(ev.Detail, "lease of attempt 1 expired after a provider call") {
+				t.Errorf("uncertain row's detail %q", ev.Detail)
+			}
+		}
+	}
+	if uncertain != 1 || observed.Load() != 1 || runs.Load() != 0 {
+		t.Fatalf("%d uncertain rows (%s), %d EventUncertain, %d runs; want 1, 1, 0", uncertain, kinds(evs), observed.Load(), runs.Load())
+	}
+}
+
+// TestHistoryTimeline: a history-only operation's key, claimed, lost to a holder that stopped
+// renewing (taken over, its own completion then refused), completed by the takeover, and
+// refused to another request: its history says so in order.
+func TestHistoryTimeline(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 8})
+	store, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	slow, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slow.Close)
+	idem.DisableRenewal(slow)
+	ctx := gctx(t)
+	p := &idem.DoParams{Scope: "t", Key: "k", Operation: "pay", Fingerprint: "fp", History: true,
+		Lease: 100 * time.Millisecond, Timeout: 10 * time.Second}
+	entered, finish := make(chan struct{}), make(chan struct{})
+	release := letGo(t, finish)
+	first := make(chan error, 1)
+	go func() {
+		_, err := slow.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			close(entered)
+			<-finish
+			return &idem.Outcome{Status: 201}, nil
+		})
+		first <- err
+	}()
+	recv(t, entered, 10*time.Second, "the first holder never started")
+	time.Sleep(200 * time.Millisecond)
+	if r, err := store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		return &idem.Outcome{Status: 201}, nil
+	}); err != nil || r.Replayed {
+		t.Fatalf("the takeover: %+v, %v", r, err)
+	}
+	release()
+	if err := recv(t, first, 10*time.Second, "the first holder never returned"); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the first holder: %v; want ErrLeaseLost", err)
+	}
+	other := *p
+	other.Fingerprint = "another"
+	if _, err := store.Do(ctx, &other, ok201); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("another request: %v; want ErrKeyReused", err)
+	}
+	evs := history(t, store, "t", "k")
+	const want = "acquired/1 taken_over/2 completed/2 lease_lost/1 key_reused/0"
+	if got := kinds(evs); got != want {
+		t.Fatalf("history: %s; want %s", got, want)
+	}
+	if evs[4].Detail != "another fingerprint" {
+		t.Fatalf("key_reused detail %q", evs[4].Detail)
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].At.Before(evs[i-1].At) {
+			t.Fatalf("history out of time order at %d: %v", i, evs)
+		}
+	}
+}
+
+// TestHistoryReplaysFlushedAtClose: replays are counted in memory and written as one replayed
+// row per key, periodically and at Close.
+func TestHistoryReplaysFlushedAtClose(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 4})
+	store, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := gctx(t)
+	p := &idem.DoParams{Scope: "r", Key: "k", Operation: "pay", Fingerprint: "fp", History: true}
+	for range 6 {
+		if _, err := store.Do(ctx, p, ok201); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := kinds(history(t, store, "r", "k")); got != "acquired/1 completed/1" {
+		t.Fatalf("before a flush: %s; want the replays still counted in memory", got)
+	}
+	store.Close()
+	evs := history(t, store, "r", "k")
+	if got := kinds(evs); got != "acquired/1 completed/1 replayed/0" || evs[2].Replays != 5 {
+		t.Fatalf("after Close: %s (%d replays); want one replayed row counting 5", got, evs[len(evs)-1].Replays)
+	}
+}
+
+// TestHistoryPurgedAfterRetention: Purge deletes history rows older than the retention, and
+// keeps the others.
+func TestHistoryPurgedAfterRetention(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 4})
+	cfg := *sch.Config()
+	cfg.HistoryRetention = time.Hour
+	store, err := idem.NewStore(sch.Pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	ctx := gctx(t)
+	for i := range 5 {
+		p := &idem.DoParams{Scope: "p", Key: fmt.Sprint(i), Operation: "pay", Fingerprint: "fp", History: true}
+		if _, err := store.Do(ctx, p, ok201); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := pgx.Identifier{sch.Name, idem.HistoryTableName(sch.Table)}.Sanitize()
+	if _, err := sch.Pool.Exec(ctx, "UPDATE "+events+" SET at = at - interval '2 hours' WHERE key IN ('0', '1', '2')"); err != nil {
+		t.Fatal(err)
+	}
+	dry, err := store.Purge(ctx, &idem.PurgeOpts{DryRun: true})
+	if err != nil || dry.HistoryDeleted != 6 {
+		t.Fatalf("dry run: %+v, %v; want 6 old history rows", dry, err)
+	}
+	res, err := store.Purge(ctx, &idem.PurgeOpts{BatchSize: 4})
+	if err != nil || res.HistoryDeleted != 6 {
+		t.Fatalf("purge: %+v, %v; want 6 history rows deleted", res, err)
+	}
+	var left int
+	if err := sch.Pool.QueryRow(ctx, "SELECT count(*) FROM "+events).Scan(&left); err != nil || left != 4 {
+		t.Fatalf("%d history rows left (%v); want 4", left, err)
+	}
+}
+
+func ok201(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil }

@@ -1,0 +1,359 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// What the runtime appends to a key's history, and where (only for claims whose operation keeps
+// one: Claim.history; a claim without history sends exactly the statements it always sent):
+//
+//	acquired, taken_over  lease mode: in the claim's own transaction (sql/history_claim.sql);
+//	                      transaction mode: with the completion, or after the rollback that
+//	                      gives the key back
+//	completed             in the completion's transaction, before its COMMIT
+//	released              next to the release's DELETE, in one transaction (releaseRow), with
+//	                      why in detail; transaction mode: after the rollback
+//	uncertain             with the transition, in one transaction (releaseRow, settleUncertain)
+//	provider_call         recordProviderCall, committed before the provider key is handed out
+//	key_reused, lease_lost  a statement of their own on the pool (rareHistory)
+//	replayed              counted in memory and flushed every replayFlushEvery and at Close
+//	                      (replayCounter): the counts of a process that dies since its last
+//	                      flush are lost
+//
+// Each is also the Observer's event of the same kind (emit), but for a release, which the
+// Observer sees as EventReleased, EventHandlerTimeout or EventHandlerFailed.
+
+// historyInsertSQL appends n history rows to events: $1–$3 the key's row (stored form), then
+// for each row its kind, operation, attempt, status, detail, actor, replays, provider,
+// provider_key, amount and currency (historyArgs).
+func historyInsertSQL(events string, n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + events + ` (tenant, scope, key, kind, operation, attempt, status, detail, actor,
+	replays, provider, provider_key, amount, currency) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		p := 4 + i*historyEventParams
+		fmt.Fprintf(&b, "($1, $2, $3, $%d, $%d, NULLIF($%d, 0), NULLIF($%d, 0), NULLIF($%d, ''), NULLIF($%d, ''), "+
+			"NULLIF($%d, 0), NULLIF($%d, ''), NULLIF($%d, ''), NULLIF($%d, 0::bigint), NULLIF($%d, ''))",
+			p, p+1, p+2, p+3, p+4, p+5, p+6, p+7, p+8, p+9, p+10)
+	}
+	return b.String()
+}
+
+// historyEventParams is how many parameters each row of historyInsertSQL takes.
+const historyEventParams = 11
+
+// historyArgs are the parameters of historyInsertSQL for evs about row.
+func historyArgs(row rowID, evs ...HistoryEvent) []any {
+	args := make([]any, 0, 3+len(evs)*historyEventParams)
+	args = append(args, row.tenant, row.scope, row.key)
+	for _, ev := range evs {
+		args = append(args, string(ev.Kind), storedText(ev.Operation), int32(ev.Attempt), int32(ev.Status), ev.Detail,
+			ev.Actor, int32(ev.Replays), ev.Provider, ev.ProviderKey, ev.Amount, ev.Currency)
+	}
+	return args
+}
+
+// historyExecer is what appends history rows: a transaction the runtime runs, or the pool.
+type historyExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// appendHistory appends evs (one or two) to row's history through q: a transaction the runtime
+// already runs, or the pool for an event that happens outside one.
+func (s *Store) appendHistory(ctx context.Context, q historyExecer, row rowID, evs ...HistoryEvent) error {
+	if _, err := q.Exec(ctx, s.sql.historyInsert[len(evs)], historyArgs(row, evs...)...); err != nil {
+		return fmt.Errorf("idem: history: %w", err)
+	}
+	return nil
+}
+
+// rareHistory appends evs to row's history in a statement of its own on the pool, for an event
+// off the request's common path (a mismatch, a lost lease, a transaction-mode release): bounded
+// by Config.StoreTimeout, and a failure is logged, never changing the request's answer.
+func (s *Store) rareHistory(ctx context.Context, row rowID, evs ...HistoryEvent) {
+	hctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+	defer bound.end()
+	if err := s.appendHistory(hctx, s.db, row, evs...); err != nil {
+		s.log.WarnContext(ctx, "idem: could not append to the key's history", "event", string(evs[0].Kind),
+			"operation", evs[0].Operation, "key_hash", KeyHash(fromStoredText(row.scope), fromStoredText(row.key)), "error", err)
+	}
+}
+
+// claimKind is the history's kind of c's claim: acquired, or taken_over after a lost attempt.
+func (c *Claim) claimKind() EventKind {
+	if c.Attempt > 1 {
+		return EventTakenOver
+	}
+	return EventAcquired
+}
+
+// claimEvent is c's history row of kind k.
+func (c *Claim) event(k EventKind) HistoryEvent {
+	return HistoryEvent{Kind: k, Operation: c.Operation, Attempt: c.Attempt}
+}
+
+// queueClaimHistory queues the history row of a lease-mode claim behind its write, in its
+// transaction (sql/history_claim.sql): it inserts a row only if the claim made c the key's holder.
+func (s *Store) queueClaimHistory(b *batch, c *Claim) {
+	if c.history {
+		b.Queue(s.sql.historyClaim, c.args()...)
+	}
+}
+
+// completionHistory is what a completion of c appends to the key's history, in its transaction:
+// completed, behind the claim's own row in transaction mode (whose claim wrote none).
+func (c *Claim) completionHistory(status int) []HistoryEvent {
+	done := c.event(EventCompleted)
+	done.Status = status
+	if c.txMode {
+		return []HistoryEvent{c.event(c.claimKind()), done}
+	}
+	return []HistoryEvent{done}
+}
+
+// giveBackWhy says why a claim's work was rolled back and its key given back, for the history's
+// released (or uncertain) row: the cause first, as the Observer names it where it has a name.
+func giveBackWhy(kind EventKind, err error) string {
+	switch {
+	case kind == EventHandlerTimeout:
+		return "handler_timeout: the handler ran past its timeout"
+	case kind == EventHandlerFailed:
+		return "handler_failed: a statement of the handler aborted its transaction"
+	case err == nil:
+		return "panic: the handler panicked"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "cancelled: the caller went away"
+	case IsStoreUnavailable(err):
+		return "store_unavailable: the database connection was lost under the handler"
+	}
+	msg := err.Error()
+	if len(msg) > maxWhyBytes {
+		msg = clipUTF8(msg, maxWhyBytes) + "…"
+	}
+	return "handler error: " + msg
+}
+
+// maxWhyBytes bounds the handler's error text kept in a released row's detail.
+const maxWhyBytes = 200
+
+// releaseWithHistory is releaseRow for a claim that keeps a history, in one transaction on the
+// pool: under UncertainOnLoss, a row marked by a provider call turns uncertain
+// (sql/uncertain_held.sql); otherwise the row is deleted (sql/release.sql); and the history row
+// that says which, with c.why, is appended in the same transaction. gone says either happened.
+func (s *Store) releaseWithHistory(ctx context.Context, c *Claim) (gone bool, err error) {
+	var ev HistoryEvent
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		gone = false
+		if c.uncertainOnLoss {
+			n, err := txReturned(ctx, tx, s.sql.uncertainHeld, c.args()...)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				gone, c.turnedUncertain = true, true
+				ev = c.event(EventUncertain)
+				ev.Detail = fmt.Sprintf("attempt %d lost after a provider call: %s", c.Attempt, c.why)
+				return s.appendHistory(ctx, tx, c.row, ev)
+			}
+		}
+		n, err := txReturned(ctx, tx, s.sql.release, c.args()...)
+		if err != nil || n == 0 {
+			return err
+		}
+		gone = true
+		ev = c.event(EventReleased)
+		ev.Detail = c.why
+		if ev.Detail == "" {
+			ev.Detail = "abandoned: the claim's answer was lost, and the key given back"
+		}
+		return s.appendHistory(ctx, tx, c.row, ev)
+	})
+	if err != nil {
+		c.turnedUncertain = false
+		return false, err
+	}
+	if c.turnedUncertain {
+		s.emitClaim(ctx, c, Event{Kind: EventUncertain, Operation: c.Operation, Attempt: c.Attempt})
+	}
+	return gone, nil
+}
+
+// txReturned is Store.returned inside tx.
+func txReturned(ctx context.Context, tx pgx.Tx, sql string, args ...any) (n int, err error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err()
+}
+
+// emitGiveBack reports a release of c as kind (EventReleased, EventHandlerTimeout,
+// EventHandlerFailed), unless the release turned the key uncertain, which releaseWithHistory
+// reported as EventUncertain.
+func (s *Store) emitGiveBack(ctx context.Context, c *Claim, e Event) {
+	if c.turnedUncertain {
+		return
+	}
+	s.emit(ctx, e)
+}
+
+// settleUncertain is the one place where a claim turns a key uncertain: res found the key in
+// flight, its holder's lease run out after a provider call (res.abandoned). In one transaction
+// on the pool it marks the row uncertain (sql/uncertain_abandoned.sql, fenced by the holder's
+// attempt) and appends the history's uncertain row; it reports EventUncertain. turned is false
+// when the row changed meanwhile (a holder that renewed, another claim that turned it first):
+// the caller claims again.
+func (s *Store) settleUncertain(ctx context.Context, p *DoParams, res *claimResult) (turned bool, err error) {
+	row := rowOf(p)
+	ev := HistoryEvent{Kind: EventUncertain, Operation: p.Operation, Attempt: int(res.rowAttempt),
+		Detail: fmt.Sprintf("lease of attempt %d expired after a provider call", res.rowAttempt)}
+	err = s.bounded(ctx, 0, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			var op string
+			switch err := tx.QueryRow(ctx, s.sql.uncertainAbandoned, row.tenant, row.scope, row.key, res.rowAttempt).Scan(&op); {
+			case errors.Is(err, pgx.ErrNoRows):
+				turned = false
+				return nil
+			case err != nil:
+				return err
+			}
+			turned, ev.Operation = true, fromStoredText(op)
+			return s.appendHistory(ctx, tx, row, ev)
+		})
+	})
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		return false, storeError(ctx, "turn the key uncertain", err)
+	}
+	if turned {
+		s.log.WarnContext(ctx, "idem: a claim found the key's holder gone after a provider call: the key is uncertain until it is resolved",
+			"operation", ev.Operation, "key_hash", KeyHash(p.Scope, p.Key), "attempt", res.rowAttempt)
+		s.observeHistory(ctx, row, ev)
+	}
+	return turned, nil
+}
+
+// replayFlushEvery is how often the replays counted in memory are written to the history.
+const replayFlushEvery = 5 * time.Second
+
+// maxReplayKeys bounds the keys whose replays are counted between two flushes: past it, a
+// replay of another key is flushed at once.
+const maxReplayKeys = 10000
+
+// replayCounter counts the replays of keys that keep a history, per key, between flushes.
+type replayCounter struct {
+	mu      sync.Mutex
+	counts  map[replayKey]int
+	started bool // the flusher runs
+	every   time.Duration
+}
+
+type replayKey struct {
+	row       rowID
+	operation string // stored text
+}
+
+// countReplay counts a replay of p's key in its history's next replayed row, and starts the
+// flusher on the first one.
+func (s *Store) countReplay(p *DoParams) {
+	if !p.History && !p.UncertainOnLoss {
+		return
+	}
+	rc := &s.replays
+	rc.mu.Lock()
+	if rc.counts == nil {
+		rc.counts = map[replayKey]int{}
+	}
+	rc.counts[replayKey{rowOf(p), storedText(p.Operation)}]++
+	full := len(rc.counts) >= maxReplayKeys
+	start := !rc.started
+	rc.started = true
+	rc.mu.Unlock()
+	if start {
+		s.startReplayFlusher()
+	}
+	if full {
+		go s.flushReplays(context.Background())
+	}
+}
+
+// startReplayFlusher flushes the counted replays every replayFlushEvery until Close, which
+// flushes what is left.
+func (s *Store) startReplayFlusher() {
+	bg := s.bg
+	select {
+	case <-bg.closing:
+		return
+	default:
+	}
+	every := s.replays.every
+	if every <= 0 {
+		every = replayFlushEvery
+	}
+	bg.wg.Add(1)
+	go func() {
+		defer bg.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-bg.closing:
+				return
+			case <-t.C:
+				s.flushReplays(context.Background())
+			}
+		}
+	}()
+}
+
+// flushReplays writes the replays counted since the last flush, one replayed row per key, in one
+// statement (sql/history_replays.sql) bounded by Config.StoreTimeout. Counts that could not be
+// written are kept for the next flush (while they fit).
+func (s *Store) flushReplays(ctx context.Context) {
+	rc := &s.replays
+	rc.mu.Lock()
+	counts := rc.counts
+	rc.counts = nil
+	rc.mu.Unlock()
+	if len(counts) == 0 {
+		return
+	}
+	n := len(counts)
+	tenants, scopes, keys, ops, ns := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]int32, 0, n)
+	for k, c := range counts {
+		tenants, scopes, keys, ops = append(tenants, k.row.tenant), append(scopes, k.row.scope), append(keys, k.row.key), append(ops, k.operation)
+		ns = append(ns, int32(min(c, 1<<31-1)))
+	}
+	fctx, bound := newBound(ctx, s.cfg.StoreTimeout)
+	defer bound.end()
+	if _, err := s.db.Exec(fctx, s.sql.historyReplays, tenants, scopes, keys, ops, ns); err != nil {
+		s.log.Warn("idem: could not write the replays counted for the keys' history; keeping them for the next flush",
+			"keys", n, "error", err)
+		rc.mu.Lock()
+		if rc.counts == nil {
+			rc.counts = map[replayKey]int{}
+		}
+		for k, c := range counts {
+			if len(rc.counts) >= maxReplayKeys {
+				break
+			}
+			rc.counts[k] += c
+		}
+		rc.mu.Unlock()
+	}
+}
