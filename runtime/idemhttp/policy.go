@@ -34,6 +34,9 @@ func Check(s *idem.Store, ps ...*Policy) error {
 		if p.Operation == "" {
 			bad("Operation is empty (set it to the operationId: it separates the operation's keys and names it in logs)")
 		}
+		if p.UncertainOnLoss && p.Claim == idem.ClaimTransaction {
+			bad("UncertainOnLoss needs lease claims, and Claim is ClaimTransaction: a transaction's claim is not durable until it commits, so nothing would record the provider call after a crash (use idem.ClaimLease, or drop uncertainOnLoss in the spec and regenerate)")
+		}
 		if p.ScopeTenant && cfg.Tenant == nil {
 			bad("the scope includes the tenant, but Config.Tenant is nil. Either tell the store how to find a request's tenant:\n" +
 				"\tidem.NewStore(pool, &idem.Config{Tenant: func(ctx context.Context) (string, error) { /* what your auth middleware stored */ }})\n" +
