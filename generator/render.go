@@ -90,6 +90,9 @@ type policyData struct {
 	DeclaredHeaders string
 	ReplayHeaders   string // "Retry-After", "X-Rate" or ""
 	EchoHeaders     string // quoted, x-idempotency's echoHeaders
+	// History and UncertainOnLoss are x-idempotency's history and uncertainOnLoss (History is
+	// set whenever UncertainOnLoss is).
+	History, UncertainOnLoss bool
 }
 
 func render(w io.Writer, name string, data *fileData) error {
@@ -199,18 +202,20 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 func policyLiteral(mo *model.Operation) (policyData, error) {
 	p := mo.Policy
 	pd := policyData{
-		Operation:      strconv.Quote(operationID(mo)),
-		Route:          strconv.Quote(mo.Route()),
-		TTL:            durationLiteral(p.TTL),
-		Lease:          durationLiteral(p.Lease),
-		Wait:           durationLiteral(p.Wait),
-		Timeout:        durationLiteral(p.Timeout),
-		MismatchStatus: p.MismatchStatus,
-		KeyRequired:    p.Key.Required,
-		KeyMaxLength:   p.Key.MaxLength,
-		Persist:        quoteList(p.Persist),
-		ReplayHeaders:  quoteList(p.ReplayHeaders),
-		EchoHeaders:    quoteList(p.EchoHeaders),
+		Operation:       strconv.Quote(operationID(mo)),
+		Route:           strconv.Quote(mo.Route()),
+		TTL:             durationLiteral(p.TTL),
+		Lease:           durationLiteral(p.Lease),
+		Wait:            durationLiteral(p.Wait),
+		Timeout:         durationLiteral(p.Timeout),
+		MismatchStatus:  p.MismatchStatus,
+		KeyRequired:     p.Key.Required,
+		KeyMaxLength:    p.Key.MaxLength,
+		Persist:         quoteList(p.Persist),
+		ReplayHeaders:   quoteList(p.ReplayHeaders),
+		EchoHeaders:     quoteList(p.EchoHeaders),
+		History:         p.History || p.UncertainOnLoss,
+		UncertainOnLoss: p.UncertainOnLoss,
 	}
 	switch p.Storage {
 	case policy.StorageResponse:

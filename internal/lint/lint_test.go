@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -255,5 +256,42 @@ func TestAcknowledgedOutput(t *testing.T) {
 	}
 	if err := validateSARIF(t, sch, []byte(bad)); err == nil {
 		t.Error("a suppression of an unknown kind is accepted")
+	}
+}
+
+// TestSARIFListsUncertainNeedsLease: the driver lists uncertain-needs-lease as an error even in a
+// clean run, and a finding of it points at its rule.
+func TestSARIFListsUncertainNeedsLease(t *testing.T) {
+	t.Parallel()
+	s, err := spec.Load(filepath.Join("..", "spec", "testdata", policy.RuleUncertainNeedsLease, "openapi.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ds := range map[string][]spec.Diagnostic{"findings": s.Diagnostics, "clean": nil} {
+		var b bytes.Buffer
+		if err := SARIF(&b, ds); err != nil {
+			t.Fatal(err)
+		}
+		var log sarifLog
+		if err := json.Unmarshal(b.Bytes(), &log); err != nil {
+			t.Fatal(err)
+		}
+		rules := log.Runs[0].Tool.Driver.Rules
+		i := slices.IndexFunc(rules, func(r sarifRule) bool { return r.ID == policy.RuleUncertainNeedsLease })
+		if i < 0 || rules[i].DefaultConfiguration.Level != "error" {
+			t.Fatalf("%s: the driver's rules do not list %s as an error", name, policy.RuleUncertainNeedsLease)
+		}
+		found := 0
+		for _, r := range log.Runs[0].Results {
+			if r.RuleID == policy.RuleUncertainNeedsLease {
+				found++
+				if r.RuleIndex != i || r.Level != "error" {
+					t.Errorf("%s: result of %s has ruleIndex %d, level %s; want %d, error", name, r.RuleID, r.RuleIndex, r.Level, i)
+				}
+			}
+		}
+		if want := map[string]int{"findings": 2, "clean": 0}[name]; found != want {
+			t.Errorf("%s: %d results of %s; want %d", name, found, policy.RuleUncertainNeedsLease, want)
+		}
 	}
 }

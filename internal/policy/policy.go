@@ -135,6 +135,15 @@ type Policy struct {
 	// RendererCustom (the application configures an idemhttp.Renderer that answers them in the
 	// API's own error format, so lint does not ask the spec's error responses to be problems).
 	Renderer string
+	// History (x-idempotency history) keeps a durable history of each key: claims, takeovers,
+	// completions, releases, replays, provider calls (idem.DoParams.History). Off by default: it
+	// costs a write per first execution. Always set when UncertainOnLoss is.
+	History bool
+	// UncertainOnLoss (x-idempotency uncertainOnLoss) declares that the operation's provider
+	// calls cannot be safely repeated: a claim lost after the handler asked for a provider key
+	// turns the key uncertain instead of running the handler again
+	// (idem.DoParams.UncertainOnLoss). Only with ClaimLease (rule uncertain-needs-lease).
+	UncertainOnLoss bool
 }
 
 // Renderer values: who writes the operation's refusals.

@@ -51,6 +51,8 @@ type Raw struct {
 	ReplayHeaders    Field[[]string]
 	EchoHeaders      Field[[]string]
 	Renderer         Field[string]
+	History          Field[bool]
+	UncertainOnLoss  Field[bool]
 }
 
 // Input is one policy to resolve.
@@ -174,6 +176,12 @@ func Resolve(in Input) (*Policy, []Diagnostic) {
 	p.ReplayHeaders, _, _ = pick(raw.ReplayHeaders, defs.ReplayHeaders, nil, at)
 	p.EchoHeaders, _, _ = pick(raw.EchoHeaders, defs.EchoHeaders, nil, at)
 	p.Renderer, _, _ = pick(raw.Renderer, defs.Renderer, RendererProblem, at)
+	p.History, _, _ = pick(raw.History, defs.History, false, at)
+	var uncertainPos Position
+	var uncertainDefs bool
+	p.UncertainOnLoss, uncertainPos, uncertainDefs = pick(raw.UncertainOnLoss, defs.UncertainOnLoss, false, at)
+	// uncertainOnLoss implies history: the provider call it turns uncertain is recorded there.
+	p.History = p.History || p.UncertainOnLoss
 	include, _, includeDefs := pick(raw.Include, defs.Include, nil, at)
 
 	var defScope []Placed[ScopeItem]
@@ -196,6 +204,9 @@ func Resolve(in Input) (*Policy, []Diagnostic) {
 	}
 	if p.TTL < p.Lease {
 		r.errorf(ttlPos, RuleTTLShorterThanLease, "ttl", "%s is shorter than the lease (%s): a completed key is forgotten before a retry of a slow request arrives, and the retry runs again (use a ttl of at least the lease)%s", FormatDuration(p.TTL), FormatDuration(p.Lease), note(ttlDefs))
+	}
+	if p.UncertainOnLoss && p.Claim == ClaimTransaction {
+		r.errorf(uncertainPos, RuleUncertainNeedsLease, "uncertainOnLoss", "needs claim: lease, and the claim is transaction: a transaction's claim is not durable until it commits, so a crash after the provider call leaves no row and no history saying the provider was called, and the retry calls it again%s (use claim: lease, or remove uncertainOnLoss)", note(uncertainDefs))
 	}
 	if p.Storage == StorageMarker && p.NoFingerprint {
 		r.errorf(printPos, RuleMarkerNeedsPrint, "fingerprint", "storage marker keeps only the status and the fingerprint, so the fingerprint cannot be off%s (remove fingerprint: false, or use storage: response)", note(printDefs))

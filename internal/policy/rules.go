@@ -58,6 +58,7 @@ const (
 	RuleKeyParamMismatch        = "key-param-mismatch"
 	RuleFingerprintVolatile     = "fingerprint-volatile-header"
 	RuleRendererInvalid         = "renderer-invalid"
+	RuleUncertainNeedsLease     = "uncertain-needs-lease"
 )
 
 var rules = []Rule{
@@ -99,6 +100,7 @@ var rules = []Rule{
 	{RuleKeyParamMismatch, SeverityError, "x-idempotency.key's maxLength or pattern disagrees with the key header parameter's schema"},
 	{RuleFingerprintVolatile, SeverityWarning, "fingerprint.include puts a credential, signature or correlation header back into the fingerprint"},
 	{RuleRendererInvalid, SeverityError, "renderer is not problem or custom"},
+	{RuleUncertainNeedsLease, SeverityError, "uncertainOnLoss with claim: transaction, whose claim is not durable until the commit"},
 	{RuleAcknowledgementStale, SeverityWarning, "a lint acknowledgement accepts no finding: its operation or its warning is gone"},
 }
 

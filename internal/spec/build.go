@@ -437,6 +437,9 @@ func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opN
 	if o.Policy.MismatchStatus == 409 {
 		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
 	}
+	if o.Policy.UncertainOnLoss {
+		also += ` and a key whose earlier attempt was lost after a provider call (code "operation-uncertain", since uncertainOnLoss is set)`
+	}
 	b.report(n, policy.RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status; or, when the server renders refusals in the API's own format, set x-idempotency renderer: custom)", also))
 }
 

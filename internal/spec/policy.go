@@ -10,7 +10,7 @@ import (
 	"github.com/idemgen/idemgen/internal/policy"
 )
 
-var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders", "echoHeaders", "renderer"}
+var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders", "echoHeaders", "renderer", "history", "uncertainOnLoss"}
 
 var keyFields = []string{"header", "from", "required", "maxLength", "pattern"}
 
@@ -177,6 +177,10 @@ func (c *checker) parsePolicy(m *yaml.Node) *policy.Raw {
 					p.Renderer = policy.Value(rd, c.pos(v))
 				}
 			}
+		case "history":
+			p.History = c.boolean(name, v)
+		case "uncertainOnLoss":
+			p.UncertainOnLoss = c.boolean(name, v)
 		case "key":
 			p.Key = c.key(name, v)
 		case "fingerprint":
@@ -186,6 +190,15 @@ func (c *checker) parsePolicy(m *yaml.Node) *policy.Raw {
 		}
 	}
 	return p
+}
+
+// boolean reads a field that is true or false; anything else is reported and leaves it unset.
+func (c *checker) boolean(name string, v *yaml.Node) policy.Field[bool] {
+	if !isScalar(v) || v.Tag != "!!bool" {
+		c.errorf(v, policy.RuleTypeInvalid, "%s: expected true or false, got %s", name, show(v))
+		return policy.Field[bool]{}
+	}
+	return policy.Value(v.Value == "true", c.pos(v))
 }
 
 // placed pairs parsed items with the nodes they were read from; policy's parsers keep the order

@@ -86,11 +86,23 @@ func (b *builder) headersNotReplayed(o *model.Operation) {
 
 // ProblemCodesOn returns the runtime's problem codes answered with status on an operation whose
 // mismatchStatus is mismatch, from the runtime's one table. not-found and method-not-allowed
-// answer requests that reach no operation, so an operation never shares them.
+// answer requests that reach no operation, so an operation never shares them; nor
+// operation-uncertain, which only an operation declared uncertainOnLoss answers
+// ([ProblemCodesFor]).
 func ProblemCodesOn(status, mismatch int) []string {
+	return problemCodesOn(status, mismatch, false)
+}
+
+// ProblemCodesFor is [ProblemCodesOn] for an operation's resolved policy: with uncertainOnLoss,
+// its 409 is also operation-uncertain.
+func ProblemCodesFor(status int, p *policy.Policy) []string {
+	return problemCodesOn(status, p.MismatchStatus, p.UncertainOnLoss)
+}
+
+func problemCodesOn(status, mismatch int, uncertain bool) []string {
 	var out []string
 	for _, code := range idemhttp.ProblemCodes() {
-		if code == idemhttp.CodeNotFound || code == idemhttp.CodeMethodNotAllowed {
+		if code == idemhttp.CodeNotFound || code == idemhttp.CodeMethodNotAllowed || (code == idemhttp.CodeOperationUncertain && !uncertain) {
 			continue
 		}
 		s := idemhttp.ProblemStatus(code)
@@ -146,7 +158,7 @@ func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, o
 		if err != nil {
 			continue
 		}
-		codes := ProblemCodesOn(status, o.Policy.MismatchStatus)
+		codes := ProblemCodesFor(status, o.Policy)
 		if len(codes) == 0 {
 			continue
 		}

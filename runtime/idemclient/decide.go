@@ -28,6 +28,10 @@ const (
 	CodeMethodNotAllowed     = "method-not-allowed"
 	CodeNotImplemented       = "not-implemented"
 	CodeInternal             = "internal"
+	// CodeOperationUncertain: an earlier attempt with this key was lost after it called a
+	// provider, and the server waits for an operator or a reconciliation to settle the key;
+	// no retry can (see [ErrOperationUncertain]).
+	CodeOperationUncertain = "operation-uncertain"
 )
 
 // ProblemTypePrefix begins the type URI of every problem an idemgen server writes.
@@ -66,7 +70,8 @@ type Decision struct {
 //     handler-timeout, internal → retry (the work was rolled back and the key released);
 //     key-reused, key-missing, key-invalid, body-invalid, body-too-large, request-invalid,
 //     media-type-unsupported, not-found, method-not-allowed, not-implemented → final (a retry sends the same
-//     request and gets the same answer);
+//     request and gets the same answer); operation-uncertain → final (only an operator or a
+//     reconciliation settles the key, see [ErrOperationUncertain]);
 //   - 1xx, 2xx, 3xx: final;
 //   - 408, 425, 429 (never stored, whatever persist says) → retry after Retry-After, if any;
 //   - another 5xx → retry unless op.Persist stores it (502, 503, 504: Waiting);
@@ -86,7 +91,8 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 		case CodeHandlerTimeout, CodeInternal:
 			return Decision{Retry: true, Reason: reason}
 		case CodeKeyReused, CodeKeyMissing, CodeKeyInvalid, CodeBodyInvalid, CodeBodyTooLarge,
-			CodeRequestInvalid, CodeMediaTypeUnsupported, CodeNotFound, CodeMethodNotAllowed, CodeNotImplemented:
+			CodeRequestInvalid, CodeMediaTypeUnsupported, CodeNotFound, CodeMethodNotAllowed, CodeNotImplemented,
+			CodeOperationUncertain:
 			return Decision{Reason: reason}
 		}
 		// A code this package does not know: judged by its status, below.

@@ -50,6 +50,8 @@ func TestClassifyTable(t *testing.T) {
 		{"not found", op, 404, idemhttp.CodeNotFound, nil, false, 0},
 		{"method not allowed", op, 405, idemhttp.CodeMethodNotAllowed, nil, false, 0},
 		{"not implemented (an operation the server does not serve)", op, 501, idemhttp.CodeNotImplemented, nil, false, 0},
+		{"operation uncertain (only an operator or a reconciliation settles it)", op, 409, idemhttp.CodeOperationUncertain, nil, false, 0},
+		{"operation uncertain, even with a Retry-After", op, 409, idemhttp.CodeOperationUncertain, map[string]string{"Retry-After": "1"}, false, 0},
 		// Statuses without a runtime problem.
 		{"200", op, 200, "", nil, false, 0},
 		{"201", op, 201, "", nil, false, 0},

@@ -13,6 +13,14 @@ var (
 	// transient failure: a key names one logical operation, so a new operation needs a new key
 	// and a retry must resend the request unchanged.
 	ErrKeyReused = errors.New("idemclient: the idempotency key was already used for a different request (a client bug: use a new key for each new operation, and resend a retried one unchanged)")
+	// ErrOperationUncertain is what an [*Error] with code operation-uncertain matches
+	// (errors.Is): an earlier attempt with this key was interrupted after it called a provider
+	// (a card acquirer, a bank), so whether it took effect is not known yet. The server will not
+	// run the key again until an operator or a reconciliation with the provider's records
+	// settles it; then the same key answers with the outcome (or runs anew if the attempt took
+	// no effect). Retrying now cannot help, and retrying with a new key could do the operation
+	// twice: report it as pending, and ask again later with the same key.
+	ErrOperationUncertain = errors.New("idemclient: the outcome of an earlier attempt with this key is uncertain; the server settles it (do not retry with a new key)")
 	// ErrAttemptsExhausted: [Options.MaxAttempts] attempts that counted (the server answered
 	// them with a failure a retry may fix) were made and none gave a final answer.
 	ErrAttemptsExhausted = errors.New("idemclient: attempts exhausted")
@@ -52,14 +60,21 @@ func (e *Error) Error() string {
 	} else if e.Title != "" {
 		b.WriteString(": " + e.Title)
 	}
-	if e.Code == CodeKeyReused {
+	switch e.Code {
+	case CodeKeyReused:
 		b.WriteString(" (the key was reused with another request: a client bug, use a new key for each new operation)")
+	case CodeOperationUncertain:
+		b.WriteString(" (the outcome is uncertain until the server settles it: ask again later with the same key, never a new one)")
 	}
 	return b.String()
 }
 
-// Is makes a key-reused problem match [ErrKeyReused].
-func (e *Error) Is(target error) bool { return target == ErrKeyReused && e.Code == CodeKeyReused }
+// Is makes a key-reused problem match [ErrKeyReused], and an operation-uncertain one
+// [ErrOperationUncertain].
+func (e *Error) Is(target error) bool {
+	return (target == ErrKeyReused && e.Code == CodeKeyReused) ||
+		(target == ErrOperationUncertain && e.Code == CodeOperationUncertain)
+}
 
 // GiveUpError ends a call that got no final answer: attempts ran out, the deadline would pass
 // before the next attempt, or the context ended. The operation may or may not have run on the

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemclient"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
 )
@@ -422,6 +423,31 @@ func TestNeverRetried(t *testing.T) {
 		if got := errors.Is(err, idemclient.ErrKeyReused); got != (c.code == idemhttp.CodeKeyReused) {
 			t.Errorf("%d %s: errors.Is(err, ErrKeyReused) = %v", c.status, c.code, got)
 		}
+	}
+}
+
+// TestOperationUncertainIsFinal: the runtime's own 409 operation-uncertain (idem.ErrUncertain as
+// idemhttp writes it) ends the call at the first answer, never retried, with an *Error that
+// matches ErrOperationUncertain and not ErrKeyReused, and whose text says to keep the key.
+func TestOperationUncertainIsFinal(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		_ = idemhttp.ErrorProblem(idem.ErrUncertain).WriteTo(w)
+	})
+	resp, err := call(t, context.Background(), fast(idemclient.Options{MaxAttempts: 5}), idemclient.Request{Send: s.send})
+	var e *idemclient.Error
+	if resp == nil || resp.StatusCode != http.StatusConflict || !errors.As(err, &e) || e.Code != idemclient.CodeOperationUncertain {
+		t.Fatalf("Do = %v, %v; want the 409 and an *Error with code operation-uncertain", resp, err)
+	}
+	if n := s.attempts(); n != 1 {
+		t.Errorf("the server saw %d attempts; want 1: operation-uncertain is final", n)
+	}
+	if !errors.Is(err, idemclient.ErrOperationUncertain) || errors.Is(err, idemclient.ErrKeyReused) {
+		t.Errorf("errors.Is(err, ErrOperationUncertain) = %v, errors.Is(err, ErrKeyReused) = %v; want true, false",
+			errors.Is(err, idemclient.ErrOperationUncertain), errors.Is(err, idemclient.ErrKeyReused))
+	}
+	if !strings.Contains(err.Error(), "same key") {
+		t.Errorf("error %q does not tell the caller to keep the key", err)
 	}
 }
 

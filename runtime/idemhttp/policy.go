@@ -9,8 +9,10 @@ import (
 
 // Check reports the misconfigurations only the running server can see, which would otherwise
 // surface when a request arrives: a policy that scopes keys by tenant on a Store without
-// Config.Tenant, a nil policy, a policy without an Operation. What a policy's values may be is
-// x-idempotency's rules, checked when the policy is generated (idemgen lint reports them).
+// Config.Tenant, a nil policy, a policy without an Operation; and UncertainOnLoss on transaction
+// claims, which a policy written by hand could ask for (generated ones cannot: lint's
+// uncertain-needs-lease). What a policy's values may be is otherwise x-idempotency's rules,
+// checked when the policy is generated (idemgen lint reports them).
 // Every problem is reported, joined with errors.Join; nil means Serve can run every policy
 // given.
 //
@@ -33,6 +35,9 @@ func Check(s *idem.Store, ps ...*Policy) error {
 		}
 		if p.Operation == "" {
 			bad("Operation is empty (set it to the operationId: it separates the operation's keys and names it in logs)")
+		}
+		if p.UncertainOnLoss && p.Claim == idem.ClaimTransaction {
+			bad("UncertainOnLoss needs lease claims, and Claim is ClaimTransaction: a transaction's claim is not durable until it commits, so nothing would record the provider call after a crash (use idem.ClaimLease, or drop uncertainOnLoss in the spec and regenerate)")
 		}
 		if p.ScopeTenant && cfg.Tenant == nil {
 			bad("the scope includes the tenant, but Config.Tenant is nil. Either tell the store how to find a request's tenant:\n" +

@@ -59,6 +59,11 @@ const (
 	// CodeMediaTypeUnsupported: the body was sent with a Content-Type the operation does not
 	// declare (or none): 415, before any claim.
 	CodeMediaTypeUnsupported = "media-type-unsupported"
+	// CodeOperationUncertain: an earlier attempt with this key was lost after it called a
+	// provider (x-idempotency uncertainOnLoss), so whether the provider acted is unknown; the key
+	// waits for an operator or a reconciliation to settle it: 409 without Retry-After, final for
+	// clients (idem.ErrUncertain).
+	CodeOperationUncertain = "operation-uncertain"
 )
 
 // ProblemTypePrefix begins every problem type URI.
@@ -88,6 +93,7 @@ var problemTable = []struct {
 	{CodeHandlerTimeout, "Request processing timed out", http.StatusServiceUnavailable},
 	{CodeMediaTypeUnsupported, "Media type unsupported", http.StatusUnsupportedMediaType},
 	{CodeNotImplemented, "Not implemented", http.StatusNotImplemented},
+	{CodeOperationUncertain, "The outcome of an earlier attempt is uncertain", http.StatusConflict},
 }
 
 var problemTitles = func() map[string]string {
@@ -164,6 +170,12 @@ func problemHandlerTimeout() *Problem {
 		"the request took longer than this operation allows, so its work was rolled back and nothing of it was kept: retry with the same key to run it again")
 }
 
+func problemUncertain() *Problem {
+	// No Retry-After: no retry can settle the key, only the provider's records can.
+	return newProblem(http.StatusConflict, CodeOperationUncertain,
+		"an earlier attempt with this idempotency key was interrupted after it called a provider, so whether it took effect is not known yet: an operator or a reconciliation with the provider's records will settle it, and retrying will not help (the key then answers with the outcome, or runs anew if the attempt took no effect); do not retry with a new key, which could do it twice")
+}
+
 // WriteTo writes p as application/problem+json with Cache-Control: no-store and, when
 // p.RetryAfter is set, Retry-After in whole seconds (at least 1).
 func (p *Problem) WriteTo(w http.ResponseWriter) error {
@@ -195,6 +207,8 @@ func (p *Problem) Error() string { return p.Code + ": " + p.Detail }
 //   - a value PostgreSQL text cannot hold, refused by the handler's own statement (SQLSTATE 22021
 //     invalid byte sequence, 22P05 untranslatable character, such as a %00 in a path parameter),
 //     is the 400 request-invalid problem;
+//   - idem.ErrUncertain (the key's earlier attempt was lost after a provider call) is the 409
+//     operation-uncertain problem;
 //   - a *Problem returned as an error is itself.
 //
 // Anything else, and a cancelled context (the client went away), is nil: the application's own
@@ -208,6 +222,8 @@ func ErrorProblem(err error) *Problem {
 		return p
 	case errors.Is(err, idem.ErrHandlerTimeout):
 		return problemHandlerTimeout()
+	case errors.Is(err, idem.ErrUncertain):
+		return problemUncertain()
 	}
 	if prob := textErrorProblem(err); prob != nil {
 		return prob

@@ -14,6 +14,7 @@ var allCodes = []string{
 	idemhttp.CodeStoreUnavailable, idemhttp.CodeBodyInvalid, idemhttp.CodeBodyTooLarge,
 	idemhttp.CodeRequestInvalid, idemhttp.CodeNotFound, idemhttp.CodeMethodNotAllowed,
 	idemhttp.CodeInternal, idemhttp.CodeHandlerTimeout, idemhttp.CodeMediaTypeUnsupported, idemhttp.CodeNotImplemented,
+	idemhttp.CodeOperationUncertain,
 }
 
 // TestProblemCodesListsEveryCode: ProblemCodes, what annotate documents, is every code constant,

@@ -19,6 +19,7 @@ func TestProblemStatusIsWhatTheRuntimeAnswers(t *testing.T) {
 		problemInProgress(time.Second),
 		problemUnavailable(time.Second),
 		problemHandlerTimeout(),
+		problemUncertain(),
 		problemBodyTooLarge(1),
 		problemNotCaptured(),
 		RequestProblem(errors.New("x")),

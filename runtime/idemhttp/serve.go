@@ -72,6 +72,14 @@ type Policy struct {
 	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
 	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
 	ValidateBody func(ctx context.Context, contentType string, body []byte) *Problem
+	// History (x-idempotency history) keeps the durable history of the operation's keys
+	// (idem.DoParams.History).
+	History bool
+	// UncertainOnLoss (x-idempotency uncertainOnLoss) turns a key uncertain when its claim is
+	// lost after the handler asked for a provider key (idem.DoParams.UncertainOnLoss; it implies
+	// History and needs lease claims, which Check verifies). Retries of an uncertain key are
+	// answered 409 operation-uncertain until it is settled.
+	UncertainOnLoss bool
 }
 
 func (p *Policy) persist() idem.StatusSet {
@@ -187,7 +195,7 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
 		Operation: p.Operation, Fingerprint: req.Fingerprint,
 		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
-		Timeout: p.Timeout,
+		Timeout: p.Timeout, History: p.History, UncertainOnLoss: p.UncertainOnLoss,
 	}
 	res, err := s.Do(ctx, do, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := fn(ctx, tx)
@@ -225,6 +233,8 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
 	case errors.Is(err, idem.ErrHandlerTimeout):
 		return &Result{Kind: ResultProblem, Problem: problemHandlerTimeout()}, nil
+	case errors.Is(err, idem.ErrUncertain):
+		return &Result{Kind: ResultProblem, Problem: problemUncertain()}, nil
 	}
 	if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
 		// The handler bound a request value PostgreSQL text cannot hold: the client's

@@ -44,11 +44,24 @@ type UpdateOrderParams struct {
 	XIdempotencyKey *string `json:"X-Idempotency-Key,omitempty"`
 }
 
+// PayOrderJSONBody defines parameters for PayOrder.
+type PayOrderJSONBody struct {
+	Amount *int64 `json:"amount,omitempty"`
+}
+
+// PayOrderParams defines parameters for PayOrder.
+type PayOrderParams struct {
+	XIdempotencyKey *string `json:"X-Idempotency-Key,omitempty"`
+}
+
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody CreateOrderJSONBody
 
 // UpdateOrderJSONRequestBody defines body for UpdateOrder for application/json ContentType.
 type UpdateOrderJSONRequestBody UpdateOrderJSONBody
+
+// PayOrderJSONRequestBody defines body for PayOrder for application/json ContentType.
+type PayOrderJSONRequestBody PayOrderJSONBody
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -142,6 +155,18 @@ type ClientInterface interface {
 	// UpdateOrder performs a PATCH /orders/{order_id} (the `UpdateOrder` operationId) request.
 	// Takes a body of the `application/json` content type.
 	UpdateOrder(ctx context.Context, orderId int64, params *UpdateOrderParams, body UpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PayOrderWithBody performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+	PayOrderWithBody(ctx context.Context, orderId int64, params *PayOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PayOrder performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request.
+	// Takes a body of the `application/json` content type.
+	//
+	// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+	PayOrder(ctx context.Context, orderId int64, params *PayOrderParams, body PayOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreateOrderWithBody performs a POST /orders (the `CreateOrder` operationId) request,
@@ -203,6 +228,38 @@ func (c *Client) UpdateOrderWithBody(ctx context.Context, orderId int64, params 
 // Takes a body of the `application/json` content type.
 func (c *Client) UpdateOrder(ctx context.Context, orderId int64, params *UpdateOrderParams, body UpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateOrderRequest(c.Server, orderId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PayOrderWithBody performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request,
+// with any type of body and a specified content type.
+//
+// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+func (c *Client) PayOrderWithBody(ctx context.Context, orderId int64, params *PayOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPayOrderRequestWithBody(c.Server, orderId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PayOrder performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request.
+// Takes a body of the `application/json` content type.
+//
+// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+func (c *Client) PayOrder(ctx context.Context, orderId int64, params *PayOrderParams, body PayOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPayOrderRequest(c.Server, orderId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -379,6 +436,68 @@ func NewUpdateOrderRequestWithBody(server string, orderId int64, params *UpdateO
 	return req, nil
 }
 
+// NewPayOrderRequest calls the generic PayOrder builder with application/json body
+func NewPayOrderRequest(server string, orderId int64, params *PayOrderParams, body PayOrderJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPayOrderRequestWithBody(server, orderId, params, "application/json", bodyReader)
+}
+
+// NewPayOrderRequestWithBody constructs an http.Request for the PayOrder method, with any body, and a specified content type
+func NewPayOrderRequestWithBody(server string, orderId int64, params *PayOrderParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "order_id", orderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/orders/%s/payments", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XIdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Idempotency-Key", *params.XIdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -447,6 +566,20 @@ type ClientWithResponsesInterface interface {
 	// UpdateOrderWithResponse performs a PATCH /orders/{order_id} (the `UpdateOrder` operationId) request.
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	UpdateOrderWithResponse(ctx context.Context, orderId int64, params *UpdateOrderParams, body UpdateOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateOrderResponse, error)
+
+	// PayOrderWithBodyWithResponse performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request,
+	// with any type of body and a specified content type.
+	//
+	// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	PayOrderWithBodyWithResponse(ctx context.Context, orderId int64, params *PayOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PayOrderResponse, error)
+
+	// PayOrderWithResponse performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request.
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+	PayOrderWithResponse(ctx context.Context, orderId int64, params *PayOrderParams, body PayOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*PayOrderResponse, error)
 }
 
 type CreateOrderResponse struct {
@@ -551,6 +684,40 @@ func (r UpdateOrderResponse) ContentType() string {
 	return ""
 }
 
+type PayOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r PayOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PayOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PayOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PayOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreateOrderWithBodyWithResponse performs a POST /orders (the `CreateOrder` operationId) request,
 // with any type of body and a specified content type.
 //
@@ -606,6 +773,32 @@ func (c *ClientWithResponses) UpdateOrderWithResponse(ctx context.Context, order
 	return ParseUpdateOrderResponse(rsp)
 }
 
+// PayOrderWithBodyWithResponse performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request,
+// with any type of body and a specified content type.
+//
+// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+//
+// Returns a wrapper object for the known response body format(s).
+func (c *ClientWithResponses) PayOrderWithBodyWithResponse(ctx context.Context, orderId int64, params *PayOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PayOrderResponse, error) {
+	rsp, err := c.PayOrderWithBody(ctx, orderId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePayOrderResponse(rsp)
+}
+
+// PayOrderWithResponse performs a POST /orders/{order_id}/payments (the `PayOrder` operationId) request.
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Charges the order through the acquirer, whose deduplication window is shorter than our retries.
+func (c *ClientWithResponses) PayOrderWithResponse(ctx context.Context, orderId int64, params *PayOrderParams, body PayOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*PayOrderResponse, error) {
+	rsp, err := c.PayOrder(ctx, orderId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePayOrderResponse(rsp)
+}
+
 // ParseCreateOrderResponse parses an HTTP response from a CreateOrderWithResponse call
 func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -654,6 +847,22 @@ func ParseUpdateOrderResponse(rsp *http.Response) (*UpdateOrderResponse, error) 
 	return response, nil
 }
 
+// ParsePayOrderResponse parses an HTTP response from a PayOrderWithResponse call
+func ParsePayOrderResponse(rsp *http.Response) (*PayOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PayOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 
@@ -665,6 +874,9 @@ type ServerInterface interface {
 
 	// (PATCH /orders/{order_id})
 	UpdateOrder(w http.ResponseWriter, r *http.Request, orderId int64, params UpdateOrderParams)
+
+	// (POST /orders/{order_id}/payments)
+	PayOrder(w http.ResponseWriter, r *http.Request, orderId int64, params PayOrderParams)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -817,6 +1029,56 @@ func (siw *ServerInterfaceWrapper) UpdateOrder(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// PayOrder operation middleware
+func (siw *ServerInterfaceWrapper) PayOrder(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "order_id" -------------
+	var orderId int64
+
+	err = runtime.BindStyledParameterWithOptions("simple", "order_id", r.PathValue("order_id"), &orderId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "int64", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "order_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PayOrderParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "X-Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("X-Idempotency-Key")]; found {
+		var XIdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "X-Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "X-Idempotency-Key", valueList[0], &XIdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "X-Idempotency-Key", Err: err})
+			return
+		}
+
+		params.XIdempotencyKey = &XIdempotencyKey
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PayOrder(w, r, orderId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -940,6 +1202,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/orders", wrapper.CreateOrder)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/orders/{order_id}", wrapper.DeleteOrder)
 	m.HandleFunc(http.MethodPatch+" "+options.BaseURL+"/orders/{order_id}", wrapper.UpdateOrder)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/orders/{order_id}/payments", wrapper.PayOrder)
 
 	return m
 }
@@ -996,6 +1259,24 @@ func (response UpdateOrder200Response) VisitUpdateOrderResponse(w http.ResponseW
 	return nil
 }
 
+type PayOrderRequestObject struct {
+	OrderId int64 `json:"order_id"`
+	Params  PayOrderParams
+	Body    *PayOrderJSONRequestBody
+}
+
+type PayOrderResponseObject interface {
+	VisitPayOrderResponse(w http.ResponseWriter) error
+}
+
+type PayOrder201Response struct {
+}
+
+func (response PayOrder201Response) VisitPayOrderResponse(w http.ResponseWriter) error {
+	w.WriteHeader(201)
+	return nil
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 
@@ -1007,6 +1288,9 @@ type StrictServerInterface interface {
 
 	// (PATCH /orders/{order_id})
 	UpdateOrder(ctx context.Context, request UpdateOrderRequestObject) (UpdateOrderResponseObject, error)
+
+	// (POST /orders/{order_id}/payments)
+	PayOrder(ctx context.Context, request PayOrderRequestObject) (PayOrderResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -1135,6 +1419,40 @@ func (sh *strictHandler) UpdateOrder(w http.ResponseWriter, r *http.Request, ord
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(UpdateOrderResponseObject); ok {
 		if err := validResponse.VisitUpdateOrderResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// PayOrder operation middleware
+func (sh *strictHandler) PayOrder(w http.ResponseWriter, r *http.Request, orderId int64, params PayOrderParams) {
+	var request PayOrderRequestObject
+
+	request.OrderId = orderId
+	request.Params = params
+
+	var body PayOrderJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.PayOrder(ctx, request.(PayOrderRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PayOrder")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(PayOrderResponseObject); ok {
+		if err := validResponse.VisitPayOrderResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -25,6 +25,8 @@ type IdempotentServerInterface interface {
 	DeleteOrder(ctx context.Context, request DeleteOrderRequestObject) (DeleteOrderResponseObject, error)
 	// UpdateOrder handles PATCH /orders/{order_id} once per key; retries get its stored response.
 	UpdateOrder(ctx context.Context, tx pgx.Tx, request UpdateOrderRequestObject) (UpdateOrderResponseObject, error)
+	// PayOrder handles POST /orders/{order_id}/payments once per key; retries get its stored response.
+	PayOrder(ctx context.Context, tx pgx.Tx, request PayOrderRequestObject) (PayOrderResponseObject, error)
 }
 
 // policyCreateOrder is the x-idempotency of POST /orders, with every default applied.
@@ -48,6 +50,8 @@ var policyCreateOrder = &idemhttp.Policy{
 	Body:          true,
 	BodyTypes:     []string{"application/json"},
 	ReplayHeaders: []string{"X-Order-Version"},
+	// history: what happens to each key is kept in its durable history (Store.History).
+	History: true,
 }
 
 // policyUpdateOrder is the x-idempotency of PATCH /orders/{order_id}, with every default applied.
@@ -74,11 +78,40 @@ var policyUpdateOrder = &idemhttp.Policy{
 	ReplayHeaders: []string{"X-Order-Version"},
 }
 
+// policyPayOrder is the x-idempotency of POST /orders/{order_id}/payments, with every default applied.
+var policyPayOrder = &idemhttp.Policy{
+	Operation:      "payOrder",
+	Route:          "POST /orders/{order_id}/payments",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            72 * time.Hour,
+	Lease:          30 * time.Second,
+	Wait:           0,
+	Timeout:        30 * time.Second,
+	MismatchStatus: 409,
+	Persist:        idem.Statuses("2xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "X-Idempotency-Key",
+		Required:  false,
+		MaxLength: 64,
+	},
+	ScopeTenant:   true,
+	Body:          true,
+	BodyTypes:     []string{"application/json"},
+	ReplayHeaders: []string{"X-Order-Version"},
+	// history: what happens to each key is kept in its durable history (Store.History).
+	History: true,
+	// uncertainOnLoss: a claim lost after the handler asked for a provider key
+	// (idem.ProviderKey) makes the key uncertain (409 operation-uncertain) until it is settled.
+	UncertainOnLoss: true,
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
 	policyCreateOrder,
 	policyUpdateOrder,
+	policyPayOrder,
 }
 
 // idemOperations are every operation's id and route, so that a per-operation renderer
@@ -87,6 +120,7 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "createOrder", Route: "POST /orders"},
 	{Operation: "deleteOrder", Route: "DELETE /orders/{order_id}"},
 	{Operation: "updateOrder", Route: "PATCH /orders/{order_id}"},
+	{Operation: "payOrder", Route: "POST /orders/{order_id}/payments"},
 }
 
 // idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
@@ -121,6 +155,11 @@ func (UnimplementedIdempotentServer) UpdateOrder(ctx context.Context, tx pgx.Tx,
 	return nil, idemhttp.NotImplemented("updateOrder")
 }
 
+// PayOrder answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) PayOrder(ctx context.Context, tx pgx.Tx, request PayOrderRequestObject) (PayOrderResponseObject, error) {
+	return nil, idemhttp.NotImplemented("payOrder")
+}
+
 var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -135,6 +174,7 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.Check(store, idemPolicies...),
 		idemhttp.CheckOp(policyCreateOrder, s.opCreateOrder(CreateOrderRequestObject{})),
 		idemhttp.CheckOp(policyUpdateOrder, s.opUpdateOrder(UpdateOrderRequestObject{})),
+		idemhttp.CheckOp(policyPayOrder, s.opPayOrder(PayOrderRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -197,6 +237,29 @@ func (s *idemServer) opUpdateOrder(request UpdateOrderRequestObject) *idemhttp.O
 	}
 }
 
+// PayOrder runs s.impl.PayOrder at most once per key.
+func (s *idemServer) PayOrder(ctx context.Context, request PayOrderRequestObject) (PayOrderResponseObject, error) {
+	return idemHandle(ctx, s.store, policyPayOrder, s.opPayOrder(request))
+}
+
+// recordPayOrder records PayOrder's responses; made once, for every request.
+var recordPayOrder = idemhttp.Record(PayOrderResponseObject.VisitPayOrderResponse)
+
+// opPayOrder is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opPayOrder(request PayOrderRequestObject) *idemhttp.Op[PayOrderResponseObject] {
+	return &idemhttp.Op[PayOrderResponseObject]{
+		Key: request.Params.XIdempotencyKey,
+		Parts: []idemhttp.Part{
+			{Name: "path:order_id", Value: request.OrderId},
+		},
+		Run: func(ctx context.Context, tx pgx.Tx) (PayOrderResponseObject, error) {
+			return s.impl.PayOrder(ctx, tx, request)
+		},
+		Record: recordPayOrder,
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -214,6 +277,8 @@ type idemResult struct{ *idemhttp.Result }
 func (r idemResult) VisitCreateOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitUpdateOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitPayOrderResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {
