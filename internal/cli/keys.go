@@ -388,7 +388,11 @@ func writeKey(w io.Writer, k *idem.KeyInfo, withBody bool) {
 	if !k.CompletedAt.IsZero() {
 		line("completed", when(k.CompletedAt, k.Now))
 	}
-	line("expires", when(k.ExpiresAt, k.Now))
+	if k.State == idem.KeyUncertain {
+		line("expires", "not until it is settled")
+	} else {
+		line("expires", when(k.ExpiresAt, k.Now))
+	}
 	if k.State == idem.KeyInFlight {
 		line("lease expires", when(k.LeaseExpiresAt, k.Now))
 	}

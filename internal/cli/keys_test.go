@@ -477,6 +477,9 @@ func TestKeysShowUncertainKey(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
+	if got := field(t, out, "expires"); got != "not until it is settled" {
+		t.Errorf("expires %q", got)
+	}
 	if st := field(t, out, "state"); !strings.HasPrefix(st, "uncertain (") || !strings.Contains(st, "idemgen keys resolve") {
 		t.Errorf("state %q: want uncertain, pointing at keys resolve", st)
 	}

@@ -473,7 +473,7 @@ const pageHTML = `<!doctype html>
 <tr><th>Body</th><td data-fact="body">{{if .BodyText}}<pre>{{.BodyText}}</pre>{{else if .BodyBinary}}{{.BodySize}} bytes, not text{{else if eq .BodySize 0}}none{{else}}{{.BodySize}} bytes (not shown: bodies may hold personal data){{end}}</td></tr>
 <tr><th>Created</th><td data-fact="created">{{when .CreatedAt .Now}}</td></tr>
 <tr><th>Completed</th><td data-fact="completed">{{when .CompletedAt .Now}}</td></tr>
-<tr><th>Expires</th><td data-fact="expires">{{when .ExpiresAt .Now}}</td></tr>
+<tr><th>Expires</th><td data-fact="expires">{{if eq .State "uncertain"}}not until it is settled{{else}}{{when .ExpiresAt .Now}}{{end}}</td></tr>
 {{if eq .State "in_flight"}}<tr><th>Lease expires</th><td data-fact="lease">{{when .LeaseExpiresAt .Now}}</td></tr>{{end}}
 <tr><th>Key hash</th><td class="mono" data-fact="hash"><a href="{{.Link}}">{{.KeyHash}}</a></td></tr>
 <tr><th>Scope</th><td class="mono" data-fact="scope">{{.Scope}}</td></tr>
@@ -482,7 +482,7 @@ const pageHTML = `<!doctype html>
 <h3>History</h3>
 {{if .History}}<table class="history" id="history-{{.KeyHash}}">
 <tr><th>Time</th><th>Event</th><th>Attempt</th><th>Status</th><th>Details</th></tr>
-{{range .History}}<tr class="ev-{{.Kind}}"><td>{{.At.UTC.Format "2006-01-02 15:04:05.000 UTC"}}</td><td><span data-event="kind">{{.Kind}}</span>{{with .Meaning}}<br><span class="note">{{.}}</span>{{end}}</td><td>{{if .Attempt}}{{.Attempt}}{{else}}—{{end}}</td><td>{{status .Status}}</td><td class="mono" data-event="details">{{.Details}}</td></tr>
+{{range .History}}<tr class="ev-{{.Kind}}"><td>{{.At.UTC.Format "2006-01-02 15:04:05.000 UTC"}}</td><td><span data-event="kind">{{.Kind}}</span>{{with .Meaning}}<br><span class="note">{{.}}</span>{{end}}</td><td>{{if .Attempt}}{{.Attempt}}{{else}}—{{end}}</td><td>{{status .Status}}</td><td data-event="details">{{.Details}}</td></tr>
 {{end}}</table>{{else}}<p class="note" data-fact="history">None recorded: the operation keeps no history (the application turns it on per operation, and it is always on for those uncertain on loss), or its events are older than the history retention (120 days by default).</p>{{end}}
 {{if .ResolveToken}}{{template "resolve" (resolveArgs . $)}}{{end}}
 {{end}}
