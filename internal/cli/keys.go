@@ -63,6 +63,17 @@ func (f *keysFlags) readError(err error) error {
 	return fail(ExitUsage, fmt.Errorf("keys: read %s.%s: %v", f.schema, f.table, err))
 }
 
+// historyError turns a failed read of the history table into an exit: a key table without one
+// was migrated by an older idemgen.
+func (f *keysFlags) historyError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fail(ExitUsage, fmt.Errorf("keys: there is no history table beside %s.%s (%s): run idemgen migrate, whose version 6 adds it",
+			f.schema, f.table, idem.HistoryTableName(f.table)))
+	}
+	return fail(ExitUsage, fmt.Errorf("keys: read the history of keys in %s.%s: %v", f.schema, f.table, err))
+}
+
 func newKeysCmd(s *streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",
@@ -122,7 +133,7 @@ func newKeysShowCmd(s *streams) *cobra.Command {
 			histories := make([][]idem.HistoryEvent, len(keys))
 			for i, k := range keys {
 				if histories[i], err = store.History(cmd.Context(), k.Tenant, k.Scope, k.Key); err != nil {
-					return f.readError(err)
+					return f.historyError(err)
 				}
 			}
 			if f.json {
@@ -653,8 +664,7 @@ func newKeysResolveCmd(s *streams) *cobra.Command {
 	var f keysFlags
 	var r resolveFlags
 	cmd := &cobra.Command{
-		Use: "resolve (--key K | --key-hash H) [--tenant T] [--operation O] --as completed|failed --evidence TEXT\n" +
-			"  [--actor NAME] [--status N (--body-file F [--content-type CT] | --reference R | --no-body)] [--ttl D]",
+		Use:   "resolve (--key K | --key-hash H) --as completed|failed --evidence TEXT",
 		Short: "Settle an uncertain key: as completed (retries replay the outcome given) or failed (the next retry runs anew)",
 		Long: "An uncertain key is one whose attempt was lost after it called its provider: the provider may have\n" +
 			"acted, so the runtime refuses to run it again. Look the call up in the provider's records, then:\n" +

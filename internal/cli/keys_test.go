@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -668,5 +669,50 @@ func writeFile(t *testing.T, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestKeysShowWithoutAHistoryTable(t *testing.T) {
+	t.Parallel()
+	e := newKeysEnv(t)
+	e.exec(`DROP TABLE ` + e.events())
+	code, out, stderr := e.run("keys", "show", "--tenant", "acme", "--key", "pay-1")
+	if code != ExitUsage || out != "" || !strings.Contains(stderr, "there is no history table beside") || !strings.Contains(stderr, "run idemgen migrate") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 saying to migrate", code, out, stderr)
+	}
+}
+
+// TestKeysResolveConcurrently: two operators settle the same key at once, one as completed and
+// one as failed; exactly one succeeds, the other is told the key is settled or gone.
+func TestKeysResolveConcurrently(t *testing.T) {
+	t.Parallel()
+	e := newKeysEnv(t)
+	e.makeUncertain("acme", "pay-9", "createPayment")
+	args := [][]string{
+		{"keys", "resolve", "--tenant", "acme", "--key", "pay-9", "--as", "completed", "--status", "201", "--no-body", "--evidence", "a", "--actor", "alice"},
+		{"keys", "resolve", "--tenant", "acme", "--key", "pay-9", "--as", "failed", "--evidence", "b", "--actor", "bob"},
+	}
+	codes := make([]int, len(args))
+	stderrs := make([]string, len(args))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, a := range args {
+		wg.Go(func() {
+			<-start
+			codes[i], _, stderrs[i] = e.run(a...)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if codes[0]+codes[1] != ExitFindings || (codes[0] != ExitOK && codes[1] != ExitOK) {
+		t.Fatalf("exits %v (stderr %q); want one 0 and one 1", codes, stderrs)
+	}
+	loser := stderrs[0] + stderrs[1]
+	if !strings.Contains(loser, "not uncertain") && !strings.Contains(loser, "no such key") && !strings.Contains(loser, "is gone") {
+		t.Errorf("the loser's message: %q", loser)
+	}
+	var n int
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.events()+` WHERE key = 'pay-9' AND kind = 'resolved'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("resolved history rows: %d, %v; want exactly one", n, err)
 	}
 }
