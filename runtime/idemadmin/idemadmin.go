@@ -14,6 +14,10 @@
 //	})
 //	mux.Handle("/admin/idempotency", requireAdmin(page))
 //
+// To let staff settle uncertain keys from the page, set [Options.Resolve] to a function that
+// returns the signed-in user's name (the actor the key's history records), and
+// [Options.TokenSecret] to a secret every process shares.
+//
 // The page is server-rendered HTML (html/template: every value is escaped), with no JavaScript
 // and nothing loaded from elsewhere, under a Content-Security-Policy that allows only its own
 // inline style and forms sent to itself. It answers only GET and HEAD (and, with Options.Resolve,
