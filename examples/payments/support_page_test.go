@@ -1,10 +1,13 @@
 package payments
 
 // The support page in a real browser: headless Chromium opens the example's
-// /admin/idempotency against a real PostgreSQL schema holding a completed, an in-flight, a stale
-// and a mismatched key, searches keys, and the test reads the facts from the DOM Chromium
-// rendered. A screenshot is written as a test artifact (go test -artifacts keeps it); with
-// -update-screenshot it also replaces docs/support-page.png, which the README shows.
+// /admin/idempotency against a real PostgreSQL schema holding a completed, an in-flight, a stale,
+// a mismatched and an uncertain key, searches keys, and the test reads the facts and the key's
+// history from the DOM Chromium rendered, then settles the uncertain key through the page's
+// resolve form. Two screenshots are written as test artifacts (go test -artifacts keeps them): a
+// key's page with its history, and an uncertain key's with the resolve form; with
+// -update-screenshot they also replace docs/support-page.png (which the README shows) and
+// docs/support-page-uncertain.png.
 
 import (
 	"bytes"
@@ -74,6 +77,55 @@ func TestSupportPageInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// key-pay-1's history, as the runtime writes it for an operation that keeps one: claimed,
+	// lost to a crash (its holder's lease ran out), taken over by a retry, a different request
+	// with the key refused, completed. Written directly: the example's operations do not keep a
+	// history yet.
+	payKeys, err := store.LookupKey(ctx, &idem.LookupKeyParams{Tenant: ptrTo("acme"), Key: "key-pay-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payKey := payKeys[0]
+	events := pgx.Identifier{schema.Name, idem.HistoryTableName(schema.Table)}.Sanitize()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := schema.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`DELETE FROM `+events+` WHERE tenant = $1 AND scope = $2 AND key = $3`, payKey.Tenant, payKey.Scope, payKey.Key)
+	for _, ev := range []struct {
+		ago             string
+		kind            string
+		attempt, status int
+		detail          string
+	}{
+		{"7 minutes", "acquired", 1, 0, ""},
+		{"4 minutes", "taken_over", 2, 0, "the lease of attempt 1 ran out: its process stopped"},
+		{"3 minutes", "key_reused", 0, 0, "a different request: amount_minor 9900"},
+		{"2 minutes", "completed", 2, 201, ""},
+	} {
+		exec(`INSERT INTO `+events+` (tenant, scope, key, at, kind, operation, attempt, status, detail)
+			VALUES ($1, $2, $3, now() - $4::interval, $5, 'createPayment', NULLIF($6, 0), NULLIF($7, 0), NULLIF($8, ''))`,
+			payKey.Tenant, payKey.Scope, payKey.Key, ev.ago, ev.kind, ev.attempt, ev.status, ev.detail)
+	}
+	exec(`UPDATE `+store.Table()+` SET attempt = 2 WHERE tenant = $1 AND scope = $2 AND key = $3`, payKey.Tenant, payKey.Scope, payKey.Key)
+	// A payment whose attempt was lost after it called the acquirer: uncertain, waiting for an
+	// operator. Written directly, as the runtime leaves it (its expiry, 'infinity' there, is a
+	// century here: LookupKey cannot read 'infinity' yet).
+	exec(`INSERT INTO `+store.Table()+`
+		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at, created_at, provider_at, attempt)
+		VALUES ('acme', $1, 'key-pay-lost', 'createPayment', 'fp', 'uncertain', gen_random_uuid(),
+			now() - interval '9 minutes', now() + interval '100 years', now() - interval '12 minutes', now() - interval '11 minutes', 1)`, payKey.Scope)
+	for _, ev := range []struct{ ago, kind string }{{"12 minutes", "acquired"}, {"11 minutes", "provider_call"}, {"9 minutes", "uncertain"}} {
+		exec(`INSERT INTO `+events+` (tenant, scope, key, at, kind, operation, attempt, detail, provider, provider_key, amount, currency)
+			VALUES ('acme', $1, 'key-pay-lost', now() - $2::interval, $3, 'createPayment', 1,
+				CASE WHEN $3 = 'uncertain' THEN 'its process stopped after the acquirer was called' END,
+				CASE WHEN $3 = 'provider_call' THEN 'acquirer' END, CASE WHEN $3 = 'provider_call' THEN 'pay_7c1e:acquirer' END,
+				CASE WHEN $3 = 'provider_call' THEN 4200 END, CASE WHEN $3 = 'provider_call' THEN 'RUB' END)`,
+			payKey.Scope, ev.ago, ev.kind)
+	}
+
 	base := strings.Replace(srv.URL, "http://", "http://admin:"+supportToken+"@", 1) + supportPath
 	search := func(q url.Values) string { return base + "?" + q.Encode() }
 
@@ -95,27 +147,30 @@ func TestSupportPageInABrowser(t *testing.T) {
 		t.Errorf("the key whose handler is running is listed as stale")
 	}
 	// The mismatch is listed by its key hash, which links to the key it reused.
-	payKeys, err := store.LookupKey(ctx, &idem.LookupKeyParams{Tenant: ptrTo("acme"), Key: "key-pay-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hash := payKeys[0].KeyHash
+	hash := payKey.KeyHash
 	if !regexp.MustCompile(`(?s)<table id="mismatches">.*createPayment.*<a href="\?hash=` + hash + `">` + hash + `</a>`).MatchString(dom) {
 		t.Errorf("the mismatch of key-pay-1 (%s) is not listed:\n%s", hash, dom)
 	}
-	for op, want := range map[string]string{"createPayment": "1 1 1", "refundPayment": "1 0 0", "capturePayment": "0 0 1"} {
-		m := regexp.MustCompile(`<tr><td>` + op + `</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>`).FindStringSubmatch(dom)
+	for op, want := range map[string]string{"createPayment": "1 1 1 1", "refundPayment": "1 0 0 0", "capturePayment": "0 0 1 0"} {
+		m := regexp.MustCompile(`<tr><td>` + op + `</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>\d+</td><td>[^<]*</td><td[^>]*>(\d+)</td>`).FindStringSubmatch(dom)
 		if m == nil || strings.Join(m[1:], " ") != want {
-			t.Errorf("%s's keys (in flight, stale, complete): %v, want %s", op, m, want)
+			t.Errorf("%s's keys (in flight, stale, complete, uncertain): %v, want %s", op, m, want)
 		}
 	}
 
 	// Following the mismatch's hash, as support would from the list or from a log line.
 	dom = browse(t, chromium, search(url.Values{"hash": {hash}}))
-	for name, want := range map[string]string{"key": "key-pay-1", "state": "complete", "status": "201 Created"} {
+	for name, want := range map[string]string{"key": "key-pay-1", "state": "complete", "status": "201 Created", "attempts": "2"} {
 		if got := domFact(t, dom, name); got != want {
 			t.Errorf("key by hash, %s: %q, want %q", name, got, want)
 		}
+	}
+	// Its history, oldest first.
+	if got := domEvents(dom); got != "acquired taken_over key_reused completed" {
+		t.Errorf("key-pay-1's timeline: %q, want claimed, taken over, a mismatch refused, completed", got)
+	}
+	if !strings.Contains(dom, "a different request: amount_minor 9900") {
+		t.Errorf("the refused mismatch's detail is not in the timeline")
 	}
 	if got := domFact(t, dom, "body"); !strings.HasSuffix(got, "bytes (not shown: bodies may hold personal data)") {
 		t.Errorf("the body fact without the opt-in: %q", got)
@@ -131,17 +186,89 @@ func TestSupportPageInABrowser(t *testing.T) {
 		t.Errorf("the page without credentials: %d, want 401", res.StatusCode)
 	}
 
-	shot := filepath.Join(t.ArtifactDir(), "support-page.png")
-	screenshot(t, chromium, search(url.Values{"tenant": {"acme"}, "key": {"key-capture-1"}}), shot)
-	if *updateScreenshot {
-		b, err := os.ReadFile(shot)
-		if err == nil {
-			err = os.WriteFile(filepath.Join("..", "..", "docs", "support-page.png"), b, 0o644)
+	// The uncertain key: marked, its provider call in the timeline, and the resolve form.
+	lostURL := search(url.Values{"tenant": {"acme"}, "key": {"key-pay-lost"}})
+	dom = browse(t, chromium, lostURL)
+	if got := domFact(t, dom, "state"); got != "uncertain" {
+		t.Errorf("the lost payment's state: %q, want uncertain", got)
+	}
+	if got := domEvents(dom); got != "acquired provider_call uncertain" {
+		t.Errorf("the lost payment's timeline: %q", got)
+	}
+	if !strings.Contains(dom, "provider acquirer, key pay_7c1e:acquirer; 4200 RUB (minor units)") ||
+		!strings.Contains(dom, "Resolve this uncertain key, as admin") || !strings.Contains(dom, `<form method="post" action="" class="resolve"`) {
+		t.Errorf("the uncertain key's page lacks its provider call or the resolve form:\n%s", dom)
+	}
+
+	shots := map[string]string{
+		"support-page.png":           search(url.Values{"tenant": {"acme"}, "key": {"key-pay-1"}}),
+		"support-page-uncertain.png": lostURL,
+	}
+	for name, u := range shots {
+		shot := filepath.Join(t.ArtifactDir(), name)
+		screenshot(t, chromium, u, shot)
+		if *updateScreenshot {
+			b, err := os.ReadFile(shot)
+			if err == nil {
+				err = os.WriteFile(filepath.Join("..", "..", "docs", name), b, 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
+	}
+
+	// The form the browser rendered, sent as the browser sends it (Chromium without a script
+	// cannot press the button): the admin settles the payment as completed.
+	token := regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(dom)
+	if token == nil {
+		t.Fatal("no token in the resolve form")
+	}
+	lost, err := store.LookupKey(ctx, &idem.LookupKeyParams{Tenant: ptrTo("acme"), Key: "key-pay-lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := url.Values{"hash": {lost[0].KeyHash}, "token": {token[1]}, "as": {"completed"}, "status": {"201"},
+		"content_type": {"application/json"}, "body": {`{"payment_id":"pay_7c1e","status":"authorized"}`},
+		"evidence": {"acquirer record ch_7c1e: authorized 42.00 RUB"}}
+	for _, withAuth := range []bool{false, true} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+supportPath, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		if withAuth {
+			req.SetBasicAuth("admin", supportToken)
+		}
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		switch {
+		case !withAuth && res.StatusCode != http.StatusUnauthorized:
+			t.Errorf("the resolve form without credentials: %d, want 401", res.StatusCode)
+		case withAuth && (res.StatusCode != http.StatusOK || !strings.Contains(string(b), "Resolved as completed, by admin")):
+			t.Errorf("the resolve form: %d, want 200 saying it resolved:\n%s", res.StatusCode, b)
+		}
 	}
+	var actor, detail string
+	if err := schema.Pool.QueryRow(ctx, `SELECT actor, detail FROM `+events+` WHERE key = 'key-pay-lost' AND kind = 'resolved'`).Scan(&actor, &detail); err != nil ||
+		actor != "admin" || detail != "completed: acquirer record ch_7c1e: authorized 42.00 RUB" {
+		t.Errorf("the resolved history row: %q %q %v", actor, detail, err)
+	}
+	dom = browse(t, chromium, lostURL)
+	if got := domFact(t, dom, "state"); got != "complete" || !strings.Contains(dom, `data-event="kind">resolved<`) {
+		t.Errorf("after resolving, the key is %q and its timeline is %q", got, domEvents(dom))
+	}
+}
+
+// domEvents lists the kinds of the timeline's events, oldest first.
+func domEvents(dom string) string {
+	var kinds []string
+	for _, m := range regexp.MustCompile(`data-event="kind">(\w+)<`).FindAllStringSubmatch(dom, -1) {
+		kinds = append(kinds, m[1])
+	}
+	return strings.Join(kinds, " ")
 }
 
 func ptrTo(s string) *string { return &s }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/user"
 	"regexp"
 	"slices"
 	"strconv"
@@ -61,16 +63,28 @@ func (f *keysFlags) readError(err error) error {
 	return fail(ExitUsage, fmt.Errorf("keys: read %s.%s: %v", f.schema, f.table, err))
 }
 
+// historyError turns a failed read of the history table into an exit: a key table without one
+// was migrated by an older idemgen.
+func (f *keysFlags) historyError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fail(ExitUsage, fmt.Errorf("keys: there is no history table beside %s.%s (%s): run idemgen migrate, whose version 6 adds it",
+			f.schema, f.table, idem.HistoryTableName(f.table)))
+	}
+	return fail(ExitUsage, fmt.Errorf("keys: read the history of keys in %s.%s: %v", f.schema, f.table, err))
+}
+
 func newKeysCmd(s *streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Look up idempotency keys: what happened to a key, which keys are stuck, how many there are",
-		Long: "Read the key table, read only, as the runtime writes it: show one key (by tenant and key, or by the\n" +
-			"key hash a log line prints), list keys (stale in-flight ones, say), or count them.\n" +
+		Long: "Read the key table as the runtime writes it: show one key and its history (by tenant and key, or by\n" +
+			"the key hash a log line prints), list keys (stale in-flight or uncertain ones, say), or count them.\n" +
+			"resolve is the one that writes: it settles an uncertain key, recording who and why.\n" +
 			"Stored bodies are printed only with show --body: they may hold personal data.",
 		Args: noArgs,
 	}
-	cmd.AddCommand(newKeysShowCmd(s), newKeysListCmd(s), newKeysStatsCmd(s))
+	cmd.AddCommand(newKeysShowCmd(s), newKeysListCmd(s), newKeysStatsCmd(s), newKeysResolveCmd(s))
 	return cmd
 }
 
@@ -80,9 +94,11 @@ func newKeysShowCmd(s *streams) *cobra.Command {
 	var body bool
 	cmd := &cobra.Command{
 		Use:   "show (--tenant T --key K | --hash H) [--operation O]",
-		Short: "Show everything stored about one key: state, attempts, stored status, reference, times, lease",
+		Short: "Show everything stored about one key: state, attempts, stored status, reference, times, lease, history",
 		Long: "Show one key: by --key (with --tenant, the tenant the server's Config.Tenant returned; without it,\n" +
 			"every tenant's key of that name), or by --hash, the key_hash a log line prints.\n" +
+			"Below the key's facts comes its history, oldest first (claims, takeovers, mismatches refused,\n" +
+			"completions, releases, provider calls, uncertain, resolved), for operations that keep one.\n" +
 			"Exit 1 when no such key exists.",
 		Example: "  idemgen keys show --tenant acme --key 5f0c8f0e-3a7e-4f0e-9d3c-2b7f1c9e8a10\n" +
 			"  idemgen keys show --hash 3f2a9c1d0b7e6f45 --json",
@@ -114,14 +130,26 @@ func newKeysShowCmd(s *streams) *cobra.Command {
 			if err != nil {
 				return f.readError(err)
 			}
+			histories := make([][]idem.HistoryEvent, len(keys))
+			for i, k := range keys {
+				if histories[i], err = store.History(cmd.Context(), k.Tenant, k.Scope, k.Key); err != nil {
+					return f.historyError(err)
+				}
+			}
 			if f.json {
-				return writeJSON(s.out, jsonKeys(keys, body))
+				out := jsonKeys(keys, body)
+				for i := range out {
+					h := jsonHistory(histories[i])
+					out[i].History = &h
+				}
+				return writeJSON(s.out, out)
 			}
 			for i, k := range keys {
 				if i > 0 {
 					fmt.Fprintln(s.out)
 				}
 				writeKey(s.out, &k, body)
+				writeHistory(s.out, histories[i], k.Operation)
 			}
 			return nil
 		},
@@ -141,9 +169,10 @@ func newKeysListCmd(s *streams) *cobra.Command {
 	var stale bool
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "list [--state in_flight|complete] [--stale] [--operation O] [--tenant T] [--since D] [--limit N]",
-		Short: "List keys, newest first: in flight, stale (their holder died), by operation or tenant",
+		Use:   "list [--state in_flight|complete|uncertain] [--stale] [--operation O] [--tenant T] [--since D] [--limit N]",
+		Short: "List keys, newest first: in flight, stale (their holder died), uncertain, by operation or tenant",
 		Example: "  idemgen keys list --state in_flight --stale\n" +
+			"  idemgen keys list --state uncertain\n" +
 			"  idemgen keys list --operation createPayment --since 1h --json",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -152,12 +181,12 @@ func newKeysListCmd(s *streams) *cobra.Command {
 				p.Tenant = &tenant
 			}
 			switch state {
-			case "", idem.KeyInFlight, idem.KeyComplete:
+			case "", idem.KeyInFlight, idem.KeyComplete, idem.KeyUncertain:
 			default:
-				return fail(ExitUsage, fmt.Errorf("keys list: --state %s: use %s or %s", strconv.Quote(state), idem.KeyInFlight, idem.KeyComplete))
+				return fail(ExitUsage, fmt.Errorf("keys list: --state %s: use %s, %s or %s", strconv.Quote(state), idem.KeyInFlight, idem.KeyComplete, idem.KeyUncertain))
 			}
-			if stale && state == idem.KeyComplete {
-				return fail(ExitUsage, errors.New("keys list: --stale keys are in flight: drop --state complete"))
+			if stale && state != "" && state != idem.KeyInFlight {
+				return fail(ExitUsage, fmt.Errorf("keys list: --stale keys are in flight: drop --state %s", state))
 			}
 			if limit < 1 || limit > idem.MaxListLimit {
 				return fail(ExitUsage, fmt.Errorf("keys list: --limit must be between 1 and %d, got %d", idem.MaxListLimit, limit))
@@ -199,7 +228,7 @@ func newKeysListCmd(s *streams) *cobra.Command {
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().StringVar(&state, "state", "", "only keys in this state: in_flight or complete")
+	cmd.Flags().StringVar(&state, "state", "", "only keys in this state: in_flight, complete or uncertain (waiting for keys resolve)")
 	cmd.Flags().BoolVar(&stale, "stale", false, "only in-flight keys whose lease ran out: their holder died or lost the database")
 	cmd.Flags().StringVar(&operation, "operation", "", "only this operation's keys")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's keys (default: every tenant)")
@@ -212,7 +241,7 @@ func newKeysStatsCmd(s *streams) *cobra.Command {
 	var f keysFlags
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Count keys by operation and state, with the stale in-flight ones and the oldest in flight",
+		Short: "Count keys by operation and state, with the stale in-flight ones, the uncertain ones and the oldest of each",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			store, done, err := f.store(cmd.Context())
@@ -233,13 +262,16 @@ func newKeysStatsCmd(s *streams) *cobra.Command {
 			}
 			fmt.Fprintf(s.out, "%s.%s at %s\n", f.schema, f.table, st.Now.UTC().Format(time.RFC3339))
 			tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "OPERATION\tIN FLIGHT\tSTALE\tCOMPLETE\tEXPIRED\tOLDEST IN FLIGHT")
-			row := func(name string, o idem.OperationKeyStats) {
-				oldest := "-"
-				if !o.OldestInFlight.IsZero() {
-					oldest = when(o.OldestInFlight, st.Now)
+			fmt.Fprintln(tw, "OPERATION\tIN FLIGHT\tSTALE\tCOMPLETE\tEXPIRED\tOLDEST IN FLIGHT\tUNCERTAIN\tOLDEST UNCERTAIN")
+			oldest := func(t time.Time) string {
+				if t.IsZero() {
+					return "-"
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", name, o.InFlight, o.Stale, o.Complete, o.Expired, oldest)
+				return when(t, st.Now)
+			}
+			row := func(name string, o idem.OperationKeyStats) {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", name, o.InFlight, o.Stale, o.Complete, o.Expired,
+					oldest(o.OldestInFlight), o.Uncertain, oldest(o.OldestUncertain))
 			}
 			for _, o := range st.Operations {
 				row(bare(o.Operation), o)
@@ -337,8 +369,10 @@ func writeKey(w io.Writer, k *idem.KeyInfo, withBody bool) {
 		state += " (stale: the lease ran out, its holder is gone; the next retry with the same request takes it over)"
 	case k.State == idem.KeyInFlight:
 		state += " (its handler is running)"
+	case k.State == idem.KeyUncertain:
+		state += " (an attempt was lost after it called its provider: retries are refused until it is settled with idemgen keys resolve)"
 	}
-	if k.Expired() {
+	if k.Expired() && k.State != idem.KeyUncertain {
 		state += " (expired: behaves as a new key until purged)"
 	}
 	line("state", state)
@@ -365,7 +399,11 @@ func writeKey(w io.Writer, k *idem.KeyInfo, withBody bool) {
 	if !k.CompletedAt.IsZero() {
 		line("completed", when(k.CompletedAt, k.Now))
 	}
-	line("expires", when(k.ExpiresAt, k.Now))
+	if k.State == idem.KeyUncertain {
+		line("expires", "not until it is settled")
+	} else {
+		line("expires", when(k.ExpiresAt, k.Now))
+	}
 	if k.State == idem.KeyInFlight {
 		line("lease expires", when(k.LeaseExpiresAt, k.Now))
 	}
@@ -415,6 +453,8 @@ type jsonKey struct {
 	ExpiresAt      time.Time   `json:"expires_at"`
 	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
 	Now            time.Time   `json:"now"`
+	// History is the key's history, oldest first (keys show only; [] when it has none).
+	History *[]jsonEvent `json:"history,omitempty"`
 }
 
 func jsonKeys(keys []idem.KeyInfo, withBody bool) []jsonKey {
@@ -466,16 +506,26 @@ type jsonOpStat struct {
 	OldestInFlight *time.Time `json:"oldest_in_flight"`
 	// OldestInFlightSeconds is how long the oldest in-flight key has been in flight.
 	OldestInFlightSeconds *float64 `json:"oldest_in_flight_seconds"`
+	Uncertain             int64    `json:"uncertain"`
+	// OldestUncertain is when the oldest uncertain key called its provider.
+	OldestUncertain        *time.Time `json:"oldest_uncertain"`
+	OldestUncertainSeconds *float64   `json:"oldest_uncertain_seconds"`
 }
 
 func jsonOpStats(o idem.OperationKeyStats, now time.Time) jsonOpStat {
-	j := jsonOpStat{Operation: o.Operation, InFlight: o.InFlight, Stale: o.Stale, Complete: o.Complete, Expired: o.Expired}
-	if !o.OldestInFlight.IsZero() {
-		t := o.OldestInFlight.UTC()
-		age := now.Sub(o.OldestInFlight).Seconds()
-		j.OldestInFlight, j.OldestInFlightSeconds = &t, &age
-	}
+	j := jsonOpStat{Operation: o.Operation, InFlight: o.InFlight, Stale: o.Stale, Complete: o.Complete, Expired: o.Expired, Uncertain: o.Uncertain}
+	j.OldestInFlight, j.OldestInFlightSeconds = timeAndAge(o.OldestInFlight, now)
+	j.OldestUncertain, j.OldestUncertainSeconds = timeAndAge(o.OldestUncertain, now)
 	return j
+}
+
+// timeAndAge are t in UTC and its age in seconds at now, both nil when t is zero.
+func timeAndAge(t, now time.Time) (*time.Time, *float64) {
+	if t.IsZero() {
+		return nil, nil
+	}
+	u, age := t.UTC(), now.Sub(t).Seconds()
+	return &u, &age
 }
 
 // writeJSON prints v indented. encoding/json escapes <, > and & and the C0 controls; the
@@ -502,4 +552,366 @@ func writeJSON(w io.Writer, v any) error {
 	}
 	_, err := io.WriteString(w, out.String())
 	return err
+}
+
+// noHistory says why a key has no history: the runtime records one only for operations that
+// ask for it, and keeps it for a retention.
+const noHistory = "none recorded: its operation keeps no history (the runtime records one only for operations that opt in, " +
+	"and always for those uncertain on loss), or its events are older than the history retention (default 120 days)"
+
+// writeHistory prints a key's history below its facts: one line per event, oldest first. op is
+// the key's operation: an event of another one says so.
+func writeHistory(w io.Writer, events []idem.HistoryEvent, op string) {
+	if len(events) == 0 {
+		fmt.Fprintf(w, "history  %s\n", noHistory)
+		return
+	}
+	fmt.Fprintf(w, "\nhistory (%d events, oldest first)\n", len(events))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tEVENT\tATTEMPT\tSTATUS\tDETAILS")
+	for _, ev := range events {
+		attempt := "-"
+		if ev.Attempt > 0 {
+			attempt = strconv.Itoa(ev.Attempt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ev.At.UTC().Format("2006-01-02T15:04:05.000Z"), bare(string(ev.Kind)),
+			attempt, statusText(ev.Status), eventDetails(&ev, op))
+	}
+	tw.Flush()
+}
+
+// eventDetails prints what an event carries besides its time, kind, attempt and status, every
+// value that may come from a client or an operator quoted.
+func eventDetails(ev *idem.HistoryEvent, op string) string {
+	var parts []string
+	if ev.Operation != "" && ev.Operation != op {
+		parts = append(parts, "operation "+bare(ev.Operation))
+	}
+	if ev.Detail != "" {
+		parts = append(parts, quote(ev.Detail))
+	}
+	if ev.Actor != "" {
+		parts = append(parts, "by "+quote(ev.Actor))
+	}
+	if ev.Provider != "" || ev.ProviderKey != "" {
+		p := "provider " + bare(ev.Provider)
+		if ev.ProviderKey != "" {
+			p += " key " + quote(ev.ProviderKey)
+		}
+		parts = append(parts, p)
+	}
+	if ev.Amount != 0 || ev.Currency != "" {
+		parts = append(parts, fmt.Sprintf("amount %d %s (minor units)", ev.Amount, bare(ev.Currency)))
+	}
+	if ev.Replays > 0 {
+		parts = append(parts, fmt.Sprintf("%d replays", ev.Replays))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// jsonEvent is one history event as keys show --json prints it; fields an event does not carry
+// are null.
+type jsonEvent struct {
+	At          time.Time `json:"at"`
+	Kind        string    `json:"kind"`
+	Operation   string    `json:"operation"`
+	Attempt     *int      `json:"attempt"`
+	Status      *int      `json:"status"`
+	Detail      *string   `json:"detail"`
+	Actor       *string   `json:"actor"`
+	Replays     *int      `json:"replays"`
+	Provider    *string   `json:"provider"`
+	ProviderKey *string   `json:"provider_key"`
+	// Amount is in minor units.
+	Amount   *int64  `json:"amount"`
+	Currency *string `json:"currency"`
+}
+
+func jsonHistory(events []idem.HistoryEvent) []jsonEvent {
+	out := make([]jsonEvent, 0, len(events))
+	for _, ev := range events {
+		out = append(out, jsonEvent{At: ev.At.UTC(), Kind: string(ev.Kind), Operation: ev.Operation,
+			Attempt: nonZero(ev.Attempt), Status: nonZero(ev.Status), Detail: nonZero(ev.Detail), Actor: nonZero(ev.Actor),
+			Replays: nonZero(ev.Replays), Provider: nonZero(ev.Provider), ProviderKey: nonZero(ev.ProviderKey),
+			Amount: nonZero(ev.Amount), Currency: nonZero(ev.Currency)})
+	}
+	return out
+}
+
+// nonZero is a pointer to v, nil when v is its type's zero value (a null in JSON).
+func nonZero[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
+
+// resolveFlags are keys resolve's own flags.
+type resolveFlags struct {
+	tenant, key, hash, operation string
+	as, evidence, actor          string
+	status                       int
+	bodyFile, contentType, ref   string
+	noBody                       bool
+	ttl                          string
+}
+
+func newKeysResolveCmd(s *streams) *cobra.Command {
+	var f keysFlags
+	var r resolveFlags
+	cmd := &cobra.Command{
+		Use:   "resolve (--key K | --key-hash H) --as completed|failed --evidence TEXT",
+		Short: "Settle an uncertain key: as completed (retries replay the outcome given) or failed (the next retry runs anew)",
+		Long: "An uncertain key is one whose attempt was lost after it called its provider: the provider may have\n" +
+			"acted, so the runtime refuses to run it again. Look the call up in the provider's records, then:\n" +
+			"  --as completed  the provider acted: the key becomes complete with the outcome given (--status and\n" +
+			"                  --body-file, --reference or --no-body), which every retry then replays;\n" +
+			"  --as failed     the provider has no record of it: the key is given back, the next retry runs anew.\n" +
+			"--evidence (why: a ticket, the provider's record) and the actor (--actor, default the OS user) go to\n" +
+			"the key's history. When --key or --key-hash names keys of several tenants or operations, narrow it\n" +
+			"with --tenant and --operation.\n" +
+			"Exit 0 when the key was resolved, 1 when there is no such key or it is not uncertain, 2 for bad usage.",
+		Example: "  idemgen keys resolve --tenant acme --key 5f0c8f0e --as failed --evidence 'acquirer: no such charge, ticket OPS-123'\n" +
+			"  idemgen keys resolve --key-hash 3f2a9c1d0b7e6f45 --as completed --status 201 --body-file payment.json \\\n" +
+			"      --content-type application/json --evidence 'acquirer charge ch_91 captured 15.00 RUB'",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, lookup, err := r.params(cmd, s)
+			if err != nil {
+				return fail(ExitUsage, fmt.Errorf("keys resolve: %v", err))
+			}
+			store, done, err := f.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			keys, err := store.LookupKey(cmd.Context(), lookup)
+			if errors.Is(err, idem.ErrNoSuchKey) {
+				return fail(ExitFindings, fmt.Errorf("keys resolve: no such key: %s in %s.%s", describeLookup(lookup), f.schema, f.table))
+			}
+			if err != nil {
+				return f.readError(err)
+			}
+			if len(keys) > 1 {
+				var b strings.Builder
+				fmt.Fprintf(&b, "keys resolve: %s names %d keys; narrow it with --tenant and --operation:", describeLookup(lookup), len(keys))
+				for _, k := range keys {
+					fmt.Fprintf(&b, "\n  tenant %s, operation %s, scope %s: %s", quote(k.Tenant), bare(k.Operation), quote(k.Scope), k.State)
+				}
+				return fail(ExitUsage, errors.New(b.String()))
+			}
+			k := keys[0]
+			p.Tenant, p.Scope, p.Key = k.Tenant, k.Scope, k.Key
+			switch err := store.Resolve(cmd.Context(), p); {
+			case errors.Is(err, idem.ErrNotUncertain):
+				return fail(ExitFindings, fmt.Errorf("keys resolve: key %s (tenant %s, operation %s) is %s, not uncertain: nothing to settle",
+					quote(k.Key), quote(k.Tenant), bare(k.Operation), stateOf(cmd.Context(), store, &k)))
+			case errors.Is(err, idem.ErrNoSuchKey):
+				return fail(ExitFindings, fmt.Errorf("keys resolve: key %s (tenant %s, operation %s) is gone: it was settled or purged meanwhile",
+					quote(k.Key), quote(k.Tenant), bare(k.Operation)))
+			case err != nil:
+				return fail(ExitUsage, fmt.Errorf("keys resolve: %v", strings.TrimPrefix(err.Error(), "idem: ")))
+			}
+			if f.json {
+				out := jsonResolved{Tenant: k.Tenant, Key: k.Key, Operation: k.Operation, Scope: k.Scope, KeyHash: k.KeyHash,
+					As: p.As.String(), Actor: p.Actor, Evidence: p.Evidence}
+				if p.As == idem.ResolveCompleted {
+					out.Status, out.BodySize = &p.Outcome.Status, len(p.Outcome.Body)
+					out.Reference = nonZero(p.Outcome.Reference)
+				}
+				return writeJSON(s.out, out)
+			}
+			fmt.Fprintf(s.out, "resolved key %s (tenant %s, operation %s, key hash %s) as %s\n", quote(k.Key), quote(k.Tenant), bare(k.Operation), k.KeyHash, p.As)
+			switch p.As {
+			case idem.ResolveCompleted:
+				what := fmt.Sprintf("status %d", p.Outcome.Status)
+				switch {
+				case p.Outcome.Reference != "":
+					what += ", reference " + quote(p.Outcome.Reference)
+				case len(p.Outcome.Body) > 0:
+					what += fmt.Sprintf(", a %d-byte body", len(p.Outcome.Body))
+				}
+				fmt.Fprintf(s.out, "  the key is complete: every retry now replays %s\n", what)
+			case idem.ResolveFailed:
+				fmt.Fprintln(s.out, "  the key is given back: the next retry with it runs the operation anew")
+			}
+			fmt.Fprintf(s.out, "  recorded in its history: by %s, evidence %s\n", quote(p.Actor), quote(p.Evidence))
+			return nil
+		},
+	}
+	f.add(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&r.key, "key", "", "the key as the client sent it (the Idempotency-Key header)")
+	fl.StringVar(&r.hash, "key-hash", "", "or the key hash a log line prints (key_hash=…)")
+	fl.StringVar(&r.tenant, "tenant", "", "the key's tenant (default: every tenant; --tenant '' means keys without a tenant)")
+	fl.StringVar(&r.operation, "operation", "", "the key's operation (an operationId), when the key was used by several")
+	fl.StringVar(&r.as, "as", "", "completed (the provider acted) or failed (it did not)")
+	fl.StringVar(&r.evidence, "evidence", "", "why: the provider's record, a ticket (recorded in the key's history)")
+	fl.StringVar(&r.actor, "actor", "", "who settles it, for the history (default: $USER, or the OS user)")
+	fl.IntVar(&r.status, "status", 0, "--as completed: the HTTP status retries replay")
+	fl.StringVar(&r.bodyFile, "body-file", "", "--as completed: the file holding the body retries replay (- reads stdin)")
+	fl.StringVar(&r.contentType, "content-type", "", "--as completed with --body-file: the body's Content-Type")
+	fl.StringVar(&r.ref, "reference", "", "--as completed: the resource reference retries reload (operations that store a reference)")
+	fl.BoolVar(&r.noBody, "no-body", false, "--as completed: the outcome has no body (a 204, or an operation that stores only the status)")
+	fl.StringVar(&r.ttl, "ttl", "", "--as completed: how long the key is remembered from now (default the runtime's, 24h; 7d works)")
+	return cmd
+}
+
+// stateOf rereads k's state after Resolve refused it, for the message; the state looked up
+// before is the fallback.
+func stateOf(ctx context.Context, store *idem.Store, k *idem.KeyInfo) string {
+	keys, err := store.LookupKey(ctx, &idem.LookupKeyParams{Tenant: &k.Tenant, Key: k.Key, Operation: k.Operation})
+	if err == nil {
+		for _, now := range keys {
+			if now.Scope == k.Scope {
+				return now.State
+			}
+		}
+	}
+	return k.State
+}
+
+// params checks resolve's flags and returns what Resolve is given (without the key, which the
+// lookup finds) and the lookup. Every mistake is found before connecting.
+func (r *resolveFlags) params(cmd *cobra.Command, s *streams) (*idem.ResolveParams, *idem.LookupKeyParams, error) {
+	changed := cmd.Flags().Changed
+	lookup := &idem.LookupKeyParams{Key: r.key, Operation: r.operation}
+	switch {
+	case (r.key == "") == (r.hash == ""):
+		return nil, nil, errors.New("give --key or --key-hash (one of them)")
+	case r.hash != "":
+		h, err := idem.ParseKeyHash(r.hash)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--key-hash: %v", strings.TrimPrefix(err.Error(), "idem: "))
+		}
+		lookup.KeyHash = h
+	}
+	if changed("tenant") {
+		lookup.Tenant = &r.tenant
+	}
+	if r.as == "" {
+		return nil, nil, errors.New("--as is required: completed (the provider acted) or failed (it did not)")
+	}
+	as, err := idem.ParseResolution(r.as)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--as %s: want completed or failed", strconv.Quote(r.as))
+	}
+	p := &idem.ResolveParams{As: as, Evidence: strings.TrimSpace(r.evidence), Actor: strings.TrimSpace(r.actor)}
+	if p.Evidence == "" {
+		return nil, nil, errors.New("--evidence is required: the history records why the key was settled (the provider's record, a ticket)")
+	}
+	if p.Actor == "" {
+		if p.Actor = osUser(); p.Actor == "" {
+			return nil, nil, errors.New("--actor is required: neither $USER nor the OS names the user")
+		}
+	}
+	outcomeFlags := []string{"status", "body-file", "content-type", "reference", "no-body", "ttl"}
+	if as == idem.ResolveFailed {
+		for _, name := range outcomeFlags {
+			if changed(name) {
+				return nil, nil, fmt.Errorf("--%s is for --as completed: a key resolved as failed stores no outcome (the next retry runs anew)", name)
+			}
+		}
+		return p, lookup, nil
+	}
+	if !changed("status") {
+		return nil, nil, errors.New("--as completed needs the outcome retries will replay: --status, and --body-file, --reference or --no-body")
+	}
+	if r.status < 100 || r.status > 599 {
+		return nil, nil, fmt.Errorf("--status %d is not an HTTP status", r.status)
+	}
+	n := 0
+	for _, name := range []string{"body-file", "reference", "no-body"} {
+		if changed(name) {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, nil, errors.New("--as completed: give one of --body-file (the body retries replay), --reference (operations that store a reference) or --no-body")
+	}
+	if changed("content-type") && !changed("body-file") {
+		return nil, nil, errors.New("--content-type goes with --body-file")
+	}
+	o := &idem.Outcome{Status: r.status, Reference: r.ref}
+	if changed("reference") && strings.TrimSpace(r.ref) == "" {
+		return nil, nil, errors.New("--reference is empty")
+	}
+	if changed("body-file") {
+		if o.Body, err = readBodyFile(r.bodyFile, s.in); err != nil {
+			return nil, nil, err
+		}
+		if r.contentType != "" {
+			o.Header = http.Header{"Content-Type": {r.contentType}}
+		}
+	}
+	if r.ttl != "" {
+		if p.TTL, err = parseDays(r.ttl); err != nil || p.TTL <= 0 {
+			return nil, nil, fmt.Errorf("--ttl %s: want a positive duration (24h, 7d)", strconv.Quote(r.ttl))
+		}
+	}
+	p.Outcome = o
+	return p, lookup, nil
+}
+
+// maxResolveBody caps --body-file: a stored body is a response, not a payload.
+const maxResolveBody = 8 << 20
+
+func readBodyFile(name string, stdin io.Reader) ([]byte, error) {
+	var src io.Reader = stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--body-file: %v", err)
+		}
+		defer f.Close()
+		src = f
+	}
+	b, err := io.ReadAll(io.LimitReader(src, maxResolveBody+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("--body-file: %v", err)
+	case len(b) > maxResolveBody:
+		return nil, fmt.Errorf("--body-file %s is over %d MiB: not a response body", name, maxResolveBody>>20)
+	}
+	return b, nil
+}
+
+// parseDays is time.ParseDuration that also takes whole days (7d).
+func parseDays(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		if days, err := strconv.Atoi(n); err == nil {
+			return time.Duration(days) * 24 * time.Hour, nil
+		}
+	}
+	return time.ParseDuration(v)
+}
+
+// osUser names who runs the command: $USER, or the OS's name for the process's user.
+func osUser() string {
+	if u := strings.TrimSpace(os.Getenv("USER")); u != "" {
+		return u
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
+}
+
+// jsonResolved is what keys resolve --json prints.
+type jsonResolved struct {
+	Tenant    string  `json:"tenant"`
+	Key       string  `json:"key"`
+	Operation string  `json:"operation"`
+	Scope     string  `json:"scope"`
+	KeyHash   string  `json:"key_hash"`
+	As        string  `json:"resolved_as"`
+	Status    *int    `json:"status,omitempty"`
+	Reference *string `json:"reference,omitempty"`
+	BodySize  int     `json:"body_size,omitempty"`
+	Actor     string  `json:"actor"`
+	Evidence  string  `json:"evidence"`
 }

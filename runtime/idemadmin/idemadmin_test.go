@@ -60,6 +60,9 @@ func (e *env) server(opts *idemadmin.Options) *httptest.Server {
 		opts = &idemadmin.Options{}
 	}
 	opts.Recent = e.recent
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	srv := httptest.NewServer(idemadmin.NewHandler(e.store, opts))
 	e.t.Cleanup(srv.Close)
 	return srv
