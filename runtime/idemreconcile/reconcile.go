@@ -129,14 +129,16 @@ type Resolved struct {
 
 // Report is what Reconcile found.
 type Report struct {
-	From     time.Time     `json:"from"`
-	To       time.Time     `json:"to"`
-	Grace    time.Duration `json:"grace_ns"`
-	RunAt    time.Time     `json:"run_at"`
-	Records  int           `json:"records_read"`
-	InWindow int           `json:"records_in_window"`
-	Calls    int           `json:"calls"`
-	Matched  int           `json:"matched"`
+	From  time.Time     `json:"from"`
+	To    time.Time     `json:"to"`
+	Grace time.Duration `json:"-"`
+	// GraceSeconds is Grace, for JSON.
+	GraceSeconds float64   `json:"grace_seconds"`
+	RunAt        time.Time `json:"run_at"`
+	Records      int       `json:"records_read"`
+	InWindow     int       `json:"records_in_window"`
+	Calls        int       `json:"calls"`
+	Matched      int       `json:"matched"`
 	// Pending counts calls in the grace before To that have no record yet.
 	Pending       int           `json:"pending"`
 	Discrepancies []Discrepancy `json:"discrepancies"`
@@ -227,7 +229,7 @@ func Reconcile(ctx context.Context, db idem.DB, cfg *idem.Config, src Source, op
 	}
 	events := pgx.Identifier{c.Schema, idem.HistoryTableName(c.Table)}.Sanitize()
 	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
-	rep := &Report{From: o.From, To: o.To, Grace: o.Grace, RunAt: time.Now().UTC()}
+	rep := &Report{From: o.From, To: o.To, Grace: o.Grace, GraceSeconds: o.Grace.Seconds(), RunAt: time.Now().UTC()}
 
 	// The provider's records, by key. All are read before anything is reported.
 	byKey := map[string][]Record{}

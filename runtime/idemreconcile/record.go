@@ -27,22 +27,22 @@ import (
 type Record struct {
 	// Provider is the provider's name as the application passes it to idem.ProviderKey
 	// ("acquirer"); empty when the records are one provider's (see Opts.Providers).
-	Provider string
+	Provider string `json:"provider,omitempty"`
 	// Key is the idempotency key the provider received: the derived key idem.ProviderKey
 	// returned, which the provider keeps with its record.
-	Key string
+	Key string `json:"key"`
 	// Reference is the provider's own identifier of the charge (for the operator and the
 	// evidence of a resolution).
-	Reference string
+	Reference string `json:"reference"`
 	// Amount in minor units (cents) and Currency (ISO 4217, upper case), as the provider charged.
-	Amount   int64
-	Currency string
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
 	// At is when the provider recorded the charge. Records are selected by it: a record belongs
 	// to the window [From, To) when At does.
-	At time.Time
+	At time.Time `json:"at"`
 	// Tenant is the tenant the provider knows the charge by (a merchant account), when the
 	// records say; it only places a charge we have no call for in the report.
-	Tenant string
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Source gives the provider's records. A provider client (its API, a downloaded report)
