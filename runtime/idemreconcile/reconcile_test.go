@@ -253,3 +253,55 @@ func TestReconcileSettleFailureKeepsTheKeyUncertain(t *testing.T) {
 		t.Errorf("state %q, %v; want still uncertain", state, err)
 	}
 }
+
+// A tenant that is not PostgreSQL text is stored escaped; the report and the resolution use it
+// as the runtime's callers gave it.
+func TestReconcileEscapedTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tenant := "t\x00nul"
+	stored := "\x01" + "74006e756c"
+	at := day0.Add(time.Hour)
+	e.exec(`INSERT INTO `+e.events+` (tenant, scope, key, at, kind, operation, provider, provider_key, amount, currency)
+		VALUES ($1, 'createPayment', 'k', $2, 'provider_call', 'createPayment', 'acquirer', 'p', 5, 'EUR'),
+		       ($1, 'createPayment', 'k', $2, 'uncertain', 'createPayment', NULL, NULL, NULL, NULL)`, stored, at)
+	e.exec(`INSERT INTO `+e.table+` (tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at, provider_at)
+		VALUES ($1, 'createPayment', 'k', 'createPayment', 'fp', 'uncertain', gen_random_uuid(), now(), 'infinity', $2)`, stored, at)
+	rep := e.run(nil, &idemreconcile.Opts{Resolve: true})
+	if !rep.Clean() || len(rep.Resolved) != 1 || rep.Resolved[0].Ours.Tenant != tenant {
+		t.Fatalf("report %s, resolved %+v; want the key of tenant %q resolved", kinds(rep), rep.Resolved, tenant)
+	}
+	var n int
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d key rows, %v; want the uncertain key deleted", n, err)
+	}
+}
+
+// An uncertain key is settled as not charged only when the records of its call's whole day
+// were read, and only calls of the providers named are compared.
+func TestReconcileDecidesOnlyWhatTheWindowCovers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	at := day0.Add(15 * time.Hour)
+	e.call("k-unc", "p-unc", at, 900, "EUR")
+	e.uncertain("k-unc", at)
+	e.exec(`INSERT INTO `+e.events+` (tenant, scope, key, at, kind, operation, provider, provider_key)
+		VALUES ('acme', 'refund', 'k-bank', $1, 'provider_call', 'refund', 'bank', 'p-bank')`, at)
+	e.exec(`INSERT INTO `+e.events+` (tenant, scope, key, at, kind, operation, status)
+		VALUES ('acme', 'refund', 'k-bank', $1, 'completed', 'refund', 200)`, at.Add(time.Second))
+	// Half a day: the records of the afternoon are not all there.
+	rep := e.run(nil, &idemreconcile.Opts{From: day0.Add(12 * time.Hour), To: day1, Providers: []string{"acquirer"}})
+	if !rep.Clean() || rep.Pending != 1 {
+		t.Errorf("half a day: %s, %d pending; want clean and the uncertain key pending", kinds(rep), rep.Pending)
+	}
+	// The whole day: the uncertain key is decided; the bank's call is not the acquirer's.
+	rep = e.run(nil, &idemreconcile.Opts{Providers: []string{"acquirer"}})
+	if kinds(rep) != "uncertain_not_charged:p-unc" {
+		t.Errorf("whole day: %s; want only the acquirer's uncertain key", kinds(rep))
+	}
+	// Every provider: the bank's completed call has no record.
+	rep = e.run(nil, nil)
+	if kinds(rep) != "missing_charge:p-bank uncertain_not_charged:p-unc" {
+		t.Errorf("every provider: %s", kinds(rep))
+	}
+}
