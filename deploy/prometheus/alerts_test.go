@@ -59,7 +59,8 @@ func TestRulesNameWhatTheRuntimeExports(t *testing.T) {
 	metrics := map[string]bool{}
 	for _, m := range []string{idemprom.EventsTotal, idemprom.PurgedKeysTotal, idemprom.KeysInFlight,
 		idemprom.KeysStored, idemprom.StaleInFlightKeys, idemprom.OldestInFlightSeconds, idemprom.KeyStatsUp,
-		idemprom.ListenerDeaf} {
+		idemprom.ListenerDeaf, idemprom.UncertainKeys, idemprom.OldestUncertainSeconds, idemprom.ReconcileDiscrepancies,
+		idemprom.ReconcileResolvedKeys, idemprom.ReconcileRecords, idemprom.ReconcileLastRun} {
 		metrics[m] = true
 	}
 	for _, suffix := range []string{"_bucket", "_sum", "_count"} {

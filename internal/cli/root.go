@@ -89,6 +89,7 @@ func newRootCmd(s *streams) *cobra.Command {
 		newMigrateCmd(s),
 		newPurgeCmd(s),
 		newKeysCmd(s),
+		newReconcileCmd(s),
 		newVersionCmd(s),
 	)
 	return root

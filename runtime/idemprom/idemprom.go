@@ -29,7 +29,13 @@
 // [NewKeyStats] adds gauges read from the key table itself (the stale in-flight keys a dead
 // process left behind are no process's events): idemgen_idempotency_keys{operation,state},
 // idemgen_idempotency_stale_in_flight_keys{operation},
-// idemgen_idempotency_oldest_in_flight_seconds{operation} and idemgen_idempotency_key_stats_up.
+// idemgen_idempotency_oldest_in_flight_seconds{operation}, idemgen_idempotency_uncertain_keys{operation},
+// idemgen_idempotency_oldest_uncertain_seconds{operation} and idemgen_idempotency_key_stats_up.
+//
+// [NewReconcile] and [WriteReconcileTextfile] export the last reconciliation against a provider's
+// records (runtime/idemreconcile): idemgen_idempotency_reconcile_discrepancies{kind},
+// idemgen_idempotency_reconcile_resolved_keys{resolution}, idemgen_idempotency_reconcile_records
+// and idemgen_idempotency_reconcile_last_run_timestamp_seconds.
 // deploy/prometheus/idemgen-alerts.yaml alerts on these metrics.
 package idemprom
 

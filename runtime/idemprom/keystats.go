@@ -21,6 +21,13 @@ const (
 	// OldestInFlightSeconds is a gauge of how long the oldest in-flight key of an operation has
 	// been in flight (0 when none is).
 	OldestInFlightSeconds = "idemgen_idempotency_oldest_in_flight_seconds"
+	// UncertainKeys is a gauge of the keys whose outcome is uncertain, by operation: an
+	// attempt was lost after a provider call, and the key waits for an operator or a
+	// reconciliation to settle it (idem.KeyUncertain).
+	UncertainKeys = "idemgen_idempotency_uncertain_keys"
+	// OldestUncertainSeconds is a gauge of how long ago the oldest uncertain key of an operation
+	// called its provider (0 when none is uncertain).
+	OldestUncertainSeconds = "idemgen_idempotency_oldest_uncertain_seconds"
 	// KeyStatsUp is 1 when the last read of the key table succeeded, 0 when it failed (the
 	// other gauges are then missing from the scrape).
 	KeyStatsUp = "idemgen_idempotency_key_stats_up"
@@ -55,7 +62,7 @@ type KeyStatsCollector struct {
 	opts  KeyStatsOptions
 	now   func() time.Time
 
-	keys, stale, oldest, up *prometheus.Desc
+	keys, stale, oldest, uncertain, oldestUncertain, up *prometheus.Desc
 
 	mu     sync.Mutex // held across a read, so concurrent scrapes share it
 	last   *idem.KeyStats
@@ -82,6 +89,10 @@ func NewKeyStats(store *idem.Store, opts *KeyStatsOptions) *KeyStatsCollector {
 			[]string{"operation"}, o.ConstLabels),
 		oldest: prometheus.NewDesc(OldestInFlightSeconds, "How long the oldest in-flight idempotency key of an operation has been in flight.",
 			[]string{"operation"}, o.ConstLabels),
+		uncertain: prometheus.NewDesc(UncertainKeys, "Idempotency keys whose outcome is uncertain (an attempt was lost after a provider call), by operation.",
+			[]string{"operation"}, o.ConstLabels),
+		oldestUncertain: prometheus.NewDesc(OldestUncertainSeconds, "How long ago the oldest uncertain idempotency key of an operation called its provider.",
+			[]string{"operation"}, o.ConstLabels),
 		up: prometheus.NewDesc(KeyStatsUp, "1 when the last read of the idempotency key table succeeded, else 0.", nil, o.ConstLabels),
 	}
 }
@@ -91,6 +102,8 @@ func (c *KeyStatsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.keys
 	ch <- c.stale
 	ch <- c.oldest
+	ch <- c.uncertain
+	ch <- c.oldestUncertain
 	ch <- c.up
 }
 
@@ -111,6 +124,12 @@ func (c *KeyStatsCollector) Collect(ch chan<- prometheus.Metric) {
 			age = max(st.Now.Sub(o.OldestInFlight).Seconds(), 0)
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, o.Operation)
+		ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, float64(o.Uncertain), o.Operation)
+		uncertainAge := 0.0
+		if !o.OldestUncertain.IsZero() {
+			uncertainAge = max(st.Now.Sub(o.OldestUncertain).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldestUncertain, prometheus.GaugeValue, uncertainAge, o.Operation)
 	}
 }
 
