@@ -116,7 +116,7 @@ func TestSupportPageInABrowser(t *testing.T) {
 	exec(`INSERT INTO `+store.Table()+`
 		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at, created_at, provider_at, attempt)
 		VALUES ('acme', $1, 'key-pay-lost', 'createPayment', 'fp', 'uncertain', gen_random_uuid(),
-			now() - interval '9 minutes', now() + interval '100 years', now() - interval '12 minutes', now() - interval '11 minutes', 1)`, payKey.Scope)
+			now() - interval '9 minutes', 'infinity', now() - interval '12 minutes', now() - interval '11 minutes', 1)`, payKey.Scope)
 	for _, ev := range []struct{ ago, kind string }{{"12 minutes", "acquired"}, {"11 minutes", "provider_call"}, {"9 minutes", "uncertain"}} {
 		exec(`INSERT INTO `+events+` (tenant, scope, key, at, kind, operation, attempt, detail, provider, provider_key, amount, currency)
 			VALUES ('acme', $1, 'key-pay-lost', now() - $2::interval, $3, 'createPayment', 1,

@@ -450,7 +450,7 @@ type jsonKey struct {
 	Fingerprint    string      `json:"fingerprint"`
 	CreatedAt      time.Time   `json:"created_at"`
 	CompletedAt    *time.Time  `json:"completed_at"`
-	ExpiresAt      time.Time   `json:"expires_at"`
+	ExpiresAt      *time.Time  `json:"expires_at"` // null for an uncertain key: it expires once settled
 	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
 	Now            time.Time   `json:"now"`
 	// History is the key's history, oldest first (keys show only; [] when it has none).
@@ -462,7 +462,11 @@ func jsonKeys(keys []idem.KeyInfo, withBody bool) []jsonKey {
 	for _, k := range keys {
 		j := jsonKey{Tenant: k.Tenant, Key: k.Key, Operation: k.Operation, Scope: k.Scope, KeyHash: k.KeyHash,
 			State: k.State, Stale: k.Stale(), Expired: k.Expired(), Attempt: k.Attempt, Headers: k.Header,
-			BodySize: k.BodySize, Fingerprint: k.Fingerprint, CreatedAt: k.CreatedAt.UTC(), ExpiresAt: k.ExpiresAt.UTC(), Now: k.Now.UTC()}
+			BodySize: k.BodySize, Fingerprint: k.Fingerprint, CreatedAt: k.CreatedAt.UTC(), Now: k.Now.UTC()}
+		if k.State != idem.KeyUncertain {
+			t := k.ExpiresAt.UTC()
+			j.ExpiresAt = &t
+		}
 		if k.Status != 0 {
 			j.Status = &k.Status
 		}

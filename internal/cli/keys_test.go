@@ -382,13 +382,12 @@ func (e *keysEnv) exec(sql string, args ...any) {
 
 // makeUncertain turns a key uncertain as the runtime does when a claim of an uncertain-on-loss
 // operation is lost after its provider call: written directly, the transition is the runtime's.
-// The runtime leaves such a key's expiry at 'infinity', which LookupKey cannot read yet (it scans
-// into time.Time); a century stands in for it.
+// The runtime leaves such a key's expiry at 'infinity' until it is settled.
 func (e *keysEnv) makeUncertain(tenant, key, op string) {
 	e.t.Helper()
 	e.exec(`INSERT INTO `+e.store.Table()+`
 		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at, created_at, provider_at)
-		VALUES ($1, $3, $2, $3, 'fp', 'uncertain', gen_random_uuid(), now() - interval '20 minutes', now() + interval '100 years',
+		VALUES ($1, $3, $2, $3, 'fp', 'uncertain', gen_random_uuid(), now() - interval '20 minutes', 'infinity',
 			now() - interval '30 minutes', now() - interval '25 minutes')`, tenant, key, op)
 	e.exec(`INSERT INTO `+e.events()+` (tenant, scope, key, at, kind, operation, attempt, provider, provider_key, amount, currency)
 		VALUES ($1, $3, $2, now() - interval '25 minutes', 'provider_call', $3, 1, 'acquirer', 'pk-'||$2, 1500, 'RUB')`, tenant, key, op)
@@ -519,9 +518,6 @@ func TestKeysListAndStatsUncertain(t *testing.T) {
 	}
 
 	code, out, stderr = e.run("keys", "list", "--state", "uncertain")
-	if code == ExitUsage && strings.Contains(stderr, "ListKeys: unknown state") {
-		t.Skip("runtime/idem's ListKeys does not filter by the uncertain state yet")
-	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != ExitOK || len(lines) != 2 || !strings.Contains(lines[1], `"pay-9"`) || !strings.Contains(lines[1], "uncertain") {
 		t.Errorf("list --state uncertain: exit %d, stderr %q:\n%s", code, stderr, out)

@@ -297,7 +297,7 @@ func writeDiscrepancy(w io.Writer, d idemreconcile.Discrepancy, f *dbFlags) {
 	if o := d.Ours; o != nil {
 		fmt.Fprintf(w, "  \t\tshow it: idemgen keys show --tenant %s --hash %s%s\n", shellQuote(o.Tenant), o.KeyHash, tableFlags(f))
 		if d.Kind == idemreconcile.UncertainCharged {
-			fmt.Fprintf(w, "  \t\tsettle it: idemgen keys resolve --tenant %s --hash %s --as completed --status STATUS --evidence %s%s\n",
+			fmt.Fprintf(w, "  \t\tsettle it: idemgen keys resolve --tenant %s --key-hash %s --as completed --status STATUS --body-file ANSWER --evidence %s%s\n",
 				shellQuote(o.Tenant), o.KeyHash, shellQuote(fmt.Sprintf("charged at %s: %s %d %s", o.Provider, d.Theirs[0].Reference, d.Theirs[0].Amount, d.Theirs[0].Currency)), tableFlags(f))
 		}
 	}

@@ -39,7 +39,7 @@ func reconcileEnv(t *testing.T) (base []string, s *idemtest.Schema) {
 		"--provider", "acquirer", "--from", "2026-12-04"}, s
 }
 
-func writeFile(t *testing.T, name, content string) string {
+func writeTempFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -51,8 +51,8 @@ func writeFile(t *testing.T, name, content string) string {
 func TestReconcileCommand(t *testing.T) {
 	t.Parallel()
 	base, _ := reconcileEnv(t)
-	csvFile := writeFile(t, "settlement.csv", "charge_id,idem,value,ccy,time\nch_1,p-ok,12.50,EUR,2026-12-04T10:00:05Z\n")
-	mapping := writeFile(t, "mapping.yaml", "key: idem\nreference: charge_id\namount: value\ncurrency: ccy\nat: time\namount_scale: 2\n")
+	csvFile := writeTempFile(t, "settlement.csv", "charge_id,idem,value,ccy,time\nch_1,p-ok,12.50,EUR,2026-12-04T10:00:05Z\n")
+	mapping := writeTempFile(t, "mapping.yaml", "key: idem\nreference: charge_id\namount: value\ncurrency: ccy\nat: time\namount_scale: 2\n")
 	metrics := filepath.Join(t.TempDir(), "reconcile.prom")
 
 	// The uncertain key the provider has no record of: exit 1, listed under acme's day.
@@ -101,11 +101,11 @@ func TestReconcileCommand(t *testing.T) {
 func TestReconcileCommandListsTheSettleCommand(t *testing.T) {
 	t.Parallel()
 	base, _ := reconcileEnv(t)
-	jsonl := writeFile(t, "charges.jsonl", `{"key":"p-ok","reference":"ch_1","amount":1250,"currency":"EUR","at":"2026-12-04T10:00:05Z"}`+"\n"+
+	jsonl := writeTempFile(t, "charges.jsonl", `{"key":"p-ok","reference":"ch_1","amount":1250,"currency":"EUR","at":"2026-12-04T10:00:05Z"}`+"\n"+
 		`{"key":"p-unc","reference":"ch_2","amount":900,"currency":"EUR","at":"2026-12-04T11:00:05Z"}`+"\n")
 	code, out, stderr := runMain("", append(base, "--records", jsonl, "--resolve")...)
 	if code != ExitFindings || !strings.Contains(out, "uncertain_charged") ||
-		!strings.Contains(out, "idemgen keys resolve --tenant acme --hash "+idem.KeyHash("createPayment", "k-unc")+" --as completed") ||
+		!strings.Contains(out, "idemgen keys resolve --tenant acme --key-hash "+idem.KeyHash("createPayment", "k-unc")+" --as completed") ||
 		!strings.Contains(out, "'charged at acquirer: ch_2 900 EUR'") {
 		t.Errorf("exit %d, stdout:\n%s\nstderr: %s\nwant the charged uncertain key with the command that settles it", code, out, stderr)
 	}
@@ -113,13 +113,13 @@ func TestReconcileCommandListsTheSettleCommand(t *testing.T) {
 
 func TestReconcileCommandRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	bad := writeFile(t, "bad.csv", "key,reference,amount,currency,at\np-1,ch_1,12.50,EUR,2026-12-04T10:00:00Z\n")
+	bad := writeTempFile(t, "bad.csv", "key,reference,amount,currency,at\np-1,ch_1,12.50,EUR,2026-12-04T10:00:00Z\n")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--records", bad}, `bad.csv:2: column "amount": "12.50" is not an amount in minor units`},
-		{[]string{"--records", writeFile(t, "r.txt", "")}, "cannot tell the format"},
+		{[]string{"--records", writeTempFile(t, "r.txt", "")}, "cannot tell the format"},
 		{[]string{}, "give the provider's records with --records"},
 		{[]string{"--records", bad, "--from", "04/12/2026"}, `--from "04/12/2026": want a day`},
 		{[]string{"--records", bad, "--format", "xml"}, "--format"},

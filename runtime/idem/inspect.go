@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The read-only inspection API: what support and operators need to answer "what happened to
@@ -57,7 +59,7 @@ type KeyInfo struct {
 	// CreatedAt is the first claim of the key's history; CompletedAt is zero while in flight.
 	CreatedAt      time.Time
 	CompletedAt    time.Time
-	ExpiresAt      time.Time
+	ExpiresAt      time.Time // far in the future (year 300000) for an uncertain key: it expires only once settled
 	LeaseExpiresAt time.Time
 	Now            time.Time
 }
@@ -338,11 +340,13 @@ func (s *Store) queryKeys(ctx context.Context, what string, q *keyQuery, order s
 		var status *int32
 		var reference *string
 		var completed *time.Time
+		var expires pgtype.Timestamptz // 'infinity' for an uncertain key
 		if err := rows.Scan(&tenant, &k.Scope, &k.Key, &k.Operation, &k.Fingerprint, &k.State, &k.Attempt,
 			&status, &reference, &headers, &k.BodySize, &k.Body,
-			&k.CreatedAt, &completed, &k.ExpiresAt, &k.LeaseExpiresAt, &k.Now); err != nil {
+			&k.CreatedAt, &completed, &expires, &k.LeaseExpiresAt, &k.Now); err != nil {
 			return nil, storeError(ctx, what, err)
 		}
+		k.ExpiresAt = finite(expires)
 		k.Tenant, k.Scope, k.Key = fromStoredText(string(tenant)), fromStoredText(k.Scope), fromStoredText(k.Key)
 		k.Operation, k.Fingerprint = fromStoredText(k.Operation), fromStoredText(k.Fingerprint)
 		k.KeyHash = KeyHash(k.Scope, k.Key)

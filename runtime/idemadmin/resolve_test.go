@@ -33,13 +33,12 @@ func (e *env) exec(sql string, args ...any) {
 
 // uncertain writes what the runtime leaves when a claim of an uncertain-on-loss operation is
 // lost after its provider call: the key uncertain, and its claim, provider call and loss in its
-// history. (The runtime's expiry for it is 'infinity', which LookupKey cannot read yet; a century
-// stands in.)
+// history. Its expiry is 'infinity', as the runtime leaves it until the key is settled.
 func (e *env) uncertain(tenant, key, op string) {
 	e.t.Helper()
 	e.exec(`INSERT INTO `+e.store.Table()+`
 		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at, created_at, provider_at)
-		VALUES ($1, $3, $2, $3, 'fp', 'uncertain', gen_random_uuid(), now() - interval '20 minutes', now() + interval '100 years',
+		VALUES ($1, $3, $2, $3, 'fp', 'uncertain', gen_random_uuid(), now() - interval '20 minutes', 'infinity',
 			now() - interval '30 minutes', now() - interval '25 minutes')`, tenant, key, op)
 	for i, ev := range []string{"acquired", "provider_call", "uncertain"} {
 		e.exec(`INSERT INTO `+e.events()+` (tenant, scope, key, at, kind, operation, attempt, provider, provider_key, amount, currency)
