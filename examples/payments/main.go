@@ -34,6 +34,13 @@ import (
 // gracefully. It returns the exit code: 0, 1 when the server failed, 2 for bad usage (the
 // error is written to stderr).
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
+	run := run
+	if len(args) > 0 && args[0] == "reconcile" {
+		args = args[1:]
+		run = func(ctx context.Context, args []string, stderr io.Writer) error {
+			return runReconcile(ctx, args, os.Stdout, stderr)
+		}
+	}
 	if err := run(ctx, args, stderr); err != nil {
 		fmt.Fprintln(stderr, "payments:", err)
 		var ue usageError

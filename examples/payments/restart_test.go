@@ -36,6 +36,7 @@ const (
 	restartChildSchema = "IDEMGEN_RESTART_CHILD_SCHEMA"
 	restartChildAddr   = "IDEMGEN_RESTART_CHILD_ADDR"
 	restartChildBlock  = "IDEMGEN_RESTART_CHILD_BLOCK" // "1": the handler blocks at its ledger insert
+	restartChildBank   = "IDEMGEN_RESTART_CHILD_BANK"  // the bank transfers go through
 )
 
 // restartChild serves the example on the address it is given, printing "listening" once it
@@ -66,7 +67,8 @@ func restartChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	h, err := NewHandler(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, _, err := newServiceWith(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		serviceOptions{BankURL: os.Getenv(restartChildBank)})
 	if err != nil {
 		return fail(err)
 	}
@@ -87,10 +89,11 @@ type childProcess struct {
 	once  sync.Once
 }
 
-func startChild(t *testing.T, name string, schema *idemtest.Schema, addr string, block bool) *childProcess {
+func startChild(t *testing.T, name string, schema *idemtest.Schema, addr string, block bool, env ...string) *childProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), restartChildURL+"="+schema.URL, restartChildSchema+"="+schema.Name, restartChildAddr+"="+addr)
+	cmd.Env = append(cmd.Env, env...)
 	if block {
 		cmd.Env = append(cmd.Env, restartChildBlock+"=1")
 	}

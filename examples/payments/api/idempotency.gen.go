@@ -154,6 +154,11 @@ var policyCreateTransfer = &idemhttp.Policy{
 	ScopeTenant: true,
 	Body:        true,
 	BodyTypes:   []string{"application/json"},
+	// history: what happens to each key is kept in its durable history (Store.History).
+	History: true,
+	// uncertainOnLoss: a claim lost after the handler asked for a provider key
+	// (idem.ProviderKey) makes the key uncertain (409 operation-uncertain) until it is settled.
+	UncertainOnLoss: true,
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
