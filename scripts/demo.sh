@@ -33,6 +33,7 @@ trap 'exit 130' INT TERM
 echo "demo.sh: building the payments example" >&2
 go build -o "$work/payments" ./examples/payments/cmd/payments
 go build -o "$work/demo" ./examples/payments/demo
+go build -o "$work/idemgen" ./cmd/idemgen
 
 # The support page's password, fresh for each run.
 admin_token=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
@@ -58,7 +59,9 @@ fi
 echo "demo.sh: the server listens on $addr (log: $work/server.log)" >&2
 
 # The driver waits for /healthz before it starts.
-"$work/demo" -url "http://$addr" -database-url "$DATABASE_URL"
+bank_url=$(sed -n 's/.*msg="fake bank listening" url=\([^ ]*\).*/\1/p' "$work/server.log" | head -n 1)
+"$work/demo" -url "http://$addr" -database-url "$DATABASE_URL" \
+	-idemgen "$work/idemgen" -payments "$work/payments" -bank-url "$bank_url"
 
 echo
 if [[ -t 0 && -t 1 ]]; then

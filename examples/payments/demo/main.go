@@ -35,6 +35,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	base := fs.String("url", "http://127.0.0.1:8080", "base URL of the running payments example")
 	dbURL := fs.String("database-url", "", "PostgreSQL URL the example uses, to count payments (default: $DATABASE_URL)")
 	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the server's /healthz")
+	var t tools
+	fs.StringVar(&t.idemgen, "idemgen", "", "the idemgen command, for the reconciliation steps")
+	fs.StringVar(&t.payments, "payments", "", "the payments example's command, for its own reconciliation (payments reconcile)")
+	fs.StringVar(&t.bankURL, "bank-url", "", "the bank the server transfers through, for its daily report")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +56,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// A tenant of its own per run, so the demo can run again on the same database and its
 		// count shows only what this run made.
 		tenant: "demo-" + randomHex(4),
+		tools:  t,
 	}
+	dir, err := os.MkdirTemp("", "idemgen-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	d.workDir = dir
 	if err := d.waitHealthy(ctx, *wait); err != nil {
 		return err
 	}
@@ -74,6 +85,9 @@ type demo struct {
 	client *http.Client
 	out    io.Writer
 	tenant string
+	tools  tools
+	// workDir holds the bank's report files.
+	workDir string
 	// unexpected lists what this run got that the scenario does not promise; the demo fails
 	// when it is not empty.
 	unexpected []string
@@ -415,7 +429,10 @@ func (d *demo) scenario(ctx context.Context) error {
 		"Only the status was stored; the answer was rebuilt and shows the refund as it is now, succeeded.\n"+
 			"   No second refund was made.",
 		fmt.Sprintf("the refund's replay got %d (replayed: %v) with status %q; want a replayed 201 with status succeeded", refAgain.status, refAgain.replayed(), settled.Status))
-	return d.payout(ctx, 9)
+	if err := d.payout(ctx, 9); err != nil {
+		return err
+	}
+	return d.transfers(ctx, 10)
 }
 
 // settle plays the card processor: it marks the refund succeeded, directly in the database,
