@@ -342,7 +342,7 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 	case handlerTimedOut:
 		ran := time.Since(run.start)
 		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start, giveBackWhy(EventHandlerTimeout, nil))
-		return execResult{}, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran)
+		return execResult{}, lostAfterCall(c, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran))
 	case handlerLeaseLost:
 		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
 		return execResult{}, s.leaseLost(c)
@@ -360,12 +360,12 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		}
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, why)
 		if lost != nil {
-			return execResult{}, lost
+			return execResult{}, lostAfterCall(c, lost)
 		}
-		return execResult{}, err
+		return execResult{}, lostAfterCall(c, err)
 	}
 	if txAborted(tx.Tx) { // the completion would fail (25P02): the handler's fault, not the store's
-		return execResult{}, s.handlerAborted(ctx, tx, c, mode, run.start)
+		return execResult{}, lostAfterCall(c, s.handlerAborted(ctx, tx, c, mode, run.start))
 	}
 	out := run.out
 	if out == nil {

@@ -91,6 +91,8 @@ func guaranteeHistory(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 // claim (its lease ran out, or its handler failed) leaves the key uncertain: retries get
 // ErrUncertain and never run, the holder cannot commit, and Resolve settles it. Transaction mode
 // refuses UncertainOnLoss before claiming.
+var errAcquirerTimedOut = errors.New("acquirer timed out")
+
 func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	ctx := gctx(t)
 	var runs atomic.Int32
@@ -164,10 +166,10 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 		if _, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer"}); err != nil {
 			return nil, err
 		}
-		return nil, errors.New("acquirer timed out")
+		return nil, errAcquirerTimedOut
 	})
-	if err == nil || err.Error() != "acquirer timed out" {
-		t.Fatalf("a handler failing after its provider call: %v; want its own error", err)
+	if !errors.Is(err, errAcquirerTimedOut) || !errors.Is(err, idem.ErrUncertain) {
+		t.Fatalf("a handler failing after its provider call: %v; want its own error, saying the key is uncertain", err)
 	}
 	if _, err := g.store.Do(ctx, &q, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("its retry: %v; want ErrUncertain", err)

@@ -99,3 +99,25 @@ const syncCommitSQL = `SET LOCAL synchronous_commit = on`
 // errLostMark rolls back recordProviderCall's transaction when the claim is no longer its
 // holder's.
 var errLostMark = errors.New("idem: the claim is no longer its holder's")
+
+// uncertainError is the error of a run that failed after its claim recorded a provider call
+// under UncertainOnLoss (a handler error, a timeout, an aborted transaction): the key is
+// uncertain now, since a release never deletes a row marked by ProviderKey. errors.Is holds for
+// ErrUncertain and for the run's own error, so the caller is told the truth (an HTTP server
+// answers 409 operation-uncertain, not a 500 saying nothing changed).
+type uncertainError struct{ err error }
+
+func (e *uncertainError) Error() string {
+	return "idem: the attempt failed after a provider call, so its outcome is uncertain: " + e.err.Error()
+}
+
+func (e *uncertainError) Unwrap() []error { return []error{ErrUncertain, e.err} }
+
+// lostAfterCall is err, or err as an uncertainError when c recorded a provider call under
+// UncertainOnLoss.
+func lostAfterCall(c *Claim, err error) error {
+	if err != nil && c.uncertainOnLoss && atomic.LoadInt32(&c.providerCalled) == 1 {
+		return &uncertainError{err}
+	}
+	return err
+}

@@ -220,10 +220,10 @@ func ErrorProblem(err error) *Problem {
 		return nil
 	case errors.As(err, &p):
 		return p
+	case errors.Is(err, idem.ErrUncertain): // before the failure it may wrap (a timeout)
+		return problemUncertain()
 	case errors.Is(err, idem.ErrHandlerTimeout):
 		return problemHandlerTimeout()
-	case errors.Is(err, idem.ErrUncertain):
-		return problemUncertain()
 	}
 	if prob := textErrorProblem(err); prob != nil {
 		return prob

@@ -221,6 +221,10 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 	// Only an error needs the target errors.As writes to, which lives on the heap.
 	var inProgress *idem.InProgressError
 	switch {
+	case errors.Is(err, idem.ErrUncertain):
+		// First: a run that failed after its provider call (a timeout, a store error) also
+		// wraps that failure, and the client must hear that the outcome is uncertain.
+		return &Result{Kind: ResultProblem, Problem: problemUncertain()}, nil
 	case errors.As(err, &inProgress):
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(inProgress.RetryAfter)}, nil
 	case errors.Is(err, idem.ErrKeyReused):
@@ -233,8 +237,6 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 		return &Result{Kind: ResultProblem, Problem: problemInProgress(time.Second)}, nil
 	case errors.Is(err, idem.ErrHandlerTimeout):
 		return &Result{Kind: ResultProblem, Problem: problemHandlerTimeout()}, nil
-	case errors.Is(err, idem.ErrUncertain):
-		return &Result{Kind: ResultProblem, Problem: problemUncertain()}, nil
 	}
 	if prob := textErrorProblem(fnErr); prob != nil && errors.Is(err, fnErr) {
 		// The handler bound a request value PostgreSQL text cannot hold: the client's

@@ -52,7 +52,10 @@ func (d *demo) transfers(ctx context.Context, step int) error {
 		return err
 	}
 	d.show("transfer", lost)
-	d.say("(the fake bank charged this account and never answered; the handler gave up after 5s)")
+	d.expect(lost.status == http.StatusConflict && lost.problem() == "operation-uncertain",
+		"The fake bank charged this account and never answered; the handler gave up after 5s.\n"+
+			"   It had called the bank, so the server does not say \"nothing changed\": the outcome is uncertain.",
+		fmt.Sprintf("the transfer whose answer was lost got %d %s; want 409 operation-uncertain", lost.status, lost.problem()))
 	retry := &call{method: "POST", path: lost.path, key: lost.key, body: lost.body}
 	if err := d.send(ctx, retry); err != nil {
 		return err
