@@ -151,9 +151,15 @@ func BenchmarkBaselineInsert(b *testing.B) {
 }
 
 func benchServe(b *testing.B, mode idem.ClaimMode, replay bool) {
+	benchServeHistory(b, mode, replay, false)
+}
+
+// benchServeHistory is benchServe for an operation that keeps the key's history (or not).
+func benchServeHistory(b *testing.B, mode idem.ClaimMode, replay, history bool) {
 	s, sch, counter := benchSchema(b)
 	p := policy()
 	p.Claim = mode
+	p.History = history
 	ctx := context.Background()
 	want := idemhttp.ResultExecuted
 	if replay {
@@ -189,6 +195,20 @@ func BenchmarkClaimComplete(b *testing.B) { benchServe(b, idem.ClaimLease, false
 func BenchmarkClaimCompleteTransactionMode(b *testing.B) {
 	benchServe(b, idem.ClaimTransaction, false)
 }
+
+// BenchmarkClaimCompleteHistory is BenchmarkClaimComplete for an operation that keeps the
+// key's history (x-idempotency history: true): its claim and completion also append a row.
+func BenchmarkClaimCompleteHistory(b *testing.B) { benchServeHistory(b, idem.ClaimLease, false, true) }
+
+// BenchmarkClaimCompleteTransactionModeHistory is BenchmarkClaimCompleteTransactionMode with
+// the key's history.
+func BenchmarkClaimCompleteTransactionModeHistory(b *testing.B) {
+	benchServeHistory(b, idem.ClaimTransaction, false, true)
+}
+
+// BenchmarkReplayHistory is BenchmarkReplay with the key's history: replays are counted in
+// memory and flushed every few seconds.
+func BenchmarkReplayHistory(b *testing.B) { benchServeHistory(b, idem.ClaimLease, true, true) }
 
 // BenchmarkReplay is a retry of a completed request in lease mode: the claim returns the
 // stored outcome.
