@@ -55,6 +55,20 @@ func tenantForStore(ctx context.Context) (string, error) {
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
+// checkMoneyTo is what Validate says of an amount sent to an account (a payout, a transfer), or
+// "" when it is valid.
+func checkMoneyTo(amountMinor int64, currency, account string) string {
+	switch {
+	case amountMinor < 1:
+		return fmt.Sprintf("amount_minor must be at least 1, got %d", amountMinor)
+	case !currencyRE.MatchString(currency):
+		return fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", currency)
+	case account == "" || len(account) > 64:
+		return "account must be 1 to 64 characters"
+	}
+	return ""
+}
+
 // Validate checks what oapi-codegen's binding does not (minimum, pattern). It is a strict
 // middleware, so it runs after binding and BEFORE idemgen's adapter claims the key: an invalid
 // request is answered 400 and never binds a key.
@@ -72,26 +86,16 @@ func Validate(next api.StrictHandlerFunc, operationID string) api.StrictHandlerF
 				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
 			}
 		case api.CreatePayoutRequestObject:
-			switch {
-			case req.Body == nil:
+			if req.Body == nil {
 				detail = "the body is required"
-			case req.Body.AmountMinor < 1:
-				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
-			case !currencyRE.MatchString(req.Body.Currency):
-				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
-			case req.Body.Account == "" || len(req.Body.Account) > 64:
-				detail = "account must be 1 to 64 characters"
+			} else {
+				detail = checkMoneyTo(req.Body.AmountMinor, req.Body.Currency, req.Body.Account)
 			}
 		case api.CreateTransferRequestObject:
-			switch {
-			case req.Body == nil:
+			if req.Body == nil {
 				detail = "the body is required"
-			case req.Body.AmountMinor < 1:
-				detail = fmt.Sprintf("amount_minor must be at least 1, got %d", req.Body.AmountMinor)
-			case !currencyRE.MatchString(req.Body.Currency):
-				detail = fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", req.Body.Currency)
-			case req.Body.Account == "" || len(req.Body.Account) > 64:
-				detail = "account must be 1 to 64 characters"
+			} else {
+				detail = checkMoneyTo(req.Body.AmountMinor, req.Body.Currency, req.Body.Account)
 			}
 		case api.RefundPaymentRequestObject:
 			switch {
