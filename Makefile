@@ -33,7 +33,7 @@ bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a ba
 
 .PHONY: bench-http
 bench-http: ## serve the payments example over HTTP with and without idempotency on a durable PostgreSQL, and time the generator against oapi-codegen alone: one table, also written as JSON
-	PG_DURABLE=1 PG_MAX_CONNECTIONS=240 PG_STATEMENTS=$${BENCH_HTTP_PROFILE:+1} $(PG) TEST_DATABASE_URL scripts/bench-http.sh
+	PG_DURABLE=1 PG_MAX_CONNECTIONS=300 PG_STATEMENTS=$${BENCH_HTTP_PROFILE:+1} $(PG) TEST_DATABASE_URL scripts/bench-http.sh
 
 .PHONY: bench-instructions
 bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1% in PostgreSQL and a few % in Go, unlike timings)
@@ -53,13 +53,15 @@ citus: ## verify the runtime on Citus: on the coordinator CITUS_DATABASE_URL nam
 
 .PHONY: generate
 generate: ## regenerate the examples and the golden files
-	$(GO) generate ./examples/...
+	$(GO) generate ./examples/... ./bench/...
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerateGolden$$' -count=1 -update
 
 .PHONY: verify
 verify: ## fail when any generated file is stale (the example and every golden case); CI runs it
 	$(GO) run ./cmd/idemgen generate -c examples/payments/idemgen.yaml --check
 	$(GO) run ./cmd/idemgen generate -c examples/payments/txapi/idemgen.yaml --check
+	$(GO) run ./cmd/idemgen generate -c bench/internal/histapi/idemgen.yaml --check
+	$(GO) run ./cmd/idemgen generate -c bench/internal/txhistapi/idemgen.yaml --check
 	$(GO) run ./cmd/idemgen generate -c examples/orders-sqlc/idemgen.yaml --check
 	$(PG) TEST_DATABASE_URL $(GO) test ./internal/cli -run '^TestGenerate' -count=1
 

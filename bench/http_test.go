@@ -94,6 +94,8 @@ var rowSpecs = []rowSpec{
 		minRatio: 0.75, maxTrips: 1, tripsOverCeiling: true},
 	{id: "transaction", label: "create, claim: transaction, first executions", server: serverTransaction, kind: kindFirst,
 		minRatio: 0.85, minPeerRatio: 0.95},
+	{id: "lease-history", label: "create, claim: lease, history: true, first executions", server: serverLeaseHistory, kind: kindFirst},
+	{id: "transaction-history", label: "create, claim: transaction, history: true, first executions", server: serverTransactionHistory, kind: kindFirst},
 	{id: "peer-replay", label: "replays, hand-written peer", server: serverPeer, kind: kindReplay},
 	{id: "peer-row-replay", label: "replays, hand-written peer storing the runtime's key row", server: serverPeerRow, kind: kindReplay},
 	{id: "peer-lease-replay", label: "replays, hand-written lease peer", server: serverPeerLease, kind: kindReplay},
@@ -101,6 +103,8 @@ var rowSpecs = []rowSpec{
 	{id: "lease-replay", label: "replays, claim: lease", server: serverLease, kind: kindReplay, minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
 	{id: "transaction-replay", label: "replays, claim: transaction", server: serverTransaction, kind: kindReplay,
 		minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
+	{id: "lease-history-replay", label: "replays, claim: lease, history: true", server: serverLeaseHistory, kind: kindReplay},
+	{id: "transaction-history-replay", label: "replays, claim: transaction, history: true", server: serverTransactionHistory, kind: kindReplay},
 	{id: "cached-replay", label: "replays, replay cache on (claim: lease)", server: serverCached, kind: kindReplay, minRatio: 2.0},
 	{id: "peer-storm", label: "duplicate storms, hand-written peer", server: serverPeer, kind: kindStorm},
 	{id: "peer-lease-storm", label: "duplicate storms, hand-written lease peer", server: serverPeerLease, kind: kindStorm},
@@ -109,7 +113,7 @@ var rowSpecs = []rowSpec{
 }
 
 // benchServers are the servers BenchmarkHTTP starts, in the order it warms them up.
-var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached}
+var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached, serverLeaseHistory, serverTransactionHistory}
 
 // segment is one row's share of one round.
 type segment struct {
@@ -437,7 +441,7 @@ func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, con
 	if free := max - reserved - used; need > free {
 		b.Fatalf("BenchmarkHTTP needs %d connections (%d servers, each a pool of %s=%d, a listener and 4 for the benchmark), "+
 			"and the server has %d free (max_connections %d, %d reserved, %d in use): raise max_connections "+
-			"(make bench-http starts its own server with 240) or lower %s", need, len(benchServers), envConns, conns,
+			"(make bench-http starts its own server with 300) or lower %s", need, len(benchServers), envConns, conns,
 			free, max, reserved, used, envConns)
 	}
 }
@@ -445,7 +449,7 @@ func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, con
 // inLeaseMode says whether server claims in lease mode (or is the hand-written lease peer):
 // its rows are compared with the lease peer's too.
 func inLeaseMode(server string) bool {
-	return server == serverLease || server == serverCached || server == serverPeerLease || server == serverPeerLeaseRow
+	return server == serverLease || server == serverCached || server == serverLeaseHistory || server == serverPeerLease || server == serverPeerLeaseRow
 }
 
 func medianOf(segs []*segment, f func(*segment) float64) float64 {
@@ -893,12 +897,16 @@ var dbProfileRows = []dbProfileRow{
 	{serverPeerLeaseRow, kindFirst},
 	{serverLease, kindFirst},
 	{serverTransaction, kindFirst},
+	{serverLeaseHistory, kindFirst},
+	{serverTransactionHistory, kindFirst},
 	{serverPeer, kindReplay},
 	{serverPeerRow, kindReplay},
 	{serverPeerLease, kindReplay},
 	{serverPeerLeaseRow, kindReplay},
 	{serverLease, kindReplay},
 	{serverTransaction, kindReplay},
+	{serverLeaseHistory, kindReplay},
+	{serverTransactionHistory, kindReplay},
 }
 
 func (r dbProfileRow) name() string {
@@ -910,7 +918,8 @@ func (r dbProfileRow) name() string {
 
 func (r dbProfileRow) label() string {
 	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerRow: "the hand-written peer storing the runtime's key row", serverPeerRowGuarded: "the hand-written peer storing the runtime's key row, with its guarantees", serverPeerLease: "the hand-written lease peer", serverPeerLeaseRow: "the hand-written lease peer storing the runtime's key row",
-		serverLease: "claim: lease", serverTransaction: "claim: transaction"}[r.server]
+		serverLease: "claim: lease", serverTransaction: "claim: transaction",
+		serverLeaseHistory: "claim: lease, history: true", serverTransactionHistory: "claim: transaction, history: true"}[r.server]
 	if r.kind == kindReplay {
 		return "replays, " + what
 	}

@@ -35,10 +35,10 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 rows=(
-	FirstHandler/peer-row FirstHandler/peer-row-guarded FirstHandler/transaction
-	FirstHandler/peer-lease-row FirstHandler/lease
-	ReplayHandler/peer-row ReplayHandler/peer-row-guarded ReplayHandler/transaction
-	ReplayHandler/peer-lease-row ReplayHandler/lease
+	FirstHandler/peer-row FirstHandler/peer-row-guarded FirstHandler/transaction FirstHandler/transaction-history
+	FirstHandler/peer-lease-row FirstHandler/lease FirstHandler/lease-history
+	ReplayHandler/peer-row ReplayHandler/peer-row-guarded ReplayHandler/transaction ReplayHandler/transaction-history
+	ReplayHandler/peer-lease-row ReplayHandler/lease ReplayHandler/lease-history
 )
 if [[ -n $only ]]; then
 	kept=()

@@ -37,14 +37,18 @@ rows=(
 	"first executions, hand-written lease peer|FirstHandler/peer-lease"
 	"first executions, hand-written lease peer, runtime's row|FirstHandler/peer-lease-row"
 	"first executions, claim: lease|FirstHandler/lease"
+	"first executions, claim: lease, history: true|FirstHandler/lease-history"
 	"first executions, claim: transaction|FirstHandler/transaction"
+	"first executions, claim: transaction, history: true|FirstHandler/transaction-history"
 	"replays, hand-written peer|ReplayHandler/peer"
 	"replays, hand-written peer, runtime's row|ReplayHandler/peer-row"
 	"replays, hand-written peer, runtime's row and guarantees|ReplayHandler/peer-row-guarded"
 	"replays, hand-written lease peer|ReplayHandler/peer-lease"
 	"replays, hand-written lease peer, runtime's row|ReplayHandler/peer-lease-row"
 	"replays, claim: lease|ReplayHandler/lease"
+	"replays, claim: lease, history: true|ReplayHandler/lease-history"
 	"replays, claim: transaction|ReplayHandler/transaction"
+	"replays, claim: transaction, history: true|ReplayHandler/transaction-history"
 )
 
 # total FILES...: the sum of the Ir totals of callgrind output files.

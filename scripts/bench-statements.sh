@@ -37,15 +37,19 @@ rows=(
 	"first executions, hand-written peer|FirstHandler/peer"
 	"first executions, hand-written peer, runtime's row|FirstHandler/peer-row"
 	"first executions, claim: transaction|FirstHandler/transaction"
+	"first executions, claim: transaction, history: true|FirstHandler/transaction-history"
 	"first executions, hand-written lease peer|FirstHandler/peer-lease"
 	"first executions, hand-written lease peer, runtime's row|FirstHandler/peer-lease-row"
 	"first executions, claim: lease|FirstHandler/lease"
+	"first executions, claim: lease, history: true|FirstHandler/lease-history"
 	"replays, hand-written peer|ReplayHandler/peer"
 	"replays, hand-written peer, runtime's row|ReplayHandler/peer-row"
 	"replays, claim: transaction|ReplayHandler/transaction"
+	"replays, claim: transaction, history: true|ReplayHandler/transaction-history"
 	"replays, hand-written lease peer|ReplayHandler/peer-lease"
 	"replays, hand-written lease peer, runtime's row|ReplayHandler/peer-lease-row"
 	"replays, claim: lease|ReplayHandler/lease"
+	"replays, claim: lease, history: true|ReplayHandler/lease-history"
 )
 for row in "${rows[@]}"; do
 	label=${row%%|*} bench=${row#*|}
