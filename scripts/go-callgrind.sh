@@ -10,13 +10,15 @@
 #   - GODEBUG=asyncpreemptoff=1: callgrind cannot follow Go's preemption signals;
 #   - GODEBUG=memprofilerate=0: the heap profiler's sampling records a stack trace (about 60k
 #     instructions) at random allocations, one per 512 KiB on average: a few per run, a few
-#     thousand instructions per request up or down at random.
+#     thousand instructions per request up or down at random;
+#   - GODEBUG=cpu.rdtscp=off: valgrind's CPU says it has RDTSCP, which Go's clock then uses, and
+#     valgrind 3.19 cannot run it (SIGILL in runtime.cputicks on machines whose own CPU lacks it).
 # Each level of the -test.bench pattern is anchored at both ends: "lease$" alone would also run
 # peer-lease.
 set -euo pipefail
 out=$1 bench=$2 n=$3
 shift 3
 cd "$(dirname "$0")/../bench"
-GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1,memprofilerate=0 exec valgrind -q --tool=callgrind \
+GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1,memprofilerate=0,cpu.rdtscp=off exec valgrind -q --tool=callgrind \
 	--callgrind-out-file="$out" "$GO_CALLGRIND_BIN" \
 	-test.run '^$' -test.bench "^Benchmark${bench%%/*}\$/^${bench#*/}\$" -test.benchtime="${n}x" "$@"
