@@ -12,7 +12,9 @@
 -- the primary key and expiry indexes, less WAL). It moves only for a completion later than that.
 --
 -- A row marked by a provider call (provider_at: ProviderKey set its expiry to 'infinity' while
--- the outcome was unknown) gets the TTL from now.
+-- the outcome was unknown) gets the TTL from now: its expiry drops out of greatest() as NULL.
+-- (Not a CASE around statement_timestamp(): Citus refuses non-IMMUTABLE functions in a CASE or
+-- COALESCE of an UPDATE on a distributed table, SQLSTATE 0A000.)
 --
 -- It notifies nobody: a transaction that notifies takes PostgreSQL's notification queue lock
 -- at its commit and keeps it until the commit is flushed, so such commits would wait for each
@@ -21,8 +23,7 @@
 WITH done AS (
 	UPDATE {{.Table}} SET state = 'complete', status = $5, headers = $6, body = $7, reference = $8,
 		completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
-		expires_at = CASE WHEN provider_at IS NULL THEN greatest(expires_at, statement_timestamp() + $9::interval)
-			ELSE statement_timestamp() + $9::interval END
+		expires_at = greatest(CASE WHEN provider_at IS NULL THEN expires_at END, statement_timestamp() + $9::interval)
 	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
 	RETURNING 1
 )
