@@ -188,10 +188,15 @@ var guarantees = []guarantee{
 // TestGuarantees runs every guarantee on every path and prints the table.
 func TestGuarantees(t *testing.T) {
 	t.Parallel()
+	runGuaranteeTable(t, guaranteePaths())
+}
+
+// runGuaranteeTable runs every guarantee on each of paths, in parallel, and prints the table.
+// make citus runs it on a real cluster too (TestCitusGuarantees).
+func runGuaranteeTable(t *testing.T, paths []guaranteePath) {
 	var mu sync.Mutex
 	results := map[string]map[string]string{}
 	claimPaths := map[string]string{}
-	paths := guaranteePaths()
 	t.Cleanup(func() {
 		var b strings.Builder
 		w := len("topology/access/mode")

@@ -1,0 +1,110 @@
+//go:build citus
+
+package idem_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemtest"
+)
+
+// TestCitusGuarantees runs the guarantee table (guarantee_test.go) on a real Citus cluster:
+// every guarantee, through a pool and through a single connection, in each claim mode, with the
+// key table, its history and the business table distributed by tenant and co-located, as
+// docs/citus.md says. make test runs the same table with Citus's statements on plain
+// PostgreSQL; this is where the cluster itself answers them.
+func TestCitusGuarantees(t *testing.T) {
+	url := citusURL(t)
+	var paths []guaranteePath
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		paths = append(paths,
+			guaranteePath{"citus", "pool", mode, citusPath(url, false)},
+			guaranteePath{"citus", "single", mode, citusPath(url, true)},
+		)
+	}
+	runGuaranteeTable(t, paths)
+}
+
+// citusPath sets a row up on the coordinator at url: a schema of its own, migrated, with the key
+// table, its history and payments distributed by tenant; single hides the pool from the Store.
+func citusPath(url string, single bool) func(t *testing.T, g *guaranteeEnv) {
+	return func(t *testing.T, g *guaranteeEnv) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var b [5]byte
+		_, _ = rand.Read(b[:])
+		schema := "idemcitus_" + hex.EncodeToString(b[:])
+		pc, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatalf("parse %q: %v", url, err)
+		}
+		pc.ConnConfig.RuntimeParams["search_path"] = schema
+		pc.ConnConfig.DialFunc = g.cut.dial
+		pc.MaxConns = 8
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			pool.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+				return
+			}
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+			}
+		})
+		const table = "idempotency_keys"
+		cfg := idem.Config{Schema: schema, Table: table}
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatalf("create schema on %s: %v", url, err)
+		}
+		m, err := idem.NewMigrator(pool, &cfg)
+		if err == nil {
+			_, err = m.Migrate(ctx, idem.DirectionUp, nil)
+		}
+		if err != nil {
+			t.Fatalf("migrate %s: %v", schema, err)
+		}
+		// The business table as the guarantees' handler writes it; no primary key, since Citus
+		// wants the distribution column in every unique index and a key run twice must show as
+		// two rows.
+		for _, q := range []string{
+			"CREATE TABLE " + schema + ".payments (key text NOT NULL, tenant text NOT NULL DEFAULT '', amount integer NOT NULL)",
+			"SELECT create_distributed_table('" + schema + ".payments', 'tenant')",
+			"SELECT create_distributed_table('" + schema + "." + table + "', 'tenant', colocate_with => '" + schema + ".payments')",
+			"SELECT create_distributed_table('" + schema + "." + idem.HistoryTableName(table) + "', 'tenant', colocate_with => '" + schema + ".payments')",
+		} {
+			if _, err := pool.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		g.sch = &idemtest.Schema{Name: schema, Pool: pool, URL: url, Table: table}
+		g.db = pool
+		if single {
+			g.db = hidden{pool}
+		}
+		g.cfg = cfg
+		g.cfg.Topology = idem.TopologyCitus
+		// On a small shared machine a storm's queue on 8 connections outlasts the default 5s:
+		// every statement is a round trip to a worker as well.
+		g.cfg.StoreTimeout = 60 * time.Second
+		// The listener has a connection of its own to the coordinator, where notifications are sent.
+		g.cfg.ListenConn = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }
+		g.cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+}
