@@ -401,12 +401,7 @@ type claimTry struct {
 // skips the rest of b. On Citus there is no guard (see topology.go): the write runs, and writes
 // nothing for a row nobody may take.
 func (s *Store) queueClaim(b *batch, c *Claim, p *DoParams, t *claimTry, mid func(b *batch)) {
-	read := c.readArgs(c.argv[5])
-	if s.citus() {
-		s.queueRead(b, c, t, read)
-	} else {
-		s.queueGuardedRead(b, c, t, read)
-	}
+	s.set().fullRead(s, b, c, t, c.readArgs(c.argv[5]))
 	if mid != nil {
 		mid(b)
 	}
@@ -426,17 +421,6 @@ func (s *Store) queueClaim(b *batch, c *Claim, p *DoParams, t *claimTry, mid fun
 func (s *Store) queueRead(b *batch, c *Claim, t *claimTry, args []any) {
 	b.Queue(s.sql.claimRead, args...).Query(func(rows pgx.Rows) (err error) {
 		t.read, err = s.scanRead(rows, c, t)
-		return err
-	})
-}
-
-// queueGuardedRead queues the claim's read and its guard in one statement
-// (sql/claim_read_guarded.sql): the key's row, then, when nobody may take it, the guard's error,
-// which skips the rest of b and leaves t.read as the answer.
-func (s *Store) queueGuardedRead(b *batch, c *Claim, t *claimTry, args []any) {
-	b.Queue(s.sql.claimReadGuarded, args...).Query(func(rows pgx.Rows) (err error) {
-		t.read, err = s.scanRead(rows, c, t)
-		t.refused = t.read != nil && failedOnPurpose(err)
 		return err
 	})
 }
@@ -478,14 +462,13 @@ func (s *Store) leaseSettings(b *batch) {
 	s.asyncCommit(b)
 }
 
-// asyncCommit queues the claim transaction's asynchronous commit (see Store.claim). On Citus it
-// must reach the worker that commits, so the propagation of SET LOCAL is turned on first; plain
-// PostgreSQL has nothing to propagate to, and is spared the statement.
+// asyncCommit queues the claim transaction's asynchronous commit (see Store.claim): the
+// statement set's (on Citus it must reach the worker that commits, so the propagation of SET
+// LOCAL is turned on first; plain PostgreSQL is spared that statement).
 func (s *Store) asyncCommit(b *batch) {
-	if s.citus() {
-		b.Queue(propagateSetSQL)
+	for _, q := range s.set().asyncCommit() {
+		b.Queue(q)
 	}
-	b.Queue(asyncCommitSQL)
 }
 
 // claimAndBegin is claim that also begins the business transaction when the claim makes this
@@ -531,21 +514,7 @@ func (s *Store) fastClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 	rctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	defer bound.end()
 	tx, err = s.beginSending(ctx, rctx, func(b *batch) {
-		if s.citus() {
-			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				got.done, err = s.scanPeek(rows)
-				return err
-			})
-			s.leaseSettings(b)
-			b.Queue(s.sql.claimFast, c.claimArgs()...).Query(counting(&got.won))
-		} else {
-			b.Queue(beginSQL)
-			b.Queue(s.sql.claimFastLease, c.claimArgs()...).Query(counting(&got.won))
-			b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
-				got.done, err = s.scanPeek(rows)
-				return err
-			})
-		}
+		s.set().fastLease(s, b, c, &got.won, &got.done)
 		s.queueClaimHistory(b, c)
 		b.Queue(commitSQL).Exec(statementRan(&got.committed))
 	}, nil)
@@ -620,9 +589,7 @@ func (s *Store) fullClaimAndBegin(ctx context.Context, p *DoParams) (tx *bizTx, 
 			s.queueClaim(b, c, p, &t, s.leaseSettings)
 			s.queueClaimHistory(b, c)
 			b.Queue(commitSQL).Exec(statementRan(&committed))
-			if !s.citus() {
-				b.Queue(s.sql.ownerGuard, c.args()...)
-			}
+			s.set().ownerGuard(s, b, c)
 		}, nil)
 		bound.end()
 		guarded := failedOnPurpose(err)
@@ -718,12 +685,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 					done, err = s.scanPeek(rows)
 					return err
 				})
-				if !s.citus() {
-					b.Queue(s.sql.replayGuard, c.rowArgs()...).Exec(func(pgconn.CommandTag) error {
-						replayPassed = true
-						return nil
-					})
-				}
+				s.set().replayGuard(s, b, c, &replayPassed)
 			}
 			claim = func(b *batch) {
 				bounded(b, true, func(b *batch) {
@@ -733,9 +695,10 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			}
 		}
 		tx, err = s.beginWith(ctx, ahead, claim)
-		if s.citus() && err == nil && done != nil {
-			// Without guards (Citus): the replay check found a remembered completed row (and the
-			// fast claim wrote nothing); tx is begun, and the caller rolls it back.
+		if err == nil && done != nil && !replayPassed {
+			// No replay guard ran (Citus's set has none), and the replay check found a
+			// remembered completed row (the fast claim wrote nothing); tx is begun, and the
+			// caller rolls it back. (Behind a replay guard, the same row failed the batch.)
 			res, err = done.result(p.Fingerprint)
 			if err != nil {
 				s.claimFailed(ctx, c)
@@ -752,7 +715,7 @@ func (s *Store) claimTx(ctx context.Context, p *DoParams, wait time.Duration) (t
 			err = tx.SendBatch(ctx, &b.Batch).Close()
 		}
 		switch {
-		case !s.citus() && ahead != nil && !replayPassed && failedOnPurpose(err):
+		case ahead != nil && !replayPassed && failedOnPurpose(err):
 			// The guard found a completed row: the begin and the claim were skipped.
 			if done == nil {
 				// It completed between the check and its guard: check again, the plain way.

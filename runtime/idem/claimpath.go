@@ -13,8 +13,9 @@ import (
 //	lease        | leaseBatch                         | leaseBatch               | leaseOwnTx
 //	transaction  | txAdvisoryLock                     | txRowLock                | txRowLock
 //
-// The statement set (plain or Citus's) is the topology's: a path sends the same statements
-// either way, but for the guards Citus's set leaves out (topology.go).
+// The statement set (plainSet or citusSet, stmtset.go) is the topology's value too: a path sends
+// its set's statements and never asks which topology it is on; the sets differ in the guards
+// Citus's leaves out, its propagated settings and the fast claim's order (topology.go).
 type claimer interface {
 	// claim makes one claim of p's key. tx is the business transaction when the claim began it
 	// (the caller owns it when res owns the key, and ends it otherwise). wait bounds a

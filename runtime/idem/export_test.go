@@ -118,8 +118,7 @@ func ClaimSQL(s *Store, m ClaimMode) string {
 	if _, advisory := s.topo.Load().tx.(txAdvisoryLock); m == ClaimTransaction && advisory {
 		return s.sql.claimLock
 	}
-	switch {
-	case m == ClaimLease && !s.citus():
+	if _, plain := s.set().(plainSet); m == ClaimLease && plain {
 		return s.sql.claimFastLease
 	}
 	return s.sql.claimFast

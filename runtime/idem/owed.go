@@ -79,9 +79,9 @@ func newOwedConns(db DB) *owedConns {
 // be undone at once: its connection is kept, the transaction open, for the next batch to roll
 // back (owedConns), or, when that cannot be, rolled back now.
 func (s *Store) owe(ctx context.Context, bt *bizTx) {
-	// On Citus the transaction may hold a connection to a worker (the replay check ran there):
-	// it is rolled back at once, as docs/citus.md says.
-	if s.citus() || bt.conn == nil || bt.conn.Conn().PgConn().TxStatus() != 'T' || !s.owed.push(s, bt.conn) {
+	// On Citus the transaction may hold a connection to a worker: it is rolled back at once
+	// (stmtSet.keepsOwed).
+	if !s.set().keepsOwed() || bt.conn == nil || bt.conn.Conn().PgConn().TxStatus() != 'T' || !s.owed.push(s, bt.conn) {
 		s.rollback(ctx, bt)
 		return
 	}

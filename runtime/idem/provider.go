@@ -55,13 +55,10 @@ func (s *Store) recordProviderCall(ctx context.Context, c *Claim, call ProviderC
 		return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 			// The claim committed asynchronously; this record must be on disk before the provider
 			// is called, whatever the session's setting.
-			if s.citus() {
-				if _, err := tx.Exec(ctx, propagateSetSQL); err != nil {
+			for _, q := range s.set().syncCommit() {
+				if _, err := tx.Exec(ctx, q); err != nil {
 					return err
 				}
-			}
-			if _, err := tx.Exec(ctx, syncCommitSQL); err != nil {
-				return err
 			}
 			if c.uncertainOnLoss {
 				n, err := txReturned(ctx, tx, s.sql.providerMark, c.args()...)

@@ -109,8 +109,10 @@ func configured(cfg *Config) Topology {
 // (Store.topo), never changed.
 type topology struct {
 	kind Topology
-	// citus: send Citus's statement set (no guard, no advisory lock).
+	// citus: Citus's statements (no advisory lock: chooseClaimers) and its statement set
+	// (set: no guard).
 	citus bool
+	set   stmtSet
 	// pooled: connections go through a pooler that shares server connections between
 	// transactions, so nothing is prepared by name (a Citus coordinator may sit behind one).
 	pooled bool
@@ -119,7 +121,11 @@ type topology struct {
 }
 
 func newTopology(kind Topology, pooled bool) *topology {
-	return &topology{kind: kind, citus: kind == TopologyCitus, pooled: pooled || kind == TopologyPooler}
+	t := &topology{kind: kind, citus: kind == TopologyCitus, pooled: pooled || kind == TopologyPooler, set: plainSet{}}
+	if t.citus {
+		t.set = citusSet{}
+	}
+	return t
 }
 
 // ErrPoolerMode is wrapped by NewStore's refusal of a pgx exec mode that cannot work through
@@ -258,9 +264,6 @@ func (s *Store) Topology() Topology {
 	return TopologyDetect
 }
 
-// citus says s sends Citus's statement set. Only the claim paths ask, after the topology has
-// settled (Store.topology).
-func (s *Store) citus() bool {
-	t := s.topo.Load()
-	return t != nil && t.citus
-}
+// set is the statement set of s's topology (stmtset.go). Only the claim paths and what follows
+// a claim ask, after the topology has settled (Store.topology): a claim is refused before.
+func (s *Store) set() stmtSet { return s.topo.Load().set }
