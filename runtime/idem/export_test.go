@@ -210,5 +210,14 @@ func ClaimPath(s *Store, m ClaimMode) string {
 	return t.lease.String()
 }
 
+// SetReplayFlush sets how often s flushes the replays it counts for keys' histories, and how
+// many keys' replays it counts between two flushes; before s counts its first replay.
+func SetReplayFlush(s *Store, every time.Duration, maxKeys int) {
+	s.replays.every, s.replays.max = every, maxKeys
+}
+
+// HistoryReplaysSQL is the statement that flushes the counted replays.
+func HistoryReplaysSQL(s *Store) string { return s.sql.historyReplays }
+
 // FlushReplays writes the replays s counted for keys' histories now, as its periodic flush does.
 func FlushReplays(s *Store) { s.flushReplays(context.Background()) }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemtest"
@@ -393,3 +395,79 @@ func TestHistoryPurgedAfterRetention(t *testing.T) {
 }
 
 func ok201(context.Context, pgx.Tx) (*idem.Outcome, error) { return &idem.Outcome{Status: 201}, nil }
+
+// TestHistoryReplaysFlushedByTheTickerAndBounded: the flusher writes the counted replays on its
+// own; while it cannot (its statement fails), it keeps at most its limit of keys, counts nothing
+// beyond it, says so, and warns once for the outage, not at every tick; once the statement
+// works again, the next flush writes what it kept and says so.
+func TestHistoryReplaysFlushedByTheTickerAndBounded(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 4})
+	var buf lockedBuffer
+	cfg := sch.Config()
+	cfg.Logger = newDebugLogger(&buf)
+	db := &failingFlush{Pool: sch.Pool}
+	store, err := idem.NewStore(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	db.flush = idem.HistoryReplaysSQL(store)
+	idem.SetReplayFlush(store, 50*time.Millisecond, 2)
+	ctx := gctx(t)
+	do := func(key string) {
+		t.Helper()
+		p := &idem.DoParams{Scope: "b", Key: key, Operation: "pay", Fingerprint: "fp", History: true}
+		if _, err := store.Do(ctx, p, ok201); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The ticker alone writes a replay.
+	do("ticked")
+	do("ticked")
+	waitFor(t, 5*time.Second, "the flusher never wrote the replay of 'ticked' on its own", func() bool {
+		return kinds(history(t, store, "b", "ticked")) == "acquired/1 completed/1 replayed/0"
+	})
+
+	db.failing.Store(true)
+	for _, k := range []string{"a", "b", "c"} {
+		do(k)
+	}
+	for _, k := range []string{"a", "b", "c"} { // c is past the limit of 2 keys: not counted
+		do(k)
+	}
+	waitFor(t, 5*time.Second, "no flush failed while its statement did", func() bool { return db.failed.Load() >= 3 })
+	db.failing.Store(false)
+	waitFor(t, 5*time.Second, "the replays kept through the outage were never written once the statement worked", func() bool {
+		return kinds(history(t, store, "b", "a")) == "acquired/1 completed/1 replayed/0" &&
+			kinds(history(t, store, "b", "b")) == "acquired/1 completed/1 replayed/0"
+	})
+	if got := kinds(history(t, store, "b", "c")); got != "acquired/1 completed/1" {
+		t.Errorf("c, replayed past the limit: %s; want its replay not counted", got)
+	}
+	logs := buf.String()
+	if n := strings.Count(logs, "could not write the replays"); n != 1 {
+		t.Errorf("%d failed flushes were warned about %d times; want once:\n%s", db.failed.Load(), n, logs)
+	}
+	for _, want := range []string{"were not counted", "written again"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs)
+		}
+	}
+}
+
+// failingFlush is a pool whose replays' flush fails while failing is set.
+type failingFlush struct {
+	*pgxpool.Pool
+	flush   string
+	failing atomic.Bool
+	failed  atomic.Int32
+}
+
+func (f *failingFlush) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if sql == f.flush && f.failing.Load() {
+		f.failed.Add(1)
+		return pgconn.CommandTag{}, errors.New("the history is out of reach")
+	}
+	return f.Pool.Exec(ctx, sql, args...)
+}

@@ -251,16 +251,30 @@ func (s *Store) settleUncertain(ctx context.Context, p *DoParams, res *claimResu
 // replayFlushEvery is how often the replays counted in memory are written to the history.
 const replayFlushEvery = 5 * time.Second
 
-// maxReplayKeys bounds the keys whose replays are counted between two flushes: past it, a
-// replay of another key is flushed at once.
+// maxReplayKeys bounds the keys whose replays are counted between two flushes: reaching it
+// wakes the flusher at once, and while the counts cannot be written (the database is down) a
+// replay of a key beyond it is not counted (the flush's warning says how many were not), so
+// memory stays bounded whatever clients send.
 const maxReplayKeys = 10000
 
 // replayCounter counts the replays of keys that keep a history, per key, between flushes.
 type replayCounter struct {
 	mu      sync.Mutex
 	counts  map[replayKey]int
-	started bool // the flusher runs
-	every   time.Duration
+	dropped int           // replays not counted since the last flush: counts was full
+	failing bool          // the last flush failed (its warning is not repeated until one succeeds)
+	started bool          // the flusher runs
+	kick    chan struct{} // wakes the flusher before its tick: counts is full
+	every   time.Duration // replayFlushEvery when zero
+	max     int           // maxReplayKeys when zero
+}
+
+// limit is how many keys' replays rc counts between two flushes.
+func (rc *replayCounter) limit() int {
+	if rc.max > 0 {
+		return rc.max
+	}
+	return maxReplayKeys
 }
 
 type replayKey struct {
@@ -279,22 +293,35 @@ func (s *Store) countReplay(p *DoParams) {
 	if rc.counts == nil {
 		rc.counts = map[replayKey]int{}
 	}
-	rc.counts[replayKey{rowOf(p), storedText(p.Operation)}]++
-	full := len(rc.counts) >= maxReplayKeys
+	k := replayKey{rowOf(p), storedText(p.Operation)}
+	limit := rc.limit()
+	if _, ok := rc.counts[k]; ok || len(rc.counts) < limit {
+		rc.counts[k]++
+	} else {
+		rc.dropped++
+	}
+	full := len(rc.counts) >= limit
 	start := !rc.started
-	rc.started = true
+	if start {
+		rc.started = true
+		rc.kick = make(chan struct{}, 1)
+	}
+	kick := rc.kick
 	rc.mu.Unlock()
 	if start {
-		s.startReplayFlusher()
+		s.startReplayFlusher(kick)
 	}
 	if full {
-		go s.flushReplays(context.Background())
+		select {
+		case kick <- struct{}{}:
+		default: // a flush is due already
+		}
 	}
 }
 
-// startReplayFlusher flushes the counted replays every replayFlushEvery until Close, which
-// flushes what is left.
-func (s *Store) startReplayFlusher() {
+// startReplayFlusher flushes the counted replays every replayFlushEvery, and when kick says the
+// counts are full, until Close, which flushes what is left.
+func (s *Store) startReplayFlusher(kick <-chan struct{}) {
 	bg := s.bg
 	select {
 	case <-bg.closing:
@@ -316,6 +343,8 @@ func (s *Store) startReplayFlusher() {
 				return
 			case <-t.C:
 				s.flushReplays(context.Background())
+			case <-kick:
+				s.flushReplays(context.Background())
 			}
 		}
 	}()
@@ -323,13 +352,18 @@ func (s *Store) startReplayFlusher() {
 
 // flushReplays writes the replays counted since the last flush, one replayed row per key, in one
 // statement (sql/history_replays.sql) bounded by Config.StoreTimeout. Counts that could not be
-// written are kept for the next flush (while they fit).
+// written are kept for the next flush (while they fit). A failure is logged once, when flushes
+// start failing, and again when they write again, not at every tick of an outage.
 func (s *Store) flushReplays(ctx context.Context) {
 	rc := &s.replays
 	rc.mu.Lock()
-	counts := rc.counts
-	rc.counts = nil
+	counts, dropped := rc.counts, rc.dropped
+	rc.counts, rc.dropped = nil, 0
 	rc.mu.Unlock()
+	if dropped > 0 {
+		s.log.Warn("idem: replays of keys that keep a history were not counted: more keys were replayed between two flushes than are kept",
+			"replays", dropped, "keys_kept", rc.limit())
+	}
 	if len(counts) == 0 {
 		return
 	}
@@ -341,15 +375,25 @@ func (s *Store) flushReplays(ctx context.Context) {
 	}
 	fctx, bound := newBound(ctx, s.cfg.StoreTimeout)
 	defer bound.end()
-	if _, err := s.db.Exec(fctx, s.sql.historyReplays, tenants, scopes, keys, ops, ns); err != nil {
-		s.log.Warn("idem: could not write the replays counted for the keys' history; keeping them for the next flush",
+	_, err := s.db.Exec(fctx, s.sql.historyReplays, tenants, scopes, keys, ops, ns)
+	rc.mu.Lock()
+	wasFailing := rc.failing
+	rc.failing = err != nil
+	rc.mu.Unlock()
+	switch {
+	case err == nil && wasFailing:
+		s.log.Info("idem: the replays counted for the keys' history are written again", "keys", n)
+	case err != nil && !wasFailing:
+		s.log.Warn("idem: could not write the replays counted for the keys' history; keeping them for the next flush, and saying so again once they are written",
 			"keys", n, "error", err)
+	}
+	if err != nil {
 		rc.mu.Lock()
 		if rc.counts == nil {
 			rc.counts = map[replayKey]int{}
 		}
 		for k, c := range counts {
-			if len(rc.counts) >= maxReplayKeys {
+			if len(rc.counts) >= rc.limit() {
 				break
 			}
 			rc.counts[k] += c
