@@ -337,11 +337,11 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, run handlerRun) (execResult, error) {
 	switch run.end {
 	case handlerPanicked:
-		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, giveBackWhy(EventReleased, nil))
+		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, giveBackWhy(EventReleased, nil, false))
 		return execResult{}, nil // the panic goes on: nobody receives this
 	case handlerTimedOut:
 		ran := time.Since(run.start)
-		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start, giveBackWhy(EventHandlerTimeout, nil))
+		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start, giveBackWhy(EventHandlerTimeout, nil, false))
 		return execResult{}, lostAfterCall(c, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran))
 	case handlerLeaseLost:
 		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
@@ -354,9 +354,9 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 	if err != nil {
 		// Asked before the rollback hands the connection back to the pool, and to another request.
 		lost := s.handlerLostStore(ctx, tx.Tx, c.Operation, c.hash(), err)
-		why := giveBackWhy(EventReleased, err)
+		why := giveBackWhy(EventReleased, err, ctx.Err() != nil)
 		if lost != nil {
-			why = giveBackWhy(EventReleased, lost)
+			why = giveBackWhy(EventReleased, lost, ctx.Err() != nil)
 		}
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, why)
 		if lost != nil {

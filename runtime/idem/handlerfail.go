@@ -37,7 +37,7 @@ func txAborted(tx pgx.Tx) bool {
 // reports it, and returns the error saying so (an ErrHandlerAborted; an HTTP server answers it
 // like any other handler failure, a 500 that names no statement).
 func (s *Store) handlerAborted(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMode, start time.Time) error {
-	s.giveBack(ctx, tx, c, mode, EventHandlerFailed, start, giveBackWhy(EventHandlerFailed, nil))
+	s.giveBack(ctx, tx, c, mode, EventHandlerFailed, start, giveBackWhy(EventHandlerFailed, nil, false))
 	s.log.WarnContext(ctx, "idem: a statement of the handler failed and aborted its transaction, yet the handler answered; its work was rolled back and the key released "+
 		"(run a statement that may fail, such as an insert that may violate a unique constraint, inside a savepoint: tx.Begin, then roll it back on the error)",
 		"operation", c.Operation, "key_hash", c.hash(), "duration", time.Since(start))

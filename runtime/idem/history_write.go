@@ -124,7 +124,10 @@ func (c *Claim) completionHistory(status int) []HistoryEvent {
 
 // giveBackWhy says why a claim's work was rolled back and its key given back, for the history's
 // released (or uncertain) row: the cause first, as the Observer names it where it has a name.
-func giveBackWhy(kind EventKind, err error) string {
+// callerGone says the caller's context ended: only then is a cancellation the caller's; a
+// handler's own call that timed out (a provider's answer that never came) is the handler's
+// error, with its text.
+func giveBackWhy(kind EventKind, err error, callerGone bool) string {
 	switch {
 	case kind == EventHandlerTimeout:
 		return "handler_timeout: the handler ran past its timeout"
@@ -132,7 +135,7 @@ func giveBackWhy(kind EventKind, err error) string {
 		return "handler_failed: a statement of the handler aborted its transaction"
 	case err == nil:
 		return "panic: the handler panicked"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case callerGone && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return "cancelled: the caller went away"
 	case IsStoreUnavailable(err):
 		return "store_unavailable: the database connection was lost under the handler"
