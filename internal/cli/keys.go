@@ -99,7 +99,9 @@ func newKeysShowCmd(s *streams) *cobra.Command {
 			"every tenant's key of that name), or by --hash, the key_hash a log line prints.\n" +
 			"Below the key's facts comes its history, oldest first (claims, takeovers, mismatches refused,\n" +
 			"completions, releases, provider calls, uncertain, resolved), for operations that keep one.\n" +
-			"Exit 1 when no such key exists.",
+			"A key that has no row any more (released after a failure, resolved as failed, expired and\n" +
+			"purged) is shown as gone, with its history, while the history is kept (120 days by default).\n" +
+			"Exit 1 when no such key exists and none has a history.",
 		Example: "  idemgen keys show --tenant acme --key 5f0c8f0e-3a7e-4f0e-9d3c-2b7f1c9e8a10\n" +
 			"  idemgen keys show --hash 3f2a9c1d0b7e6f45 --json",
 		Args: noArgs,
@@ -123,6 +125,13 @@ func newKeysShowCmd(s *streams) *cobra.Command {
 			}
 			defer done()
 			keys, err := store.LookupKey(cmd.Context(), p)
+			if errors.Is(err, idem.ErrNoSuchKey) {
+				// No row: a key whose history is kept longer than the key is still shown, as gone.
+				// (A table without a history, before migration 6, has nothing more to say.)
+				if gone, gerr := store.GoneKeys(cmd.Context(), p); gerr == nil && len(gone) > 0 {
+					keys, err = gone, nil
+				}
+			}
 			if errors.Is(err, idem.ErrNoSuchKey) {
 				return fail(ExitFindings, fmt.Errorf("no such key: %s in %s.%s (never claimed, released after a failure so a retry runs anew, or expired and purged)",
 					describeLookup(p), f.schema, f.table))
@@ -363,6 +372,12 @@ func writeKey(w io.Writer, k *idem.KeyInfo, withBody bool) {
 	line("operation", bare(k.Operation))
 	line("scope", quote(k.Scope))
 	line("key hash", k.KeyHash)
+	if k.State == idem.KeyGone {
+		line("state", "gone (no key row: released after a failure so a retry runs anew, resolved as failed, or expired and purged; its history is kept)")
+		line("first seen", k.CreatedAt.UTC().Format(time.RFC3339))
+		tw.Flush()
+		return
+	}
 	state := k.State
 	switch {
 	case k.Stale():
@@ -463,7 +478,9 @@ func jsonKeys(keys []idem.KeyInfo, withBody bool) []jsonKey {
 		j := jsonKey{Tenant: k.Tenant, Key: k.Key, Operation: k.Operation, Scope: k.Scope, KeyHash: k.KeyHash,
 			State: k.State, Stale: k.Stale(), Expired: k.Expired(), Attempt: k.Attempt, Headers: k.Header,
 			BodySize: k.BodySize, Fingerprint: k.Fingerprint, CreatedAt: k.CreatedAt.UTC(), Now: k.Now.UTC()}
-		if k.State != idem.KeyUncertain {
+		if k.State == idem.KeyGone { // no row: only who it was, and when it was first seen
+			j.Expired, j.Now = false, time.Now().UTC()
+		} else if k.State != idem.KeyUncertain {
 			t := k.ExpiresAt.UTC()
 			j.ExpiresAt = &t
 		}

@@ -469,6 +469,44 @@ func TestKeysShowHistory(t *testing.T) {
 	}
 }
 
+// TestKeysShowGoneKey: a key with no row any more (released after a failure) whose history is
+// kept is shown as gone, with its history, in text and JSON; by key and by hash.
+func TestKeysShowGoneKey(t *testing.T) {
+	t.Parallel()
+	e := newKeysEnv(t)
+	for i, kind := range []string{"acquired", "released"} {
+		e.exec(`INSERT INTO `+e.events()+` (tenant, scope, key, at, kind, operation, attempt, detail)
+			VALUES ('acme', 'createPayment', 'failed-1', now() - make_interval(mins => 10 - $1), $2, 'createPayment', 1,
+				CASE WHEN $2 = 'released' THEN 'handler error: declined' END)`, i, kind)
+	}
+	for _, args := range [][]string{
+		{"keys", "show", "--tenant", "acme", "--key", "failed-1"},
+		{"keys", "show", "--hash", idem.KeyHash("createPayment", "failed-1")},
+	} {
+		code, out, stderr := e.run(args...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d, stderr %q; want the gone key shown", args, code, stderr)
+		}
+		if got := field(t, out, "state"); !strings.HasPrefix(got, "gone (no key row") {
+			t.Errorf("%v: state %q; want gone", args, got)
+		}
+		if !strings.Contains(out, "history (2 events, oldest first)") || !strings.Contains(out, "handler error: declined") {
+			t.Errorf("%v: no history below the gone key:\n%s", args, out)
+		}
+	}
+	_, out, _ := e.run("keys", "show", "--tenant", "acme", "--key", "failed-1", "--json")
+	var keys []struct {
+		State     string            `json:"state"`
+		Operation string            `json:"operation"`
+		ExpiresAt *time.Time        `json:"expires_at"`
+		History   []json.RawMessage `json:"history"`
+	}
+	if err := json.Unmarshal([]byte(out), &keys); err != nil || len(keys) != 1 || keys[0].State != "gone" ||
+		keys[0].Operation != "createPayment" || keys[0].ExpiresAt != nil || len(keys[0].History) != 2 {
+		t.Errorf("--json of a gone key: %v\n%s", err, out)
+	}
+}
+
 func TestKeysShowUncertainKey(t *testing.T) {
 	t.Parallel()
 	e := newKeysEnv(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -238,5 +239,65 @@ ORDER BY at`, storedText(tenant), storedText(scope), storedText(key), MaxHistory
 		ev.At, ev.Kind, ev.Operation = at.Time, EventKind(kind), fromStoredText(op)
 		ev.Attempt, ev.Status, ev.Replays = int(attempt), int(status), int(replays)
 		return ev, err
+	})
+}
+
+// KeyGone is KeyInfo.State of a key that has no row any more but whose history is kept (see
+// [Store.GoneKeys]).
+const KeyGone = "gone"
+
+// GoneKeys finds the keys [Store.LookupKey] would find for p (Key or KeyHash, Tenant, Operation)
+// that have no row any more — released after a failure so that a retry runs anew, resolved as
+// failed, or expired and purged — but whose history is kept (Config.HistoryRetention, longer
+// than the key), so that a dispute about a key that is gone can still be read. Each has State
+// KeyGone, its tenant, scope, key, hash and operation, and CreatedAt the time of its oldest
+// history row; [Store.History] gives the rest. It returns none for an operation that keeps no
+// history. The history table is indexed by tenant first: without a Tenant, it is scanned.
+func (s *Store) GoneKeys(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, error) {
+	if p == nil {
+		p = &LookupKeyParams{}
+	}
+	var conds []string
+	var args []any
+	where := func(lhs string, v any) {
+		args = append(args, v)
+		conds = append(conds, lhs+"$"+strconv.Itoa(len(args)))
+	}
+	switch {
+	case p.Key != "" && p.KeyHash != "":
+		return nil, errors.New("idem: GoneKeys: give Key or KeyHash, not both")
+	case p.Key != "":
+		where("key = ", storedText(p.Key))
+	case p.KeyHash != "":
+		h, err := ParseKeyHash(p.KeyHash)
+		if err != nil {
+			return nil, err
+		}
+		where(keyHashSQL+" = ", h)
+	default:
+		return nil, errors.New("idem: GoneKeys: Key or KeyHash is required")
+	}
+	if p.Tenant != nil {
+		where("tenant = ", storedText(*p.Tenant))
+	}
+	if p.Operation != "" {
+		where("operation = ", storedText(p.Operation))
+	}
+	rows, err := s.db.Query(ctx, `SELECT tenant, scope, key, (array_agg(operation ORDER BY at DESC))[1], min(at)
+FROM `+s.events+` h
+WHERE `+strings.Join(conds, " AND ")+`
+	AND NOT EXISTS (SELECT FROM `+s.table+` k WHERE k.tenant = h.tenant AND k.scope = h.scope AND k.key = h.key)
+GROUP BY tenant, scope, key
+ORDER BY tenant, scope, key
+LIMIT `+strconv.Itoa(MaxLookupRows), args...)
+	if err != nil {
+		return nil, storeError(ctx, "gone keys", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (KeyInfo, error) {
+		k := KeyInfo{State: KeyGone}
+		err := r.Scan(&k.Tenant, &k.Scope, &k.Key, &k.Operation, &k.CreatedAt)
+		k.Tenant, k.Scope, k.Key, k.Operation = fromStoredText(k.Tenant), fromStoredText(k.Scope), fromStoredText(k.Key), fromStoredText(k.Operation)
+		k.KeyHash = KeyHash(k.Scope, k.Key)
+		return k, err
 	})
 }

@@ -471,3 +471,57 @@ func (f *failingFlush) Exec(ctx context.Context, sql string, args ...any) (pgcon
 	}
 	return f.Pool.Exec(ctx, sql, args...)
 }
+
+// TestGoneKeysKeepTheirHistory: a key released after a failure has no row, so LookupKey finds
+// nothing, but its history is kept: GoneKeys finds it by key and by hash, with its tenant and
+// operation, and not a key that still has its row, nor one whose operation keeps no history.
+func TestGoneKeysKeepTheirHistory(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 4})
+	store, err := idem.NewStore(sch.Pool, sch.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	ctx := gctx(t)
+	declined := func(context.Context, pgx.Tx) (*idem.Outcome, error) { return nil, errors.New("declined") }
+	for _, p := range []*idem.DoParams{
+		{Tenant: "acme", Scope: "g", Key: "failed", Operation: "pay", Fingerprint: "fp", History: true},
+		{Tenant: "acme", Scope: "g", Key: "plain", Operation: "pay", Fingerprint: "fp"},
+	} {
+		if _, err := store.Do(ctx, p, declined); err == nil {
+			t.Fatalf("%s: the handler declined, and Do said nothing", p.Key)
+		}
+	}
+	done := &idem.DoParams{Tenant: "acme", Scope: "g", Key: "done", Operation: "pay", Fingerprint: "fp", History: true}
+	if _, err := store.Do(ctx, done, ok201); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.LookupKey(ctx, &idem.LookupKeyParams{Key: "failed"}); !errors.Is(err, idem.ErrNoSuchKey) {
+		t.Fatalf("LookupKey of a released key: %v; want ErrNoSuchKey", err)
+	}
+	acme := "acme"
+	for _, p := range []*idem.LookupKeyParams{
+		{Key: "failed"},
+		{Key: "failed", Tenant: &acme, Operation: "pay"},
+		{KeyHash: idem.KeyHash("g", "failed")},
+	} {
+		gone, err := store.GoneKeys(ctx, p)
+		if err != nil || len(gone) != 1 {
+			t.Fatalf("GoneKeys(%+v): %+v, %v; want the released key", p, gone, err)
+		}
+		k := gone[0]
+		if k.State != idem.KeyGone || k.Tenant != "acme" || k.Scope != "g" || k.Key != "failed" || k.Operation != "pay" || k.KeyHash != idem.KeyHash("g", "failed") || k.CreatedAt.IsZero() {
+			t.Fatalf("GoneKeys(%+v) = %+v", p, k)
+		}
+		evs, err := store.History(ctx, k.Tenant, k.Scope, k.Key)
+		if got := kinds(evs); err != nil || !strings.HasPrefix(got, "acquired/1 released/1") {
+			t.Fatalf("its history: %s, %v; want its claim and its release", got, err)
+		}
+	}
+	for _, key := range []string{"plain", "done", "never"} {
+		if gone, err := store.GoneKeys(ctx, &idem.LookupKeyParams{Key: key}); err != nil || len(gone) != 0 {
+			t.Errorf("GoneKeys(%s): %+v, %v; want none", key, gone, err)
+		}
+	}
+}
