@@ -103,7 +103,7 @@ for row in "${rows[@]}"; do
 	label=${row%%|*} bench=${row#*|}
 	peer=${bench%%/*}/peer leasePeer=${bench%%/*}/peer-lease
 	lpPG="" lpGo=""
-	if [[ $bench == */lease || $bench == */peer-lease || $bench == */peer-lease-row ]]; then
+	if [[ $bench == */lease || $bench == */lease-history || $bench == */peer-lease || $bench == */peer-lease-row ]]; then
 		lpPG=$(ratio "${pg[$bench]}" "${pg[$leasePeer]}") lpGo=$(ratio "${go[$bench]}" "${go[$leasePeer]}")
 	fi
 	printf '%-66s %13d %7s %7s %13d %7s %7s %10s %8s\n' "$label" "${pg[$bench]}" "$(ratio "${pg[$bench]}" "${pg[$peer]}")" "$lpPG" \
