@@ -168,7 +168,9 @@ func TestDatabaseCommandsNameARefusedLogin(t *testing.T) {
 }
 
 // TestDatabaseCommandsNameAServerThatTurnsConnectionsAway: a server that answers "too many
-// connections" is neither a wrong login nor unreachable.
+// connections" is neither a wrong login nor unreachable. The role it creates logs in on the
+// server's socket when that trusts it, else with its password over TCP on localhost (Debian's
+// own cluster: peer authentication on the socket, passwords on localhost).
 func TestDatabaseCommandsNameAServerThatTurnsConnectionsAway(t *testing.T) {
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, idemtest.URL(t))
@@ -177,19 +179,32 @@ func TestDatabaseCommandsNameAServerThatTurnsConnectionsAway(t *testing.T) {
 	}
 	defer admin.Close(ctx)
 	role := fmt.Sprintf("idemgen_limited_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 0"); err != nil {
+	password := fmt.Sprintf("pw%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD '"+password+"' CONNECTION LIMIT 0"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Exec(context.Background(), "DROP ROLE "+role) })
 
 	cfg := admin.Config()
-	url := fmt.Sprintf("postgres://%s@/%s?host=%s&port=%d&sslmode=disable", role, cfg.Database, cfg.Host, cfg.Port)
-	if !strings.HasPrefix(cfg.Host, "/") {
-		url = fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", role, cfg.Host, cfg.Port, cfg.Database)
+	urls := []string{fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", role, password, cfg.Host, cfg.Port, cfg.Database)}
+	if strings.HasPrefix(cfg.Host, "/") {
+		urls = []string{
+			fmt.Sprintf("postgres://%s:%s@/%s?host=%s&port=%d&sslmode=disable", role, password, cfg.Database, cfg.Host, cfg.Port),
+			fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=5", role, password, cfg.Port, cfg.Database),
+		}
 	}
-	code, _, stderr := runMain("", "migrate", "--database-url", url)
-	if code != ExitUsage || !strings.Contains(stderr, "is not accepting connections") || !strings.Contains(stderr, "53300") ||
-		strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
-		t.Errorf("exit %d, stderr %q; want exit 2 and one line saying the server is not accepting connections (53300)", code, stderr)
+	var tried []string
+	for _, url := range urls {
+		code, _, stderr := runMain("", "migrate", "--database-url", url)
+		if strings.Contains(stderr, "authentication failed") || strings.Contains(stderr, "cannot reach PostgreSQL") {
+			tried = append(tried, stderr) // this way in is not open to the role: the next one
+			continue
+		}
+		if code != ExitUsage || !strings.Contains(stderr, "is not accepting connections") || !strings.Contains(stderr, "53300") ||
+			strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("exit %d, stderr %q; want exit 2 and one line saying the server is not accepting connections (53300)", code, stderr)
+		}
+		return
 	}
+	t.Fatalf("the test needs a new role to log in to the server, on its socket or with a password over TCP on localhost; both were refused:\n%s", strings.Join(tried, ""))
 }

@@ -62,10 +62,18 @@ components:
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			start := time.Now()
-			_, err := LoadData(c.file, []byte(c.doc), c.opts)
-			if took := time.Since(start); took > 2*time.Second {
-				t.Errorf("refused after %s, want well under a second", took)
+			// Refused, not hung: a loader that followed the hostile shape would not come back
+			// (how fast it refuses is for benchmarks, not for a test on a shared machine).
+			done := make(chan error, 1)
+			go func() {
+				_, err := LoadData(c.file, []byte(c.doc), c.opts)
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("LoadData did not return within 60s: it follows the hostile document instead of refusing it")
 			}
 			if err == nil {
 				t.Fatal("loaded, want an error")
