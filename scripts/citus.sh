@@ -105,7 +105,7 @@ stop() {
 verify() {
 	local go=${GO:-go} url=${CITUS_DATABASE_URL:-} rc=0 left
 	tmp="" # global: the EXIT trap reads it after verify has returned
-	local test=("$go" test -tags citus -count=1 -v -timeout 15m -run '^TestCitus(Cluster|Guarantees)$' ./runtime/idem)
+	local test=("$go" test -tags citus -count=1 -v -timeout 15m -run '^TestCitus(Cluster|Guarantees|DetectedWhenTheDatabaseComesUp|PlainStatementsReadReturning|KeyStats)$' ./runtime/idem)
 	if [[ -n "$url" ]]; then
 		local psql="$bindir/psql"
 		[[ -x "$psql" ]] || psql=$(command -v psql || true)

@@ -258,6 +258,9 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		return nil, nil
 	}
 	b := newBatch()
+	for _, q := range s.set().beforeComplete() {
+		b.Queue(q)
+	}
 	b.Queue(s.completeSQL(c), args...)
 	if c.history {
 		evs := c.completionHistory(o.Status)

@@ -1090,6 +1090,11 @@ func (s *Store) completeSQL(c *Claim) string {
 // complete stores an outcome (completeArgs) for c inside tx: if tx is rolled back, so is the
 // completion. ErrLeaseLost means another request took the key over, and tx must roll back.
 func (s *Store) complete(ctx context.Context, tx pgx.Tx, c *Claim, args []any) error {
+	for _, q := range s.set().beforeComplete() {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return storeError(ctx, "complete", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, s.completeSQL(c), args...); err != nil {
 		if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {
 			return lost

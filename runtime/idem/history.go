@@ -219,13 +219,15 @@ const MaxHistoryRows = 1000
 
 // History returns the history of the key (tenant, scope and key as KeyInfo gives them), oldest
 // first. A key with no history (its operation keeps none, or it is older than the retention)
-// has an empty one.
+// has an empty one. It is an operator's read, sent with the simple protocol: planned with its
+// values, so Citus routes it to the key's shard even where sessions force generic plans, which
+// Citus cannot make of it.
 func (s *Store) History(ctx context.Context, tenant, scope, key string) ([]HistoryEvent, error) {
 	rows, err := s.db.Query(ctx, `SELECT at, kind, operation, coalesce(attempt, 0), coalesce(status, 0),
 	coalesce(detail, ''), coalesce(actor, ''), coalesce(replays, 0), coalesce(provider, ''),
 	coalesce(provider_key, ''), coalesce(amount, 0), coalesce(currency, '')
 FROM (SELECT * FROM `+s.events+` WHERE tenant = $1 AND scope = $2 AND key = $3 ORDER BY at DESC LIMIT $4) h
-ORDER BY at`, storedText(tenant), storedText(scope), storedText(key), MaxHistoryRows)
+ORDER BY at`, pgx.QueryExecModeSimpleProtocol, storedText(tenant), storedText(scope), storedText(key), MaxHistoryRows)
 	if err != nil {
 		return nil, fmt.Errorf("idem: history: %w", err)
 	}
@@ -289,7 +291,7 @@ WHERE `+strings.Join(conds, " AND ")+`
 	AND NOT EXISTS (SELECT FROM `+s.table+` k WHERE k.tenant = h.tenant AND k.scope = h.scope AND k.key = h.key)
 GROUP BY tenant, scope, key
 ORDER BY tenant, scope, key
-LIMIT `+strconv.Itoa(MaxLookupRows), args...)
+LIMIT `+strconv.Itoa(MaxLookupRows), append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
 	if err != nil {
 		return nil, storeError(ctx, "gone keys", err)
 	}

@@ -378,7 +378,9 @@ func (s *Store) flushReplays(ctx context.Context) {
 	}
 	fctx, bound := newBound(ctx, s.cfg.StoreTimeout)
 	defer bound.end()
-	_, err := s.db.Exec(fctx, s.sql.historyReplays, tenants, scopes, keys, ops, ns)
+	// The simple protocol, as the purge's: a background statement, planned with its values, which
+	// Citus cannot plan generically where sessions force generic plans.
+	_, err := s.db.Exec(fctx, s.sql.historyReplays, pgx.QueryExecModeSimpleProtocol, tenants, scopes, keys, ops, ns)
 	rc.mu.Lock()
 	wasFailing := rc.failing
 	rc.failing = err != nil

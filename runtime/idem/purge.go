@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PurgeOpts tune Purge; nil means defaults.
@@ -42,11 +44,13 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 		batch = o.BatchSize
 	}
 	res := &PurgeResult{}
+	// Every statement of the purge goes with the simple protocol: maintenance, planned with its
+	// values, which Citus cannot plan generically where sessions force generic plans.
 	if o.DryRun {
-		if err := s.db.QueryRow(ctx, s.sql.purgeCount).Scan(&res.Deleted); err != nil {
+		if err := s.db.QueryRow(ctx, s.sql.purgeCount, pgx.QueryExecModeSimpleProtocol).Scan(&res.Deleted); err != nil {
 			return nil, storeError(ctx, "purge: count expired keys", err)
 		}
-		err := s.db.QueryRow(ctx, `SELECT count(*) FROM `+s.events+` WHERE at < $1::timestamptz`, s.historyHorizon()).Scan(&res.HistoryDeleted)
+		err := s.db.QueryRow(ctx, `SELECT count(*) FROM `+s.events+` WHERE at < $1::timestamptz`, pgx.QueryExecModeSimpleProtocol, s.historyHorizon()).Scan(&res.HistoryDeleted)
 		if err != nil && pgCode(err) != undefinedTable {
 			return nil, storeError(ctx, "purge: count old history", err)
 		}
@@ -62,7 +66,7 @@ func (s *Store) Purge(ctx context.Context, opts *PurgeOpts) (*PurgeResult, error
 	}
 	window := max(1, int64(batch)/purgeRowsPerPage)
 	for from := int64(0); from < pages; {
-		tag, err := s.db.Exec(ctx, stmt, batch, from, from+window)
+		tag, err := s.db.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol, batch, from, from+window)
 		if err != nil {
 			return res, storeError(ctx, "purge", err)
 		}
@@ -99,7 +103,7 @@ func (s *Store) historyHorizon() time.Time { return time.Now().Add(-s.cfg.Histor
 func (s *Store) purgeHistory(ctx context.Context, batch int, res *PurgeResult, progress func(int64)) error {
 	horizon := s.historyHorizon()
 	for {
-		tag, err := s.db.Exec(ctx, s.sql.purgeHistory, batch, horizon)
+		tag, err := s.db.Exec(ctx, s.sql.purgeHistory, pgx.QueryExecModeSimpleProtocol, batch, horizon)
 		if pgCode(err) == undefinedTable {
 			return nil
 		}

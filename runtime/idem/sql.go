@@ -98,7 +98,7 @@ func newStatements(table, events string, remember bool) (statements, error) {
 		}
 	}
 	// The Store's own statements that touch no table, batched too.
-	st.batched = append(st.batched, beginSQL, commitSQL, rollbackSQL, propagateSetSQL, asyncCommitSQL, lockWaitSave, lockWaitDefault, lockWaitRestore)
+	st.batched = append(st.batched, beginSQL, commitSQL, rollbackSQL, propagateSetSQL, asyncCommitSQL, customPlanSQL, lockWaitSave, lockWaitDefault, lockWaitRestore)
 	st.batched = append(st.batched, lockWaitSQL[:]...)
 	for n := 1; n < len(st.historyInsert); n++ {
 		st.historyInsert[n] = historyInsertSQL(events, n)

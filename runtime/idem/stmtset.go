@@ -17,7 +17,10 @@ import (
 //     propagation of SET LOCAL on first;
 //   - lease mode's fast claim: plain PostgreSQL's sets the asynchronous commit inside its insert
 //     (sql/claim_fast_lease.sql); Citus's sends the settings as statements, and the replay check
-//     ahead of the claim's transaction.
+//     ahead of the claim's transaction;
+//   - the completion: Citus cannot plan the completion's fence (sql/complete.sql, an UPDATE in
+//     a WITH) generically ("could not create distributed plan"), so where sessions force generic
+//     plans (plan_cache_mode = force_generic_plan) its set asks for a custom plan first.
 type stmtSet interface {
 	// fastLease queues lease mode's fast claim of c (Store.fastClaimAndBegin), up to its
 	// history: the claim's transaction opened with its settings, the insert (the rows it
@@ -36,6 +39,9 @@ type stmtSet interface {
 	// asynchronously or synchronously.
 	asyncCommit() []string
 	syncCommit() []string
+	// beforeComplete are the statements sent, in the business transaction, ahead of the
+	// completion.
+	beforeComplete() []string
 	// keepsOwed says a business transaction begun for nothing may stay open on its connection
 	// for the connection's next batch to roll back (owed.go).
 	keepsOwed() bool
@@ -44,9 +50,14 @@ type stmtSet interface {
 var (
 	plainAsync = []string{asyncCommitSQL}
 	plainSync  = []string{syncCommitSQL}
-	citusAsync = []string{propagateSetSQL, asyncCommitSQL}
-	citusSync  = []string{propagateSetSQL, syncCommitSQL}
+	citusAsync = []string{propagateSetSQL, asyncCommitSQL, customPlanSQL}
+	citusSync  = []string{propagateSetSQL, syncCommitSQL, customPlanSQL}
+	citusCompl = []string{customPlanSQL}
 )
+
+// customPlanSQL makes the rest of the transaction plan each statement with its parameters
+// (a custom plan), whatever the session's plan_cache_mode.
+const customPlanSQL = `SET LOCAL plan_cache_mode = force_custom_plan`
 
 // plainSet is plain PostgreSQL's statement set, also sent through a transaction-mode pooler.
 type plainSet struct{}
@@ -82,9 +93,10 @@ func (plainSet) replayGuard(s *Store, b *batch, c *Claim, passed *bool) {
 	})
 }
 
-func (plainSet) asyncCommit() []string { return plainAsync }
-func (plainSet) syncCommit() []string  { return plainSync }
-func (plainSet) keepsOwed() bool       { return true }
+func (plainSet) asyncCommit() []string    { return plainAsync }
+func (plainSet) syncCommit() []string     { return plainSync }
+func (plainSet) beforeComplete() []string { return nil }
+func (plainSet) keepsOwed() bool          { return true }
 
 // citusSet is Citus's statement set: no guard, settings propagated to the worker.
 type citusSet struct{}
@@ -111,6 +123,7 @@ func (citusSet) ownerGuard(*Store, *batch, *Claim)         {}
 func (citusSet) replayGuard(*Store, *batch, *Claim, *bool) {}
 func (citusSet) asyncCommit() []string                     { return citusAsync }
 func (citusSet) syncCommit() []string                      { return citusSync }
+func (citusSet) beforeComplete() []string                  { return citusCompl }
 
 // keepsOwed is false: the transaction may hold a connection to a worker (the replay check ran
 // there), so it is rolled back at once, as docs/citus.md says.
