@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/generator"
 	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
@@ -53,7 +53,7 @@ command line override the config file. Its keys, with paths relative to the file
     acknowledge:
       - {rule: response-unbounded, operation: createExport, reason: bounded by the handler}
 
-Its JSON Schema is generator/config.schema.json in idemgen's repository.
+Its JSON Schema is internal/generator/config.schema.json in idemgen's repository.
 
 --check writes nothing: it prints a unified diff of every stale or missing file and exits 1, or
 exits 0 when the files on disk are current. Spec errors exit 2 and nothing is written.`,

@@ -234,7 +234,7 @@ func TestGofmtConfig(t *testing.T) {
 // add the import to the template's list, which the generator prunes per file.
 func TestEveryRouterFormatsWithoutGoimports(t *testing.T) {
 	t.Parallel()
-	in := load(t, "../testdata/router-std-http/openapi.yaml")
+	in := load(t, "../../testdata/router-std-http/openapi.yaml")
 	for _, router := range Routers {
 		t.Run(router, func(t *testing.T) {
 			t.Parallel()

@@ -12,7 +12,7 @@ import (
 // router enum equal to the router table: a router added in one place only fails here.
 func TestRoutersDocumented(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("../docs/routers.md")
+	doc, err := os.ReadFile("../../docs/routers.md")
 	if err != nil {
 		t.Fatal(err)
 	}

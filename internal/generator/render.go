@@ -13,8 +13,8 @@ import (
 
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/templates"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
-	"github.com/idemgen/idemgen/templates"
 )
 
 // The template sees only these plain values: every name is resolved and every Go expression
