@@ -484,3 +484,15 @@ func TestEveryRouterHasAGoldenCase(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateFlagsAreOptions: every flag generator.Options reads (its flag tags) is a flag of
+// generate, so a setting added to Options without its flag line fails here rather than being
+// silently unsettable from the command line.
+func TestGenerateFlagsAreOptions(t *testing.T) {
+	cmd := newGenerateCmd(&streams{})
+	for _, name := range generator.OptionFlags() {
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("generator.Options reads --%s, which generate does not declare", name)
+		}
+	}
+}

@@ -62,7 +62,7 @@ or the config file cannot be read or loaded.`,
 			default:
 				return fail(ExitUsage, fmt.Errorf("lint: --fail-on %q is not a severity (use error or warning)", failOn))
 			}
-			var cfg *generator.Config
+			var cfg *generator.Options
 			if config != "" {
 				var err error
 				if cfg, err = readConfig(config); err != nil {

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
 
@@ -26,155 +24,9 @@ var ConfigSchema []byte
 // ConfigVersion is the only config file version this idemgen reads.
 const ConfigVersion = 1
 
-// Config is idemgen.yaml: what `idemgen generate` reads when no spec is named on the command line.
-// Keys are kebab-case, as in oapi-codegen's own configuration.
-type Config struct {
-	Version         int
-	Spec            string // resolved against the config file's directory
-	Package         string
-	Output          string // resolved against the config file's directory
-	Router          string
-	AllowRemoteRefs bool
-	// Client asks for the retry-safe client too (client.gen.go, see ClientFile).
-	Client bool
-	// ValidateRequestBody has request bodies checked against the spec before any key is claimed
-	// (see Options.ValidateRequestBody).
-	ValidateRequestBody bool
-	// OapiCodegen holds the oapi-codegen options passed through (output-options, compatibility,
-	// additional-imports, import-mapping), nil when the key is absent.
-	OapiCodegen *codegen.Configuration
-	// Acknowledge lists the lint warnings reviewed and accepted (the lint key): generate and lint
-	// leave them out of their output (spec.Spec.Acknowledge).
-	Acknowledge []spec.Acknowledgement
-	// Override holds x-idempotency fields that replace, in every idempotent operation, what the
-	// spec says (the override key; spec.LoadOpts.Override): one spec generated twice, once as
-	// written and once with, say, claim: transaction. Nil when the key is absent.
-	Override *policy.Raw
-}
-
-// configKeys are the top-level keys, in the order messages list them.
-var configKeys = []string{"version", "spec", "package", "output", "router", "allow-remote-refs", "client", "validate-request-body", "oapi-codegen", "lint", "override"}
-
 // oapiPassthroughKeys are the oapi-codegen configuration keys idemgen.yaml may set; the others
 // (package, generate, output-options filters) are idemgen's to decide.
 var oapiPassthroughKeys = []string{"output-options", "compatibility", "import-mapping", "additional-imports"}
-
-// ParseConfig reads a config file's bytes; path names it in messages and anchors relative paths.
-// Every problem is an error of the form "path:line:col: what (what to do)".
-func ParseConfig(path string, data []byte) (*Config, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: not valid YAML: %w", path, err)
-	}
-	if len(doc.Content) == 0 {
-		return nil, fmt.Errorf("%s: empty config file (start with \"version: 1\")", path)
-	}
-	root := doc.Content[0]
-	at := func(n *yaml.Node, format string, args ...any) error {
-		return fmt.Errorf("%s:%d:%d: %s", path, n.Line, n.Column, fmt.Sprintf(format, args...))
-	}
-	if root.Kind != yaml.MappingNode {
-		return nil, at(root, "the config must be a mapping of keys (version, spec, package, output, …)")
-	}
-	c := &Config{}
-	var passthrough *yaml.Node
-	seen := map[string]bool{}
-	var errs []error
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		if seen[k.Value] {
-			errs = append(errs, at(k, "%q is set twice", k.Value))
-			continue
-		}
-		seen[k.Value] = true
-		var err error
-		switch k.Value {
-		case "version":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-				err = fmt.Errorf("version: expected the number %d, got %s", ConfigVersion, describeNode(v))
-			} else if err = v.Decode(&c.Version); err == nil && c.Version != ConfigVersion {
-				err = fmt.Errorf("version %d is not supported (this idemgen reads version %d)", c.Version, ConfigVersion)
-			}
-		case "spec", "package", "output", "router":
-			dst := map[string]*string{"spec": &c.Spec, "package": &c.Package, "output": &c.Output, "router": &c.Router}[k.Value]
-			err = decodeString(k.Value, v, dst)
-			if err == nil && k.Value == "router" && !IsRouter(c.Router) {
-				err = fmt.Errorf("router: %w", UnknownRouterError(c.Router))
-			}
-		case "allow-remote-refs":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-				err = fmt.Errorf("allow-remote-refs: expected true or false, got %s", describeNode(v))
-			} else {
-				err = v.Decode(&c.AllowRemoteRefs)
-			}
-		case "client":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-				err = fmt.Errorf("client: expected true or false, got %s", describeNode(v))
-			} else {
-				err = v.Decode(&c.Client)
-			}
-		case "validate-request-body":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-				err = fmt.Errorf("validate-request-body: expected true or false, got %s", describeNode(v))
-			} else {
-				err = v.Decode(&c.ValidateRequestBody)
-			}
-		case "oapi-codegen":
-			if _, err = decodePassthrough(v); err == nil {
-				if problems := checkOptions(at, "oapi-codegen", v, reflect.TypeFor[codegen.Configuration]()); len(problems) > 0 {
-					errs = append(errs, problems...)
-				} else {
-					passthrough = v
-				}
-			}
-		case "lint":
-			acks, diags := spec.ParseLintSettings(path, "lint", v, "")
-			for _, d := range diags {
-				errs = append(errs, errors.New(d.String()))
-			}
-			c.Acknowledge = acks
-		case "override":
-			raw, diags := spec.ParseOverride(path, "override", v)
-			for _, d := range diags {
-				errs = append(errs, errors.New(d.String()))
-			}
-			c.Override = raw
-		default:
-			err = unknownKey(k.Value, k.Value, configKeys)
-		}
-		if err != nil {
-			n := v
-			if strings.HasPrefix(err.Error(), "unknown key") { // the key is what is wrong, not its value
-				n = k
-			}
-			var pe *posError
-			if errors.As(err, &pe) {
-				n = pe.node
-			}
-			errs = append(errs, at(n, "%s", strings.TrimPrefix(err.Error(), "yaml: ")))
-		}
-	}
-	if !seen["version"] {
-		errs = append(errs, at(root, "missing \"version: %d\" (it says which format this file is in)", ConfigVersion))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if passthrough != nil {
-		var err error
-		if c.OapiCodegen, err = decodePassthroughOptions(path, data, passthrough); err != nil {
-			return nil, err
-		}
-	}
-	dir := filepath.Dir(path)
-	if c.Spec != "" && !filepath.IsAbs(c.Spec) && !isURL(c.Spec) {
-		c.Spec = filepath.Join(dir, c.Spec)
-	}
-	if c.Output != "" && !filepath.IsAbs(c.Output) {
-		c.Output = filepath.Join(dir, c.Output)
-	}
-	return c, nil
-}
 
 type posError struct {
 	node *yaml.Node
@@ -204,11 +56,11 @@ func unknownKey(path, key string, known []string) error {
 	return fmt.Errorf("unknown key %q (known keys: %s)", path, strings.Join(known, ", "))
 }
 
-// decodePassthrough checks the oapi-codegen key's own keys; the options themselves are decoded
+// checkPassthroughKeys checks the oapi-codegen key's own keys; the options themselves are decoded
 // from the whole file by decodePassthroughOptions, so their errors carry real line numbers.
-func decodePassthrough(v *yaml.Node) (*codegen.Configuration, error) {
+func checkPassthroughKeys(v *yaml.Node) error {
 	if v.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("oapi-codegen: expected a mapping of oapi-codegen options (%s), got %s", strings.Join(oapiPassthroughKeys, ", "), describeNode(v))
+		return fmt.Errorf("oapi-codegen: expected a mapping of oapi-codegen options (%s), got %s", strings.Join(oapiPassthroughKeys, ", "), describeNode(v))
 	}
 	all, _ := yamlFields(reflect.TypeFor[codegen.Configuration]())
 	for i := 0; i+1 < len(v.Content); i += 2 {
@@ -217,11 +69,11 @@ func decodePassthrough(v *yaml.Node) (*codegen.Configuration, error) {
 			continue
 		}
 		if _, isOption := all[k.Value]; isOption {
-			return nil, &posError{node: k, msg: fmt.Sprintf("oapi-codegen: %q cannot be set here (allowed: %s; idemgen sets package, generate and the router itself)", k.Value, strings.Join(oapiPassthroughKeys, ", "))}
+			return &posError{node: k, msg: fmt.Sprintf("oapi-codegen: %q cannot be set here (allowed: %s; idemgen sets package, generate and the router itself)", k.Value, strings.Join(oapiPassthroughKeys, ", "))}
 		}
-		return nil, &posError{node: k, msg: unknownKey("oapi-codegen."+k.Value, k.Value, oapiPassthroughKeys).Error()}
+		return &posError{node: k, msg: unknownKey("oapi-codegen."+k.Value, k.Value, oapiPassthroughKeys).Error()}
 	}
-	return &codegen.Configuration{}, nil
+	return nil
 }
 
 // yamlFields maps the yaml key of each field of the struct type t to the field, the way yaml.v3
@@ -327,21 +179,20 @@ func describeNode(n *yaml.Node) string {
 	return fmt.Sprintf("%q", n.Value)
 }
 
-// passthroughFile is idemgen.yaml as yaml.v3 decodes it strictly: only the oapi-codegen options
-// are typed, the other keys were checked by ParseConfig.
-type passthroughFile struct {
-	Version         yaml.Node              `yaml:"version"`
-	Spec            yaml.Node              `yaml:"spec"`
-	Package         yaml.Node              `yaml:"package"`
-	Output          yaml.Node              `yaml:"output"`
-	Router          yaml.Node              `yaml:"router"`
-	AllowRemoteRefs yaml.Node              `yaml:"allow-remote-refs"`
-	Client          yaml.Node              `yaml:"client"`
-	ValidateBody    yaml.Node              `yaml:"validate-request-body"`
-	OapiCodegen     *codegen.Configuration `yaml:"oapi-codegen"`
-	Lint            yaml.Node              `yaml:"lint"`
-	Override        yaml.Node              `yaml:"override"`
-}
+// passthroughFile is the type idemgen.yaml is decoded into strictly: only the oapi-codegen
+// options are typed, every other key (checked by ParseConfig) is a yaml.Node, so the decoder
+// knows each of Options' keys and nothing else.
+var passthroughFile = func() reflect.Type {
+	var fields []reflect.StructField
+	for i, o := range options {
+		t := reflect.TypeFor[yaml.Node]()
+		if reflect.TypeFor[Options]().Field(o.index).Type == reflect.TypeFor[*codegen.Configuration]() {
+			t = reflect.TypeFor[*codegen.Configuration]()
+		}
+		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("F%d", i), Type: t, Tag: reflect.StructTag(fmt.Sprintf("yaml:%q", o.key))})
+	}
+	return reflect.StructOf(fields)
+}()
 
 var yamlLineError = regexp.MustCompile(`^\s*line (\d+): (.*)$`)
 
@@ -349,10 +200,10 @@ var yamlLineError = regexp.MustCompile(`^\s*line (\d+): (.*)$`)
 // error rather than a silent no-op. Pruning stays off unless output-options.skip-prune says
 // otherwise.
 func decodePassthroughOptions(path string, data []byte, v *yaml.Node) (*codegen.Configuration, error) {
-	var f passthroughFile
+	f := reflect.New(passthroughFile)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
+	if err := dec.Decode(f.Interface()); err != nil {
 		var msgs []string
 		for _, l := range strings.Split(err.Error(), "\n") {
 			if m := yamlLineError.FindStringSubmatch(l); m != nil {
@@ -364,7 +215,12 @@ func decodePassthroughOptions(path string, data []byte, v *yaml.Node) (*codegen.
 		}
 		return nil, errors.New(strings.Join(msgs, "\n"))
 	}
-	c := f.OapiCodegen
+	var c *codegen.Configuration
+	for i := range f.Elem().NumField() {
+		if opts, ok := f.Elem().Field(i).Interface().(*codegen.Configuration); ok {
+			c = opts
+		}
+	}
 	if c == nil {
 		c = &codegen.Configuration{}
 	}

@@ -235,10 +235,10 @@ func TestGofmtConfig(t *testing.T) {
 func TestEveryRouterFormatsWithoutGoimports(t *testing.T) {
 	t.Parallel()
 	in := load(t, "../../testdata/router-std-http/openapi.yaml")
-	for _, router := range Routers {
-		t.Run(router, func(t *testing.T) {
+	for _, router := range routerTable {
+		t.Run(router.Name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := oapiConfiguration(oapiOptions{Package: "api", Router: router})
+			cfg, err := oapiConfiguration(Options{Package: "api", Router: router})
 			if err != nil {
 				t.Fatal(err)
 			}

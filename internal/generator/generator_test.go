@@ -124,11 +124,11 @@ func TestGenerateErrors(t *testing.T) {
 	if _, err := Generate(in, Options{Package: "type"}); err == nil || !strings.Contains(err.Error(), `package name "type" is a Go keyword`) {
 		t.Errorf("keyword package: err = %v", err)
 	}
-	if _, err := Generate(in, Options{Package: "api", Router: "martini"}); err == nil ||
+	if _, err := LookupRouter("martini"); err == nil ||
 		!strings.Contains(err.Error(), `unknown router "martini" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`) {
 		t.Errorf("unknown router: %v", err)
 	}
-	for _, r := range Routers {
+	for _, r := range routerTable {
 		if _, err := Generate(in, Options{Package: "api", Router: r}); err != nil {
 			t.Errorf("router %s: %v", r, err)
 		}

@@ -20,12 +20,14 @@ const (
 	RouterIris    = "iris"     // github.com/kataras/iris/v12
 )
 
-// router is all idemgen knows of one router besides its templates. Its templates are the
-// shared idempotency.go.tmpl, whose {{block}}s hold the net/http defaults, then base's folder
-// (when set), then its own folder, each {{define}} replacing the block of that name: so
-// fiber-v3 is fiber's templates plus the few blocks that differ.
-type router struct {
-	name string
+// Router is one entry of the router registry: all idemgen knows of one router besides its
+// templates. Options.Router points at one; LookupRouter resolves a name to it, once, when the
+// config file or the flags are read. Its templates are the shared idempotency.go.tmpl, whose
+// {{block}}s hold the net/http defaults, then base's folder (when set), then its own folder,
+// each {{define}} replacing the block of that name: so fiber-v3 is fiber's templates plus the
+// few blocks that differ.
+type Router struct {
+	Name string // as --router and router: name it
 	// module is the framework's module as docs/routers.md's table names it (a test keeps the
 	// two equal).
 	module string
@@ -46,56 +48,52 @@ var (
 
 // routerTable is every router, the default first; messages, the docs and the config schema list
 // them in this order.
-var routerTable = []router{
-	{name: RouterStdHTTP, module: "net/http (`ServeMux`)", server: func(g *codegen.GenerateOptions) { g.StdHTTPServer = true }},
-	{name: RouterChi, module: "`github.com/go-chi/chi/v5`", server: func(g *codegen.GenerateOptions) { g.ChiServer = true }},
-	{name: RouterGorilla, module: "`github.com/gorilla/mux`", server: func(g *codegen.GenerateOptions) { g.GorillaServer = true }},
-	{name: RouterEcho, module: "`github.com/labstack/echo/v4`", methods: upperMethods,
+var routerTable = []*Router{
+	{Name: RouterStdHTTP, module: "net/http (`ServeMux`)", server: func(g *codegen.GenerateOptions) { g.StdHTTPServer = true }},
+	{Name: RouterChi, module: "`github.com/go-chi/chi/v5`", server: func(g *codegen.GenerateOptions) { g.ChiServer = true }},
+	{Name: RouterGorilla, module: "`github.com/gorilla/mux`", server: func(g *codegen.GenerateOptions) { g.GorillaServer = true }},
+	{Name: RouterEcho, module: "`github.com/labstack/echo/v4`", methods: upperMethods,
 		server: func(g *codegen.GenerateOptions) { g.EchoServer = true }},
-	{name: RouterEcho5, module: "`github.com/labstack/echo/v5`", base: RouterEcho, methods: upperMethods,
+	{Name: RouterEcho5, module: "`github.com/labstack/echo/v5`", base: RouterEcho, methods: upperMethods,
 		server: func(g *codegen.GenerateOptions) { g.Echo5Server = true }},
-	{name: RouterGin, module: "`github.com/gin-gonic/gin`", server: func(g *codegen.GenerateOptions) { g.GinServer = true }},
-	{name: RouterFiber, module: "`github.com/gofiber/fiber/v2` (on `github.com/valyala/fasthttp` v1.69.0)", methods: titleMethods,
+	{Name: RouterGin, module: "`github.com/gin-gonic/gin`", server: func(g *codegen.GenerateOptions) { g.GinServer = true }},
+	{Name: RouterFiber, module: "`github.com/gofiber/fiber/v2` (on `github.com/valyala/fasthttp` v1.69.0)", methods: titleMethods,
 		server: func(g *codegen.GenerateOptions) { g.FiberServer = true }},
-	{name: RouterFiberV3, module: "`github.com/gofiber/fiber/v3`", base: RouterFiber, methods: titleMethods,
+	{Name: RouterFiberV3, module: "`github.com/gofiber/fiber/v3`", base: RouterFiber, methods: titleMethods,
 		server: func(g *codegen.GenerateOptions) { g.FiberV3Server = true }},
-	{name: RouterIris, module: "`github.com/kataras/iris/v12`", server: func(g *codegen.GenerateOptions) { g.IrisServer = true }},
+	{Name: RouterIris, module: "`github.com/kataras/iris/v12`", server: func(g *codegen.GenerateOptions) { g.IrisServer = true }},
 }
 
 // Routers lists every router, the default first; messages list them in this order.
 var Routers = func() []string {
 	names := make([]string, len(routerTable))
 	for i, r := range routerTable {
-		names[i] = r.name
+		names[i] = r.Name
 	}
 	return names
 }()
 
-// IsRouter reports whether name is one of Routers.
-func IsRouter(name string) bool {
-	_, ok := lookupRouter(name)
-	return ok
-}
+// DefaultRouter is the router of a run that names none: std-http.
+func DefaultRouter() *Router { return routerTable[0] }
 
-func lookupRouter(name string) (router, bool) {
+// LookupRouter returns the registry's entry for name, or an error listing the routers idemgen
+// knows. It is the one place a router's name is resolved.
+func LookupRouter(name string) (*Router, error) {
 	for _, r := range routerTable {
-		if r.name == name {
-			return r, true
+		if r.Name == name {
+			return r, nil
 		}
 	}
-	return router{}, false
+	return nil, fmt.Errorf("unknown router %q (supported: %s)", name, strings.Join(Routers, ", "))
 }
 
-// UnknownRouterError is the error for a router name idemgen does not know; it lists the ones
-// it does.
-func UnknownRouterError(name string) error {
-	return fmt.Errorf("unknown router %q (supported: %s)", name, strings.Join(Routers, ", "))
-}
+// String is the router's name, as the config file and --router write it.
+func (r *Router) String() string { return r.Name }
 
 // templateFolders are the template folders of r, base first.
-func (r router) templateFolders() []string {
+func (r *Router) templateFolders() []string {
 	if r.base == "" {
-		return []string{r.name}
+		return []string{r.Name}
 	}
-	return []string{r.base, r.name}
+	return []string{r.base, r.Name}
 }
