@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Problem is a value that breaks a rule: the rule's id and a message that says what is wrong
@@ -314,7 +315,7 @@ func NeverReplayedWhy(name string) string {
 		return "it carries one client's credentials or session, which a stored answer must not hand to whoever retries the key"
 	case "Content-Length":
 		return "the server computes it from the replayed body"
-	case textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+	case textproto.CanonicalMIMEHeaderKey(idemwire.HeaderReplayed):
 		return "the runtime sets it itself on every replay"
 	}
 	return "it is a hop-by-hop header, which belongs to one connection, not to the outcome"
@@ -325,7 +326,7 @@ func NeverReplayedWhy(name string) string {
 // but a replay carries them all the same (computed from the body, set by the runtime).
 func MissingOnReplay(name string) string {
 	switch textproto.CanonicalMIMEHeaderKey(name) {
-	case "Content-Length", textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+	case "Content-Length", textproto.CanonicalMIMEHeaderKey(idemwire.HeaderReplayed):
 		return ""
 	}
 	return NeverReplayedWhy(name)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Position is a place in a spec file; Line and Col are 1-based.
@@ -94,7 +95,7 @@ func DefaultScope() []ScopeItem {
 }
 
 // DefaultPersist is the persist set when none is written.
-func DefaultPersist() []string { return slices.Clone(idemhttp.DefaultPersist) }
+func DefaultPersist() []string { return slices.Clone(idemwire.DefaultPersist) }
 
 // Policy is an operation's x-idempotency with the document defaults and built-in defaults
 // applied and every rule checked: what the generator renders, and what any other consumer (a
@@ -240,9 +241,9 @@ func SameParam(a, b Param) bool {
 func (p *Policy) StoresStatus(status string) bool {
 	list := p.Persist
 	if len(list) == 0 {
-		list = idemhttp.DefaultPersist
+		list = idemwire.DefaultPersist
 	}
-	persist := idem.Statuses(list...)
+	persist, _ := idemwire.ParseStatuses(list...) // validated when parsed
 	if code, err := strconv.Atoi(status); err == nil {
 		return persist.Contains(code)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // localRef follows a same-document $ref ("#/components/responses/Error") in the node tree; nil
@@ -144,7 +145,7 @@ func IsProblemMediaType(mt string) bool {
 	if err != nil {
 		base = strings.ToLower(strings.TrimSpace(mt))
 	}
-	return base == "application/problem+json"
+	return base == idemwire.MediaTypeProblem
 }
 
 // errorsNotProblem warns when an idempotent operation declares, for a status the runtime also
