@@ -110,7 +110,7 @@ type Kept struct {
 
 func (k Kept) String() string {
 	return fmt.Sprintf("%s:%d:%d: %s: responses.%d: kept your %s; the runtime answers application/problem+json with %s on this status (declare application/problem+json beside it, e.g. with the %s schema, so clients expect both)",
-		k.File, k.Line, k.Col, k.Route, k.Status, k.Declared, spec.CodesPhrase(k.Codes), ProblemSchemaName)
+		k.File, k.Line, k.Col, k.Route, k.Status, k.Declared, policy.CodesPhrase(k.Codes), ProblemSchemaName)
 }
 
 // Result is the annotated document.
@@ -1048,7 +1048,7 @@ func (p *planner) keep(o op) {
 		if err != nil {
 			continue
 		}
-		codes := spec.ProblemCodesOn(status, mismatch)
+		codes := policy.ProblemCodesOn(status, mismatch)
 		declared := spec.NonProblemBody(kop.Responses.Value(e.key))
 		if len(codes) == 0 || declared == "" {
 			continue

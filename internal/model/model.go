@@ -53,11 +53,7 @@ type Operation struct {
 }
 
 // ResponseHeader is one header a response declares.
-type ResponseHeader struct {
-	Status string // as the spec keys the response: "201", "2XX", "default"
-	Name   string // as written
-	Pos    Position
-}
+type ResponseHeader = policy.ResponseHeader
 
 // Input is what [policy.Resolve] needs of the operation.
 func (o *Operation) Input() *policy.Operation {

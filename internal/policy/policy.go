@@ -1,11 +1,15 @@
 // Package policy owns the x-idempotency language: its vocabulary (storage, claim mode, scope
 // items, persist sets, mismatch statuses, key sources), its defaults, the parser of every value,
-// the rule table, and [Resolve], which turns a policy as written for one operation into the
-// typed [Policy] every command uses, with a [Diagnostic] for each rule it breaks.
+// the rule table, [Resolve], which turns a policy as written for one operation into the typed
+// [Policy] every command uses, with a [Diagnostic] for each rule it breaks, and [Lint], the
+// document-level rules (what the document declares around x-idempotency: a POST without it, a
+// key-like header it does not use, responses a replay or a problem would contradict). Every
+// rule lives here.
 //
-// Callers only read and write: internal/spec reads x-idempotency from YAML nodes into a [Raw],
-// annotate builds one from its flags and the document's defaults, and the generator renders the
-// resolved [Policy]. None of them decides what a value means.
+// Callers only read and write: internal/spec reads x-idempotency from YAML nodes into a [Raw]
+// and the document's facts into a [LintInput], annotate builds a [Raw] from its flags and the
+// document's defaults, and the generator renders the resolved [Policy]. None of them decides
+// what a value means or whether a rule is broken.
 package policy
 
 import (
