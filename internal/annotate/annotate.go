@@ -333,7 +333,7 @@ func (o *Options) validate() error {
 // package policy, the same parsers a spec's values go through.
 func (o *Options) raw() (*policy.Raw, error) {
 	r := &policy.Raw{}
-	bad := func(flag string, p *policy.Problem) error { return fmt.Errorf("%s: %s", flag, p.Msg) }
+	bad := func(flag string, p *policy.Finding) error { return fmt.Errorf("%s: %s", flag, p.Msg) }
 	if o.Storage != "" {
 		v, p := policy.ParseStorage(o.Storage)
 		if p != nil {
@@ -371,7 +371,7 @@ func (o *Options) raw() (*policy.Raw, error) {
 	if o.Scope != nil {
 		scope, probs := policy.ParseScope(o.Scope)
 		if len(probs) > 0 {
-			return nil, bad("--scope", probs[0].Problem)
+			return nil, bad("--scope", probs[0].Finding)
 		}
 		var items []policy.Placed[policy.ScopeItem]
 		for _, it := range scope {

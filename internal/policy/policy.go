@@ -30,28 +30,30 @@ type Position struct {
 	Col  int
 }
 
-// Storage is what a policy stores of an answer.
-type Storage string
+// StorageMode is what a policy stores of an answer, as x-idempotency's storage names it; the
+// generated code turns it into the runtime's idemhttp.Storage.
+type StorageMode string
 
 const (
-	StorageResponse  Storage = "response"  // status, allow-listed headers and body
-	StorageReference Storage = "reference" // status and a reference a replay reloads the resource from
-	StorageMarker    Storage = "marker"    // status only; a replay recomputes the answer
+	StorageResponse  StorageMode = "response"  // status, allow-listed headers and body
+	StorageReference StorageMode = "reference" // status and a reference a replay reloads the resource from
+	StorageMarker    StorageMode = "marker"    // status only; a replay recomputes the answer
 )
 
 // Storages lists every storage mode, in the order messages name them.
-var Storages = []Storage{StorageResponse, StorageReference, StorageMarker}
+var Storages = []StorageMode{StorageResponse, StorageReference, StorageMarker}
 
-// Claim is how a request claims its key.
-type Claim string
+// ClaimMode is how a request claims its key, as x-idempotency's claim names it; the generated
+// code turns it into the runtime's idem.ClaimMode (idem.Claim is a claim held on a key).
+type ClaimMode string
 
 const (
-	ClaimLease       Claim = "lease"       // a leased row, renewed while the handler runs
-	ClaimTransaction Claim = "transaction" // a row lock held by the handler's transaction
+	ClaimLease       ClaimMode = "lease"       // a leased row, renewed while the handler runs
+	ClaimTransaction ClaimMode = "transaction" // a row lock held by the handler's transaction
 )
 
 // Claims lists every claim mode, in the order messages name them.
-var Claims = []Claim{ClaimLease, ClaimTransaction}
+var Claims = []ClaimMode{ClaimLease, ClaimTransaction}
 
 // Scope item kinds.
 const (
@@ -106,12 +108,12 @@ func DefaultPersist() []string { return slices.Clone(idemwire.DefaultPersist) }
 // generated client, say) reads from the model.
 type Policy struct {
 	Pos            Position // where x-idempotency is written
-	Storage        Storage
+	Storage        StorageMode
 	TTL            time.Duration
 	Lease          time.Duration
 	Wait           time.Duration
 	Timeout        time.Duration // bound on the handler's time (then rolled back, key released); the lease unless set
-	Claim          Claim
+	Claim          ClaimMode
 	MismatchStatus int      // one of MismatchStatuses
 	Persist        []string // "2xx", "404", … as written (classes lower-cased), validated
 	Scope          []ScopeItem

@@ -1,7 +1,8 @@
 // Package spec loads an OpenAPI document and turns its x-idempotency extensions into the typed
 // model. It is the one loader the generator, the linter and annotate use: it reads x-idempotency
 // from YAML nodes, checks their YAML types, and leaves what every value means, and every rule, to
-// package policy ([policy.Resolve] for x-idempotency's values, [policy.Lint] for the document around it).
+// package policy ([policy.Resolve] for x-idempotency's values, [policy.Lint] for the document
+// around it).
 //
 // Loading has two halves. kin-openapi reads the document (local $refs resolved, remote ones
 // refused unless allowed) and gives the operations, parameters, bodies and responses. The same
