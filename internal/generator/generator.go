@@ -1,8 +1,11 @@
 // Package generator turns a loaded spec into Go source: oapi-codegen's models, strict server and
 // router in one file, and idemgen's idempotent adapter in a second file of the same package.
 //
-// The pipeline is load (package spec) → model → render → format → files. Nothing here touches the
-// disk: Generate returns file names and contents, and Write and Check apply them to an FS.
+// The pipeline is load (package spec) → model → render (the templates of internal/templates) →
+// format → files. Options are one run's settings, read from idemgen.yaml (ParseConfig) and
+// generate's flags (Options.SetFlags); the router is one entry of the registry (routers.go).
+// Nothing here touches the disk: Generate returns file names and contents, and Write and Check
+// apply them to an FS.
 package generator
 
 import (
