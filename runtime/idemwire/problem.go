@@ -62,15 +62,18 @@ const (
 	RetryLater
 )
 
+// problem is one row of the table.
+type problem struct {
+	code, title string
+	status      int // 0: the operation's mismatchStatus
+	retry       Retry
+}
+
 // problems is the one table of the problem codes: their titles, the status each is answered
 // with and what a retry can do, in the order documentation lists them. A problem type has one
 // title whoever writes it: RFC 9457 clients may show the title as the type's summary, so two
 // titles for one type would read as two different problems.
-var problems = []struct {
-	code, title string
-	status      int // 0: the operation's mismatchStatus
-	retry       Retry
-}{
+var problems = []problem{
 	{CodeKeyMissing, "Idempotency key missing", http.StatusBadRequest, RetryNever},
 	{CodeKeyInvalid, "Idempotency key invalid", http.StatusBadRequest, RetryNever},
 	{CodeKeyReused, "Idempotency key reused with a different request", 0, RetryNever},
@@ -102,22 +105,16 @@ func ProblemType(code string) string { return ProblemTypePrefix + code }
 
 // ProblemTitle returns code's title, or "" for a code that is not one of the table's.
 func ProblemTitle(code string) string {
-	for _, p := range problems {
-		if p.code == code {
-			return p.title
-		}
-	}
-	return ""
+	p, _ := lookup(code)
+	return p.title
 }
 
 // ProblemStatus returns the status code is answered with: 0 for key-reused, whose status is the
 // operation's mismatchStatus (422 by default), and -1 for a code that is not one of the table's.
 // not-found and method-not-allowed answer requests that reach no operation.
 func ProblemStatus(code string) int {
-	for _, p := range problems {
-		if p.code == code {
-			return p.status
-		}
+	if p, ok := lookup(code); ok {
+		return p.status
 	}
 	return -1
 }
@@ -125,10 +122,15 @@ func ProblemStatus(code string) int {
 // ProblemRetry says what a retry can do about code; ok is false for a code that is not one of
 // the table's (a client then judges the answer by its status).
 func ProblemRetry(code string) (r Retry, ok bool) {
+	p, ok := lookup(code)
+	return p.retry, ok
+}
+
+func lookup(code string) (problem, bool) {
 	for _, p := range problems {
 		if p.code == code {
-			return p.retry, true
+			return p, true
 		}
 	}
-	return RetryNever, false
+	return problem{}, false
 }
