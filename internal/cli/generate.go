@@ -53,6 +53,8 @@ command line override the config file. Its keys, with paths relative to the file
   lint:                     # warnings reviewed and accepted, left out of the output
     acknowledge:
       - {rule: response-unbounded, operation: createExport, reason: bounded by the handler}
+  override:                 # x-idempotency fields forced on every idempotent operation
+    claim: transaction
 
 Its JSON Schema is internal/generator/config.schema.json in idemgen's repository.
 
