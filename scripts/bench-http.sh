@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-http.sh: what `make bench-http` runs. First BenchmarkGenerate (generator/: idemgen generate
+# bench-http.sh: what `make bench-http` runs. First BenchmarkGenerate (internal/generator/: idemgen generate
 # against oapi-codegen alone), then BenchmarkHTTP (bench/: the payments example over HTTP with
 # and without idempotency), which prints one table with both and writes it as JSON to
 # $BENCH_HTTP_JSON (default bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the CPU and
@@ -22,7 +22,7 @@ fi
 
 gen=$(mktemp)
 trap 'rm -f "$gen"' EXIT
-go test -run '^$' -bench '^BenchmarkGenerate$' -benchtime="${BENCH_GENERATE_TIMES:-7x}" ./generator | tee "$gen"
+go test -run '^$' -bench '^BenchmarkGenerate$' -benchtime="${BENCH_GENERATE_TIMES:-7x}" ./internal/generator | tee "$gen"
 BENCH_HTTP_GENERATOR=$(awk '
 	/^BenchmarkGenerate/ {
 		n = $2

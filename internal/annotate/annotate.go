@@ -110,7 +110,7 @@ type Kept struct {
 
 func (k Kept) String() string {
 	return fmt.Sprintf("%s:%d:%d: %s: responses.%d: kept your %s; the runtime answers application/problem+json with %s on this status (declare application/problem+json beside it, e.g. with the %s schema, so clients expect both)",
-		k.File, k.Line, k.Col, k.Route, k.Status, k.Declared, spec.CodesPhrase(k.Codes), ProblemSchemaName)
+		k.File, k.Line, k.Col, k.Route, k.Status, k.Declared, policy.CodesPhrase(k.Codes), ProblemSchemaName)
 }
 
 // Result is the annotated document.
@@ -333,7 +333,7 @@ func (o *Options) validate() error {
 // package policy, the same parsers a spec's values go through.
 func (o *Options) raw() (*policy.Raw, error) {
 	r := &policy.Raw{}
-	bad := func(flag string, p *policy.Problem) error { return fmt.Errorf("%s: %s", flag, p.Msg) }
+	bad := func(flag string, p *policy.Finding) error { return fmt.Errorf("%s: %s", flag, p.Msg) }
 	if o.Storage != "" {
 		v, p := policy.ParseStorage(o.Storage)
 		if p != nil {
@@ -371,7 +371,7 @@ func (o *Options) raw() (*policy.Raw, error) {
 	if o.Scope != nil {
 		scope, probs := policy.ParseScope(o.Scope)
 		if len(probs) > 0 {
-			return nil, bad("--scope", probs[0].Problem)
+			return nil, bad("--scope", probs[0].Finding)
 		}
 		var items []policy.Placed[policy.ScopeItem]
 		for _, it := range scope {
@@ -1048,7 +1048,7 @@ func (p *planner) keep(o op) {
 		if err != nil {
 			continue
 		}
-		codes := spec.ProblemCodesOn(status, mismatch)
+		codes := policy.ProblemCodesOn(status, mismatch)
 		declared := spec.NonProblemBody(kop.Responses.Value(e.key))
 		if len(codes) == 0 || declared == "" {
 			continue

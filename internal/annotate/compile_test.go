@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/generator"
 	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )

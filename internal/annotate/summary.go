@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemgen/idemgen/internal/spec"
+	"github.com/idemgen/idemgen/internal/policy"
 )
 
 // The notes annotate prints on stderr are for a person reviewing the change: a spec whose 44
@@ -48,7 +48,7 @@ func KeptSummary(kept []Kept) []string {
 		}
 		k := g.first
 		out = append(out, fmt.Sprintf("%s:%d:%d: responses.%d of %d operations (%s): kept your %s; the runtime answers application/problem+json with %s on this status (declare application/problem+json beside it, e.g. with the %s schema; or answer refusals in your format with an idemhttp.Renderer and set x-idempotency renderer: custom)",
-			k.File, k.Line, k.Col, k.Status, len(g.routes), routesPhrase(g.routes), k.Declared, spec.CodesPhrase(k.Codes), ProblemSchemaName))
+			k.File, k.Line, k.Col, k.Status, len(g.routes), routesPhrase(g.routes), k.Declared, policy.CodesPhrase(k.Codes), ProblemSchemaName))
 	}
 	return out
 }

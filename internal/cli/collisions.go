@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/generator"
 )
 
 // A collision is a name the generated package declares more than once: oapi-codegen derives Go

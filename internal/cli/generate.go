@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/generator"
 	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
 )
@@ -19,10 +19,11 @@ import (
 // defaultConfig is read when generate is given neither a spec nor --config.
 const defaultConfig = "idemgen.yaml"
 
+// generateFlags are generate's own flags; the others are generator.Options', which
+// generator.Options.SetFlags reads from the command line by their names.
 type generateFlags struct {
-	pkg, output, router, config string
-	check, allowRemoteRefs      bool
-	client, validateRequestBody bool
+	config string
+	check  bool
 }
 
 func newGenerateCmd(s *streams) *cobra.Command {
@@ -52,8 +53,10 @@ command line override the config file. Its keys, with paths relative to the file
   lint:                     # warnings reviewed and accepted, left out of the output
     acknowledge:
       - {rule: response-unbounded, operation: createExport, reason: bounded by the handler}
+  override:                 # x-idempotency fields forced on every idempotent operation
+    claim: transaction
 
-Its JSON Schema is generator/config.schema.json in idemgen's repository.
+Its JSON Schema is internal/generator/config.schema.json in idemgen's repository.
 
 --check writes nothing: it prints a unified diff of every stale or missing file and exits 1, or
 exits 0 when the files on disk are current. Spec errors exit 2 and nothing is written.`,
@@ -66,41 +69,28 @@ exits 0 when the files on disk are current. Spec errors exit 2 and nothing is wr
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.pkg, "package", "p", "", "Go package name (default: the output directory's name)")
-	fl.StringVarP(&f.output, "output", "o", "", "directory to write the *.gen.go files to (default: the config file's directory, or .)")
-	fl.StringVar(&f.router, "router", generator.RouterStdHTTP, "HTTP router, the name of oapi-codegen's *-server option: "+strings.Join(generator.Routers, ", "))
 	fl.StringVarP(&f.config, "config", "c", "", "config file (default ./idemgen.yaml when no SPEC is given)")
 	fl.BoolVar(&f.check, "check", false, "write nothing; print a diff and exit 1 when the files on disk are stale")
-	fl.BoolVar(&f.allowRemoteRefs, "allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
-	fl.BoolVar(&f.client, "client", false, "also write client.gen.go, a retry-safe client of the API (also client: true in idemgen.yaml)")
-	fl.BoolVar(&f.validateRequestBody, "validate-request-body", false, "check request bodies against the spec before any key is claimed: 400 request-invalid, no key bound (also validate-request-body: true in idemgen.yaml)")
+	// generator.Options' flags, by the names of its flag tags (TestGenerateFlagsAreOptions).
+	fl.StringP("package", "p", "", "Go package name (default: the output directory's name)")
+	fl.StringP("output", "o", "", "directory to write the *.gen.go files to (default: the config file's directory, or .)")
+	fl.String("router", generator.RouterStdHTTP, "HTTP router, the name of oapi-codegen's *-server option: "+strings.Join(generator.Routers, ", "))
+	fl.Bool("allow-remote-refs", false, "follow $refs to other hosts (refused by default; also allow-remote-refs in idemgen.yaml)")
+	fl.Bool("client", false, "also write client.gen.go, a retry-safe client of the API (also client: true in idemgen.yaml)")
+	fl.Bool("validate-request-body", false, "check request bodies against the spec before any key is claimed: 400 request-invalid, no key bound (also validate-request-body: true in idemgen.yaml)")
 	return cmd
 }
 
-// generateJob is what to generate, after config file and flags are merged.
-type generateJob struct {
-	spec, pkg, output, router string
-	allowRemoteRefs, client   bool
-	validateRequestBody       bool
-	cfg                       *generator.Config
-}
-
 func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string) error {
-	job, err := resolveJob(cmd, f, args)
+	opts, err := resolveOptions(cmd, f, args)
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
-	loadOpts := &spec.LoadOpts{AllowRemoteRefs: job.allowRemoteRefs}
-	if job.cfg != nil {
-		loadOpts.Override = job.cfg.Override
-	}
-	loaded, err := spec.Load(job.spec, loadOpts)
+	loaded, err := spec.Load(opts.Spec, &spec.LoadOpts{AllowRemoteRefs: opts.AllowRemoteRefs, Override: opts.Override})
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
-	if job.cfg != nil {
-		loaded.Acknowledge(job.cfg.Acknowledge)
-	}
+	loaded.Acknowledge(opts.Acknowledge)
 	for _, d := range loaded.Diagnostics {
 		fmt.Fprintln(s.err, d.String())
 	}
@@ -115,46 +105,42 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 		if n == 1 {
 			noun = "error"
 		}
-		return fail(ExitUsage, fmt.Errorf("%s: %d %s in x-idempotency; nothing was generated", job.spec, n, noun))
+		return fail(ExitUsage, fmt.Errorf("%s: %d %s in x-idempotency; nothing was generated", opts.Spec, n, noun))
 	}
 
-	opts := generator.Options{Package: job.pkg, Router: job.router, AllowRemoteRefs: job.allowRemoteRefs, Client: job.client, ValidateRequestBody: job.validateRequestBody}
-	if job.cfg != nil {
-		opts.OapiCodegen = job.cfg.OapiCodegen
-	}
-	files, err := generator.Generate(generator.Input{File: loaded.File, Raw: loaded.Raw, Model: loaded.Model, Doc: loaded.Doc}, opts)
+	files, err := generator.Generate(generator.Input{File: loaded.File, Raw: loaded.Raw, Model: loaded.Model, Doc: loaded.Doc}, *opts)
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
 	// oapi-codegen writes a package whose names collide without a word: it is checked here, so
 	// the user hears of it with the options that resolve it rather than from go build.
 	if cs, err := collisions(files); err != nil {
-		return fail(ExitUsage, fmt.Errorf("%s: %w", job.spec, err))
+		return fail(ExitUsage, fmt.Errorf("%s: %w", opts.Spec, err))
 	} else if len(cs) > 0 {
-		return fail(ExitUsage, collisionError(job.spec, cs))
+		return fail(ExitUsage, collisionError(opts.Spec, cs))
 	}
 
-	dst := generator.DirFS(job.output)
+	dst := generator.DirFS(opts.Output)
 	if f.check {
-		stale, err := generator.Check(dst, job.output, files, s.out)
+		stale, err := generator.Check(dst, opts.Output, files, s.out)
 		if err != nil {
-			return fail(ExitUsage, fmt.Errorf("check %s: %w", job.output, err))
+			return fail(ExitUsage, fmt.Errorf("check %s: %w", opts.Output, err))
 		}
 		if stale {
-			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run go generate ./... (where a //go:generate line runs idemgen), or %s, to update them", job.output, regenerateCommand(cmd, args)))
+			return fail(ExitFindings, fmt.Errorf("generated files in %s are stale: run go generate ./... (where a //go:generate line runs idemgen), or %s, to update them", opts.Output, regenerateCommand(cmd, args)))
 		}
 		return nil
 	}
 	if _, err := generator.Write(dst, files); err != nil {
-		return fail(ExitUsage, fmt.Errorf("write %s: %w", job.output, err))
+		return fail(ExitUsage, fmt.Errorf("write %s: %w", opts.Output, err))
 	}
 	return nil
 }
 
-// resolveJob merges the config file (named by --config, or ./idemgen.yaml when no SPEC is given)
-// with the flags; a flag set on the command line wins.
-func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJob, error) {
-	job := &generateJob{router: generator.RouterStdHTTP}
+// resolveOptions merges the config file (named by --config, or ./idemgen.yaml when no SPEC is
+// given) with the flags; a flag set on the command line wins.
+func resolveOptions(cmd *cobra.Command, f *generateFlags, args []string) (*generator.Options, error) {
+	opts := &generator.Options{}
 	cfgPath := f.config
 	if cfgPath == "" && len(args) == 0 {
 		cfgPath = defaultConfig
@@ -163,67 +149,52 @@ func resolveJob(cmd *cobra.Command, f *generateFlags, args []string) (*generateJ
 		}
 	}
 	if cfgPath != "" {
-		c, err := readConfig(cfgPath)
-		if err != nil {
+		var err error
+		if opts, err = readConfig(cfgPath); err != nil {
 			return nil, err
 		}
-		job.cfg = c
-		job.spec, job.pkg, job.output, job.allowRemoteRefs, job.client = c.Spec, c.Package, c.Output, c.AllowRemoteRefs, c.Client
-		job.validateRequestBody = c.ValidateRequestBody
-		if c.Router != "" {
-			job.router = c.Router
-		}
-		if job.output == "" {
-			job.output = filepath.Dir(cfgPath)
+		if opts.Output == "" {
+			opts.Output = filepath.Dir(cfgPath)
 		}
 	}
 	if len(args) == 1 {
-		job.spec = args[0]
+		opts.Spec = args[0]
 	}
-	changed := cmd.Flags().Changed
-	if changed("package") {
-		job.pkg = f.pkg
+	if err := opts.SetFlags(changedFlag(cmd.Flags())); err != nil {
+		return nil, err
 	}
-	if changed("output") {
-		job.output = f.output
-	}
-	if changed("router") {
-		// A router from the config file was checked by ParseConfig, which names its line.
-		if !generator.IsRouter(f.router) {
-			return nil, fmt.Errorf("--router: %w", generator.UnknownRouterError(f.router))
-		}
-		job.router = f.router
-	}
-	if changed("allow-remote-refs") {
-		job.allowRemoteRefs = f.allowRemoteRefs
-	}
-	if changed("client") {
-		job.client = f.client
-	}
-	if changed("validate-request-body") {
-		job.validateRequestBody = f.validateRequestBody
-	}
-	if job.spec == "" {
+	if opts.Spec == "" {
 		return nil, fmt.Errorf("%s names no spec: add `spec: openapi.yaml`, or pass the spec as an argument", cfgPath)
 	}
-	if job.output == "" {
-		job.output = "."
+	if opts.Output == "" {
+		opts.Output = "."
 	}
-	if job.pkg == "" {
-		abs, err := filepath.Abs(job.output)
+	if opts.Package == "" {
+		abs, err := filepath.Abs(opts.Output)
 		if err != nil {
 			return nil, err
 		}
-		job.pkg = strings.ReplaceAll(filepath.Base(abs), "-", "_")
-		if generator.CheckPackage(job.pkg) != nil {
-			return nil, fmt.Errorf("cannot derive a package name from output directory %q: pass --package", job.output)
+		opts.Package = strings.ReplaceAll(filepath.Base(abs), "-", "_")
+		if generator.CheckPackage(opts.Package) != nil {
+			return nil, fmt.Errorf("cannot derive a package name from output directory %q: pass --package", opts.Output)
 		}
 	}
-	return job, nil
+	return opts, nil
+}
+
+// changedFlag reads the flags set on the command line, for generator.Options.SetFlags.
+func changedFlag(fl *pflag.FlagSet) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		f := fl.Lookup(name)
+		if f == nil || !f.Changed {
+			return "", false
+		}
+		return f.Value.String(), true
+	}
 }
 
 // readConfig reads and parses the config file at path.
-func readConfig(path string) (*generator.Config, error) {
+func readConfig(path string) (*generator.Options, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot read the config: %w", path, pathCause(err))

@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/generator"
 )
 
 // update is the package's -update flag; other golden tests in package cli should use it too
@@ -481,6 +481,23 @@ func TestEveryRouterHasAGoldenCase(t *testing.T) {
 		}
 		if !strings.Contains(string(b), "routertest.Run(") || !strings.Contains(string(b), `Name: `) {
 			t.Errorf("%s does not run routertest.Run", test)
+		}
+	}
+}
+
+// TestGenerateFlagsAreOptions: every flag generator.Options reads (its flag tags) is a flag of
+// generate, so a setting added to Options without its flag line fails here rather than being
+// silently unsettable from the command line; and generate --help lists every config key.
+func TestGenerateFlagsAreOptions(t *testing.T) {
+	cmd := newGenerateCmd(&streams{})
+	for _, name := range generator.OptionFlags() {
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("generator.Options reads --%s, which generate does not declare", name)
+		}
+	}
+	for _, key := range generator.ConfigKeys() {
+		if !strings.Contains(cmd.Long, "\n  "+key+":") {
+			t.Errorf("generate --help does not list idemgen.yaml's key %s", key)
 		}
 	}
 }

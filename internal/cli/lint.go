@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemgen/idemgen/generator"
+	"github.com/idemgen/idemgen/internal/generator"
 	"github.com/idemgen/idemgen/internal/lint"
 	"github.com/idemgen/idemgen/internal/policy"
 	"github.com/idemgen/idemgen/internal/spec"
@@ -62,7 +62,7 @@ or the config file cannot be read or loaded.`,
 			default:
 				return fail(ExitUsage, fmt.Errorf("lint: --fail-on %q is not a severity (use error or warning)", failOn))
 			}
-			var cfg *generator.Config
+			var cfg *generator.Options
 			if config != "" {
 				var err error
 				if cfg, err = readConfig(config); err != nil {

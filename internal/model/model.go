@@ -4,10 +4,8 @@
 package model
 
 import (
-	"mime"
-	"strings"
-
 	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Position is a place in a spec file; Line and Col are 1-based.
@@ -55,11 +53,7 @@ type Operation struct {
 }
 
 // ResponseHeader is one header a response declares.
-type ResponseHeader struct {
-	Status string // as the spec keys the response: "201", "2XX", "default"
-	Name   string // as written
-	Pos    Position
-}
+type ResponseHeader = policy.ResponseHeader
 
 // Input is what [policy.Resolve] needs of the operation.
 func (o *Operation) Input() *policy.Operation {
@@ -80,20 +74,17 @@ const (
 	BodyBytes              // text, binary, or several media types: the bytes as sent
 )
 
-// ClassifyMediaType says how a request body of media type mt is fingerprinted, by the same rule
-// the runtime applies to the Content-Type a request arrives with (idem.CanonicalBody): JSON
-// (application/json and *+json) canonically, forms field by field, multipart part by part, and
-// anything else as bytes.
+// ClassifyMediaType says how a request body of media type mt is fingerprinted: by the runtime's
+// own rule for the Content-Type a request arrives with (idemwire.ClassifyMediaType, which
+// idem.CanonicalBody reads too): JSON (application/json and *+json) canonically, forms field by
+// field, multipart part by part, and anything else as bytes.
 func ClassifyMediaType(mt string) BodyKind {
-	base, _, err := mime.ParseMediaType(mt)
-	switch {
-	case err != nil:
-		return BodyBytes
-	case base == "application/json" || strings.HasSuffix(base, "+json"):
+	switch idemwire.ClassifyMediaType(mt) {
+	case idemwire.MediaJSON:
 		return BodyJSON
-	case base == "application/x-www-form-urlencoded":
+	case idemwire.MediaForm:
 		return BodyForm
-	case strings.HasPrefix(base, "multipart/"):
+	case idemwire.MediaMultipart:
 		return BodyMultipart
 	}
 	return BodyBytes

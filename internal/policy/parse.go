@@ -11,58 +11,60 @@ import (
 	"time"
 
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
-// Problem is a value that breaks a rule: the rule's id and a message that says what is wrong
+// Finding is a value that breaks a rule: the rule's id and a message that says what is wrong
 // and what to do, without the field's name (the caller names the field its own way:
-// x-idempotency.storage in a spec, --storage on annotate's command line).
-type Problem struct {
+// x-idempotency.storage in a spec, --storage on annotate's command line). It is a compile-time
+// finding, not the RFC 9457 problem a server answers (idemhttp.Problem).
+type Finding struct {
 	Rule string
 	Msg  string
 }
 
-func (p *Problem) Error() string { return p.Msg }
+func (p *Finding) Error() string { return p.Msg }
 
-func problem(rule, format string, args ...any) *Problem {
-	return &Problem{Rule: rule, Msg: fmt.Sprintf(format, args...)}
+func finding(rule, format string, args ...any) *Finding {
+	return &Finding{Rule: rule, Msg: fmt.Sprintf(format, args...)}
 }
 
-// ItemProblem is a Problem with one item of a list; Index is the item's place in the list
+// ItemFinding is a Finding about one item of a list; Index is the item's place in the list
 // given, or -1 for the list as a whole.
-type ItemProblem struct {
+type ItemFinding struct {
 	Index int
-	*Problem
+	*Finding
 }
 
 // ParseStorage reads a storage mode.
-func ParseStorage(s string) (Storage, *Problem) {
-	if slices.Contains(Storages, Storage(s)) {
-		return Storage(s), nil
+func ParseStorage(s string) (StorageMode, *Finding) {
+	if slices.Contains(Storages, StorageMode(s)) {
+		return StorageMode(s), nil
 	}
-	return "", problem(RuleStorageInvalid, "%q is not a storage mode (use response, reference or marker)", s)
+	return "", finding(RuleStorageInvalid, "%q is not a storage mode (use response, reference or marker)", s)
 }
 
 // ParseClaim reads a claim mode.
-func ParseClaim(s string) (Claim, *Problem) {
-	if slices.Contains(Claims, Claim(s)) {
-		return Claim(s), nil
+func ParseClaim(s string) (ClaimMode, *Finding) {
+	if slices.Contains(Claims, ClaimMode(s)) {
+		return ClaimMode(s), nil
 	}
-	return "", problem(RuleClaimInvalid, "%q is not a claim mode (use lease or transaction)", s)
+	return "", finding(RuleClaimInvalid, "%q is not a claim mode (use lease or transaction)", s)
 }
 
 // ParseMismatchStatus checks a mismatchStatus.
-func ParseMismatchStatus(n int) (int, *Problem) {
+func ParseMismatchStatus(n int) (int, *Finding) {
 	if slices.Contains(MismatchStatuses, n) {
 		return n, nil
 	}
-	return 0, problem(RuleMismatchStatus, "%d is not allowed (use 422, 409 or 400)", n)
+	return 0, finding(RuleMismatchStatus, "%d is not allowed (use 422, 409 or 400)", n)
 }
 
 // ParseDurationField reads the value of ttl, lease, timeout (positive) or wait (zero or more).
-func ParseDurationField(field, s string) (time.Duration, *Problem) {
+func ParseDurationField(field, s string) (time.Duration, *Finding) {
 	d, err := ParseDuration(s)
 	if err != nil {
-		return 0, problem(RuleDurationInvalid, "%q is not a duration (use e.g. 24h or 3d)", s)
+		return 0, finding(RuleDurationInvalid, "%q is not a duration (use e.g. 24h or 3d)", s)
 	}
 	zeroOK := field == "wait"
 	if d < 0 || (d == 0 && !zeroOK) {
@@ -70,7 +72,7 @@ func ParseDurationField(field, s string) (time.Duration, *Problem) {
 		if zeroOK {
 			want = "zero or positive"
 		}
-		return 0, problem(RuleDurationInvalid, "%q must be %s (use e.g. 24h or 3d)", s, want)
+		return 0, finding(RuleDurationInvalid, "%q must be %s (use e.g. 24h or 3d)", s, want)
 	}
 	return d, nil
 }
@@ -122,15 +124,15 @@ var (
 
 // ParsePersist reads a persist list: status classes (2xx..5xx, lower-cased) and codes
 // (200..599), never 408, 425 or 429, none twice, not empty.
-func ParsePersist(items []string) ([]string, []ItemProblem) {
+func ParsePersist(items []string) ([]string, []ItemFinding) {
 	if len(items) == 0 {
-		return nil, []ItemProblem{{-1, problem(RulePersistInvalid, "an empty list stores nothing, so no retry would ever be replayed (list the outcomes to keep, e.g. [2xx, 4xx])")}}
+		return nil, []ItemFinding{{-1, finding(RulePersistInvalid, "an empty list stores nothing, so no retry would ever be replayed (list the outcomes to keep, e.g. [2xx, 4xx])")}}
 	}
-	return parseList(items, func(s string) (string, string, *Problem) {
+	return parseList(items, func(s string) (string, string, *Finding) {
 		v := strings.ToLower(s)
 		switch {
 		case v == "408" || v == "425" || v == "429":
-			return "", "", problem(RulePersistNeverStored, "%s is never stored: it asks the client to retry, and a stored copy would answer every retry with it (remove it)", v)
+			return "", "", finding(RulePersistNeverStored, "%s is never stored: it asks the client to retry, and a stored copy would answer every retry with it (remove it)", v)
 		case statusClass.MatchString(v) || statusCode.MatchString(v):
 			return v, v, nil
 		}
@@ -138,26 +140,26 @@ func ParsePersist(items []string) ([]string, []ItemProblem) {
 		if _, err := strconv.Atoi(s); err != nil {
 			shown = strconv.Quote(s)
 		}
-		return "", "", problem(RulePersistInvalid, "%s is not a status class or code (use 2xx, 3xx, 4xx, 5xx or a code from 200 to 599)", shown)
-	}, func(s string) *Problem {
-		return problem(RulePersistInvalid, "%s is listed twice (remove one)", strings.ToLower(s))
+		return "", "", finding(RulePersistInvalid, "%s is not a status class or code (use 2xx, 3xx, 4xx, 5xx or a code from 200 to 599)", shown)
+	}, func(s string) *Finding {
+		return finding(RulePersistInvalid, "%s is listed twice (remove one)", strings.ToLower(s))
 	})
 }
 
 // parseList reads items with parse, which also returns the identity an item is compared by: an
 // item whose identity an earlier one had is the problem twice returns. The items accepted keep
 // their order.
-func parseList[T any](items []string, parse func(string) (T, string, *Problem), twice func(string) *Problem) ([]T, []ItemProblem) {
+func parseList[T any](items []string, parse func(string) (T, string, *Finding), twice func(string) *Finding) ([]T, []ItemFinding) {
 	out := []T{}
-	var probs []ItemProblem
+	var probs []ItemFinding
 	seen := map[string]bool{}
 	for i, s := range items {
 		v, id, p := parse(s)
 		switch {
 		case p != nil:
-			probs = append(probs, ItemProblem{i, p})
+			probs = append(probs, ItemFinding{i, p})
 		case seen[id]:
-			probs = append(probs, ItemProblem{i, twice(s)})
+			probs = append(probs, ItemFinding{i, twice(s)})
 		default:
 			seen[id] = true
 			out = append(out, v)
@@ -168,7 +170,7 @@ func parseList[T any](items []string, parse func(string) (T, string, *Problem), 
 
 // ParseScopeItem reads one scope item: tenant, operation, header:<Name> (a header name) or
 // path:<param> (any non-empty name).
-func ParseScopeItem(s string) (ScopeItem, *Problem) {
+func ParseScopeItem(s string) (ScopeItem, *Finding) {
 	kind, arg, hasArg := strings.Cut(s, ":")
 	switch {
 	case !hasArg && (kind == ScopeTenant || kind == ScopeOperation):
@@ -183,49 +185,49 @@ func ParseScopeItem(s string) (ScopeItem, *Problem) {
 
 // ScopeItemInvalid is the problem of a scope item that is none of the four kinds; shown is the
 // item as the reader wrote it.
-func ScopeItemInvalid(shown string) *Problem {
-	return problem(RuleScopeInvalid, "%s is not a scope item (use tenant, operation, header:<Name> or path:<param>)", shown)
+func ScopeItemInvalid(shown string) *Finding {
+	return finding(RuleScopeInvalid, "%s is not a scope item (use tenant, operation, header:<Name> or path:<param>)", shown)
 }
 
 // ParseScope reads a scope list; an item listed twice (header names compared
 // case-insensitively) is a problem.
-func ParseScope(items []string) ([]ScopeItem, []ItemProblem) {
-	return parseList(items, func(s string) (ScopeItem, string, *Problem) {
+func ParseScope(items []string) ([]ScopeItem, []ItemFinding) {
+	return parseList(items, func(s string) (ScopeItem, string, *Finding) {
 		it, p := ParseScopeItem(s)
 		return it, it.Kind + ":" + strings.ToLower(it.Name), p
-	}, func(s string) *Problem { return problem(RuleScopeInvalid, "%q is listed twice (remove one)", s) })
+	}, func(s string) *Finding { return finding(RuleScopeInvalid, "%q is listed twice (remove one)", s) })
 }
 
 // ParseKeyHeader checks key.header.
-func ParseKeyHeader(s string) (string, *Problem) {
+func ParseKeyHeader(s string) (string, *Finding) {
 	if !IsToken(s) {
-		return "", problem(RuleKeyInvalid, "%q is not a valid header name", s)
+		return "", finding(RuleKeyInvalid, "%q is not a valid header name", s)
 	}
 	return s, nil
 }
 
 // ParseKeyFrom reads key.from, path:<param>, into the parameter's name.
-func ParseKeyFrom(s string) (string, *Problem) {
+func ParseKeyFrom(s string) (string, *Finding) {
 	param, found := strings.CutPrefix(s, "path:")
 	if !found || param == "" {
-		return "", problem(RuleKeyInvalid, "%q is not a key source (use path:<param>, or key.header for a header)", s)
+		return "", finding(RuleKeyInvalid, "%q is not a key source (use path:<param>, or key.header for a header)", s)
 	}
 	return param, nil
 }
 
 // ParseKeyMaxLength checks key.maxLength, written as text.
-func ParseKeyMaxLength(s string) (int, *Problem) {
+func ParseKeyMaxLength(s string) (int, *Finding) {
 	ml, err := strconv.Atoi(s)
 	if err != nil || ml < 1 || ml > MaxKeyLength {
-		return 0, problem(RuleKeyMaxLength, "%s is out of range (use 1 to %d)", s, MaxKeyLength)
+		return 0, finding(RuleKeyMaxLength, "%s is out of range (use 1 to %d)", s, MaxKeyLength)
 	}
 	return ml, nil
 }
 
 // ParseKeyPattern checks key.pattern, an RE2 regular expression.
-func ParseKeyPattern(s string) (string, *Problem) {
+func ParseKeyPattern(s string) (string, *Finding) {
 	if _, err := regexp.Compile(s); err != nil {
-		return "", problem(RuleKeyPatternInvalid, "%q is not a valid RE2 regular expression: %v", s, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+		return "", finding(RuleKeyPatternInvalid, "%q is not a valid RE2 regular expression: %v", s, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 	}
 	return s, nil
 }
@@ -245,18 +247,18 @@ type ExcludeItem struct {
 }
 
 // ParseExcludes reads fingerprint.exclude; an entry listed twice is a problem.
-func ParseExcludes(items []string) ([]ExcludeItem, []ItemProblem) {
-	return parseList(items, func(s string) (ExcludeItem, string, *Problem) {
+func ParseExcludes(items []string) ([]ExcludeItem, []ItemFinding) {
+	return parseList(items, func(s string) (ExcludeItem, string, *Finding) {
 		it, msg := parseExclude(s)
 		if msg != "" {
-			return it, "", problem(RuleFingerprintPointer, "%s", msg)
+			return it, "", finding(RuleFingerprintPointer, "%s", msg)
 		}
 		id := it.Kind + ":" + it.Name
 		if it.Kind == ExcludeHeader {
 			id = strings.ToLower(id)
 		}
 		return it, id, nil
-	}, func(s string) *Problem { return problem(RuleFingerprintPointer, "%q is listed twice (remove one)", s) })
+	}, func(s string) *Finding { return finding(RuleFingerprintPointer, "%q is listed twice (remove one)", s) })
 }
 
 // parseExclude reads one fingerprint.exclude entry, or says what is wrong with it. An entry that
@@ -314,7 +316,7 @@ func NeverReplayedWhy(name string) string {
 		return "it carries one client's credentials or session, which a stored answer must not hand to whoever retries the key"
 	case "Content-Length":
 		return "the server computes it from the replayed body"
-	case textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+	case textproto.CanonicalMIMEHeaderKey(idemwire.HeaderReplayed):
 		return "the runtime sets it itself on every replay"
 	}
 	return "it is a hop-by-hop header, which belongs to one connection, not to the outcome"
@@ -325,7 +327,7 @@ func NeverReplayedWhy(name string) string {
 // but a replay carries them all the same (computed from the body, set by the runtime).
 func MissingOnReplay(name string) string {
 	switch textproto.CanonicalMIMEHeaderKey(name) {
-	case "Content-Length", textproto.CanonicalMIMEHeaderKey(idemhttp.HeaderReplayed):
+	case "Content-Length", textproto.CanonicalMIMEHeaderKey(idemwire.HeaderReplayed):
 		return ""
 	}
 	return NeverReplayedWhy(name)
@@ -333,17 +335,17 @@ func MissingOnReplay(name string) string {
 
 // ParseReplayHeaders reads replayHeaders: header names, none hop-by-hop or a credential, none
 // twice.
-func ParseReplayHeaders(items []string) ([]string, []ItemProblem) {
-	return parseList(items, func(s string) (string, string, *Problem) {
+func ParseReplayHeaders(items []string) ([]string, []ItemFinding) {
+	return parseList(items, func(s string) (string, string, *Finding) {
 		canon := textproto.CanonicalMIMEHeaderKey(s)
 		switch {
 		case !IsToken(s):
-			return "", "", problem(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
+			return "", "", finding(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
 		case NeverReplayedWhy(canon) != "":
-			return "", "", problem(RuleReplayHeaderDenied, "%s is never replayed: %s (remove it)", s, NeverReplayedWhy(canon))
+			return "", "", finding(RuleReplayHeaderDenied, "%s is never replayed: %s (remove it)", s, NeverReplayedWhy(canon))
 		}
 		return s, canon, nil
-	}, func(s string) *Problem { return problem(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })
+	}, func(s string) *Finding { return finding(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })
 }
 
 // IsToken reports whether s is an RFC 9110 token, the syntax of a header field name.
@@ -381,35 +383,35 @@ func KeyLikeRank(name string) int {
 }
 
 // ParseRenderer reads renderer: problem (the default) or custom.
-func ParseRenderer(s string) (string, *Problem) {
+func ParseRenderer(s string) (string, *Finding) {
 	if s == RendererProblem || s == RendererCustom {
 		return s, nil
 	}
-	return "", problem(RuleRendererInvalid, "%q is not a renderer (use problem for RFC 9457 problems, or custom when the server's idemhttp.Renderer answers refusals in the API's own error format)", s)
+	return "", finding(RuleRendererInvalid, "%q is not a renderer (use problem for RFC 9457 problems, or custom when the server's idemhttp.Renderer answers refusals in the API's own error format)", s)
 }
 
 // ParseIncludes reads fingerprint.include: header:<Name> entries, none twice.
-func ParseIncludes(items []string) ([]ExcludeItem, []ItemProblem) {
-	return parseList(items, func(s string) (ExcludeItem, string, *Problem) {
+func ParseIncludes(items []string) ([]ExcludeItem, []ItemFinding) {
+	return parseList(items, func(s string) (ExcludeItem, string, *Finding) {
 		name, ok := strings.CutPrefix(s, "header:")
 		if !ok || !IsToken(name) {
-			return ExcludeItem{}, "", problem(RuleFingerprintPointer, "%q is not header:<Name>: only headers the default fingerprint leaves out can be included", s)
+			return ExcludeItem{}, "", finding(RuleFingerprintPointer, "%q is not header:<Name>: only headers the default fingerprint leaves out can be included", s)
 		}
 		return ExcludeItem{Kind: ExcludeHeader, Name: name}, strings.ToLower(name), nil
-	}, func(s string) *Problem { return problem(RuleFingerprintPointer, "%q is listed twice (remove one)", s) })
+	}, func(s string) *Finding { return finding(RuleFingerprintPointer, "%q is listed twice (remove one)", s) })
 }
 
 // ParseEchoHeaders reads echoHeaders: header names, none a credential or hop-by-hop header (a
 // replay would hand the request's Authorization back), none twice.
-func ParseEchoHeaders(items []string) ([]string, []ItemProblem) {
-	return parseList(items, func(s string) (string, string, *Problem) {
+func ParseEchoHeaders(items []string) ([]string, []ItemFinding) {
+	return parseList(items, func(s string) (string, string, *Finding) {
 		canon := textproto.CanonicalMIMEHeaderKey(s)
 		switch {
 		case !IsToken(s):
-			return "", "", problem(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
+			return "", "", finding(RuleReplayHeaderInvalid, "%q is not a valid header name", s)
 		case NeverReplayedWhy(canon) != "":
-			return "", "", problem(RuleReplayHeaderDenied, "%s cannot be echoed: %s (remove it)", s, NeverReplayedWhy(canon))
+			return "", "", finding(RuleReplayHeaderDenied, "%s cannot be echoed: %s (remove it)", s, NeverReplayedWhy(canon))
 		}
 		return s, canon, nil
-	}, func(s string) *Problem { return problem(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })
+	}, func(s string) *Finding { return finding(RuleReplayHeaderInvalid, "%s is listed twice (remove one)", s) })
 }

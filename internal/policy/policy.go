@@ -1,11 +1,15 @@
 // Package policy owns the x-idempotency language: its vocabulary (storage, claim mode, scope
 // items, persist sets, mismatch statuses, key sources), its defaults, the parser of every value,
-// the rule table, and [Resolve], which turns a policy as written for one operation into the
-// typed [Policy] every command uses, with a [Diagnostic] for each rule it breaks.
+// the rule table, [Resolve], which turns a policy as written for one operation into the typed
+// [Policy] every command uses, with a [Diagnostic] for each rule it breaks, and [Lint], the
+// document-level rules (what the document declares around x-idempotency: a POST without it, a
+// key-like header it does not use, responses a replay or a problem would contradict). Every
+// rule lives here.
 //
-// Callers only read and write: internal/spec reads x-idempotency from YAML nodes into a [Raw],
-// annotate builds one from its flags and the document's defaults, and the generator renders the
-// resolved [Policy]. None of them decides what a value means.
+// Callers only read and write: internal/spec reads x-idempotency from YAML nodes into a [Raw]
+// and the document's facts into a [LintInput], annotate builds a [Raw] from its flags and the
+// document's defaults, and the generator renders the resolved [Policy]. None of them decides
+// what a value means or whether a rule is broken.
 package policy
 
 import (
@@ -16,6 +20,7 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Position is a place in a spec file; Line and Col are 1-based.
@@ -25,28 +30,30 @@ type Position struct {
 	Col  int
 }
 
-// Storage is what a policy stores of an answer.
-type Storage string
+// StorageMode is what a policy stores of an answer, as x-idempotency's storage names it; the
+// generated code turns it into the runtime's idemhttp.Storage.
+type StorageMode string
 
 const (
-	StorageResponse  Storage = "response"  // status, allow-listed headers and body
-	StorageReference Storage = "reference" // status and a reference a replay reloads the resource from
-	StorageMarker    Storage = "marker"    // status only; a replay recomputes the answer
+	StorageResponse  StorageMode = "response"  // status, allow-listed headers and body
+	StorageReference StorageMode = "reference" // status and a reference a replay reloads the resource from
+	StorageMarker    StorageMode = "marker"    // status only; a replay recomputes the answer
 )
 
 // Storages lists every storage mode, in the order messages name them.
-var Storages = []Storage{StorageResponse, StorageReference, StorageMarker}
+var Storages = []StorageMode{StorageResponse, StorageReference, StorageMarker}
 
-// Claim is how a request claims its key.
-type Claim string
+// ClaimMode is how a request claims its key, as x-idempotency's claim names it; the generated
+// code turns it into the runtime's idem.ClaimMode (idem.Claim is a claim held on a key).
+type ClaimMode string
 
 const (
-	ClaimLease       Claim = "lease"       // a leased row, renewed while the handler runs
-	ClaimTransaction Claim = "transaction" // a row lock held by the handler's transaction
+	ClaimLease       ClaimMode = "lease"       // a leased row, renewed while the handler runs
+	ClaimTransaction ClaimMode = "transaction" // a row lock held by the handler's transaction
 )
 
 // Claims lists every claim mode, in the order messages name them.
-var Claims = []Claim{ClaimLease, ClaimTransaction}
+var Claims = []ClaimMode{ClaimLease, ClaimTransaction}
 
 // Scope item kinds.
 const (
@@ -94,19 +101,19 @@ func DefaultScope() []ScopeItem {
 }
 
 // DefaultPersist is the persist set when none is written.
-func DefaultPersist() []string { return slices.Clone(idemhttp.DefaultPersist) }
+func DefaultPersist() []string { return slices.Clone(idemwire.DefaultPersist) }
 
 // Policy is an operation's x-idempotency with the document defaults and built-in defaults
 // applied and every rule checked: what the generator renders, and what any other consumer (a
 // generated client, say) reads from the model.
 type Policy struct {
 	Pos            Position // where x-idempotency is written
-	Storage        Storage
+	Storage        StorageMode
 	TTL            time.Duration
 	Lease          time.Duration
 	Wait           time.Duration
 	Timeout        time.Duration // bound on the handler's time (then rolled back, key released); the lease unless set
-	Claim          Claim
+	Claim          ClaimMode
 	MismatchStatus int      // one of MismatchStatuses
 	Persist        []string // "2xx", "404", … as written (classes lower-cased), validated
 	Scope          []ScopeItem
@@ -240,9 +247,9 @@ func SameParam(a, b Param) bool {
 func (p *Policy) StoresStatus(status string) bool {
 	list := p.Persist
 	if len(list) == 0 {
-		list = idemhttp.DefaultPersist
+		list = idemwire.DefaultPersist
 	}
-	persist := idem.Statuses(list...)
+	persist, _ := idemwire.ParseStatuses(list...) // validated when parsed
 	if code, err := strconv.Atoi(status); err == nil {
 		return persist.Contains(code)
 	}

@@ -37,8 +37,8 @@ type RawKey struct {
 // Raw is an x-idempotency mapping as written, every field checked on its own by the Parse
 // functions. What needs the operation or the merged policy is checked by [Resolve].
 type Raw struct {
-	Storage          Field[Storage]
-	Claim            Field[Claim]
+	Storage          Field[StorageMode]
+	Claim            Field[ClaimMode]
 	TTL, Lease, Wait Field[time.Duration]
 	Timeout          Field[time.Duration]
 	MismatchStatus   Field[int]

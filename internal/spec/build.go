@@ -138,9 +138,6 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 	var raw *policy.Raw
 	switch {
 	case extKey == nil:
-		if method == "POST" {
-			b.report(anchor, policy.RulePostWithout, route, "POST without x-idempotency: a retried request may run twice (add x-idempotency: true, or x-idempotency: false to opt out on purpose; idemgen annotate adds it)")
-		}
 	case isScalar(ext) && ext.Tag == "!!bool":
 		if ext.Value == "true" {
 			raw = &policy.Raw{}
@@ -157,20 +154,13 @@ func (b *builder) operation(path, method string, item *openapi3.PathItem, op *op
 		var diags []policy.Diagnostic
 		o.Policy, diags = policy.Resolve(policy.Input{Raw: raw, Defaults: b.defs, Op: o.Input(), Pos: posOf(b.file, extKey)})
 		b.diags = append(b.diags, diags...)
-		b.acceptedWithoutLocation(op, opNode, anchor, o.Route())
-		b.headersNotReplayed(o)
-		if o.Policy.Renderer != policy.RendererCustom {
-			// With the API's own renderer, refusals take the error format the spec declares:
-			// its error responses are right as they are.
-			b.conflictShared(o, op, opNode, anchor)
-			b.errorsNotProblem(o, op, opNode, anchor)
-		}
 	}
-	// The unused-key-header warning is for operations without x-idempotency and for policies keyed
-	// elsewhere; an explicit opt-out is deliberate, and an invalid x-idempotency has its error.
-	if !explicitOff && (extKey == nil || raw != nil) {
-		b.unusedKeyHeaders(o)
-	}
+	b.diags = append(b.diags, policy.Lint(&policy.LintInput{
+		Route: route, Method: method, Pos: o.Pos,
+		Missing: extKey == nil, Off: explicitOff,
+		Policy: o.Policy, Params: o.Params,
+		Responses: b.declaredResponses(op, opNode, anchor), ResponseHeaders: o.ResponseHeaders,
+	})...)
 	return o
 }
 
@@ -378,94 +368,4 @@ func unboundedSchema(s *openapi3.Schema, at string, depth int, seen map[*openapi
 		}
 	}
 	return ""
-}
-
-func (b *builder) unusedKeyHeaders(o *model.Operation) {
-	// A path item may declare the key header for all its methods; on a safe method without a
-	// policy it is simply not needed there.
-	if o.Policy == nil && policy.SafeMethod(o.Method) {
-		return
-	}
-	for _, prm := range o.Params {
-		if prm.In != "header" || policy.KeyLikeRank(prm.Name) == 0 {
-			continue
-		}
-		pos := prm.Pos
-		d := policy.NewDiagnostic(pos, policy.RuleKeyHeaderUnused, o.Route(), "")
-		switch {
-		case o.Policy == nil:
-			d.Message = fmt.Sprintf("header %s looks like an idempotency key, but the operation has no x-idempotency, so it is ignored (add x-idempotency: {key: {header: %s}}, or x-idempotency: false to opt out on purpose)", prm.Name, prm.Name)
-		case o.Policy.Key.Header == "" || !strings.EqualFold(o.Policy.Key.Header, prm.Name):
-			using := o.Policy.Key.Header
-			if using == "" {
-				using = "path:" + o.Policy.Key.PathParam
-			}
-			d.Message = fmt.Sprintf("header %s looks like an idempotency key, but the key comes from %s (set x-idempotency.key.header: %s, or remove the parameter)", prm.Name, using, prm.Name)
-		default:
-			continue
-		}
-		b.diags = append(b.diags, d)
-	}
-}
-
-// conflictShared warns when an idempotent operation declares a 409 of its own (out of stock, a
-// state conflict): the runtime answers a duplicate that arrives while the first request is still
-// running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
-// status alone no longer tells a client which happened. A 409 whose description already names
-// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
-func (b *builder) conflictShared(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
-	if op.Responses == nil {
-		return
-	}
-	ref := op.Responses.Value("409")
-	if ref == nil || ref.Value == nil {
-		return
-	}
-	if d := ref.Value.Description; d != nil {
-		l := strings.ToLower(*d)
-		if strings.Contains(l, "in-progress") || strings.Contains(l, "in progress") {
-			return
-		}
-	}
-	n := anchor
-	if _, responses := lookup(opNode, "responses"); responses != nil {
-		if k, _ := lookup(responses, "409"); k != nil {
-			n = k
-		}
-	}
-	also := `a duplicate of a request still running (problem code "in-progress")`
-	if o.Policy.MismatchStatus == 409 {
-		also += ` and a key reused with another request (code "key-reused", since mismatchStatus is 409)`
-	}
-	if o.Policy.UncertainOnLoss {
-		also += ` and a key whose earlier attempt was lost after a provider call (code "operation-uncertain", since uncertainOnLoss is set)`
-	}
-	b.report(n, policy.RuleConflictStatusShared, o.Route(), fmt.Sprintf("responses.409: this 409 now also answers %s; clients tell them apart by the problem's code, not the status (say so in the response's description, or give the operation's own conflict another status; or, when the server renders refusals in the API's own format, set x-idempotency renderer: custom)", also))
-}
-
-// acceptedWithoutLocation warns when an idempotent operation answers 202 Accepted without
-// declaring a Location header on it. A 202 says the work is queued, not done: the client learns
-// how it ends only by following the status resource the answer points at, and a retry with the
-// same key replays that same 202 (Location is on the replay allow-list), so the link is the
-// whole answer. Without it, neither the first answer nor its replays tell the client where to look.
-func (b *builder) acceptedWithoutLocation(op *openapi3.Operation, opNode, anchor *yaml.Node, route string) {
-	if op.Responses == nil {
-		return
-	}
-	ref := op.Responses.Value("202")
-	if ref == nil || ref.Value == nil {
-		return
-	}
-	for name := range ref.Value.Headers {
-		if strings.EqualFold(name, "Location") {
-			return
-		}
-	}
-	n := anchor
-	if _, responses := lookup(opNode, "responses"); responses != nil {
-		if k, _ := lookup(responses, "202"); k != nil {
-			n = k
-		}
-	}
-	b.report(n, policy.RuleAcceptedWithoutLocation, route, "responses.202: an idempotent 202 starts work that finishes later, and its replays repeat it unchanged, so it must say where the outcome will be: declare a Location header on the 202 (the URL of a status resource that reports pending, succeeded or failed) and set it in the handler")
 }

@@ -26,7 +26,7 @@ func (c *checker) errorf(n *yaml.Node, rule, format string, args ...any) {
 }
 
 // problem reports a value policy refused, under the field's name.
-func (c *checker) problem(n *yaml.Node, field string, p *policy.Problem) {
+func (c *checker) problem(n *yaml.Node, field string, p *policy.Finding) {
 	c.errorf(n, p.Rule, "%s: %s", field, p.Msg)
 }
 
@@ -88,14 +88,14 @@ func (c *checker) strings(field string, n *yaml.Node, example string, accept fun
 }
 
 // items reports the problems policy found with a list's items; it is false when there was one.
-func (c *checker) items(field string, list *yaml.Node, from []item, probs []policy.ItemProblem) bool {
+func (c *checker) items(field string, list *yaml.Node, from []item, probs []policy.ItemFinding) bool {
 	for _, p := range probs {
 		if p.Index < 0 {
-			c.problem(list, field, p.Problem)
+			c.problem(list, field, p.Finding)
 			continue
 		}
 		it := from[p.Index]
-		c.problem(it.node, fmt.Sprintf("%s[%d]", field, it.index), p.Problem)
+		c.problem(it.node, fmt.Sprintf("%s[%d]", field, it.index), p.Finding)
 	}
 	return len(probs) == 0
 }

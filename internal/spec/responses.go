@@ -1,19 +1,16 @@
 package spec
 
 import (
-	"fmt"
 	"mime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"gopkg.in/yaml.v3"
 
-	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
-	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // localRef follows a same-document $ref ("#/components/responses/Error") in the node tree; nil
@@ -51,6 +48,28 @@ func (b *builder) response(opNode *yaml.Node, code string) (key, val *yaml.Node)
 	return key, val
 }
 
+// declaredResponses lists, for policy.Lint, the responses op declares in the order of their
+// status keys, each at its key in this file (anchor when it is elsewhere).
+func (b *builder) declaredResponses(op *openapi3.Operation, opNode, anchor *yaml.Node) []policy.DeclaredResponse {
+	var out []policy.DeclaredResponse
+	for _, code := range sortedCodes(op) {
+		ref := op.Responses.Value(code)
+		if ref == nil || ref.Value == nil {
+			continue
+		}
+		n := anchor
+		if k, _ := b.response(opNode, code); k != nil {
+			n = k
+		}
+		r := policy.DeclaredResponse{Status: code, Pos: posOf(b.file, n), Headers: sortedKeys(ref.Value.Headers), NonProblemBody: NonProblemBody(ref)}
+		if ref.Value.Description != nil {
+			r.Description = *ref.Value.Description
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // sortedCodes returns the status keys of op's responses in order.
 func sortedCodes(op *openapi3.Operation) []string {
 	if op.Responses == nil {
@@ -62,58 +81,6 @@ func sortedCodes(op *openapi3.Operation) []string {
 	}
 	sort.Strings(codes)
 	return codes
-}
-
-// headersNotReplayed warns about a header that a stored response of a storage response operation
-// declares and a replay never carries (idemhttp.NeverReplayed: credentials, cookies, hop-by-hop
-// headers): the first answer has it, every replay of it lacks it, and the spec says nothing of
-// the difference. Reference and marker replays are answered anew by Replay<Op>, with the headers
-// it sets, so they are not concerned.
-func (b *builder) headersNotReplayed(o *model.Operation) {
-	if o.Policy.Storage != policy.StorageResponse {
-		return
-	}
-	for _, h := range o.ResponseHeaders {
-		why := policy.MissingOnReplay(h.Name)
-		if why == "" || !o.Policy.StoresStatus(h.Status) {
-			continue
-		}
-		b.diags = append(b.diags, policy.NewDiagnostic(h.Pos, policy.RuleHeaderNotReplayed, o.Route(), fmt.Sprintf(
-			"responses.%s.headers.%s: the runtime stores this response and its replays never carry %s: %s; a client that retries gets the answer without it (remove it from the response, or say in its description that only the first answer has it)",
-			h.Status, h.Name, h.Name, why)))
-	}
-}
-
-// ProblemCodesOn returns the runtime's problem codes answered with status on an operation whose
-// mismatchStatus is mismatch, from the runtime's one table. not-found and method-not-allowed
-// answer requests that reach no operation, so an operation never shares them; nor
-// operation-uncertain, which only an operation declared uncertainOnLoss answers
-// ([ProblemCodesFor]).
-func ProblemCodesOn(status, mismatch int) []string {
-	return problemCodesOn(status, mismatch, false)
-}
-
-// ProblemCodesFor is [ProblemCodesOn] for an operation's resolved policy: with uncertainOnLoss,
-// its 409 is also operation-uncertain.
-func ProblemCodesFor(status int, p *policy.Policy) []string {
-	return problemCodesOn(status, p.MismatchStatus, p.UncertainOnLoss)
-}
-
-func problemCodesOn(status, mismatch int, uncertain bool) []string {
-	var out []string
-	for _, code := range idemhttp.ProblemCodes() {
-		if code == idemhttp.CodeNotFound || code == idemhttp.CodeMethodNotAllowed || (code == idemhttp.CodeOperationUncertain && !uncertain) {
-			continue
-		}
-		s := idemhttp.ProblemStatus(code)
-		if s == 0 {
-			s = mismatch
-		}
-		if s == status {
-			out = append(out, code)
-		}
-	}
-	return out
 }
 
 // NonProblemBody describes the body a response declares ("schema Error (application/json)", or
@@ -144,42 +111,5 @@ func IsProblemMediaType(mt string) bool {
 	if err != nil {
 		base = strings.ToLower(strings.TrimSpace(mt))
 	}
-	return base == "application/problem+json"
-}
-
-// errorsNotProblem warns when an idempotent operation declares, for a status the runtime also
-// answers with an application/problem+json problem, a body of another media type only: a client
-// that decodes that status by the spec fails on the runtime's answers. A response with no
-// content says nothing of the body and stays quiet. A 409 that conflict-status-shared reports is
-// reported here too: each finding asks for its own fix, and one must not hide the other.
-func (b *builder) errorsNotProblem(o *model.Operation, op *openapi3.Operation, opNode, anchor *yaml.Node) {
-	for _, code := range sortedCodes(op) {
-		status, err := strconv.Atoi(code)
-		if err != nil {
-			continue
-		}
-		codes := ProblemCodesFor(status, o.Policy)
-		if len(codes) == 0 {
-			continue
-		}
-		what := NonProblemBody(op.Responses.Value(code))
-		if what == "" {
-			continue
-		}
-		n := anchor
-		if k, _ := b.response(opNode, code); k != nil {
-			n = k
-		}
-		b.report(n, policy.RuleErrorNotProblem, o.Route(), fmt.Sprintf(
-			"responses.%s: declares %s, but the runtime also answers %d with application/problem+json (%s) on this operation; a client that decodes the %d by the spec fails on those (add application/problem+json to this response, e.g. with the IdempotencyProblem schema idemgen annotate writes; or configure an idemhttp.Renderer that answers refusals in this schema and set x-idempotency renderer: custom)",
-			code, what, status, CodesPhrase(codes), status))
-	}
-}
-
-// CodesPhrase is "code x" or "codes x, y".
-func CodesPhrase(codes []string) string {
-	if len(codes) == 1 {
-		return "code " + codes[0]
-	}
-	return "codes " + strings.Join(codes, ", ")
+	return base == idemwire.MediaTypeProblem
 }

@@ -1,7 +1,8 @@
 // Package spec loads an OpenAPI document and turns its x-idempotency extensions into the typed
 // model. It is the one loader the generator, the linter and annotate use: it reads x-idempotency
 // from YAML nodes, checks their YAML types, and leaves what every value means, and every rule, to
-// package policy ([policy.Resolve]).
+// package policy ([policy.Resolve] for x-idempotency's values, [policy.Lint] for the document
+// around it).
 //
 // Loading has two halves. kin-openapi reads the document (local $refs resolved, remote ones
 // refused unless allowed) and gives the operations, parameters, bodies and responses. The same
@@ -50,7 +51,7 @@
 //     runtime's in-progress answer then shares, unless its description mentions "in-progress";
 //     a header a stored response declares and replays never carry (storage response only:
 //     Replay<Op> answers the others anew); an idempotent operation's own non-problem body on a
-//     status the runtime answers with a problem, from the runtime's table (idemhttp.ProblemStatus),
+//     status the runtime answers with a problem, from the runtime's table (idemwire.ProblemStatus),
 //     404 and 405 left out since they answer requests that reach no operation.
 //   - Acknowledgements (x-idempotency-lint at the root or on an operation, and a config file's
 //     lint key through [Spec.Acknowledge]) accept warnings only, each with a reason; one that

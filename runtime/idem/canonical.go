@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // A body is fingerprinted as the client sent it, in a canonical form that ignores only what
@@ -66,14 +68,15 @@ func bareMediaType(s string) bool {
 }
 
 func canonicalBody(mt string, params map[string]string, raw []byte, exclude []string) ([]byte, error) {
-	switch {
-	case len(raw) == 0:
+	if len(raw) == 0 {
 		return nil, nil
-	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+	}
+	switch idemwire.MediaClassOf(mt) {
+	case idemwire.MediaJSON:
 		return canonicalJSONBody(raw, exclude)
-	case mt == "application/x-www-form-urlencoded":
+	case idemwire.MediaForm:
 		return canonicalForm(raw, exclude)
-	case strings.HasPrefix(mt, "multipart/"):
+	case idemwire.MediaMultipart:
 		return canonicalMultipart(raw, params["boundary"])
 	}
 	return raw, nil // text, binary: the bytes themselves

@@ -2,7 +2,11 @@
 //
 // Three guarantees, all kept by PostgreSQL through pgx:
 //
-//  1. Atomic claim: one INSERT … ON CONFLICT statement decides which request executes a key.
+//  1. Atomic claim: exactly one request executes a key. In lease mode (ClaimLease) an
+//     INSERT … ON CONFLICT decides it; in transaction mode (ClaimTransaction) a
+//     transaction-scoped advisory lock on the key does on plain PostgreSQL through a pool (the
+//     row is written with the outcome), and a row locked by the business transaction on Citus
+//     or on a DB that is not a pool (see claimpath.go).
 //  2. Transactional completion: the stored outcome is written inside the caller's business
 //     transaction, fenced by the claim's owner token, so the business change and the outcome
 //     commit together or not at all.
@@ -29,7 +33,8 @@
 //		func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) { … })
 //
 // The HTTP side that generated code calls (key parsing, problems, recording and replaying
-// responses) is package idemhttp. Store.Purge (or PurgeEvery in a goroutine) deletes expired
+// responses) is package idemhttp; the vocabulary it shares with clients (problem codes, the
+// replay header, persist sets, media-type classes) is package idemwire. Store.Purge (or PurgeEvery in a goroutine) deletes expired
 // keys; Config.Observer and Config.Logger see every event.
 //
 // # The key table
@@ -64,5 +69,6 @@
 // turns uncertain (ErrUncertain to every retry) until Store.Resolve settles it. Operations that
 // keep a history (DoParams.History) append what happens to each key to it (Store.History).
 //
-// The package imports only the standard library and pgx.
+// The package imports only the standard library, pgx and runtime/idemwire (itself standard
+// library only).
 package idem

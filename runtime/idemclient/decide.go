@@ -8,37 +8,41 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
-// The problem codes of an idemgen server (its problems are RFC 9457 application/problem+json
-// with type ProblemTypePrefix + code). Only a problem whose type matches its code is read as the
-// server's own: an API's other problems are judged by their status.
+// The problem codes of an idemgen server, as runtime/idemwire defines them (its problems are
+// RFC 9457 application/problem+json with type ProblemTypePrefix + code). Only a problem whose
+// type matches its code is read as the server's own: an API's other problems are judged by
+// their status. What a retry can do about each code is idemwire's table too; a code added
+// later is idemwire's only.
 const (
-	CodeKeyMissing           = "key-missing"
-	CodeKeyInvalid           = "key-invalid"
-	CodeKeyReused            = "key-reused"
-	CodeInProgress           = "in-progress"
-	CodeStoreUnavailable     = "store-unavailable"
-	CodeHandlerTimeout       = "handler-timeout"
-	CodeBodyInvalid          = "body-invalid"
-	CodeBodyTooLarge         = "body-too-large"
-	CodeRequestInvalid       = "request-invalid"
-	CodeMediaTypeUnsupported = "media-type-unsupported"
-	CodeNotFound             = "not-found"
-	CodeMethodNotAllowed     = "method-not-allowed"
-	CodeNotImplemented       = "not-implemented"
-	CodeInternal             = "internal"
+	CodeKeyMissing           = idemwire.CodeKeyMissing
+	CodeKeyInvalid           = idemwire.CodeKeyInvalid
+	CodeKeyReused            = idemwire.CodeKeyReused
+	CodeInProgress           = idemwire.CodeInProgress
+	CodeStoreUnavailable     = idemwire.CodeStoreUnavailable
+	CodeHandlerTimeout       = idemwire.CodeHandlerTimeout
+	CodeBodyInvalid          = idemwire.CodeBodyInvalid
+	CodeBodyTooLarge         = idemwire.CodeBodyTooLarge
+	CodeRequestInvalid       = idemwire.CodeRequestInvalid
+	CodeMediaTypeUnsupported = idemwire.CodeMediaTypeUnsupported
+	CodeNotFound             = idemwire.CodeNotFound
+	CodeMethodNotAllowed     = idemwire.CodeMethodNotAllowed
+	CodeNotImplemented       = idemwire.CodeNotImplemented
+	CodeInternal             = idemwire.CodeInternal
 	// CodeOperationUncertain: an earlier attempt with this key was lost after it called a
 	// provider, and the server waits for an operator or a reconciliation to settle the key;
 	// no retry can (see [ErrOperationUncertain]).
-	CodeOperationUncertain = "operation-uncertain"
+	CodeOperationUncertain = idemwire.CodeOperationUncertain
 )
 
 // ProblemTypePrefix begins the type URI of every problem an idemgen server writes.
-const ProblemTypePrefix = "urn:idemgen:problem:"
+const ProblemTypePrefix = idemwire.ProblemTypePrefix
 
 // HeaderReplayed is set to "true" on an answer the server replayed from its store.
-const HeaderReplayed = "Idempotent-Replayed"
+const HeaderReplayed = idemwire.HeaderReplayed
 
 // Decision is what [Classify] makes of one answer.
 type Decision struct {
@@ -85,17 +89,16 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 	}
 	if p := DecodeProblem(status, header, body); p != nil && p.Type == ProblemTypePrefix+p.Code {
 		reason := strconv.Itoa(status) + " " + p.Code
-		switch p.Code {
-		case CodeInProgress, CodeStoreUnavailable:
-			return Decision{Retry: true, Wait: ra, Reason: reason, Waiting: true}
-		case CodeHandlerTimeout, CodeInternal:
-			return Decision{Retry: true, Reason: reason}
-		case CodeKeyReused, CodeKeyMissing, CodeKeyInvalid, CodeBodyInvalid, CodeBodyTooLarge,
-			CodeRequestInvalid, CodeMediaTypeUnsupported, CodeNotFound, CodeMethodNotAllowed, CodeNotImplemented,
-			CodeOperationUncertain:
+		if retry, known := idemwire.ProblemRetry(p.Code); known {
+			switch retry {
+			case idemwire.RetryLater:
+				return Decision{Retry: true, Wait: ra, Reason: reason, Waiting: true}
+			case idemwire.RetryNow:
+				return Decision{Retry: true, Reason: reason}
+			}
 			return Decision{Reason: reason}
 		}
-		// A code this package does not know: judged by its status, below.
+		// A code idemwire does not know: judged by its status, below.
 	}
 	reason := strconv.Itoa(status)
 	switch {
@@ -150,7 +153,7 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 // nil when the answer is not one.
 func DecodeProblem(status int, header http.Header, body []byte) *Error {
 	mt, _, err := mime.ParseMediaType(header.Get("Content-Type"))
-	if err != nil || mt != "application/problem+json" {
+	if err != nil || mt != idemwire.MediaTypeProblem {
 		return nil
 	}
 	var p struct {

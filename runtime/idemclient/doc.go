@@ -17,5 +17,7 @@
 //
 // The generated client (idemgen generate with client: true) wraps oapi-codegen's client with
 // this package; [Retrier.Do] is what its methods call, and can be used by hand the same way.
-// The package imports only the standard library.
+// The package imports only the standard library and runtime/idemwire, the vocabulary it shares
+// with the server (problem codes, the replay header, persist sets), which imports only the
+// standard library too.
 package idemclient

@@ -10,9 +10,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Defaults, chosen for a payments caller: long enough to outwait a server restart and the lease
@@ -123,28 +124,22 @@ type Operation struct {
 	Persist []string
 }
 
-var defaultPersist = []string{"2xx", "3xx", "4xx"}
-
 func (op *Operation) persist() []string {
 	if op.Persist == nil {
-		return defaultPersist
+		return idemwire.DefaultPersist
 	}
 	return op.Persist
 }
 
-// stores reports whether the persist set keeps status. 408, 425 and 429 are never stored.
+// stores reports whether the persist set keeps status (idemwire.StatusSet: 408, 425 and 429
+// are never stored). Items are read case-insensitively; a malformed one stores nothing.
 func (op *Operation) stores(status int) bool {
-	if status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests {
-		return false
+	items := make([]string, len(op.persist()))
+	for i, p := range op.persist() {
+		items[i] = strings.ToLower(p)
 	}
-	s := strconv.Itoa(status)
-	for _, p := range op.persist() {
-		p = strings.ToLower(p)
-		if p == s || (len(p) == 3 && strings.HasSuffix(p, "xx") && len(s) == 3 && p[0] == s[0]) {
-			return true
-		}
-	}
-	return false
+	set, _ := idemwire.ParseStatuses(items...)
+	return set.Contains(status)
 }
 
 // Request is one logical call, as the generated client hands it to [Retrier.Do].

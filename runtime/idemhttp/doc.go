@@ -7,7 +7,7 @@
 // NewIdempotentServer. Serve is for a route wired by hand (see ExampleServe).
 //
 // Every problem has a stable code (CodeKeyMissing, CodeKeyInvalid, CodeKeyReused,
-// CodeInProgress, CodeStoreUnavailable), the type ProblemTypePrefix+code and
-// Cache-Control: no-store. A replay carries Idempotent-Replayed: true and only allow-listed
+// CodeInProgress, CodeStoreUnavailable, …: the table of runtime/idemwire, which clients share),
+// the type ProblemTypePrefix+code and Cache-Control: no-store. A replay carries Idempotent-Replayed: true and only allow-listed
 // headers of the stored answer.
 package idemhttp

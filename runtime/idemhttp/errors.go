@@ -12,22 +12,12 @@ import (
 	"strings"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // The answers a generated server gives outside the idempotent path: binding and decoding
 // errors, unknown routes and a handler's unexpected error. Each is a problem like the runtime's
 // own, and none carries Go, SQL or driver text.
-
-const (
-	// CodeNotFound and CodeMethodNotAllowed: no operation at this path, or not with this method.
-	CodeNotFound         = "not-found"
-	CodeMethodNotAllowed = "method-not-allowed"
-	// CodeInternal: the handler failed; its work was rolled back.
-	CodeInternal = "internal"
-	// CodeNotImplemented: the server does not serve this operation yet (a generated
-	// UnimplementedIdempotentServer method answered it): 501, nothing was claimed or changed.
-	CodeNotImplemented = "not-implemented"
-)
 
 // NotImplemented is the 501 not-implemented problem for operation (its operationId), which the
 // server does not implement: the generated UnimplementedIdempotentServer returns it as the
@@ -66,12 +56,11 @@ func UndecodableTypeProblem(ctx context.Context) *Problem {
 	}
 	mt, _, err := mime.ParseMediaType(b.ContentType)
 	switch {
-	case err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")),
-		err == nil && (mt == "application/x-www-form-urlencoded" || strings.HasPrefix(mt, "multipart/")):
-		return nil
 	case err != nil:
 		return newProblem(http.StatusUnsupportedMediaType, CodeMediaTypeUnsupported,
 			"the request body has no valid Content-Type: send it with the media type the API declares for it")
+	case idemwire.MediaClassOf(mt).Decodable():
+		return nil
 	}
 	return newProblem(http.StatusUnsupportedMediaType, CodeMediaTypeUnsupported, fmt.Sprintf(
 		"this operation does not accept a body of %s: send it with the media type the API declares for it", mt))

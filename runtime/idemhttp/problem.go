@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Problem is an RFC 9457 problem detail with a stable code.
@@ -35,99 +36,44 @@ type ProblemError struct {
 	Detail  string `json:"detail"`
 }
 
-// Problem codes. Each has the stable type URI ProblemTypePrefix + code.
+// Problem codes, as runtime/idemwire defines them (which also has their titles, statuses and
+// what a retry can do). Each has the stable type URI ProblemTypePrefix + code. A code added
+// later is idemwire's only.
 const (
-	CodeKeyMissing       = "key-missing"
-	CodeKeyInvalid       = "key-invalid"
-	CodeKeyReused        = "key-reused"
-	CodeInProgress       = "in-progress"
-	CodeStoreUnavailable = "store-unavailable"
-	// CodeBodyInvalid: the request body is not what its media type says (invalid JSON, data
-	// after the JSON value, a duplicate member); answered before any key is claimed.
-	CodeBodyInvalid = "body-invalid"
-	// CodeBodyTooLarge: the request body is over the API's limit (413).
-	CodeBodyTooLarge = "body-too-large"
-	// CodeRequestInvalid: a value of the request cannot be used as sent: a parameter or the body
-	// could not be bound to what the API declares, or a value (a path, query or header
-	// parameter, the tenant) holds a NUL byte or invalid UTF-8, which PostgreSQL text cannot
-	// store (answered before any claim, or when the handler's own statement refused it, SQLSTATE
-	// 22021 or 22P05).
-	CodeRequestInvalid = "request-invalid"
-	// CodeHandlerTimeout: the handler ran past the operation's timeout (Policy.Timeout, by
-	// default the lease); its work was rolled back and the key released, so a retry runs anew: 503.
-	CodeHandlerTimeout = "handler-timeout"
-	// CodeMediaTypeUnsupported: the body was sent with a Content-Type the operation does not
-	// declare (or none): 415, before any claim.
-	CodeMediaTypeUnsupported = "media-type-unsupported"
-	// CodeOperationUncertain: an earlier attempt with this key was lost after it called a
-	// provider (x-idempotency uncertainOnLoss), so whether the provider acted is unknown; the key
-	// waits for an operator or a reconciliation to settle it: 409 without Retry-After, final for
-	// clients (idem.ErrUncertain).
-	CodeOperationUncertain = "operation-uncertain"
+	CodeKeyMissing           = idemwire.CodeKeyMissing
+	CodeKeyInvalid           = idemwire.CodeKeyInvalid
+	CodeKeyReused            = idemwire.CodeKeyReused
+	CodeInProgress           = idemwire.CodeInProgress
+	CodeStoreUnavailable     = idemwire.CodeStoreUnavailable
+	CodeBodyInvalid          = idemwire.CodeBodyInvalid
+	CodeBodyTooLarge         = idemwire.CodeBodyTooLarge
+	CodeRequestInvalid       = idemwire.CodeRequestInvalid
+	CodeHandlerTimeout       = idemwire.CodeHandlerTimeout
+	CodeMediaTypeUnsupported = idemwire.CodeMediaTypeUnsupported
+	CodeOperationUncertain   = idemwire.CodeOperationUncertain
+	CodeNotFound             = idemwire.CodeNotFound
+	CodeMethodNotAllowed     = idemwire.CodeMethodNotAllowed
+	CodeInternal             = idemwire.CodeInternal
+	CodeNotImplemented       = idemwire.CodeNotImplemented
 )
 
 // ProblemTypePrefix begins every problem type URI.
-const ProblemTypePrefix = "urn:idemgen:problem:"
+const ProblemTypePrefix = idemwire.ProblemTypePrefix
 
-// problemTable is the one table of the runtime's problem codes, their titles and the status each
-// is answered with, in the order documentation lists them. A problem type has one title whoever
-// writes it: RFC 9457 clients may show the title as the type's summary, so two titles for one
-// type would read as two different problems. idemgen annotate documents the codes from it
-// (ProblemCodes), and idemgen lint finds the statuses an operation shares with the runtime from
-// it (ProblemStatus), so a spec's problem schema cannot fall behind what the runtime answers.
-var problemTable = []struct {
-	code, title string
-	status      int // 0: the operation's mismatchStatus
-}{
-	{CodeKeyMissing, "Idempotency key missing", http.StatusBadRequest},
-	{CodeKeyInvalid, "Idempotency key invalid", http.StatusBadRequest},
-	{CodeKeyReused, "Idempotency key reused with a different request", 0},
-	{CodeInProgress, "Request with this idempotency key in progress", http.StatusConflict},
-	{CodeStoreUnavailable, "Idempotency store unavailable", http.StatusServiceUnavailable},
-	{CodeBodyInvalid, "Request body invalid", http.StatusBadRequest},
-	{CodeBodyTooLarge, "Request body too large", http.StatusRequestEntityTooLarge},
-	{CodeRequestInvalid, "Request invalid", http.StatusBadRequest},
-	{CodeNotFound, "Not found", http.StatusNotFound},
-	{CodeMethodNotAllowed, "Method not allowed", http.StatusMethodNotAllowed},
-	{CodeInternal, "Internal error", http.StatusInternalServerError},
-	{CodeHandlerTimeout, "Request processing timed out", http.StatusServiceUnavailable},
-	{CodeMediaTypeUnsupported, "Media type unsupported", http.StatusUnsupportedMediaType},
-	{CodeNotImplemented, "Not implemented", http.StatusNotImplemented},
-	{CodeOperationUncertain, "The outcome of an earlier attempt is uncertain", http.StatusConflict},
-}
-
-var problemTitles = func() map[string]string {
-	m := make(map[string]string, len(problemTable))
-	for _, p := range problemTable {
-		m[p.code] = p.title
-	}
-	return m
-}()
-
-// ProblemCodes returns every code the runtime answers problems with, in the table's order.
-func ProblemCodes() []string {
-	codes := make([]string, len(problemTable))
-	for i, p := range problemTable {
-		codes[i] = p.code
-	}
-	return codes
-}
+// ProblemCodes returns every code the runtime answers problems with, in the order documentation
+// lists them (idemwire's table). idemgen annotate documents the codes from it, and idemgen lint
+// finds the statuses an operation shares with the runtime from ProblemStatus, so a spec's problem
+// schema cannot fall behind what the runtime answers.
+func ProblemCodes() []string { return idemwire.ProblemCodes() }
 
 // ProblemStatus returns the status the runtime answers code with: 0 for key-reused, whose status
 // is the operation's mismatchStatus (422 by default), and -1 for a code the runtime does not
 // define. not-found and method-not-allowed answer requests that reach no operation.
-func ProblemStatus(code string) int {
-	for _, p := range problemTable {
-		if p.code == code {
-			return p.status
-		}
-	}
-	return -1
-}
+func ProblemStatus(code string) int { return idemwire.ProblemStatus(code) }
 
 // ProblemTitle returns the title of the runtime's problem code, or "" for a code the runtime
 // does not define.
-func ProblemTitle(code string) string { return problemTitles[code] }
+func ProblemTitle(code string) string { return idemwire.ProblemTitle(code) }
 
 // NewProblem returns a problem of one of the runtime's codes, with the code's type URI and title,
 // for an application that answers a case the runtime also answers (a key that made a resource
@@ -135,14 +81,14 @@ func ProblemTitle(code string) string { return problemTitles[code] }
 // on a code the runtime does not define, as that is a programming error: give your own problems
 // your own type URI and title.
 func NewProblem(status int, code, detail string) *Problem {
-	if _, ok := problemTitles[code]; !ok {
+	if idemwire.ProblemTitle(code) == "" {
 		panic(fmt.Sprintf("idemhttp: NewProblem: %q is not one of the runtime's problem codes (use your own type URI and title for your own problems)", code))
 	}
 	return newProblem(status, code, detail)
 }
 
 func newProblem(status int, code, detail string) *Problem {
-	return &Problem{Type: ProblemTypePrefix + code, Title: problemTitles[code], Status: status, Detail: detail, Code: code}
+	return &Problem{Type: idemwire.ProblemType(code), Title: idemwire.ProblemTitle(code), Status: status, Detail: detail, Code: code}
 }
 
 func problemKeyReused(status int) *Problem {
@@ -184,7 +130,7 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 		return err
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Type", idemwire.MediaTypeProblem)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if p.RetryAfter > 0 {

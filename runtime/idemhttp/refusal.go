@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strings"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // A refusal is a 4xx problem a generated server answers before any key is claimed: a missing
@@ -87,10 +87,7 @@ func (l *refusalLog) bindsTwice(method, path, contentType string) bool {
 }
 
 // isJSON says whether media type mt is JSON: application/json or any +json type.
-func isJSON(mt string) bool {
-	base, _, err := mime.ParseMediaType(mt)
-	return err == nil && (base == "application/json" || strings.HasSuffix(base, "+json"))
-}
+func isJSON(mt string) bool { return idemwire.ClassifyMediaType(mt) == idemwire.MediaJSON }
 
 // valuedBody is a request body that also carries its decoded JSON value.
 type valuedBody struct {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
-// HeaderReplayed marks an answer that repeats a stored outcome.
-const HeaderReplayed = "Idempotent-Replayed"
+// HeaderReplayed marks an answer that repeats a stored outcome (idemwire.HeaderReplayed).
+const HeaderReplayed = idemwire.HeaderReplayed
 
 // defaultReplayHeaders are replayed for every operation; a policy's DeclaredHeaders and
 // ReplayHeaders add to them.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Storage is what a policy stores of an answer: x-idempotency's storage field.
@@ -97,7 +98,7 @@ const (
 
 // DefaultPersist are the statuses stored when Policy.Persist is empty: successes, redirects and
 // client errors (never 408, 425 or 429, which idem.Statuses leaves out).
-var DefaultPersist = []string{"2xx", "3xx", "4xx"}
+var DefaultPersist = idemwire.DefaultPersist
 
 var defaultPersist = idem.Statuses(DefaultPersist...)
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwire"
 )
 
 // Operation describes one idempotent operation of an http.Handler for Conformance.
@@ -177,7 +178,7 @@ func newKey() string {
 }
 
 func isProblem(w *httptest.ResponseRecorder) bool {
-	return w.Header().Get("Content-Type") == "application/problem+json"
+	return w.Header().Get("Content-Type") == idemwire.MediaTypeProblem
 }
 
 func checkEffects(t testing.TB, op Operation, want int) {

@@ -56,22 +56,14 @@ type oapiBody struct {
 	Kind        model.BodyKind
 }
 
-// oapiOptions are the oapi-codegen settings idemgen controls.
-type oapiOptions struct {
-	Package         string
-	Router          string
-	AllowRemoteRefs bool
-	// Passthrough is the oapi-codegen configuration from the config file, if any; idemgen then
-	// forces the options its own code depends on (see oapiConfiguration).
-	Passthrough *codegen.Configuration
-}
-
-// oapiConfiguration returns the configuration for one run. Pruning stays off: oapi-codegen's
-// pruner drops schemas that only webhooks use, which makes real 3.1 specs fail to compile.
-func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
+// oapiConfiguration returns the configuration for one run, from o.OapiCodegen (the
+// configuration file's passthrough, if any) and the options idemgen's own code depends on.
+// Pruning stays off: oapi-codegen's pruner drops schemas that only webhooks use, which makes
+// real 3.1 specs fail to compile. o has been validated (its Router is set).
+func oapiConfiguration(o Options) (codegen.Configuration, error) {
 	var c codegen.Configuration
-	if o.Passthrough != nil {
-		c = *o.Passthrough
+	if o.OapiCodegen != nil {
+		c = *o.OapiCodegen
 	} else {
 		c.OutputOptions.SkipPrune = true
 	}
@@ -81,13 +73,13 @@ func oapiConfiguration(o oapiOptions) (codegen.Configuration, error) {
 	c.Generate.StdHTTPServer, c.Generate.ChiServer, c.Generate.GorillaServer = false, false, false
 	c.Generate.EchoServer, c.Generate.Echo5Server, c.Generate.GinServer = false, false, false
 	c.Generate.FiberServer, c.Generate.FiberV3Server, c.Generate.IrisServer = false, false, false
-	r, ok := lookupRouter(o.Router)
-	if !ok {
-		return c, UnknownRouterError(o.Router)
-	}
-	r.server(&c.Generate)
+	o.Router.server(&c.Generate)
 	c.Generate.Strict = true
 	c.Generate.Models = true
+	c.Generate.Client = o.Client
+	// The validators read the document oapi-codegen generated from, which it embeds (GetSpec)
+	// so that a server reads no file at startup.
+	c.Generate.EmbeddedSpec = c.Generate.EmbeddedSpec || o.ValidateRequestBody
 	// Our template refers to the operations' types and strict interface, so nothing may be
 	// filtered out and the names must follow the default normaliser.
 	c.OutputOptions.IncludeTags = nil

@@ -37,9 +37,9 @@ func load(t *testing.T, path string) Input {
 func TestGenerateIsReentrant(t *testing.T) {
 	t.Parallel()
 	inputs := []Input{
-		load(t, "../testdata/payments/openapi.yaml"),
-		load(t, "../testdata/path-key-scope/openapi.yaml"),
-		load(t, "../testdata/openapi-31/openapi.yaml"),
+		load(t, "../../testdata/payments/openapi.yaml"),
+		load(t, "../../testdata/path-key-scope/openapi.yaml"),
+		load(t, "../../testdata/openapi-31/openapi.yaml"),
 	}
 	want := make([]Files, len(inputs))
 	for i, in := range inputs {
@@ -73,7 +73,7 @@ func TestGenerateIsReentrant(t *testing.T) {
 // required key headers; generation works on its own fresh copy.
 func TestGenerateLeavesTheLoadedDocumentAlone(t *testing.T) {
 	t.Parallel()
-	s, err := spec.Load("../testdata/ref-key-header/openapi.yaml", nil)
+	s, err := spec.Load("../../testdata/ref-key-header/openapi.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestGenerateLeavesTheLoadedDocumentAlone(t *testing.T) {
 
 func TestGenerateHeaderAndFileNames(t *testing.T) {
 	t.Parallel()
-	files, err := Generate(load(t, "../testdata/payments/openapi.yaml"), Options{Package: "payments"})
+	files, err := Generate(load(t, "../../testdata/payments/openapi.yaml"), Options{Package: "payments"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,18 +117,18 @@ func TestGenerateHeaderAndFileNames(t *testing.T) {
 
 func TestGenerateErrors(t *testing.T) {
 	t.Parallel()
-	in := load(t, "../testdata/payments/openapi.yaml")
+	in := load(t, "../../testdata/payments/openapi.yaml")
 	if _, err := Generate(in, Options{Package: "my-api"}); err == nil || !strings.Contains(err.Error(), `package name "my-api" is not a Go identifier`) {
 		t.Errorf("bad package: %v", err)
 	}
 	if _, err := Generate(in, Options{Package: "type"}); err == nil || !strings.Contains(err.Error(), `package name "type" is a Go keyword`) {
 		t.Errorf("keyword package: err = %v", err)
 	}
-	if _, err := Generate(in, Options{Package: "api", Router: "martini"}); err == nil ||
+	if _, err := LookupRouter("martini"); err == nil ||
 		!strings.Contains(err.Error(), `unknown router "martini" (supported: std-http, chi, gorilla, echo, echo5, gin, fiber, fiber-v3, iris)`) {
 		t.Errorf("unknown router: %v", err)
 	}
-	for _, r := range Routers {
+	for _, r := range routerTable {
 		if _, err := Generate(in, Options{Package: "api", Router: r}); err != nil {
 			t.Errorf("router %s: %v", r, err)
 		}
@@ -363,7 +363,7 @@ func TestConfigSchema(t *testing.T) {
 	}
 
 	var files []string
-	for _, pattern := range []string{"../testdata/*/idemgen.yaml", "../examples/*/idemgen.yaml", "../bench/internal/*/idemgen.yaml"} {
+	for _, pattern := range []string{"../../testdata/*/idemgen.yaml", "../../examples/*/idemgen.yaml", "../../bench/internal/*/idemgen.yaml"} {
 		m, _ := filepath.Glob(pattern)
 		files = append(files, m...)
 	}

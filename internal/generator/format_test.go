@@ -234,11 +234,11 @@ func TestGofmtConfig(t *testing.T) {
 // add the import to the template's list, which the generator prunes per file.
 func TestEveryRouterFormatsWithoutGoimports(t *testing.T) {
 	t.Parallel()
-	in := load(t, "../testdata/router-std-http/openapi.yaml")
-	for _, router := range Routers {
-		t.Run(router, func(t *testing.T) {
+	in := load(t, "../../testdata/router-std-http/openapi.yaml")
+	for _, router := range routerTable {
+		t.Run(router.Name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := oapiConfiguration(oapiOptions{Package: "api", Router: router})
+			cfg, err := oapiConfiguration(Options{Package: "api", Router: router})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -12,7 +13,7 @@ import (
 // router enum equal to the router table: a router added in one place only fails here.
 func TestRoutersDocumented(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("../docs/routers.md")
+	doc, err := os.ReadFile("../../docs/routers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestRoutersDocumented(t *testing.T) {
 	}
 	var want []row
 	for _, r := range routerTable {
-		want = append(want, row{r.name, r.module})
+		want = append(want, row{r.Name, r.module})
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("docs/routers.md's tested versions list\n%v\nwant the router table's\n%v", got, want)
@@ -66,12 +67,29 @@ func TestRouterTemplates(t *testing.T) {
 	t.Parallel()
 	for _, r := range routerTable {
 		if r.base != "" {
-			if _, ok := lookupRouter(r.base); !ok {
-				t.Errorf("%s: base %q is not a router", r.name, r.base)
+			if _, err := LookupRouter(r.base); err != nil {
+				t.Errorf("%s: base %q is not a router", r.Name, r.base)
 			}
 		}
-		if err := render(&strings.Builder{}, r.name, &fileData{Package: "api"}); err != nil {
-			t.Errorf("%s: %v", r.name, err)
+		if err := render(&strings.Builder{}, r, &fileData{Package: "api"}); err != nil {
+			t.Errorf("%s: %v", r.Name, err)
 		}
+	}
+}
+
+// TestConfigKeysInSchema: idemgen.yaml's keys, Options' config tags, are the schema's
+// properties, so a new setting cannot ship without its schema entry.
+func TestConfigKeysInSchema(t *testing.T) {
+	t.Parallel()
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(ConfigSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	keys := slices.Sorted(maps.Keys(schema.Properties))
+	want := slices.Sorted(slices.Values(ConfigKeys()))
+	if !slices.Equal(keys, want) {
+		t.Errorf("config.schema.json's properties %v, want Options' config keys %v", keys, want)
 	}
 }

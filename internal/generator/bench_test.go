@@ -12,15 +12,15 @@ import (
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"github.com/oapi-codegen/oapi-codegen/v2/pkg/util"
 
-	"github.com/idemgen/idemgen/generator"
 	"github.com/idemgen/idemgen/internal/annotate"
 	"github.com/idemgen/idemgen/internal/cli"
+	"github.com/idemgen/idemgen/internal/generator"
 )
 
 // benchSpec is the largest document of the corpus that can be generated from: Adyen's Checkout
 // API, 0.9 MB, 28 operations. The corpus's lob-api-bundled.yml is larger, but kin-openapi
 // cannot load it, so neither idemgen nor oapi-codegen generates anything from it.
-const benchSpec = "../internal/annotate/testdata/corpus/adyen/CheckoutService-v71.json"
+const benchSpec = "../annotate/testdata/corpus/adyen/CheckoutService-v71.json"
 
 // BenchmarkGenerate times `idemgen generate` (config, load and lint, oapi-codegen, the adapter,
 // formatting, writing both files) against oapi-codegen alone (kin-openapi's loader and

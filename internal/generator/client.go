@@ -13,7 +13,7 @@ import (
 	"text/template"
 
 	"github.com/idemgen/idemgen/internal/model"
-	"github.com/idemgen/idemgen/templates"
+	"github.com/idemgen/idemgen/internal/templates"
 )
 
 // ClientFile is the retry-safe client, written when Options.Client is set: IdempotentClient

@@ -13,8 +13,8 @@ import (
 
 	"github.com/idemgen/idemgen/internal/model"
 	"github.com/idemgen/idemgen/internal/policy"
+	"github.com/idemgen/idemgen/internal/templates"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
-	"github.com/idemgen/idemgen/templates"
 )
 
 // The template sees only these plain values: every name is resolved and every Go expression
@@ -95,11 +95,7 @@ type policyData struct {
 	History, UncertainOnLoss bool
 }
 
-func render(w io.Writer, name string, data *fileData) error {
-	r, ok := lookupRouter(name)
-	if !ok {
-		return UnknownRouterError(name)
-	}
+func render(w io.Writer, r *Router, data *fileData) error {
 	patterns := []string{"idempotency.go.tmpl", "partials/*.tmpl"}
 	for _, folder := range r.templateFolders() {
 		patterns = append(patterns, folder+"/*.tmpl")
@@ -117,11 +113,7 @@ func buildFileData(s Input, res *oapiResult, opts Options) (*fileData, error) {
 	for _, op := range s.Model.Operations {
 		byRoute[op.Route()] = op
 	}
-	r, ok := lookupRouter(opts.Router)
-	if !ok {
-		return nil, UnknownRouterError(opts.Router)
-	}
-	data := &fileData{Package: opts.Package, ValidateBody: opts.ValidateRequestBody, Router: routerData{Methods: r.methods}}
+	data := &fileData{Package: opts.Package, ValidateBody: opts.ValidateRequestBody, Router: routerData{Methods: opts.Router.methods}}
 	var custom []string
 	served := map[string]bool{}
 	for _, co := range res.Ops {

@@ -11,7 +11,7 @@ import (
 // idempotent ones in their policy, the others before their handler.
 func TestValidateRequestBodyIsOptIn(t *testing.T) {
 	t.Parallel()
-	in := load(t, "../testdata/payments/openapi.yaml")
+	in := load(t, "../../testdata/payments/openapi.yaml")
 	off, err := Generate(in, Options{Package: "api"})
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +23,7 @@ func TestValidateRequestBodyIsOptIn(t *testing.T) {
 			}
 		}
 	}
-	on, err := Generate(load(t, "../testdata/payments/openapi.yaml"), Options{Package: "api", ValidateRequestBody: true})
+	on, err := Generate(load(t, "../../testdata/payments/openapi.yaml"), Options{Package: "api", ValidateRequestBody: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,5 +6,5 @@ import "github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 // std-http router, for BenchmarkGenerate (package generator_test), which compares idemgen with
 // oapi-codegen alone on the same options.
 func OapiConfiguration(pkg string) (codegen.Configuration, error) {
-	return oapiConfiguration(oapiOptions{Package: pkg, Router: RouterStdHTTP})
+	return oapiConfiguration(Options{Package: pkg, Router: DefaultRouter()})
 }
