@@ -14,6 +14,8 @@
 #   - Go: the test binary itself under callgrind, run by scripts/go-callgrind.sh (one thread, the
 #     collector off, its settings explained there); the allocations the collector would collect
 #     are reported beside, in allocs and bytes per request.
+# BENCH_INSTRUCTIONS_ONLY, a regular expression, keeps the rows whose benchmark (FirstHandler/lease,
+# ReplayHandler/transaction-history, ...) it matches, and the peers their ratios need.
 # It needs valgrind (installed by scripts/deps.sh when missing) and PostgreSQL's server binaries,
 # and takes a few minutes: everything runs about fifty times slower under callgrind.
 set -euo pipefail
@@ -87,6 +89,15 @@ measure() {
 	echo "$(total $new) $(total "$gofile") $(echo "$out" | awk '/allocs\/op/ {for (i = 2; i <= NF; i++) {if ($i == "allocs/op") a = $(i-1); if ($i == "B/op") b = $(i-1)}} END {print a+0, b+0}')"
 	rm -f "$gofile"
 }
+
+if [[ -n ${BENCH_INSTRUCTIONS_ONLY:-} ]]; then
+	kept=()
+	for row in "${rows[@]}"; do
+		# A row's ratios need its peers: they are kept too.
+		if [[ ${row#*|} =~ $BENCH_INSTRUCTIONS_ONLY || ${row#*|} =~ /peer(-lease)?$ ]]; then kept+=("$row"); fi
+	done
+	rows=("${kept[@]}")
+fi
 
 declare -A pg go allocs bytes
 for row in "${rows[@]}"; do
