@@ -7,7 +7,7 @@ import (
 
 // stmtSet is what a claim path sends where plain PostgreSQL (a pooler in front of it included)
 // and Citus differ: a value of the settled topology (topology.set), so that a path sends its
-// set's statements and never asks which topology it is on. The two sets differ in three ways
+// set's statements and never asks which topology it is on. The two sets differ in four ways
 // (topology.go says why):
 //
 //   - guards: plain PostgreSQL's set sends the statements that fail on purpose to skip the rest
