@@ -4,8 +4,6 @@ package idem_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"testing"
 	"time"
@@ -42,64 +40,14 @@ func TestCitusGuarantees(t *testing.T) {
 // generic makes its sessions force generic plans.
 func citusPath(url string, single, generic bool) func(t *testing.T, g *guaranteeEnv) {
 	return func(t *testing.T, g *guaranteeEnv) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var b [5]byte
-		_, _ = rand.Read(b[:])
-		schema := "idemcitus_" + hex.EncodeToString(b[:])
-		pc, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatalf("parse %q: %v", url, err)
-		}
-		pc.ConnConfig.RuntimeParams["search_path"] = schema
-		if generic {
-			pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-		}
-		pc.ConnConfig.DialFunc = g.cut.dial
-		pc.MaxConns = 8
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			pool.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			c, err := pgx.Connect(ctx, url)
-			if err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-				return
+		e := newCitusEnv(t, url, true, func(pc *pgxpool.Config) {
+			if generic {
+				pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 			}
-			defer c.Close(ctx)
-			if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-			}
+			pc.ConnConfig.DialFunc = g.cut.dial
+			pc.MaxConns = 8
 		})
-		const table = "idempotency_keys"
-		cfg := idem.Config{Schema: schema, Table: table}
-		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-			t.Fatalf("create schema on %s: %v", url, err)
-		}
-		m, err := idem.NewMigrator(pool, &cfg)
-		if err == nil {
-			_, err = m.Migrate(ctx, idem.DirectionUp, nil)
-		}
-		if err != nil {
-			t.Fatalf("migrate %s: %v", schema, err)
-		}
-		// The business table as the guarantees' handler writes it; no primary key, since Citus
-		// wants the distribution column in every unique index and a key run twice must show as
-		// two rows.
-		for _, q := range []string{
-			"CREATE TABLE " + schema + ".payments (key text NOT NULL, tenant text NOT NULL DEFAULT '', amount integer NOT NULL)",
-			"SELECT create_distributed_table('" + schema + ".payments', 'tenant')",
-			"SELECT create_distributed_table('" + schema + "." + table + "', 'tenant', colocate_with => '" + schema + ".payments')",
-			"SELECT create_distributed_table('" + schema + "." + idem.HistoryTableName(table) + "', 'tenant', colocate_with => '" + schema + ".payments')",
-		} {
-			if _, err := pool.Exec(ctx, q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
+		schema, pool, cfg, table := e.schema, e.pool, *e.cfg, e.cfg.Table
 		g.sch = &idemtest.Schema{Name: schema, Pool: pool, URL: url, Table: table}
 		g.db = pool
 		if single {

@@ -36,8 +36,9 @@ import (
 // it, a table on the coordinator that is not distributed stands in for it.
 const envCitus = "CITUS_DATABASE_URL"
 
-// citusEnv is a fresh schema on a server with the migrated key table and a payments table,
-// both distributed by tenant (co-located) when distributed is set.
+// citusEnv is a fresh schema on a server with the migrated key table, its history and a
+// payments table, all distributed by tenant (co-located) when distributed is set. configure, if
+// given, adjusts the pool's configuration (the schema is its search_path already).
 type citusEnv struct {
 	schema string
 	pool   *pgxpool.Pool
@@ -45,7 +46,7 @@ type citusEnv struct {
 	url    string
 }
 
-func newCitusEnv(t *testing.T, url string, distributed bool) *citusEnv {
+func newCitusEnv(t *testing.T, url string, distributed bool, configure ...func(*pgxpool.Config)) *citusEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -58,6 +59,9 @@ func newCitusEnv(t *testing.T, url string, distributed bool) *citusEnv {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns = 16
+	for _, c := range configure {
+		c(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -89,13 +93,14 @@ func newCitusEnv(t *testing.T, url string, distributed bool) *citusEnv {
 	}
 	// The business table has no unique index on purpose: a key executed twice shows as two
 	// rows, not as an error.
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".payments (tenant text NOT NULL, key text NOT NULL, amount integer NOT NULL)"); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+schema+".payments (tenant text NOT NULL DEFAULT '', key text NOT NULL, amount integer NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	if distributed {
 		for _, q := range []string{
 			"SELECT create_distributed_table('" + schema + ".payments', 'tenant')",
 			"SELECT create_distributed_table('" + schema + ".idempotency_keys', 'tenant', colocate_with => '" + schema + ".payments')",
+			"SELECT create_distributed_table('" + schema + "." + idem.HistoryTableName("idempotency_keys") + "', 'tenant', colocate_with => '" + schema + ".payments')",
 		} {
 			if _, err := pool.Exec(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
