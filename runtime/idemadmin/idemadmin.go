@@ -231,6 +231,13 @@ func (h *Handler) search(ctx context.Context, p *page) int {
 		lp.Tenant = &p.Tenant
 	}
 	keys, err := h.store.LookupKey(ctx, lp)
+	if errors.Is(err, idem.ErrNoSuchKey) {
+		// No row: a key whose history is kept longer than the key is shown, as gone. (A table
+		// without a history, before migration 6, has nothing more to say.)
+		if gone, gerr := h.store.GoneKeys(ctx, lp); gerr == nil && len(gone) > 0 {
+			keys, err = gone, nil
+		}
+	}
 	switch {
 	case errors.Is(err, idem.ErrNoSuchKey):
 		p.Notice = "No such key. It was never claimed, or its request failed and the key was released (a retry runs anew), or it expired and was purged."
@@ -360,6 +367,9 @@ func (h *Handler) view(k *idem.KeyInfo) keyView {
 		v.StateNote = "its handler is running"
 	case k.State == idem.KeyUncertain:
 		v.StateNote = "an attempt was lost after it called its provider, which may have acted: retries are refused until the key is settled, as completed or as failed, after checking the provider's records"
+	case k.State == idem.KeyGone:
+		v.StateNote = "no key row any more: released after a failure so a retry runs anew, resolved as failed, or expired and purged; its history is kept"
+		return v
 	}
 	if k.Expired() && k.State != idem.KeyUncertain {
 		v.StateNote = strings.TrimPrefix(v.StateNote+"; expired: behaves as a new key until purged", "; ")
@@ -470,7 +480,8 @@ const pageHTML = `<!doctype html>
 <tr><th>Tenant</th><td class="mono" data-fact="tenant">{{.Tenant}}</td></tr>
 <tr><th>Operation</th><td data-fact="operation">{{.Operation}}</td></tr>
 <tr><th>State</th><td><span class="state-{{.State}}" data-fact="state">{{.State}}</span>{{if .StateNote}} <span class="{{if or .Stale (eq .State "uncertain")}}stale{{else}}note{{end}}" data-fact="state-note">({{.StateNote}})</span>{{end}}</td></tr>
-<tr><th>Attempts</th><td data-fact="attempts">{{.Attempt}}</td></tr>
+{{if eq .State "gone"}}<tr><th>First seen</th><td data-fact="created">{{.CreatedAt.UTC.Format "2006-01-02 15:04:05.000 UTC"}}</td></tr>
+{{else}}<tr><th>Attempts</th><td data-fact="attempts">{{.Attempt}}</td></tr>
 <tr><th>Stored status</th><td data-fact="status">{{status .Status}}</td></tr>
 <tr><th>Reference</th><td data-fact="reference">{{if .ReferenceURL}}<a href="{{.ReferenceURL}}" rel="noreferrer">{{.Reference}}</a>{{else if .Reference}}{{.Reference}}{{else}}—{{end}}</td></tr>
 {{range .Headers}}<tr><th>Header</th><td class="mono" data-fact="header">{{.Name}}: {{.Value}}</td></tr>{{end}}
@@ -479,9 +490,9 @@ const pageHTML = `<!doctype html>
 <tr><th>Completed</th><td data-fact="completed">{{when .CompletedAt .Now}}</td></tr>
 <tr><th>Expires</th><td data-fact="expires">{{if eq .State "uncertain"}}not until it is settled{{else}}{{when .ExpiresAt .Now}}{{end}}</td></tr>
 {{if eq .State "in_flight"}}<tr><th>Lease expires</th><td data-fact="lease">{{when .LeaseExpiresAt .Now}}</td></tr>{{end}}
-<tr><th>Key hash</th><td class="mono" data-fact="hash"><a href="{{.Link}}">{{.KeyHash}}</a></td></tr>
+{{end}}<tr><th>Key hash</th><td class="mono" data-fact="hash"><a href="{{.Link}}">{{.KeyHash}}</a></td></tr>
 <tr><th>Scope</th><td class="mono" data-fact="scope">{{.Scope}}</td></tr>
-<tr><th>Fingerprint</th><td class="mono" data-fact="fingerprint">{{.Fingerprint}}</td></tr>
+{{if ne .State "gone"}}<tr><th>Fingerprint</th><td class="mono" data-fact="fingerprint">{{.Fingerprint}}</td></tr>{{end}}
 </table>
 <h3>History</h3>
 {{if .History}}<table class="history" id="history-{{.KeyHash}}">

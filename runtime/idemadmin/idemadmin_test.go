@@ -313,3 +313,39 @@ func TestPageSearchesOnlyTheTenantAsked(t *testing.T) {
 		t.Errorf("an empty tenant field: status %d, keys of tenants %q; want all three", res.StatusCode, got)
 	}
 }
+
+// TestPageShowsAGoneKeysHistory: a key released after its handler failed has no row any more,
+// but its history is kept: the page shows it as gone, with that history, by key and by hash.
+func TestPageShowsAGoneKeysHistory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, err := e.store.Do(context.Background(), &idem.DoParams{Tenant: "acme", Scope: "createPayment", Key: "declined-1",
+		Operation: "createPayment", Fingerprint: "fp", History: true},
+		func(context.Context, pgx.Tx) (*idem.Outcome, error) { return nil, errors.New("card declined") })
+	if err == nil {
+		t.Fatal("the handler failed, and Do said nothing")
+	}
+	srv := e.server(nil)
+	for _, q := range []url.Values{
+		{"tenant": {"acme"}, "key": {"declined-1"}},
+		{"hash": {idem.KeyHash("createPayment", "declined-1")}},
+	} {
+		res, body := get(t, srv, q)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%v: status %d\n%s", q, res.StatusCode, body)
+		}
+		if got := fact(t, body, "state"); got != "gone" {
+			t.Errorf("%v: state %q, want gone", q, got)
+		}
+		if !strings.HasPrefix(fact(t, body, "state-note"), "(no key row any more") || strings.Contains(body, `data-fact="attempts"`) {
+			t.Errorf("%v: a gone key's facts:\n%s", q, body)
+		}
+		if !strings.Contains(body, `<span data-event="kind">acquired</span>`) || !strings.Contains(body, `<span data-event="kind">released</span>`) ||
+			!strings.Contains(body, "card declined") {
+			t.Errorf("%v: the gone key's history is not on the page:\n%s", q, body)
+		}
+	}
+	if res, body := get(t, srv, url.Values{"tenant": {"acme"}, "key": {"never"}}); res.StatusCode != http.StatusNotFound || !strings.Contains(body, `id="notice">No such key.`) {
+		t.Errorf("a key never claimed: %d\n%s", res.StatusCode, body)
+	}
+}
