@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"net/url"
 	"os"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/module"
 	modzip "golang.org/x/mod/zip"
 
@@ -130,20 +134,11 @@ func TestInstallFromCheckout(t *testing.T) {
 	writeFile(t, filepath.Join(mod, "main.go"), ordersMain)
 	run(t, mod, env, "go", "mod", "tidy")
 
-	// The server runs on a schema of its own: pgx passes unknown URL parameters to the server as
-	// settings, so search_path puts the orders there.
-	s := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true})
-	u, err := url.Parse(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", s.Name)
-	u.RawQuery = q.Encode()
-	// NewStore(pool, nil) keeps its keys in public.idempotency_keys whatever the search_path, so
-	// the key is the schema's name: a server (TEST_DATABASE_URL) that outlives one run of this
-	// test must not replay the previous run's order.
-	got := run(t, mod, append(env, "DATABASE_URL="+u.String(), "ORDER_KEY="+s.Name), "go", "run", ".")
+	// The server runs on a database of its own, dropped when the test ends: NewStore(pool, nil)
+	// keeps its keys in public.idempotency_keys, which on a server of the user's own
+	// (TEST_DATABASE_URL) must not be left behind, nor found by the next run.
+	u := throwawayDatabase(t)
+	got := run(t, mod, append(env, "DATABASE_URL="+u.String(), "ORDER_KEY=order-1"), "go", "run", ".")
 	want := "first: 201 replayed=\"\"\nretry: 201 replayed=\"true\" same body=true\norders in the database: 1\n"
 	if got != want {
 		t.Errorf("the single-tenant server printed\n%s\nwant\n%s", got, want)
@@ -185,6 +180,44 @@ components:
         id: {type: string}
         sku: {type: string}
 `
+
+// throwawayDatabase creates a database of its own on the test server and drops it when t ends
+// (ending its sessions first); it returns its URL.
+func throwawayDatabase(t *testing.T) *url.URL {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, idemtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "idemtest_install_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, idemtest.URL(t))
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(idemtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u
+}
 
 // ordersMain is the newcomer's server, with no tenant configured: annotate chose scope
 // [operation], so idem.NewStore(pool, nil) must be enough.
