@@ -183,7 +183,18 @@ func TestDatabaseCommandsNameAServerThatTurnsConnectionsAway(t *testing.T) {
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD '"+password+"' CONNECTION LIMIT 0"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Exec(context.Background(), "DROP ROLE "+role) })
+	t.Cleanup(func() {
+		// A connection of its own: admin is closed when the test function returns, before this runs.
+		c, err := pgx.Connect(context.Background(), idemtest.URL(t))
+		if err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP ROLE "+role); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
 
 	cfg := admin.Config()
 	urls := []string{fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", role, password, cfg.Host, cfg.Port, cfg.Database)}
