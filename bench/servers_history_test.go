@@ -70,7 +70,12 @@ type histPayments struct {
 }
 
 func (h histPayments) CreatePayment(ctx context.Context, tx pgx.Tx, req histapi.CreatePaymentRequestObject) (histapi.CreatePaymentResponseObject, error) {
-	return h.p.CreatePayment(ctx, tx, api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)})
+	return h.p.CreatePayment(ctx, tx, histToAPI(req))
+}
+
+// histToAPI is histapi's create request as package api's type (the same fields).
+func histToAPI(req histapi.CreatePaymentRequestObject) api.CreatePaymentRequestObject {
+	return api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)}
 }
 
 // validateHist is payments.Validate for histapi's create request.
@@ -81,7 +86,7 @@ func validateHist(next histapi.StrictHandlerFunc, operationID string) histapi.St
 		}
 		asAPI := request
 		if req, ok := request.(histapi.CreatePaymentRequestObject); ok {
-			asAPI = api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)}
+			asAPI = histToAPI(req)
 		}
 		return payments.Validate(pass, operationID)(ctx, w, r, asAPI)
 	}
@@ -94,7 +99,12 @@ type txHistPayments struct {
 }
 
 func (h txHistPayments) CreatePayment(ctx context.Context, tx pgx.Tx, req txhistapi.CreatePaymentRequestObject) (txhistapi.CreatePaymentResponseObject, error) {
-	return h.p.CreatePayment(ctx, tx, api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)})
+	return h.p.CreatePayment(ctx, tx, txHistToAPI(req))
+}
+
+// txHistToAPI is histToAPI for txhistapi.
+func txHistToAPI(req txhistapi.CreatePaymentRequestObject) api.CreatePaymentRequestObject {
+	return api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)}
 }
 
 // validateTxHist is payments.Validate for txhistapi's create request.
@@ -105,7 +115,7 @@ func validateTxHist(next txhistapi.StrictHandlerFunc, operationID string) txhist
 		}
 		asAPI := request
 		if req, ok := request.(txhistapi.CreatePaymentRequestObject); ok {
-			asAPI = api.CreatePaymentRequestObject{Params: api.CreatePaymentParams(req.Params), Body: (*api.CreatePaymentJSONRequestBody)(req.Body)}
+			asAPI = txHistToAPI(req)
 		}
 		return payments.Validate(pass, operationID)(ctx, w, r, asAPI)
 	}

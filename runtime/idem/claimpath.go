@@ -75,7 +75,7 @@ func (t *topology) chooseClaimers(pool bool) *topology {
 	switch {
 	case !pool:
 		t.lease, t.tx = leaseOwnTx{}, txRowLock{}
-	case t.citus:
+	case t.kind == TopologyCitus: // advisory locks are per node: the key's row is locked instead
 		t.lease, t.tx = leaseBatch{}, txRowLock{}
 	default:
 		t.lease, t.tx = leaseBatch{}, txAdvisoryLock{}

@@ -109,10 +109,8 @@ func configured(cfg *Config) Topology {
 // (Store.topo), never changed.
 type topology struct {
 	kind Topology
-	// citus: Citus's statements (no advisory lock: chooseClaimers) and its statement set
-	// (set: no guard).
-	citus bool
-	set   stmtSet
+	// set is the topology's statement set (stmtset.go): Citus's has no guard.
+	set stmtSet
 	// pooled: connections go through a pooler that shares server connections between
 	// transactions, so nothing is prepared by name (a Citus coordinator may sit behind one).
 	pooled bool
@@ -121,8 +119,8 @@ type topology struct {
 }
 
 func newTopology(kind Topology, pooled bool) *topology {
-	t := &topology{kind: kind, citus: kind == TopologyCitus, pooled: pooled || kind == TopologyPooler, set: plainSet{}}
-	if t.citus {
+	t := &topology{kind: kind, pooled: pooled || kind == TopologyPooler, set: plainSet{}}
+	if kind == TopologyCitus {
 		t.set = citusSet{}
 	}
 	return t
