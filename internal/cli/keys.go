@@ -185,16 +185,16 @@ func newKeysListCmd(s *streams) *cobra.Command {
 			"  idemgen keys list --operation createPayment --since 1h --json",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p := &idem.ListKeysParams{Operation: operation, State: state, Stale: stale, Limit: limit}
+			p := &idem.ListKeysParams{Operation: operation, State: idem.KeyState(state), Stale: stale, Limit: limit}
 			if cmd.Flags().Changed("tenant") {
 				p.Tenant = &tenant
 			}
-			switch state {
+			switch idem.KeyState(state) {
 			case "", idem.KeyInFlight, idem.KeyComplete, idem.KeyUncertain:
 			default:
 				return fail(ExitUsage, fmt.Errorf("keys list: --state %s: use %s, %s or %s", strconv.Quote(state), idem.KeyInFlight, idem.KeyComplete, idem.KeyUncertain))
 			}
-			if stale && state != "" && state != idem.KeyInFlight {
+			if stale && state != "" && idem.KeyState(state) != idem.KeyInFlight {
 				return fail(ExitUsage, fmt.Errorf("keys list: --stale keys are in flight: drop --state %s", state))
 			}
 			if limit < 1 || limit > idem.MaxListLimit {
@@ -378,7 +378,7 @@ func writeKey(w io.Writer, k *idem.KeyInfo, withBody bool) {
 		tw.Flush()
 		return
 	}
-	state := k.State
+	state := string(k.State)
 	switch {
 	case k.Stale():
 		state += " (stale: the lease ran out, its holder is gone; the next retry with the same request takes it over)"
@@ -447,27 +447,27 @@ func bodyText(b []byte) string {
 }
 
 type jsonKey struct {
-	Tenant         string      `json:"tenant"`
-	Key            string      `json:"key"`
-	Operation      string      `json:"operation"`
-	Scope          string      `json:"scope"`
-	KeyHash        string      `json:"key_hash"`
-	State          string      `json:"state"`
-	Stale          bool        `json:"stale"`
-	Expired        bool        `json:"expired"`
-	Attempt        int         `json:"attempt"`
-	Status         *int        `json:"status"`
-	Reference      *string     `json:"reference"`
-	Headers        http.Header `json:"headers"`
-	BodySize       int         `json:"body_size"`
-	Body           *string     `json:"body,omitempty"`
-	BodyBase64     []byte      `json:"body_base64,omitempty"`
-	Fingerprint    string      `json:"fingerprint"`
-	CreatedAt      time.Time   `json:"created_at"`
-	CompletedAt    *time.Time  `json:"completed_at"`
-	ExpiresAt      *time.Time  `json:"expires_at"` // null for an uncertain key: it expires once settled
-	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
-	Now            time.Time   `json:"now"`
+	Tenant         string        `json:"tenant"`
+	Key            string        `json:"key"`
+	Operation      string        `json:"operation"`
+	Scope          string        `json:"scope"`
+	KeyHash        string        `json:"key_hash"`
+	State          idem.KeyState `json:"state"`
+	Stale          bool          `json:"stale"`
+	Expired        bool          `json:"expired"`
+	Attempt        int           `json:"attempt"`
+	Status         *int          `json:"status"`
+	Reference      *string       `json:"reference"`
+	Headers        http.Header   `json:"headers"`
+	BodySize       int           `json:"body_size"`
+	Body           *string       `json:"body,omitempty"`
+	BodyBase64     []byte        `json:"body_base64,omitempty"`
+	Fingerprint    string        `json:"fingerprint"`
+	CreatedAt      time.Time     `json:"created_at"`
+	CompletedAt    *time.Time    `json:"completed_at"`
+	ExpiresAt      *time.Time    `json:"expires_at"` // null for an uncertain key: it expires once settled
+	LeaseExpiresAt *time.Time    `json:"lease_expires_at"`
+	Now            time.Time     `json:"now"`
 	// History is the key's history, oldest first (keys show only; [] when it has none).
 	History *[]jsonEvent `json:"history,omitempty"`
 }
@@ -784,7 +784,7 @@ func newKeysResolveCmd(s *streams) *cobra.Command {
 
 // stateOf rereads k's state after Resolve refused it, for the message; the state looked up
 // before is the fallback.
-func stateOf(ctx context.Context, store *idem.Store, k *idem.KeyInfo) string {
+func stateOf(ctx context.Context, store *idem.Store, k *idem.KeyInfo) idem.KeyState {
 	keys, err := store.LookupKey(ctx, &idem.LookupKeyParams{Tenant: &k.Tenant, Key: k.Key, Operation: k.Operation})
 	if err == nil {
 		for _, now := range keys {

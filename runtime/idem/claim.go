@@ -910,7 +910,7 @@ func (s *Store) scanLockedRead(rows pgx.Rows, c *Claim, t *claimTry) (*claimResu
 			return nil, err
 		}
 		res = nil
-		if sc.state != "complete" {
+		if sc.state != string(KeyComplete) {
 			t.inFlight = true
 			continue
 		}
@@ -938,7 +938,7 @@ func (s *Store) answer(sc *readScan, c *Claim, t *claimTry) (*claimResult, error
 	r, stored := &sc.r, &sc.stored
 	r.leaseExpires, r.created = finite(sc.leaseExpires), finite(sc.created)
 	r.expires, r.now = finite(sc.expires), finite(sc.now)
-	r.complete, r.uncertain = sc.state == "complete", sc.state == KeyUncertain
+	r.complete, r.uncertain = sc.state == string(KeyComplete), sc.state == string(KeyUncertain)
 	fresh := r.fresh()
 	t.found, t.fresh, t.rowAttempt = true, fresh, r.attempt
 	switch {

@@ -20,11 +20,6 @@ import (
 // fails; the rest of the transaction then commits with the answer.
 var ErrHandlerAborted = errors.New("idem: a statement of the handler failed and left its transaction aborted")
 
-// EventHandlerFailed: the handler answered, but its transaction had been aborted by a statement
-// of its own that failed (ErrHandlerAborted); its work rolled back and the key was given back, as
-// for EventReleased. Duration is the handler's time.
-const EventHandlerFailed EventKind = "handler_failed"
-
 // txAborted says that tx's connection reports its transaction as failed: a statement in it
 // failed and was not rolled back to a savepoint. PostgreSQL says so in every ReadyForQuery
 // message, which pgx keeps, so asking costs no round trip.

@@ -24,20 +24,6 @@ import (
 // which card schemes take most chargebacks.
 const DefaultHistoryRetention = 120 * 24 * time.Hour
 
-// The history's own event kinds (the others are the Observer's: EventAcquired, …). Each is also
-// sent to Config.Observer.
-const (
-	// EventProviderCall: the holder of a claim asked for a derived provider key (ProviderKey),
-	// and the call was recorded before the key was handed out.
-	EventProviderCall EventKind = "provider_call"
-	// EventUncertain: a claim of an operation declared uncertain-on-loss was lost after a
-	// provider call (its holder crashed, timed out, failed or lost its lease): the provider may
-	// have acted, so the key is not run again until an operator or a reconciliation settles it.
-	EventUncertain EventKind = "uncertain"
-	// EventResolved: an uncertain key was settled (Store.Resolve), as completed or as failed.
-	EventResolved EventKind = "resolved"
-)
-
 var (
 	// ErrUncertain: an earlier attempt of this key was lost after a provider call, and the key
 	// waits for an operator or a reconciliation to settle it (problem operation-uncertain). A
@@ -46,9 +32,6 @@ var (
 	// ErrNotUncertain: Resolve was asked to settle a key that is not uncertain.
 	ErrNotUncertain = errors.New("idem: the key is not uncertain")
 )
-
-// KeyUncertain is KeyInfo.State of a key whose outcome is uncertain (see ErrUncertain).
-const KeyUncertain = "uncertain"
 
 // HistoryEvent is one row of a key's history.
 type HistoryEvent struct {
@@ -167,7 +150,7 @@ func (s *Store) ResolveTx(ctx context.Context, tx pgx.Tx, p *ResolveParams) erro
 		return ErrNoSuchKey
 	case err != nil:
 		return fmt.Errorf("idem: resolve: %w", err)
-	case state != KeyUncertain:
+	case state != string(KeyUncertain):
 		return fmt.Errorf("%w (it is %s)", ErrNotUncertain, state)
 	}
 	ev := HistoryEvent{Kind: EventResolved, Operation: fromStoredText(operation), Actor: p.Actor,
@@ -243,10 +226,6 @@ ORDER BY at`, pgx.QueryExecModeSimpleProtocol, storedText(tenant), storedText(sc
 		return ev, err
 	})
 }
-
-// KeyGone is KeyInfo.State of a key that has no row any more but whose history is kept (see
-// [Store.GoneKeys]).
-const KeyGone = "gone"
 
 // GoneKeys finds the keys [Store.LookupKey] would find for p (Key or KeyHash, Tenant, Operation)
 // that have no row any more — released after a failure so that a retry runs anew, resolved as

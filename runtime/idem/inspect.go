@@ -27,12 +27,6 @@ import (
 // was released (its handler failed and a retry runs anew), or has expired and been purged.
 var ErrNoSuchKey = errors.New("idem: no such key")
 
-// Key states, as the key table's state column holds them.
-const (
-	KeyInFlight = "in_flight" // claimed; its handler runs, or its holder died (see KeyInfo.Stale)
-	KeyComplete = "complete"  // the outcome is stored and replayed
-)
-
 // KeyInfo is one row of the key table, as support sees it. Times come from the database clock;
 // Now is that clock when the row was read, so ages and "lease left" need no app server clock.
 type KeyInfo struct {
@@ -45,7 +39,7 @@ type KeyInfo struct {
 	// KeyHash is the key as logs and events print it ([KeyHash] of Scope and Key).
 	KeyHash     string
 	Fingerprint string
-	State       string // KeyInFlight, KeyComplete or KeyUncertain
+	State       KeyState
 	// Attempt counts the executions of this key: 1, or more after takeovers of abandoned claims.
 	Attempt int
 	// Status, Reference and Header are the stored outcome (zero while in flight).
@@ -100,7 +94,7 @@ type ListKeysParams struct {
 	Tenant    *string
 	Operation string
 	// State keeps only keys in this state (KeyInFlight, KeyComplete or KeyUncertain); "" keeps all.
-	State string
+	State KeyState
 	// Stale keeps only stale in-flight keys (see KeyInfo.Stale); it implies State KeyInFlight.
 	Stale bool
 	// Since keeps only keys created at or after it.
@@ -215,7 +209,7 @@ func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, err
 	switch state {
 	case "":
 	case KeyInFlight, KeyComplete, KeyUncertain:
-		q.where("state = ", state)
+		q.where("state = ", string(state))
 	default:
 		return nil, fmt.Errorf("idem: ListKeys: unknown state %q (use %s, %s or %s)", state, KeyInFlight, KeyComplete, KeyUncertain)
 	}

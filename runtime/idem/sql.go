@@ -117,7 +117,7 @@ type sqlVars struct {
 // (sql/fragments.sql) defined for it.
 func renderSQL(file string, v sqlVars) (string, error) {
 	name := "sql/" + file + ".sql"
-	t := template.New(name).Option("missingkey=error")
+	t := template.New(name).Option("missingkey=error").Funcs(stateFuncs)
 	for _, f := range []string{"sql/fragments.sql", name} {
 		src, err := sqlFS.ReadFile(f)
 		if err != nil {

@@ -110,37 +110,6 @@ type Config struct {
 	ListenConn func(ctx context.Context) (*pgx.Conn, error)
 }
 
-// EventKind names what happened to a key: one word per outcome, shared with what a claim
-// decided, the sentinel errors ([ErrInProgress], [ErrKeyReused], …) and the problem codes of
-// runtime/idemhttp (docs/runtime.md has the table).
-type EventKind string
-
-const (
-	EventAcquired   EventKind = "acquired"    // a new key was claimed: the handler runs
-	EventTakenOver  EventKind = "taken_over"  // an abandoned claim was taken over: the handler runs
-	EventReplayed   EventKind = "replayed"    // a completed key answered with its stored outcome
-	EventInProgress EventKind = "in_progress" // the key was held by a request in flight
-	EventKeyReused  EventKind = "key_reused"  // the key came with a different request
-	EventCompleted  EventKind = "completed"   // the handler's outcome committed with its work
-	EventLeaseLost  EventKind = "lease_lost"  // a holder found its lease taken over: its work rolled back
-	EventReleased   EventKind = "released"    // the handler's work rolled back and the key was given back
-	EventPurged     EventKind = "purged"      // expired keys were deleted (Count says how many)
-	EventStoreError EventKind = "store_error" // a statement failed (an outage, or a misconfigured table)
-)
-
-// EventHandlerTimeout: the handler ran past its timeout; its work rolled back and the key was
-// given back, as for EventReleased.
-const EventHandlerTimeout EventKind = "handler_timeout"
-
-// The listener's self-check (see Store.ListenerHealth); their events name no operation.
-const (
-	// EventListenerDeaf: the listener did not hear its own notification: waiting duplicates
-	// poll instead of waking on their holder's notification.
-	EventListenerDeaf EventKind = "listener_deaf"
-	// EventListenerHeard: a check was heard again after EventListenerDeaf.
-	EventListenerHeard EventKind = "listener_heard"
-)
-
 // Event is passed to Config.Observer.
 type Event struct {
 	Kind      EventKind

@@ -116,8 +116,8 @@ func (c *KeyStatsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	for _, o := range st.Operations {
-		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(o.InFlight), o.Operation, idem.KeyInFlight)
-		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(o.Complete), o.Operation, idem.KeyComplete)
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(o.InFlight), o.Operation, string(idem.KeyInFlight))
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(o.Complete), o.Operation, string(idem.KeyComplete))
 		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, float64(o.Stale), o.Operation)
 		age := 0.0
 		if !o.OldestInFlight.IsZero() {

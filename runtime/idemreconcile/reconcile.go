@@ -530,7 +530,7 @@ FROM `+table+` t JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(tenant, sc
 	defer rows.Close()
 	for rows.Next() {
 		var r rowKey
-		var state string
+		var state idem.KeyState
 		var status int32
 		if err := rows.Scan(&r.tenant, &r.scope, &r.key, &state, &status); err != nil {
 			return fmt.Errorf("idemreconcile: read %s: %w", table, err)

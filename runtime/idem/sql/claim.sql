@@ -16,7 +16,7 @@
 -- caller then claims again, and the read sees who holds it).
 INSERT INTO {{.Table}} AS k
 	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
-VALUES ($1, $2, $3, $5, $6, 'in_flight', $4::uuid,
+VALUES ($1, $2, $3, $5, $6, {{inFlight}}, $4::uuid,
 	statement_timestamp() + $7::interval, 1, statement_timestamp(),
 	statement_timestamp() + $8::interval)
 ON CONFLICT (tenant, scope, key) DO UPDATE SET

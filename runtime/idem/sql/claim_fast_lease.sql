@@ -22,7 +22,7 @@
 -- $8 expiry (intervals).
 INSERT INTO {{.Table}}
 	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
-SELECT $1, $2, $3, $5, $6, 'in_flight', $4::uuid,
+SELECT $1, $2, $3, $5, $6, {{inFlight}}, $4::uuid,
 	statement_timestamp() + $7::interval, 1, statement_timestamp(),
 	statement_timestamp() + $8::interval
 WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL

@@ -22,5 +22,5 @@ WITH r AS MATERIALIZED (
 SELECT * FROM r
 UNION ALL
 SELECT * FROM r WHERE 1 / (
-	(r.expires_at <= r.now AND (r.state = 'complete' OR (r.state = 'in_flight' AND r.lease_expires_at <= r.now)))
-	OR (r.state = 'in_flight' AND r.lease_expires_at <= r.now AND r.same_fingerprint AND NOT r.provider_called))::int = 0
+	(r.expires_at <= r.now AND (r.state = {{complete}} OR (r.state = {{inFlight}} AND r.lease_expires_at <= r.now)))
+	OR (r.state = {{inFlight}} AND r.lease_expires_at <= r.now AND r.same_fingerprint AND NOT r.provider_called))::int = 0

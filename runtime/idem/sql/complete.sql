@@ -21,10 +21,10 @@
 -- other's disk flush, one at a time. Waiting duplicates are told after the commit instead
 -- (notify.sql, queued behind the COMMIT in the same batch).
 WITH done AS (
-	UPDATE {{.Table}} SET state = 'complete', status = $5, headers = $6, body = $7, reference = $8,
+	UPDATE {{.Table}} SET state = {{complete}}, status = $5, headers = $6, body = $7, reference = $8,
 		completed_at = statement_timestamp(), lease_expires_at = statement_timestamp(),
 		expires_at = greatest(CASE WHEN provider_at IS NULL THEN expires_at END, statement_timestamp() + $9::interval)
-	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
+	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = {{inFlight}}
 	RETURNING 1
 )
 SELECT 1 / count(*)::int AS owned FROM done

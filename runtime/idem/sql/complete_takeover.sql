@@ -13,7 +13,7 @@ WITH done AS (
 	INSERT INTO {{.Table}} AS k
 		(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at,
 			status, headers, body, reference, completed_at)
-	VALUES ($1, $2, $3, $10, $11, 'complete', $4::uuid, statement_timestamp(), $12::int, transaction_timestamp(),
+	VALUES ($1, $2, $3, $10, $11, {{complete}}, $4::uuid, statement_timestamp(), $12::int, transaction_timestamp(),
 		statement_timestamp() + $9::interval, $5, $6, $7, $8, statement_timestamp())
 	ON CONFLICT (tenant, scope, key) DO UPDATE SET
 		(operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at,

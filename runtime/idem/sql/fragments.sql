@@ -5,7 +5,7 @@
 -- out and nobody holds it (it completed, or its holder's lease ran out). Such a row behaves as a
 -- new key ("fresh" in claim_read.sql), and Purge deletes it. An uncertain row is never expired,
 -- whatever its expiry says: it waits for Store.Resolve (its expiry is 'infinity' anyway).
-{{define "expired"}}(k.expires_at <= {{.}} AND (k.state = 'complete' OR (k.state = 'in_flight' AND k.lease_expires_at <= {{.}}))){{end}}
+{{define "expired"}}(k.expires_at <= {{.}} AND (k.state = {{complete}} OR (k.state = {{inFlight}} AND k.lease_expires_at <= {{.}}))){{end}}
 
 -- "takeover" is a key row (alias k) abandoned by its holder as of the time given as the
 -- template's argument, which the request being inserted (EXCLUDED) may take over: in flight, its
@@ -13,4 +13,4 @@
 -- (provider_at, set by ProviderKey under DoParams.UncertainOnLoss). A row whose holder called a
 -- provider is never taken over: the claim that finds it abandoned turns it uncertain instead
 -- (uncertain_abandoned.sql). claim_read_guarded.sql's guard says the same on the read's columns.
-{{define "takeover"}}(k.state = 'in_flight' AND k.lease_expires_at <= {{.}} AND k.fingerprint = EXCLUDED.fingerprint AND k.provider_at IS NULL){{end}}
+{{define "takeover"}}(k.state = {{inFlight}} AND k.lease_expires_at <= {{.}} AND k.fingerprint = EXCLUDED.fingerprint AND k.provider_at IS NULL){{end}}

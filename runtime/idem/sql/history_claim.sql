@@ -9,4 +9,4 @@
 INSERT INTO {{.Events}} (tenant, scope, key, kind, operation, attempt)
 SELECT k.tenant, k.scope, k.key, CASE WHEN k.attempt = 1 THEN 'acquired' ELSE 'taken_over' END, k.operation, k.attempt
 FROM {{.Table}} AS k
-WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.owner_token = $4::uuid AND k.state = 'in_flight'
+WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.owner_token = $4::uuid AND k.state = {{inFlight}}

@@ -5,5 +5,5 @@
 -- $1 tenant, $2 scope, $3 key, $4 owner token.
 SELECT 1 / (EXISTS (
 	SELECT FROM {{.Table}}
-	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
+	WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = {{inFlight}}
 ))::int

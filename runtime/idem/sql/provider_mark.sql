@@ -5,5 +5,5 @@
 -- over, and the provider must not be called.
 -- $1 tenant, $2 scope, $3 key, $4 owner token.
 UPDATE {{.Table}} SET provider_at = statement_timestamp(), expires_at = 'infinity'
-WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight'
+WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = {{inFlight}}
 RETURNING 1

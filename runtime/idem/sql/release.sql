@@ -9,5 +9,5 @@
 -- its lease run out turns it uncertain.
 -- $1 tenant, $2 scope, $3 key, $4 owner token.
 DELETE FROM {{.Table}}
-WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = 'in_flight' AND provider_at IS NULL
+WHERE tenant = $1 AND scope = $2 AND key = $3 AND owner_token = $4::uuid AND state = {{inFlight}} AND provider_at IS NULL
 RETURNING 1

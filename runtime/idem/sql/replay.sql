@@ -14,4 +14,4 @@
 -- $1 tenant, $2 scope, $3 key.
 SELECT k.fingerprint, k.status, k.headers, k.body, k.reference{{if .Remember}}, k.expires_at, statement_timestamp(){{end}}
 FROM {{.Table}} AS k
-WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
+WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.state = {{complete}} AND k.expires_at > statement_timestamp()

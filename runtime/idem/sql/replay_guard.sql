@@ -4,5 +4,5 @@
 -- $1 tenant, $2 scope, $3 key.
 SELECT 1 / (NOT EXISTS (
 	SELECT FROM {{.Table}} AS k
-	WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.state = 'complete' AND k.expires_at > statement_timestamp()
+	WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3 AND k.state = {{complete}} AND k.expires_at > statement_timestamp()
 ))::int
