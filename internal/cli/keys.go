@@ -625,7 +625,7 @@ func eventDetails(ev *idem.HistoryEvent, op string) string {
 		parts = append(parts, fmt.Sprintf("amount %d %s (minor units)", ev.Amount, bare(ev.Currency)))
 	}
 	if ev.Replays > 0 {
-		parts = append(parts, fmt.Sprintf("%d replays", ev.Replays))
+		parts = append(parts, fmt.Sprintf("%d %s", ev.Replays, countedNoun(ev.Kind)))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -935,4 +935,13 @@ type jsonResolved struct {
 	BodySize  int     `json:"body_size,omitempty"`
 	Actor     string  `json:"actor"`
 	Evidence  string  `json:"evidence"`
+}
+
+// countedNoun names what a counted history row counts: replays, or retries refused as another
+// request under the key (key_reused).
+func countedNoun(kind idem.EventKind) string {
+	if kind == idem.EventKeyReused {
+		return "retries refused"
+	}
+	return "replays"
 }

@@ -88,17 +88,15 @@ func (t *topology) chooseClaimers(pool bool) *topology {
 // claim is added once.
 //
 // An uncertain answer is reported by the transition that made it (settleUncertain), not here.
-// A replay is counted in the key's history (countReplay), a mismatch appended to it.
+// A replay and a mismatch are counted in the key's history (countAnswer).
 func (s *Store) settleClaim(ctx context.Context, p *DoParams, c *Claim, res *claimResult, sent time.Time) {
 	switch res.status {
 	case claimUncertain:
 		return
 	case claimReplayed:
-		s.countReplay(p)
+		s.countAnswer(p, EventReplayed)
 	case claimKeyReused:
-		if c.history {
-			s.rareHistory(ctx, c.row, HistoryEvent{Kind: EventKeyReused, Operation: p.Operation, Detail: "another fingerprint"})
-		}
+		s.countAnswer(p, EventKeyReused)
 	}
 	s.remember(p, res, sent)
 	s.emitClaim(ctx, c, Event{Kind: res.status.event(), Operation: p.Operation, Start: sent, Attempt: attemptOf(res)})

@@ -217,7 +217,7 @@ func SetReplayFlush(s *Store, every time.Duration, maxKeys int) {
 }
 
 // HistoryReplaysSQL is the statement that flushes the counted replays.
-func HistoryReplaysSQL(s *Store) string { return s.sql.historyReplays }
+func HistoryReplaysSQL(s *Store) string { return s.sql.historyCounted }
 
 // FlushReplays writes the replays s counted for keys' histories now, as its periodic flush does.
 func FlushReplays(s *Store) { s.flushReplays(context.Background()) }

@@ -183,6 +183,9 @@ var guarantees = []guarantee{
 	{"replay after the TTL: new", guaranteeTTL},
 	{"history of a completion and a release", guaranteeHistory},
 	{"uncertain after a provider call", guaranteeUncertain},
+	{"uncertain only after the call", guaranteeUncertainOnlyAfterCall},
+	{"no provider call after takeover", guaranteeNoCallAfterTakeover},
+	{"mismatched retries counted", guaranteeMismatchCounted},
 }
 
 // TestGuarantees runs every guarantee on every path and prints the table.

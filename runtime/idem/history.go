@@ -42,7 +42,7 @@ type HistoryEvent struct {
 	Status    int    // completed: the stored status; resolved as completed: the status stored
 	Detail    string // released: why; key_reused: what came; resolved: the evidence
 	Actor     string // resolved: who
-	Replays   int    // replayed: how many replays the row counts
+	Replays   int    // replayed: how many replays the row counts; key_reused: how many mismatched retries
 	// A provider call: the provider's name, the derived key sent to it, and the amount (minor
 	// units) and currency the call moved, when the handler said.
 	Provider    string

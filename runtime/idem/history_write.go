@@ -23,8 +23,8 @@ import (
 //	                      why in detail; transaction mode: after the rollback
 //	uncertain             with the transition, in one transaction (releaseRow, settleUncertain)
 //	provider_call         recordProviderCall, committed before the provider key is handed out
-//	key_reused, lease_lost  a statement of their own on the pool (rareHistory)
-//	replayed              counted in memory and flushed every replayFlushEvery and at Close
+//	lease_lost            a statement of its own on the pool (rareHistory)
+//	replayed, key_reused  counted in memory and flushed every replayFlushEvery and at Close
 //	                      (replayCounter): the counts of a process that dies since its last
 //	                      flush are lost
 //
@@ -251,6 +251,13 @@ func (s *Store) settleUncertain(ctx context.Context, p *DoParams, res *claimResu
 	return turned, nil
 }
 
+// Replays and mismatched retries (key_reused) are counted, not appended one by one: a hot key can
+// be replayed, or retried with another body by a client in a loop, thousands of times a minute,
+// and one row per answer would grow the history (and cost a statement each) without bound. The
+// counts are kept in memory per key and kind and written as one row per key and kind
+// (sql/history_counted.sql) every replayFlushEvery and at Close: the counts of a process that
+// dies since its last flush are lost.
+
 // replayFlushEvery is how often the replays counted in memory are written to the history.
 const replayFlushEvery = 5 * time.Second
 
@@ -260,7 +267,8 @@ const replayFlushEvery = 5 * time.Second
 // memory stays bounded whatever clients send.
 const maxReplayKeys = 10000
 
-// replayCounter counts the replays of keys that keep a history, per key, between flushes.
+// replayCounter counts the replays and mismatched retries of keys that keep a history, per key
+// and kind, between flushes.
 type replayCounter struct {
 	mu      sync.Mutex
 	counts  map[replayKey]int
@@ -282,12 +290,25 @@ func (rc *replayCounter) limit() int {
 
 type replayKey struct {
 	row       rowID
-	operation string // stored text
+	operation string    // stored text
+	kind      EventKind // EventReplayed or EventKeyReused
+}
+
+// countedDetail is what the history's counted row of kind says.
+func countedDetail(kind EventKind) string {
+	if kind == EventKeyReused {
+		return "another fingerprint: a retry with this key came with a different request"
+	}
+	return ""
 }
 
 // countReplay counts a replay of p's key in its history's next replayed row, and starts the
 // flusher on the first one.
-func (s *Store) countReplay(p *DoParams) {
+func (s *Store) countReplay(p *DoParams) { s.countAnswer(p, EventReplayed) }
+
+// countAnswer counts an answer of kind (EventReplayed, EventKeyReused) to p's key in its
+// history's next row of that kind, and starts the flusher on the first one.
+func (s *Store) countAnswer(p *DoParams, kind EventKind) {
 	if !p.History && !p.UncertainOnLoss {
 		return
 	}
@@ -296,7 +317,7 @@ func (s *Store) countReplay(p *DoParams) {
 	if rc.counts == nil {
 		rc.counts = map[replayKey]int{}
 	}
-	k := replayKey{rowOf(p), storedText(p.Operation)}
+	k := replayKey{rowOf(p), storedText(p.Operation), kind}
 	limit := rc.limit()
 	if _, ok := rc.counts[k]; ok || len(rc.counts) < limit {
 		rc.counts[k]++
@@ -354,7 +375,7 @@ func (s *Store) startReplayFlusher(kick <-chan struct{}) {
 }
 
 // flushReplays writes the replays counted since the last flush, one replayed row per key, in one
-// statement (sql/history_replays.sql) bounded by Config.StoreTimeout. Counts that could not be
+// statement (sql/history_counted.sql) bounded by Config.StoreTimeout. Counts that could not be
 // written are kept for the next flush (while they fit). A failure is logged once, when flushes
 // start failing, and again when they write again, not at every tick of an outage.
 func (s *Store) flushReplays(ctx context.Context) {
@@ -372,15 +393,17 @@ func (s *Store) flushReplays(ctx context.Context) {
 	}
 	n := len(counts)
 	tenants, scopes, keys, ops, ns := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]int32, 0, n)
+	kinds, details := make([]string, 0, n), make([]string, 0, n)
 	for k, c := range counts {
 		tenants, scopes, keys, ops = append(tenants, k.row.tenant), append(scopes, k.row.scope), append(keys, k.row.key), append(ops, k.operation)
 		ns = append(ns, int32(min(c, 1<<31-1)))
+		kinds, details = append(kinds, string(k.kind)), append(details, countedDetail(k.kind))
 	}
 	fctx, bound := newBound(ctx, s.cfg.StoreTimeout)
 	defer bound.end()
 	// The simple protocol, as the purge's: a background statement, planned with its values, which
 	// Citus cannot plan generically where sessions force generic plans.
-	_, err := s.db.Exec(fctx, s.sql.historyReplays, pgx.QueryExecModeSimpleProtocol, tenants, scopes, keys, ops, ns)
+	_, err := s.db.Exec(fctx, s.sql.historyCounted, pgx.QueryExecModeSimpleProtocol, tenants, scopes, keys, ops, ns, kinds, details)
 	rc.mu.Lock()
 	wasFailing := rc.failing
 	rc.failing = err != nil

@@ -48,11 +48,11 @@ type statements struct {
 	purgeCitus string
 
 	// The key's history and the uncertain state (history.go, provider.go): the history row of
-	// a lease-mode claim (sql/history_claim.sql), the replays' flush, the two transitions to
+	// a lease-mode claim (sql/history_claim.sql), the flush of counted replays and mismatches, the two transitions to
 	// uncertain (a release after a provider call, a claim that finds such a holder gone), the
 	// mark of a provider call, and the history's purge. None is batched: a Store whose table
 	// has no history yet (migration 6 not applied) still prepares its statements.
-	historyClaim, historyReplays, uncertainHeld, uncertainAbandoned, providerMark, purgeHistory string
+	historyClaim, historyCounted, uncertainHeld, uncertainAbandoned, providerMark, purgeHistory string
 	// historyInsert[n] appends n history rows (Store.appendHistory), for n = 1 and 2.
 	historyInsert [3]string
 
@@ -84,7 +84,7 @@ func newStatements(table, events string, remember bool) (statements, error) {
 		{"complete_insert", &st.completeInsert, true}, {"complete_takeover", &st.completeTakeover, true}, {"notify_locked", &st.notifyLocked, true},
 		{"release", &st.release, false}, {"renew", &st.renew, false},
 		{"purge", &st.purge, false}, {"purge_count", &st.purgeCount, false}, {"purge_citus", &st.purgeCitus, false},
-		{"history_claim", &st.historyClaim, false}, {"history_replays", &st.historyReplays, false},
+		{"history_claim", &st.historyClaim, false}, {"history_counted", &st.historyCounted, false},
 		{"uncertain_held", &st.uncertainHeld, false}, {"uncertain_abandoned", &st.uncertainAbandoned, false},
 		{"provider_mark", &st.providerMark, false}, {"purge_history", &st.purgeHistory, false},
 	} {

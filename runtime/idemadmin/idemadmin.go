@@ -349,7 +349,10 @@ func newEventView(ev *idem.HistoryEvent, op string) eventView {
 	if ev.Amount != 0 || ev.Currency != "" {
 		parts = append(parts, strconv.FormatInt(ev.Amount, 10)+" "+ev.Currency+" (minor units)")
 	}
-	if ev.Replays > 0 {
+	switch {
+	case ev.Replays > 0 && ev.Kind == idem.EventKeyReused:
+		parts = append(parts, strconv.Itoa(ev.Replays)+" retries refused")
+	case ev.Replays > 0:
 		parts = append(parts, strconv.Itoa(ev.Replays)+" replays")
 	}
 	v.Details = strings.Join(parts, "; ")
