@@ -203,6 +203,9 @@ func (bt *bizTx) send(ctx context.Context, ahead, batch func(b *batch)) error {
 // rollback ends the transaction without its work, and gives its connection back. A failed
 // rollback ends the connection's transaction anyway (pgx closes the connection).
 func (s *Store) rollback(ctx context.Context, bt *bizTx) {
+	if bt == nil {
+		return
+	}
 	cctx, bound := detached(ctx)
 	defer bound.end()
 	_ = bt.Rollback(cctx)
@@ -313,10 +316,7 @@ func (s *Store) keyRowTaken(pgErr *pgconn.PgError) bool {
 func (s *Store) completeFailed(ctx context.Context, c *Claim, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == leaseLostCode || c.locked && s.keyRowTaken(pgErr)) {
-		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
-		if c.history {
-			s.rareHistory(ctx, c.row, c.event(EventLeaseLost))
-		}
+		s.record(ctx, s.leaseLostBy(c))
 		return ErrLeaseLost
 	}
 	s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})

@@ -143,12 +143,10 @@ func (s *Store) cached(ctx context.Context, p *DoParams) (r *DoResult, hit bool,
 	}
 	if fp != p.Fingerprint {
 		s.emit(ctx, Event{Kind: EventKeyReused, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key), Cached: true})
-		if p.History || p.UncertainOnLoss {
-			s.rareHistory(ctx, rowOf(p), HistoryEvent{Kind: EventKeyReused, Operation: p.Operation, Detail: "another fingerprint"})
-		}
+		s.countAnswer(p, EventKeyReused)
 		return nil, true, ErrKeyReused
 	}
 	s.emit(ctx, Event{Kind: EventReplayed, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key), Cached: true})
-	s.countReplay(p)
+	s.countAnswer(p, EventReplayed)
 	return &DoResult{Outcome: o, Replayed: true}, true, nil
 }

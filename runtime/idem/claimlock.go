@@ -34,22 +34,55 @@ import (
 // a replay is an everyday request. So a new key pays one statement for the lock and no setting,
 // a replay the same one round trip (its ROLLBACK rides in the connection's next batch), and only
 // a key somebody holds pays the wait's.
-func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) (tx *bizTx, res *claimResult, locked bool, err error) {
+func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration) attempt {
 	// The claim's batch sends no token: only an owner needs one (for its completion), and
 	// it gets it below, so a replay or a mismatch makes none.
 	c := newClaimWith(s, p, pgtype.UUID{}, false)
 	c.locked, c.fingerprint = true, p.Fingerprint
 	s.hashIfObserved(ctx, c)
-	sent := time.Now()
+	a := attempt{c: c, sent: time.Now()}
+	t, err := s.lockAndRead(ctx, &a, wait)
+	switch {
+	case err == nil && t.read == nil && !t.lockTaken:
+		// The holder left the key takeable every time the wait ended: in progress.
+		a.res, a.locked = &claimResult{status: claimInProgress, retryAfter: time.Second}, true
+	case pgCode(err) == "55P03": // lock_not_available: the wait ran out
+		a.res, a.locked = &claimResult{status: claimInProgress, retryAfter: time.Second}, true
+	case err != nil:
+		a.err = storeError(ctx, "claim in transaction", err)
+	case t.read != nil:
+		// A row nobody may take: the read's answer. tx, when open, the caller hands on (owed.go).
+		a.res = t.read
+	case t.found && !t.fresh:
+		// An abandoned lease of the same request: taken over. Its row is rewritten at the
+		// completion, and only if nobody took it meanwhile.
+		c.Attempt, c.takeover = int(t.rowAttempt)+1, true
+		a.res = &claimResult{status: claimTakenOver, claim: c}
+	default:
+		// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
+		c.Attempt, c.takeover = 1, t.found
+		a.res = &claimResult{status: claimAcquired, claim: c}
+	}
+	if a.res != nil && a.res.status.owns() {
+		c.token = newToken()
+		c.argv[3] = c.token
+	}
+	return a
+}
+
+// lockAndRead is claimLocked's round trips: the lock's try and the read, and, while the lock is
+// held by somebody else, the contended claim, at most claimTries times within wait. a.tx is the
+// transaction the last round trip left open, if any.
+func (s *Store) lockAndRead(ctx context.Context, a *attempt, wait time.Duration) (t claimTry, err error) {
+	c := a.c
 	// The statements share tenant, scope and key: one slice, each boxed once.
 	rowArgs := c.read
 	lock := s.lockOf(c.row)
 	c.lockArg[0] = lock
-	var t claimTry
-	deadline := sent.Add(wait) // every contended wait of this claim shares wait
+	deadline := a.sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}
-		tx, err = s.beginWith(ctx, func(b *batch) {
+		a.tx, err = s.beginWith(ctx, func(b *batch) {
 			b.Queue(s.sql.claimLock, c.lockArg...).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					if err := rows.Scan(&t.lockTaken); err != nil {
@@ -67,51 +100,25 @@ func (s *Store) claimLocked(ctx context.Context, p *DoParams, wait time.Duration
 			// A row in flight, which the narrower read cannot answer: read it whole, in the
 			// transaction the batch began (under the lock, when it was taken).
 			t = claimTry{lockTaken: t.lockTaken}
-			err = s.readWhole(ctx, tx, c, &t, rowArgs)
+			err = s.readWhole(ctx, a.tx, c, &t, rowArgs)
 		}
 		if err != nil || t.read != nil || t.lockTaken {
-			break
+			return t, err
 		}
 		// The lock is held by somebody else, and the read found no row that answers without it
 		// (none, or one that may be taken: nothing is owned without the lock). The contended claim
 		// waits for the lock and reads what its holder left.
 		t = claimTry{}
-		err = s.claimContended(ctx, tx, c, &t, lock, rowArgs, max(time.Until(deadline), time.Millisecond))
-		tx = nil // claimContended gave the connection back
-		if err != nil || t.read != nil {
-			break
+		err = s.claimContended(ctx, a.tx, c, &t, lock, rowArgs, max(time.Until(deadline), time.Millisecond))
+		a.tx = nil // claimContended gave the connection back
+		if err != nil || t.read != nil || try >= claimTries {
+			// Past claimTries, the holder left the key takeable every time (it rolled back):
+			// nothing answers and no lock is held, and the claim is in progress (claimLocked).
+			return t, err
 		}
 		// The holder left the key takeable (it rolled back): the lock ended with the wait's round
 		// trip, so the claim starts over, and a new holder makes this request wait again.
-		if try >= claimTries {
-			return nil, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-		}
 	}
-	switch {
-	case pgCode(err) == "55P03": // lock_not_available: the wait ran out
-		return tx, &claimResult{status: claimInProgress, retryAfter: time.Second}, true, nil
-	case err != nil:
-		s.claimFailed(ctx, c)
-		return tx, nil, false, storeError(ctx, "claim in transaction", err)
-	case t.read != nil:
-		// A row nobody may take: the read's answer. tx, when open, the caller hands on (owed.go).
-		res = t.read
-	case t.found && !t.fresh:
-		// An abandoned lease of the same request: taken over. Its row is rewritten at the
-		// completion, and only if nobody took it meanwhile.
-		c.Attempt, c.takeover = int(t.rowAttempt)+1, true
-		res = &claimResult{status: claimTakenOver, claim: c}
-	default:
-		// No row, or an expired one (a fresh history: attempt 1, the row rewritten).
-		c.Attempt, c.takeover = 1, t.found
-		res = &claimResult{status: claimAcquired, claim: c}
-	}
-	if res.status.owns() {
-		c.token = newToken()
-		c.argv[3] = c.token
-	}
-	s.settleClaim(ctx, p, c, res, sent)
-	return tx, res, false, nil
 }
 
 // claimContended is claimLocked's second round trip, when the key's lock was held and the read

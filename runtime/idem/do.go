@@ -180,7 +180,7 @@ func (s *Store) doWithoutKey(ctx context.Context, p *DoParams, fn HandlerFunc) (
 	defer cancelTimeout()
 	out, err := fn(hctx, tx.Tx)
 	if finishHandler(hctx, cancelTimeout) {
-		return nil, s.handlerTimedOut(ctx, p.Operation, "", timeout(p), 0)
+		return nil, s.handlerTimedOut(ctx, p.Operation, "", timeout(p), 0, false)
 	}
 	if err == nil {
 		err = ctx.Err()

@@ -36,36 +36,24 @@ func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execR
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
 		return execResult{}, err
 	}
+	mode, path := ClaimLease, t.lease
 	if p.Claim == ClaimTransaction {
-		wait := orDefault(p.Wait, lease(p))
-		tx, res, err := s.claimInTransaction(ctx, t.tx, p, wait)
-		if err != nil {
-			return execResult{}, err
-		}
-		if res.status == claimUncertain {
-			return execResult{status: res.status}, nil
-		}
-		if !res.status.owns() {
-			return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
-		}
-		return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimTransaction)
+		mode, path = ClaimTransaction, t.tx
 	}
-
-	tx, res, err := s.claimWaiting(ctx, t.lease, p)
+	tx, res, err := s.claimWaiting(ctx, path, p, mode)
 	if err != nil {
 		return execResult{}, err
 	}
 	if !res.status.owns() {
 		return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}
-	if tx == nil { // the claim did not begin the business transaction: begin it now
+	if tx == nil { // the claim did not begin the business transaction (lease mode): begin it now
 		if tx, err = s.begin(ctx); err != nil {
-			res.claim.why = "store_unavailable: the business transaction could not begin"
-			s.release(ctx, res.claim, EventReleased, 0)
+			s.release(ctx, s.givenBack(res.claim, EventReleased, "store_unavailable: the business transaction could not begin", 0))
 			return execResult{}, err
 		}
 	}
-	return s.runClaimed(ctx, tx, res.claim, p, fn, ClaimLease)
+	return s.runClaimed(ctx, tx, res.claim, p, fn, mode)
 }
 
 // txLockWait bounds each transaction-mode claim's wait on a concurrent holder's row lock. It is
@@ -77,75 +65,122 @@ const txLockWait = 50 * time.Millisecond
 // txLockWaitListening is txLockWait while notifications arrive, for a claim on the key's row.
 const txLockWaitListening = 10 * time.Millisecond
 
-// claimInTransaction begins the business transaction and claims in it (claim: transaction).
-// While a concurrent transaction holds the key, it rolls back, waits outside any connection for
-// the holder's notification (or with a bounded backoff), and tries again, until wait runs out:
-// the result is then claimInProgress. On claimAcquired and claimTakenOver tx is open and the
-// caller owns it; on any other result it has been ended (rolled back, or handed on for the
-// connection's next batch to roll back: owed.go).
-func (s *Store) claimInTransaction(ctx context.Context, path claimer, p *DoParams, wait time.Duration) (*bizTx, *claimResult, error) {
-	pace := s.newPacer(wait, 250*time.Millisecond, nil)
+// claimWaiting claims p's key through path, in claim mode mode, and settles each attempt
+// (settleAttempt). While the key is held and the wait has not run out, it waits, outside any
+// connection, for the holder's notification (or with a bounded backoff when there is no
+// listener), and claims again: each claim may take over a lease that has meanwhile expired. A
+// lease-mode claim waits only with p.Wait; a transaction-mode claim waits up to p.Wait, by
+// default the lease, and the claim's own wait on the holder's lock is kept short, so that a few
+// duplicates of one slow request do not hold the pool's connections.
+//
+// On claimAcquired and claimTakenOver the key is the caller's, and tx is open when the claim
+// began it (always in transaction mode; through a pool in lease mode). On any other result tx is
+// nil, the transaction begun for nothing ended (rolled back, or handed on for the connection's
+// next batch to roll back: owed.go).
+func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams, mode ClaimMode) (*bizTx, *claimResult, error) {
+	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
+	if mode == ClaimTransaction {
+		pace = s.newPacer(orDefault(p.Wait, lease(p)), 250*time.Millisecond, nil)
+	}
 	defer func() { pace.sub.close() }()
 	changed := 0 // claims that found the row changed under an uncertain transition
 	for {
-		sub := pace.sub
-		lockWait := txLockWait
-		if _, advisory := path.(txAdvisoryLock); sub.listening() && !advisory {
-			// The holder's commit or rollback will wake this waiter: a try need only find out
-			// that the key is held, and the less it waits on the lock, the less it holds its
-			// pool connection. A claim under the key's advisory lock keeps the longer wait: its
-			// holder notifies only after a hold that long (sql/notify_locked.sql), so that the
-			// common short hold, which wakes its waiters by its commit alone, notifies nobody.
-			lockWait = txLockWaitListening
-		}
-		lockWait = min(lockWait, max(pace.left(), time.Millisecond))
-		var res *claimResult
-		var locked bool
-		var tx *bizTx
-		err := s.bounded(ctx, lockWait, func(ctx context.Context) (err error) {
-			tx, res, locked, err = path.claim(ctx, s, p, lockWait)
-			return err
-		})
-		if err == nil && res.status.owns() {
-			return tx, res, nil
-		}
+		a, err := s.claimAndSettle(ctx, path, p, s.lockWait(path, &pace, mode))
 		if err != nil {
-			if tx != nil {
-				s.rollback(ctx, tx)
-			}
+			s.rollback(ctx, a.tx)
 			return nil, nil, err
 		}
-		if tx != nil {
-			s.owe(ctx, tx) // begun for nothing: the connection's next batch rolls it back
+		res := a.res
+		if res.status.owns() {
+			return a.tx, res, nil
+		}
+		if a.tx != nil {
+			s.owe(ctx, a.tx) // begun for nothing: the connection's next batch rolls it back
 		}
 		if res.status == claimUncertain && res.abandoned {
-			turned, err := s.settleUncertain(ctx, p, res)
-			if err != nil {
+			turned, err := s.turnUncertain(ctx, p, res)
+			switch {
+			case err != nil:
 				return nil, nil, err
-			}
-			if !turned {
-				if changed++; changed < claimTries {
-					continue // the row changed: claim again, and see what it is now
-				}
+			case !turned && changed < claimTries-1:
+				changed++
+				continue // the row changed: claim again, and see what it is now
+			case !turned:
 				res = &claimResult{status: claimInProgress, retryAfter: time.Second}
 			}
 		}
-		if !locked { // a replay, a mismatch, or a committed lease (a lease-mode claim of the key)
+		// Only a key somebody holds is waited for: in lease mode an in-progress answer, in
+		// transaction mode a lock wait that ran out (an in-progress answer without it is a
+		// lease-mode claim of the key, committed: not waited for).
+		if res.status != claimInProgress || mode == ClaimTransaction && !a.locked {
 			return nil, res, nil
 		}
+		if mode == ClaimLease && s.takeBack(ctx, p) {
+			continue // the holder was this process's own abandoned claim, released now
+		}
 		if pace.subscribe(s, p) {
-			continue // try again at once: from now on the holder's commit cannot go unnoticed
+			continue // claim again at once: from now on the holder's completion cannot go unnoticed
 		}
 		again, err := pace.next(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 		if !again {
-			// claimTx leaves the in-progress event of a lock wait to the caller that gives up.
-			s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+			if a.locked { // a lock wait is reported once, when the claim gives up
+				s.emit(ctx, Event{Kind: EventInProgress, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+			}
 			return nil, res, nil
 		}
 	}
+}
+
+// claimAndSettle is one claim through path, settled (settleAttempt), both bounded as a whole by
+// the store timeout plus lockWait, the claim's own wait on a holder's lock: a claim whose bound
+// runs out is undone like one whose caller left, and fails as the store's error.
+func (s *Store) claimAndSettle(ctx context.Context, path claimer, p *DoParams, lockWait time.Duration) (attempt, error) {
+	var a attempt
+	err := s.bounded(ctx, lockWait, func(ctx context.Context) error {
+		a = path.claim(ctx, s, p, lockWait)
+		return s.settleAttempt(ctx, p, &a)
+	})
+	return a, err
+}
+
+// lockWait is how long a transaction-mode claim through path waits on a holder's lock in one try:
+// txLockWait, shorter while notifications arrive (the holder's commit or rollback will wake the
+// waiter, so the try need only find out that the key is held), never past the wait's end. A
+// claim under the key's advisory lock keeps the longer wait: its holder notifies only after a
+// hold that long (sql/notify_locked.sql), so that the common short hold, which wakes its waiters
+// by its commit alone, notifies nobody. Lease mode claims wait on no lock: 0.
+func (s *Store) lockWait(path claimer, pace *pacer, mode ClaimMode) time.Duration {
+	if mode != ClaimTransaction {
+		return 0
+	}
+	wait := txLockWait
+	if _, advisory := path.(txAdvisoryLock); pace.sub.listening() && !advisory {
+		wait = txLockWaitListening
+	}
+	return min(wait, max(pace.left(), time.Millisecond))
+}
+
+// turnUncertain applies the transition a claim found to make: the key's holder is gone after a
+// provider call (res.abandoned), and the key turns uncertain. turned is false when the row changed
+// meanwhile (a holder that renewed, another claim that turned it first): the caller claims again.
+func (s *Store) turnUncertain(ctx context.Context, p *DoParams, res *claimResult) (turned bool, err error) {
+	var made *transition
+	err = s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+		made, err = s.apply(ctx, s.turnedUncertain(p, res))
+		return err
+	})
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
+		return false, storeError(ctx, "turn the key uncertain", err)
+	}
+	if made != nil {
+		s.log.WarnContext(ctx, "idem: a claim found the key's holder gone after a provider call: the key is uncertain until it is resolved",
+			"operation", p.Operation, "key_hash", KeyHash(p.Scope, p.Key), "attempt", res.rowAttempt)
+	}
+	return made != nil, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -156,54 +191,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
-	}
-}
-
-// claimWaiting claims (claim: lease); while the key is in progress and p.Wait has not run out
-// it waits for the holder's notification (or polls with a small backoff when there is no
-// listener), and claims again (each claim may take over a lease that has meanwhile expired).
-//
-// When db is a pool, each claim also begins the business transaction if it acquires the key
-// (claimAndBegin): tx is then open. Otherwise tx is nil and the caller begins it.
-func (s *Store) claimWaiting(ctx context.Context, path claimer, p *DoParams) (*bizTx, *claimResult, error) {
-	pace := s.newPacer(p.Wait, 500*time.Millisecond, nil)
-	defer func() { pace.sub.close() }()
-	changed := 0 // claims that found the row changed under an uncertain transition
-	for {
-		var res *claimResult
-		var tx *bizTx
-		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-			tx, res, _, err = path.claim(ctx, s, p, 0)
-			return err
-		})
-		if err == nil && res.status == claimUncertain && res.abandoned {
-			turned, err := s.settleUncertain(ctx, p, res)
-			if err != nil {
-				return nil, nil, err
-			}
-			if !turned {
-				if changed++; changed < claimTries {
-					continue // the row changed: claim again, and see what it is now
-				}
-				res = &claimResult{status: claimInProgress, retryAfter: time.Second}
-			}
-		}
-		if err != nil || res.status != claimInProgress {
-			return tx, res, err
-		}
-		if s.takeBack(ctx, p) {
-			continue // the holder was this process's own abandoned claim, released now
-		}
-		if p.Wait > 0 && pace.subscribe(s, p) {
-			continue // claim again at once: from now on the holder's completion cannot go unnoticed
-		}
-		again, err := pace.next(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !again {
-			return nil, res, nil
-		}
 	}
 }
 
@@ -341,8 +328,8 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		return execResult{}, nil // the panic goes on: nobody receives this
 	case handlerTimedOut:
 		ran := time.Since(run.start)
-		s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start, giveBackWhy(EventHandlerTimeout, nil, false))
-		return execResult{}, lostAfterCall(c, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran))
+		made := s.giveBack(ctx, tx, c, mode, EventHandlerTimeout, run.start, giveBackWhy(EventHandlerTimeout, nil, false))
+		return execResult{}, lostAfterCall(c, s.handlerTimedOut(ctx, c.Operation, c.hash(), timeout(p), ran, made.uncertain()))
 	case handlerLeaseLost:
 		s.rollback(ctx, tx) // the key is another request's now: nothing to give back
 		return execResult{}, s.leaseLost(c)
@@ -383,27 +370,21 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 }
 
 // giveBack undoes a run: the business work and, in lease mode, the claim (token-guarded), so a
-// retry runs anew. In transaction mode the rollback itself undoes the claim, but a rolled-back
+// retry runs anew, or, when the claim recorded a provider call under UncertainOnLoss, the key
+// turns uncertain. In transaction mode the rollback itself undoes the claim, but a rolled-back
 // transaction notifies nobody, so the waiting duplicates are told apart. kind is the event that
-// reports it; why says it to the key's history, when it keeps one.
-func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMode, kind EventKind, start time.Time, why string) {
+// reports it; why says it to the key's history, when it keeps one. It returns the transition
+// made: nil when nothing could be given back yet (a release retried in the background).
+func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMode, kind EventKind, start time.Time, why string) *transition {
 	s.rollback(ctx, tx)
 	ran := time.Since(start)
 	s.est.observe(c.Operation, ran)
-	c.why = why
 	if mode == ClaimLease {
-		s.release(ctx, c, kind, ran)
-		return
+		return s.release(ctx, s.givenBack(c, kind, why, ran))
 	}
-	s.notifyWaiters(ctx, c)
-	if c.history {
-		// The rollback took the claim's own row with it (written with the completion): both are
-		// appended now, the claim's first.
-		rel := c.event(EventReleased)
-		rel.Detail = why
-		s.rareHistory(ctx, c.row, c.event(c.claimKind()), rel)
-	}
-	s.emit(ctx, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
+	t := s.rolledBack(c, kind, why, ran)
+	s.record(ctx, t)
+	return t
 }
 
 // commitOutcome completes c with res's outcome inside tx and commits both.
@@ -416,8 +397,7 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 			// Another request holds the key now, and this release deletes nothing. But a
 			// division by zero at the completion can also come from the application (a
 			// deferred trigger at the COMMIT): the key would then stay held for its lease.
-			c.why = "lease_lost: the completion found the claim no longer its holder's"
-			s.releaseLost(ctx, c)
+			s.releaseLost(ctx, c, "lease_lost: the completion found the claim no longer its holder's")
 		}
 		return execResult{}, s.leaseLost(c)
 	case completeErr != nil:
@@ -426,12 +406,12 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 	case commitErr != nil:
 		// Whether the commit happened is unknown. A release deletes only an in-flight row: if
 		// the commit did happen, the row is complete and stays (in transaction mode, the claim
-		// was part of what did or did not commit).
-		if mode == ClaimLease {
-			c.why = "store_unavailable: the commit's answer was lost"
-			s.release(ctx, c, EventReleased, time.Since(start))
+		// was part of what did or did not commit). When the release deleted the row, the work
+		// certainly did not commit; otherwise the error says that it may have.
+		if mode == ClaimLease && s.release(ctx, s.givenBack(c, EventReleased, "store_unavailable: the commit's answer was lost", time.Since(start))) != nil {
+			return execResult{}, commitErr
 		}
-		return execResult{}, commitErr
+		return execResult{}, &commitUnknownError{commitErr}
 	}
 	res.persisted = true
 	if s.cache != nil {
@@ -443,49 +423,67 @@ func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoPar
 	return res, nil
 }
 
+// ErrCommitUnknown: the answer to the COMMIT of the handler's work and outcome was lost (the
+// connection broke, or the caller left while it was sent), and nothing proved that it rolled
+// back: the work may have committed. A retry with the same key finds out: it replays the outcome
+// if the commit happened, and runs anew if it did not. It wraps the store's error, so
+// IsStoreUnavailable holds for it too.
+var ErrCommitUnknown = errors.New("idem: the commit's answer was lost: the work may have committed")
+
+// commitUnknownError is a completion whose commit's answer was lost (ErrCommitUnknown).
+type commitUnknownError struct{ err error }
+
+func (e *commitUnknownError) Error() string { return ErrCommitUnknown.Error() + ": " + e.err.Error() }
+
+func (e *commitUnknownError) Unwrap() []error { return []error{ErrCommitUnknown, e.err} }
+
 func (s *Store) leaseLost(c *Claim) error {
 	s.log.Warn("idem: lease lost: another request took the key over while the handler ran; its work was rolled back (raise the lease or keep renewal on)",
 		"operation", c.Operation, "key_hash", c.hash())
 	return fmt.Errorf("%w (operation %s)", ErrLeaseLost, c.Operation)
 }
 
-// release gives c's key back after its work rolled back; kind is the event that reports it. A
-// release that fails is retried in the background (release.go).
-func (s *Store) release(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
+// release gives a key back after its work rolled back (t, a givenBack transition) and returns
+// the transition made, nil when none was: the row was not the claim's any more, or the release
+// failed and is retried in the background (release.go).
+func (s *Store) release(ctx context.Context, t *transition) *transition {
 	cctx, bound := detached(ctx)
 	defer bound.end()
-	if _, err := s.releaseRow(cctx, c); err != nil {
-		s.releaseLater(ctx, c, kind, ran, err)
-		return
-	}
-	s.emitGiveBack(ctx, c, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
-}
-
-// releaseLost gives back a claim that may or may not have been made (its batch failed): like
-// release, but it reports the release only when there was a row to delete.
-func (s *Store) releaseLost(ctx context.Context, c *Claim) {
-	cctx, bound := detached(ctx)
-	defer bound.end()
-	gone, err := s.releaseRow(cctx, c)
+	made, err := s.apply(cctx, t)
 	if err != nil {
-		s.releaseLater(ctx, c, EventReleased, 0, err)
-		return
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: t.c.Operation, KeyHash: t.c.hash()})
+		s.releaseLater(ctx, t, storeError(cctx, "release", err))
+		return nil
 	}
-	if gone {
-		s.emitGiveBack(ctx, c, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
-		return
-	}
-	// Nothing to delete yet. But the server runs what it received whether or not its answer
-	// arrives: a COMMIT sent on a connection that broke may still commit the claim after this
-	// release looked (TestGuarantees: lost COMMIT answer). So the claim is remembered as
-	// abandoned (a claim of the key from this process takes it back) and looked for again in
-	// the background, a little later.
-	s.abandon(c)
-	s.recheckLost(ctx, c)
+	return made
 }
 
-// recheckLost releases c once more after a short while, in the background: see releaseLost.
-func (s *Store) recheckLost(ctx context.Context, c *Claim) {
+// releaseLost gives back a claim that may or may not have been made (its batch failed, or its
+// completion found it taken over), why its history's reason: like release, but a claim that
+// had no row to give back yet is remembered and looked for again.
+func (s *Store) releaseLost(ctx context.Context, c *Claim, why string) {
+	t := s.givenBack(c, EventReleased, why, 0)
+	cctx, bound := detached(ctx)
+	defer bound.end()
+	made, err := s.apply(cctx, t)
+	switch {
+	case err != nil:
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
+		s.releaseLater(ctx, t, storeError(cctx, "release", err))
+	case made == nil:
+		// Nothing to give back yet. But the server runs what it received whether or not its
+		// answer arrives: a COMMIT sent on a connection that broke may still commit the claim
+		// after this release looked (TestGuarantees: lost COMMIT answer). So the claim is
+		// remembered as abandoned (a claim of the key from this process takes it back) and
+		// looked for again in the background, a little later.
+		s.abandon(t)
+		s.recheckLost(ctx, t)
+	}
+}
+
+// recheckLost applies t, the give-back of a claim whose answer was lost, once more after a short
+// while, in the background: see releaseLost.
+func (s *Store) recheckLost(ctx context.Context, t *transition) {
 	bg := s.bg
 	select {
 	case <-bg.closing:
@@ -499,19 +497,18 @@ func (s *Store) recheckLost(ctx context.Context, c *Claim) {
 		defer bg.wg.Done()
 		defer func() { <-bg.slots }()
 		for _, wait := range []time.Duration{50 * time.Millisecond, 500 * time.Millisecond} {
-			t := time.NewTimer(wait)
+			timer := time.NewTimer(wait)
 			select {
 			case <-bg.closing:
-				t.Stop()
+				timer.Stop()
 				return
-			case <-t.C:
+			case <-timer.C:
 			}
 			cctx, bound := detached(context.WithoutCancel(ctx))
-			gone, err := s.releaseRow(cctx, c)
+			made, err := s.apply(cctx, t)
 			bound.end()
-			if err == nil && gone {
-				s.forget(c)
-				s.emitGiveBack(ctx, c, Event{Kind: EventReleased, Operation: c.Operation, KeyHash: c.hash()})
+			if err == nil && made != nil {
+				s.forget(t)
 				return
 			}
 		}
@@ -536,10 +533,14 @@ func finishHandler(hctx context.Context, cancel context.CancelFunc) bool {
 	return errors.Is(context.Cause(hctx), ErrHandlerTimeout)
 }
 
-// handlerTimedOut reports a handler that ran past its timeout and returns the error saying so.
-func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout, ran time.Duration) error {
-	s.log.WarnContext(ctx, "idem: the handler ran past its timeout; its work was rolled back and the key released (raise the operation's timeout, or find what it waited for)",
-		"operation", op, "key_hash", keyHash, "timeout", timeout, "duration", ran)
+// handlerTimedOut reports a handler that ran past its timeout and returns the error saying so;
+// uncertain says its give-back turned the key uncertain instead of releasing it.
+func (s *Store) handlerTimedOut(ctx context.Context, op, keyHash string, timeout, ran time.Duration, uncertain bool) error {
+	msg := "idem: the handler ran past its timeout; its work was rolled back and the key released (raise the operation's timeout, or find what it waited for)"
+	if uncertain {
+		msg = "idem: the handler ran past its timeout after a provider call; its work was rolled back and the key is uncertain until it is resolved (idemgen keys resolve, or reconciliation)"
+	}
+	s.log.WarnContext(ctx, msg, "operation", op, "key_hash", keyHash, "timeout", timeout, "duration", ran)
 	return fmt.Errorf("%w (operation %s, timeout %s)", ErrHandlerTimeout, op, timeout)
 }
 

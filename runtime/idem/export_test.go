@@ -56,10 +56,11 @@ type ClaimResult struct {
 }
 
 func (s *Store) Claim(ctx context.Context, p *DoParams) (*ClaimResult, error) {
-	r, err := s.claim(ctx, p)
-	if err != nil {
+	a := s.claim(ctx, p)
+	if err := s.settleAttempt(ctx, p, &a); err != nil {
 		return nil, err
 	}
+	r := a.res
 	return &ClaimResult{Status: r.status, Claim: r.claim, Outcome: r.outcome, RetryAfter: r.retryAfter}, nil
 }
 
@@ -78,7 +79,7 @@ func (s *Store) Renew(ctx context.Context, c *Claim, lease time.Duration) error 
 }
 
 func (s *Store) Release(ctx context.Context, c *Claim) error {
-	_, err := s.releaseRow(ctx, c)
+	_, err := s.apply(ctx, s.givenBack(c, EventReleased, whyAbandoned, 0))
 	return err
 }
 
@@ -174,7 +175,7 @@ var StoredText = storedText
 func UnmadeClaim(p *DoParams) *Claim { return newClaimWith(nil, p, newToken(), true) }
 
 // Abandon remembers c as a claim s gave up but could not give back (a failed release).
-func Abandon(s *Store, c *Claim) { s.abandon(c) }
+func Abandon(s *Store, c *Claim) { s.abandon(s.givenBack(c, EventReleased, whyAbandoned, 0)) }
 
 // Channel is the channel s's completions and releases notify waiting duplicates on, and
 // NotifyPayload the payload that names p's key there.

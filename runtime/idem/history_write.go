@@ -19,11 +19,10 @@ import (
 //	                      transaction mode: with the completion, or after the rollback that
 //	                      gives the key back
 //	completed             in the completion's transaction, before its COMMIT
-//	released              next to the release's DELETE, in one transaction (releaseRow), with
-//	                      why in detail; transaction mode: after the rollback
-//	uncertain             with the transition, in one transaction (releaseRow, settleUncertain)
-//	provider_call         recordProviderCall, committed before the provider key is handed out
-//	lease_lost            a statement of its own on the pool (rareHistory)
+//	released, uncertain,  with the transition that makes the change, in its transaction
+//	provider_call,        (transition.go: Store.apply); transaction mode's released after the
+//	lease_lost            rollback, and lease_lost, which change no row, in a statement of their
+//	                      own; provider_call committed before the provider key is handed out
 //	replayed, key_reused  counted in memory and flushed every replayFlushEvery and at Close
 //	                      (replayCounter): the counts of a process that dies since its last
 //	                      flush are lost
@@ -76,18 +75,6 @@ func (s *Store) appendHistory(ctx context.Context, q historyExecer, row rowID, e
 		return fmt.Errorf("idem: history: %w", err)
 	}
 	return nil
-}
-
-// rareHistory appends evs to row's history in a statement of its own on the pool, for an event
-// off the request's common path (a mismatch, a lost lease, a transaction-mode release): bounded
-// by Config.StoreTimeout, and a failure is logged, never changing the request's answer.
-func (s *Store) rareHistory(ctx context.Context, row rowID, evs ...HistoryEvent) {
-	hctx, bound := newBound(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	defer bound.end()
-	if err := s.appendHistory(hctx, s.db, row, evs...); err != nil {
-		s.log.WarnContext(ctx, "idem: could not append to the key's history", "event", string(evs[0].Kind),
-			"operation", evs[0].Operation, "key_hash", KeyHash(fromStoredText(row.scope), fromStoredText(row.key)), "error", err)
-	}
 }
 
 // claimKind is the history's kind of c's claim: acquired, or taken_over after a lost attempt.
@@ -150,48 +137,6 @@ func giveBackWhy(kind EventKind, err error, callerGone bool) string {
 // maxWhyBytes bounds the handler's error text kept in a released row's detail.
 const maxWhyBytes = 200
 
-// releaseWithHistory is releaseRow for a claim that keeps a history, in one transaction on the
-// pool: under UncertainOnLoss, a row marked by a provider call turns uncertain
-// (sql/uncertain_held.sql); otherwise the row is deleted (sql/release.sql); and the history row
-// that says which, with c.why, is appended in the same transaction. gone says either happened.
-func (s *Store) releaseWithHistory(ctx context.Context, c *Claim) (gone bool, err error) {
-	var ev HistoryEvent
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		gone = false
-		if c.uncertainOnLoss {
-			n, err := txReturned(ctx, tx, s.sql.uncertainHeld, c.args()...)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				gone, c.turnedUncertain = true, true
-				ev = c.event(EventUncertain)
-				ev.Detail = fmt.Sprintf("attempt %d lost after a provider call: %s", c.Attempt, c.why)
-				return s.appendHistory(ctx, tx, c.row, ev)
-			}
-		}
-		n, err := txReturned(ctx, tx, s.sql.release, c.args()...)
-		if err != nil || n == 0 {
-			return err
-		}
-		gone = true
-		ev = c.event(EventReleased)
-		ev.Detail = c.why
-		if ev.Detail == "" {
-			ev.Detail = "abandoned: the claim's answer was lost, and the key given back"
-		}
-		return s.appendHistory(ctx, tx, c.row, ev)
-	})
-	if err != nil {
-		c.turnedUncertain = false
-		return false, err
-	}
-	if c.turnedUncertain {
-		s.emitClaim(ctx, c, Event{Kind: EventUncertain, Operation: c.Operation, Attempt: c.Attempt})
-	}
-	return gone, nil
-}
-
 // txReturned is Store.returned inside tx.
 func txReturned(ctx context.Context, tx pgx.Tx, sql string, args ...any) (n int, err error) {
 	rows, err := tx.Query(ctx, sql, args...)
@@ -204,59 +149,6 @@ func txReturned(ctx context.Context, tx pgx.Tx, sql string, args ...any) (n int,
 	}
 	return n, rows.Err()
 }
-
-// emitGiveBack reports a release of c as kind (EventReleased, EventHandlerTimeout,
-// EventHandlerFailed), unless the release turned the key uncertain, which releaseWithHistory
-// reported as EventUncertain.
-func (s *Store) emitGiveBack(ctx context.Context, c *Claim, e Event) {
-	if c.turnedUncertain {
-		return
-	}
-	s.emit(ctx, e)
-}
-
-// settleUncertain is the one place where a claim turns a key uncertain: res found the key in
-// flight, its holder's lease run out after a provider call (res.abandoned). In one transaction
-// on the pool it marks the row uncertain (sql/uncertain_abandoned.sql, fenced by the holder's
-// attempt) and appends the history's uncertain row; it reports EventUncertain. turned is false
-// when the row changed meanwhile (a holder that renewed, another claim that turned it first):
-// the caller claims again.
-func (s *Store) settleUncertain(ctx context.Context, p *DoParams, res *claimResult) (turned bool, err error) {
-	row := rowOf(p)
-	ev := HistoryEvent{Kind: EventUncertain, Operation: p.Operation, Attempt: int(res.rowAttempt),
-		Detail: fmt.Sprintf("lease of attempt %d expired after a provider call", res.rowAttempt)}
-	err = s.bounded(ctx, 0, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-			var op string
-			switch err := tx.QueryRow(ctx, s.sql.uncertainAbandoned, row.tenant, row.scope, row.key, res.rowAttempt).Scan(&op); {
-			case errors.Is(err, pgx.ErrNoRows):
-				turned = false
-				return nil
-			case err != nil:
-				return err
-			}
-			turned, ev.Operation = true, fromStoredText(op)
-			return s.appendHistory(ctx, tx, row, ev)
-		})
-	})
-	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-		return false, storeError(ctx, "turn the key uncertain", err)
-	}
-	if turned {
-		s.log.WarnContext(ctx, "idem: a claim found the key's holder gone after a provider call: the key is uncertain until it is resolved",
-			"operation", ev.Operation, "key_hash", KeyHash(p.Scope, p.Key), "attempt", res.rowAttempt)
-		s.observeHistory(ctx, row, ev)
-	}
-	return turned, nil
-}
-
-// Replays and mismatched retries (key_reused) are counted, not appended one by one: a hot key can
-// be replayed, or retried with another body by a client in a loop, thousands of times a minute,
-// and one row per answer would grow the history (and cost a statement each) without bound. The
-// counts are kept in memory per key and kind and written as one row per key and kind
-// (sql/history_counted.sql) every replayFlushEvery and at Close: the counts of a process that
-// dies since its last flush are lost.
 
 // replayFlushEvery is how often the replays counted in memory are written to the history.
 const replayFlushEvery = 5 * time.Second
@@ -301,10 +193,6 @@ func countedDetail(kind EventKind) string {
 	}
 	return ""
 }
-
-// countReplay counts a replay of p's key in its history's next replayed row, and starts the
-// flusher on the first one.
-func (s *Store) countReplay(p *DoParams) { s.countAnswer(p, EventReplayed) }
 
 // countAnswer counts an answer of kind (EventReplayed, EventKeyReused) to p's key in its
 // history's next row of that kind, and starts the flusher on the first one.

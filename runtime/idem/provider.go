@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ProviderKey is the idempotency key to send with call to its provider, for the request whose
@@ -43,59 +41,33 @@ func ProviderKey(ctx context.Context, call ProviderCall) (string, error) {
 	return key, nil
 }
 
-// recordProviderCall writes the provider_call history row for c and, under uncertainOnLoss,
-// marks c's row (provider_at, and an expiry that never comes until the key is settled), in one
-// transaction on the pool that commits synchronously, before the provider is called. The mark
-// is fenced by c's token: zero rows marked means the claim was taken over (ErrLeaseLost).
+// recordProviderCall applies c's providerCalled transition, bounded by the store timeout: the
+// provider_call history row and, under UncertainOnLoss, the row's mark, committed before the
+// provider is called. A mark fenced out (zero rows) means the claim was taken over:
+// ErrLeaseLost.
 func (s *Store) recordProviderCall(ctx context.Context, c *Claim, call ProviderCall, key string) error {
-	ev := c.event(EventProviderCall)
-	ev.Provider, ev.ProviderKey, ev.Amount, ev.Currency = call.Provider, key, call.Amount, call.Currency
-	lost := false
-	err := s.bounded(ctx, 0, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-			// The claim committed asynchronously; this record must be on disk before the provider
-			// is called, whatever the session's setting.
-			for _, q := range s.set().syncCommit() {
-				if _, err := tx.Exec(ctx, q); err != nil {
-					return err
-				}
-			}
-			if c.uncertainOnLoss {
-				n, err := txReturned(ctx, tx, s.sql.providerMark, c.args()...)
-				if err != nil {
-					return err
-				}
-				if n == 0 {
-					lost = true
-					return errLostMark
-				}
-			}
-			return s.appendHistory(ctx, tx, c.row, ev)
-		})
+	var made *transition
+	err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
+		made, err = s.apply(ctx, s.providerCalled(c, call, key))
+		return err
 	})
 	switch {
-	case lost:
-		s.emit(ctx, Event{Kind: EventLeaseLost, Operation: c.Operation, KeyHash: c.hash()})
-		s.rareHistory(ctx, c.row, c.event(EventLeaseLost))
-		return fmt.Errorf("idem: ProviderKey: %w: do not call the provider (operation %s)", ErrLeaseLost, c.Operation)
 	case err != nil:
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
 		if !errors.Is(err, ErrStoreUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 		return fmt.Errorf("idem: ProviderKey: recording the provider call: %w", err)
+	case made == nil:
+		s.record(ctx, s.leaseLostBy(c))
+		return fmt.Errorf("idem: ProviderKey: %w: do not call the provider (operation %s)", ErrLeaseLost, c.Operation)
 	}
 	atomic.StoreInt32(&c.providerCalled, 1)
-	s.emitClaim(ctx, c, Event{Kind: EventProviderCall, Operation: c.Operation, Attempt: c.Attempt})
 	return nil
 }
 
 // syncCommitSQL makes recordProviderCall's transaction wait for its flush to disk.
 const syncCommitSQL = `SET LOCAL synchronous_commit = on`
-
-// errLostMark rolls back recordProviderCall's transaction when the claim is no longer its
-// holder's.
-var errLostMark = errors.New("idem: the claim is no longer its holder's")
 
 // uncertainError is the error of a run that failed after its claim recorded a provider call
 // under UncertainOnLoss (a handler error, a timeout, an aborted transaction): the key is

@@ -40,7 +40,7 @@ type background struct {
 	noRetry   bool          // tests: leave failed releases to later claims
 
 	mu         sync.Mutex
-	abandoned  map[rowID][]abandonedClaim // per row, oldest first
+	abandoned  map[rowID][]abandonedClaim // per row, oldest first: the give-back each still owes
 	nAbandoned int
 }
 
@@ -52,8 +52,10 @@ func rowOf(p *DoParams) rowID {
 	return rowID{storedText(p.Tenant), storedText(p.Scope), storedText(p.Key)}
 }
 
+// abandonedClaim is a claim this process gave up but could not give back: the give-back it owes
+// (a givenBack transition, whose claim is t.c).
 type abandonedClaim struct {
-	claim *Claim
+	t     *transition
 	until time.Time // the lease's end, when a claim can take the key over anyway
 }
 
@@ -81,9 +83,10 @@ func (s *Store) Close() {
 	s.flushReplays(context.Background()) // the replays counted since the last flush
 }
 
-// releaseLater remembers c as abandoned and retries its release in the background.
-func (s *Store) releaseLater(ctx context.Context, c *Claim, kind EventKind, ran time.Duration, err error) {
-	s.abandon(c)
+// releaseLater remembers t's claim as abandoned and retries t, its give-back, in the background.
+func (s *Store) releaseLater(ctx context.Context, t *transition, err error) {
+	s.abandon(t)
+	c := t.c
 	bg := s.bg
 	select {
 	case <-bg.closing:
@@ -94,7 +97,7 @@ func (s *Store) releaseLater(ctx context.Context, c *Claim, kind EventKind, ran 
 				s.log.WarnContext(ctx, "idem: release failed; retrying in the background (until it succeeds the key answers in-progress to other processes)",
 					"operation", c.Operation, "key_hash", c.hash(), "error", err)
 				bg.wg.Add(1)
-				go s.retryRelease(context.WithoutCancel(ctx), c, kind, ran)
+				go s.retryRelease(context.WithoutCancel(ctx), t)
 				return
 			default:
 			}
@@ -104,27 +107,27 @@ func (s *Store) releaseLater(ctx context.Context, c *Claim, kind EventKind, ran 
 		"operation", c.Operation, "key_hash", c.hash(), "error", err)
 }
 
-func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran time.Duration) {
+func (s *Store) retryRelease(ctx context.Context, t *transition) {
 	defer s.bg.wg.Done()
 	defer func() { <-s.bg.slots }()
+	c := t.c
 	backoff := releaseBackoff
 	var err error
 	for try := 1; try <= releaseTries; try++ {
-		t := time.NewTimer(backoff)
+		timer := time.NewTimer(backoff)
 		select {
 		case <-s.bg.closing:
-			t.Stop()
+			timer.Stop()
 			return
-		case <-t.C:
+		case <-timer.C:
 		}
 		backoff *= 2
 		cctx, bound := detached(ctx)
-		_, err = s.releaseRow(cctx, c)
+		_, err = s.apply(cctx, t)
 		bound.end()
 		if err == nil {
-			s.forget(c)
+			s.forget(t)
 			s.log.InfoContext(ctx, "idem: released the key on a retry", "operation", c.Operation, "key_hash", c.hash(), "tries", try+1)
-			s.emitGiveBack(ctx, c, Event{Kind: kind, Operation: c.Operation, KeyHash: c.hash(), Duration: ran, Attempt: c.Attempt})
 			return
 		}
 	}
@@ -132,9 +135,10 @@ func (s *Store) retryRelease(ctx context.Context, c *Claim, kind EventKind, ran 
 		"operation", c.Operation, "key_hash", c.hash(), "tries", releaseTries+1, "error", err)
 }
 
-// abandon remembers c as a claim this process gave up but could not give back, beside the
-// others remembered for its row.
-func (s *Store) abandon(c *Claim) {
+// abandon remembers t's claim as one this process gave up but could not give back (t is the
+// give-back it owes), beside the others remembered for its row.
+func (s *Store) abandon(t *transition) {
+	c := t.c
 	bg := s.bg
 	now := time.Now()
 	bg.mu.Lock()
@@ -156,17 +160,18 @@ func (s *Store) abandon(c *Claim) {
 		list = list[1:] // the oldest: its lease ends first
 		bg.nAbandoned--
 	}
-	bg.abandoned[c.row] = append(list, abandonedClaim{claim: c, until: now.Add(c.Lease)})
+	bg.abandoned[c.row] = append(list, abandonedClaim{t: t, until: now.Add(c.Lease)})
 	bg.nAbandoned++
 }
 
-// forget drops c from the abandoned claims.
-func (s *Store) forget(c *Claim) {
+// forget drops t's claim from the abandoned claims.
+func (s *Store) forget(t *transition) {
+	c := t.c
 	bg := s.bg
 	bg.mu.Lock()
 	defer bg.mu.Unlock()
 	list := bg.abandoned[c.row]
-	kept := slices.DeleteFunc(slices.Clone(list), func(a abandonedClaim) bool { return a.claim == c })
+	kept := slices.DeleteFunc(slices.Clone(list), func(a abandonedClaim) bool { return a.t.c == c })
 	bg.nAbandoned -= len(list) - len(kept)
 	if len(kept) == 0 {
 		delete(bg.abandoned, c.row)
@@ -189,21 +194,22 @@ func (s *Store) takeBack(ctx context.Context, p *DoParams) bool {
 	for i := len(list) - 1; i >= 0 && !freed; i-- { // newest first: the likeliest holder
 		a := list[i]
 		if time.Now().After(a.until) {
-			s.forget(a.claim) // the lease has ended: a claim takes the key over anyway
+			s.forget(a.t) // the lease has ended: a claim takes the key over anyway
 			continue
 		}
-		var gone bool
+		var made *transition
 		err := s.bounded(ctx, 0, func(ctx context.Context) (err error) {
-			gone, err = s.releaseRow(ctx, a.claim)
+			made, err = s.apply(ctx, a.t)
 			return err
 		})
 		if err != nil {
 			return false // still unreachable: the answer stays in-progress, and a later claim tries again
 		}
-		s.forget(a.claim)
-		if gone {
+		s.forget(a.t)
+		if made != nil {
 			s.log.InfoContext(ctx, "idem: a claim found this process's own abandoned claim on the key in flight and released it",
-				"operation", p.Operation, "key_hash", a.claim.hash())
+				"operation", p.Operation, "key_hash", a.t.c.hash())
+			// A key the give-back turned uncertain is not free: the claim again finds it so.
 			freed = true
 		}
 	}

@@ -155,7 +155,7 @@ type Store struct {
 	lockSeed uint64
 	// notifyAfter: a transaction-mode completion under the key's lock notifies only after a hold
 	// this long (sql/notify_locked.sql): the shortest wait on the lock that can run out with the
-	// waiter still waiting (txLockWait; see claimInTransaction). Tests raise it to see that a
+	// waiter still waiting (txLockWait; see Store.claimWaiting). Tests raise it to see that a
 	// short hold sends nothing.
 	notifyAfter time.Duration
 

@@ -29,10 +29,10 @@ func scanStoredHeaders(raw []byte) (http.Header, bool) {
 	if !utf8.Valid(raw) {
 		return nil, false
 	}
-	s := string(raw) // names and values are cut from this one string
+	sc := headerScanner{s: string(raw)} // names and values are cut from this one string
 	quotes, names := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
+	for i := 0; i < len(sc.s); i++ {
+		switch sc.s[i] {
 		case '\\':
 			return nil, false
 		case '"':
@@ -41,73 +41,96 @@ func scanStoredHeaders(raw []byte) (http.Header, bool) {
 			names++
 		}
 	}
-	i := 0
-	space := func() {
-		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
-			i++
-		}
-	}
-	// next skips white space and the byte c; false when c is not next.
-	next := func(c byte) bool {
-		space()
-		if i < len(s) && s[i] == c {
-			i++
-			return true
-		}
-		return false
-	}
-	str := func() (string, bool) {
-		if !next('"') {
-			return "", false
-		}
-		for j := i; j < len(s); j++ {
-			switch c := s[j]; {
-			case c == '"':
-				v := s[i:j]
-				i = j + 1
-				return v, true
-			case c < 0x20:
-				return "", false
-			}
-		}
-		return "", false
-	}
-	if !next('{') {
+	if !sc.next('{') {
 		return nil, false
 	}
 	h := make(http.Header, names)
 	backing := make([]string, 0, quotes/2)
-	if next('}') {
-		space()
-		return h, i == len(s)
+	if sc.next('}') {
+		return h, sc.end()
 	}
 	for {
-		name, ok := str()
-		if !ok || !next(':') || !next('[') {
+		name, ok := sc.str()
+		if !ok || !sc.next(':') || !sc.next('[') {
 			return nil, false
 		}
 		start := len(backing)
-		if !next(']') {
-			for {
-				v, ok := str()
-				if !ok {
-					return nil, false
-				}
-				backing = append(backing, v)
-				if next(']') {
-					break
-				}
-				if !next(',') {
-					return nil, false
-				}
-			}
+		if backing, ok = sc.values(backing); !ok {
+			return nil, false
 		}
 		h[name] = backing[start:len(backing):len(backing)]
-		if next('}') {
-			space()
-			return h, i == len(s)
+		if sc.next('}') {
+			return h, sc.end()
 		}
-		if !next(',') {
+		if !sc.next(',') {
+			return nil, false
+		}
+	}
+}
+
+// headerScanner reads the stored headers' JSON at s[i:] (scanStoredHeaders).
+type headerScanner struct {
+	s string
+	i int
+}
+
+// space skips white space.
+func (sc *headerScanner) space() {
+	for sc.i < len(sc.s) && (sc.s[sc.i] == ' ' || sc.s[sc.i] == '\t' || sc.s[sc.i] == '\n' || sc.s[sc.i] == '\r') {
+		sc.i++
+	}
+}
+
+// next skips white space and the byte c; false when c is not next.
+func (sc *headerScanner) next(c byte) bool {
+	sc.space()
+	if sc.i < len(sc.s) && sc.s[sc.i] == c {
+		sc.i++
+		return true
+	}
+	return false
+}
+
+// end says only white space is left.
+func (sc *headerScanner) end() bool {
+	sc.space()
+	return sc.i == len(sc.s)
+}
+
+// str reads a string with no escapes (the caller refused any backslash) and no control byte.
+func (sc *headerScanner) str() (string, bool) {
+	if !sc.next('"') {
+		return "", false
+	}
+	for j := sc.i; j < len(sc.s); j++ {
+		switch c := sc.s[j]; {
+		case c == '"':
+			v := sc.s[sc.i:j]
+			sc.i = j + 1
+			return v, true
+		case c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// values reads a list's strings up to and including its ']' (its '[' read already), appended to
+// backing.
+func (sc *headerScanner) values(backing []string) ([]string, bool) {
+	if sc.next(']') {
+		return backing, true
+	}
+	for {
+		v, ok := sc.str()
+		if !ok {
+			return nil, false
+		}
+		backing = append(backing, v)
+		if sc.next(']') {
+			return backing, true
+		}
+		if !sc.next(',') {
 			return nil, false
 		}
 	}
