@@ -55,6 +55,11 @@ func tenantForStore(ctx context.Context) (string, error) {
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
 
+// accountRE is the spec's pattern for an account: what the bank accepts. Checked before the key
+// is claimed, an account the bank would refuse (a NUL byte, a control character) never reaches
+// it, so no client can leave a key uncertain with one.
+var accountRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
 // checkMoneyTo is what Validate says of an amount sent to an account (a payout, a transfer), or
 // "" when it is valid.
 func checkMoneyTo(amountMinor int64, currency, account string) string {
@@ -65,6 +70,8 @@ func checkMoneyTo(amountMinor int64, currency, account string) string {
 		return fmt.Sprintf("currency must be an upper-case ISO 4217 code such as RUB, got %q", currency)
 	case account == "" || len(account) > 64:
 		return "account must be 1 to 64 characters"
+	case !accountRE.MatchString(account):
+		return "account may hold only letters, digits, '.', '_' and '-'"
 	}
 	return ""
 }
