@@ -254,3 +254,6 @@ func (n *Consumer) fingerprint(msg jetstream.Msg) string {
 	}
 	return idemconsume.Fingerprint(msg.Data())
 }
+
+// Consumer returns the idemconsume.Consumer n processes messages on.
+func (n *Consumer) Consumer() *idemconsume.Consumer { return n.c }

@@ -277,3 +277,41 @@ func TestDeadLetter(t *testing.T) {
 		t.Fatalf("a third dead letter, or an error: %v; want none", err)
 	}
 }
+
+// TestProgress: a handler that takes longer than AckWait, with Progress under it, gets no
+// redelivery while it runs.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	n, err := idemnats.New(idemconsume.New(e.n.Consumer().Store(), nil), e.js, &idemnats.Options{Progress: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.js, "orders.new", "o-4", `{"amount":40}`)
+	msg := e.next(t)
+	done := make(chan idemconsume.Result, 1)
+	go func() {
+		done <- n.Handle(context.Background(), msg, func(ctx context.Context, tx pgx.Tx, msg jetstream.Msg) error {
+			time.Sleep(2500 * time.Millisecond) // two and a half AckWaits
+			runs := 0
+			return insert(&runs)(ctx, tx, msg)
+		})
+	}()
+	b, err := e.cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range b.Messages() {
+		md, _ := m.Metadata()
+		t.Fatalf("a redelivery (delivery %d) while the handler ran with Progress under AckWait", md.NumDelivered)
+	}
+	select {
+	case r := <-done:
+		if !r.Ran || r.Action != idemconsume.Ack {
+			t.Fatalf("result %+v; want ran, ack", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not finish within 10s")
+	}
+	e.settled(t)
+}
