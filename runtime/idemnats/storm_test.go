@@ -374,8 +374,8 @@ func TestStormKilledConsumers(t *testing.T) {
 			last := strings.Join(counts.lines, "\n")
 			counts.mu.Unlock()
 			t.Fatalf("the storm did not settle within 2 minutes: %d of %d messages have an effect, %d of %d extra messages published, "+
-				"%d unacknowledged and %d undelivered, %d of %d dead letters; the consumers' last lines:\n%s",
-				distinct, unique, len(published), len(extras), info.NumAckPending, info.NumPending, deadInfo.State.Msgs, reused, last)
+				"%d unacknowledged and %d undelivered, %d of %d dead letters; the consumers' last lines:\n%s%s",
+				distinct, unique, len(published), len(extras), info.NumAckPending, info.NumPending, deadInfo.State.Msgs, reused, last, stderrTails(logDir))
 		}
 	}
 
@@ -436,4 +436,20 @@ func TestStormKilledConsumers(t *testing.T) {
 				i+1, h.Get(idemnats.HeaderReason), h.Get(idemnats.HeaderMessageID), m.Data())
 		}
 	}
+}
+
+// stderrTails is what the child processes wrote on stderr (their logs in dir), for a failure
+// message: a child that could not start says why there.
+func stderrTails(dir string) string {
+	var b strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		if data, err := os.ReadFile(l); err == nil && len(data) > 0 {
+			if len(data) > 2000 {
+				data = data[len(data)-2000:]
+			}
+			fmt.Fprintf(&b, "\n--- %s:\n%s", filepath.Base(l), data)
+		}
+	}
+	return b.String()
 }

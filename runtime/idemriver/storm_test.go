@@ -404,8 +404,8 @@ func TestStormKilledWorkers(t *testing.T) {
 			counts.mu.Lock()
 			last := strings.Join(counts.lines, "\n")
 			counts.mu.Unlock()
-			t.Fatalf("the storm did not settle within 3 minutes: %d of %d orders have an effect, %d of %d extra jobs inserted, jobs by state: %s; the workers' last lines:\n%s",
-				distinct, unique, len(inserted), len(extras), states, last)
+			t.Fatalf("the storm did not settle within 3 minutes: %d of %d orders have an effect, %d of %d extra jobs inserted, jobs by state: %s; the workers' last lines:\n%s%s",
+				distinct, unique, len(inserted), len(extras), states, last, stderrTails(logDir))
 		}
 	}
 
@@ -453,4 +453,20 @@ func TestStormKilledWorkers(t *testing.T) {
 	if why != reused {
 		t.Errorf("%d cancelled jobs record key_reused as their error; want %d", why, reused)
 	}
+}
+
+// stderrTails is what the child processes wrote on stderr (their logs in dir), for a failure
+// message: a child that could not start says why there.
+func stderrTails(dir string) string {
+	var b strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		if data, err := os.ReadFile(l); err == nil && len(data) > 0 {
+			if len(data) > 2000 {
+				data = data[len(data)-2000:]
+			}
+			fmt.Fprintf(&b, "\n--- %s:\n%s", filepath.Base(l), data)
+		}
+	}
+	return b.String()
 }
