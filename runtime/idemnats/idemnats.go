@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,7 +187,10 @@ func (n *Consumer) deadLetter(ctx context.Context, msg jetstream.Msg, r idemcons
 	}
 	dl := nats.NewMsg(n.opts.DeadLetterSubject)
 	for k, vs := range msg.Headers() {
-		if k == nats.MsgIdHdr {
+		if strings.HasPrefix(k, "Nats-") {
+			// Headers the server acts on (Nats-Msg-Id, Nats-Expected-Stream, …) were meant for
+			// the original's publish: on the dead letter's they would deduplicate it against the
+			// wrong id or refuse it.
 			continue
 		}
 		dl.Header[k] = append([]string(nil), vs...)

@@ -61,12 +61,15 @@ func newEnv(t *testing.T, ackWait time.Duration) *env {
 
 // publish stores a message with id, waiting out the stream's duplicate window when the server
 // took it for a duplicate publish (the test reuses ids on purpose).
-func publish(t *testing.T, js jetstream.JetStream, subject, id, payload string) {
+func publish(t *testing.T, js jetstream.JetStream, subject, id, payload string, header ...string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m := nats.NewMsg(subject)
 		m.Header.Set(nats.MsgIdHdr, id)
+		for i := 0; i+1 < len(header); i += 2 {
+			m.Header.Set(header[i], header[i+1])
+		}
 		m.Data = []byte(payload)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ack, err := js.PublishMsg(ctx, m)
@@ -230,7 +233,9 @@ func TestDeadLetter(t *testing.T) {
 	if r := e.n.Handle(context.Background(), e.next(t), insert(&runs)); !r.Ran {
 		t.Fatalf("first message: %+v; want ran", r)
 	}
-	publish(t, e.js, "orders.new", "o-3", `{"amount":31}`)
+	// Its publisher asked the server to check the stream: the dead letter's publish, to another
+	// stream, must not carry that on.
+	publish(t, e.js, "orders.new", "o-3", `{"amount":31}`, nats.ExpectedStreamHdr, "ORDERS", "Trace-Id", "t-31")
 	r := e.n.Handle(context.Background(), e.next(t), insert(&runs))
 	if r.Action != idemconsume.DeadLetter || r.Reason != idemconsume.ReasonKeyReused {
 		t.Fatalf("id reused: %+v; want dead_letter, key_reused", r)
@@ -268,6 +273,9 @@ func TestDeadLetter(t *testing.T) {
 		got := fmt.Sprintf("%s %q %s %s %s", h.Get(idemnats.HeaderReason), h.Get(idemnats.HeaderMessageID), dm.Data(), h.Get(idemnats.HeaderStream), h.Get(idemnats.HeaderSubject))
 		if exp := fmt.Sprintf("%s %q %s ORDERS orders.new", w.reason, w.id, w.data); got != exp {
 			t.Errorf("dead letter %d: %s; want %s", i+1, got, exp)
+		}
+		if i == 0 && h.Get("Trace-Id") != "t-31" {
+			t.Errorf("dead letter %d lost the original's own header Trace-Id: %v", i+1, h)
 		}
 		if h.Get(idemnats.HeaderError) == "" || h.Get(idemnats.HeaderSequence) == "" || h.Get(idemnats.HeaderSource) != "nats:ORDERS" {
 			t.Errorf("dead letter %d lacks its error, sequence or source: %v", i+1, h)
