@@ -30,7 +30,7 @@ type env struct {
 
 func newEnv(t *testing.T, ackWait time.Duration) *env {
 	t.Helper()
-	e := &env{srv: startNATS(t)}
+	e := &env{sch: idemtest.TestSchema(t, nil), srv: startNATS(t)}
 	_, e.js = e.srv.connect(t)
 	createStream(t, e.js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 100 * time.Millisecond})
 	createStream(t, e.js, jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
@@ -42,7 +42,6 @@ func newEnv(t *testing.T, ackWait time.Duration) *env {
 		t.Fatalf("create consumer: %v", err)
 	}
 	e.cons = cons
-	e.sch = idemtest.TestSchema(t, nil)
 	if _, err := e.sch.Pool.Exec(ctx, `CREATE TABLE effects (msg_id text NOT NULL, payload text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}

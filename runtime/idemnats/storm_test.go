@@ -207,6 +207,8 @@ func TestStormKilledConsumers(t *testing.T) {
 		unique    = 60
 		instances = 3
 	)
+	// The consumers' pools and listeners are outside the schema's pool: reserve room for them.
+	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 2 + instances*4})
 	srv := startNATS(t)
 	_, js := srv.connect(t)
 	createStream(t, js, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 100 * time.Millisecond})
@@ -218,12 +220,13 @@ func TestStormKilledConsumers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The consumers' pools and listeners are outside the schema's pool: reserve room for them.
-	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{MaxConns: 2 + instances*4})
 	if _, err := sch.Pool.Exec(ctx, `CREATE TABLE effects (msg_id text NOT NULL, payload text NOT NULL, pid int NOT NULL);
 		CREATE TABLE kills (msg_id text NOT NULL, point text NOT NULL, PRIMARY KEY (msg_id, point))`); err != nil {
 		t.Fatal(err)
 	}
+
+	cancel()
+	ctx = context.Background() // the storm's own deadline bounds what follows
 
 	id := func(i int) string { return fmt.Sprintf("order-%03d", i) }
 	payloads := map[string]string{}
