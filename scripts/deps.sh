@@ -12,6 +12,7 @@
 #   promtool   -> prometheus
 #   chromium   -> chromium
 #   valgrind   -> valgrind (make bench-instructions)
+#   nats-server -> nats-server (the NATS JetStream consumer tests, runtime/idemnats)
 set -euo pipefail
 
 pkg_for() {
@@ -20,6 +21,7 @@ pkg_for() {
 	promtool) echo prometheus ;;
 	chromium) echo chromium ;;
 	valgrind) echo valgrind ;;
+	nats-server) echo nats-server ;;
 	*) echo "deps.sh: no package is known for command '$1' (add it to scripts/deps.sh)" >&2; return 2 ;;
 	esac
 }
@@ -75,6 +77,7 @@ for p in "${missing[@]}"; do
 	case "$p" in
 	pgbouncer) "${sudo[@]}" systemctl stop pgbouncer >/dev/null 2>&1 || "${sudo[@]}" service pgbouncer stop >/dev/null 2>&1 || true ;;
 	prometheus) "${sudo[@]}" systemctl stop prometheus >/dev/null 2>&1 || "${sudo[@]}" service prometheus stop >/dev/null 2>&1 || true ;;
+	nats-server) "${sudo[@]}" systemctl stop nats-server >/dev/null 2>&1 || "${sudo[@]}" service nats-server stop >/dev/null 2>&1 || true ;;
 	esac
 done
 for cmd in "$@"; do

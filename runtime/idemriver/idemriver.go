@@ -14,6 +14,11 @@
 //     (river.JobCompleteTx) commit in one transaction, so a run either left both or neither, and
 //     a second run finds the job's effect already there or not at all.
 //
+// A worker that consumes jobs produced elsewhere (by another service, by a producer that may
+// insert the same work twice) runs its handler through [Work] instead: once per job key
+// ([Keyed] args, else the job id), in a transaction that stores the key's completion and the
+// job's together (runtime/idemconsume, docs/consumers.md).
+//
 // runtime/idem does not import River; this package is the only glue.
 package idemriver
 

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/idemgen/idemgen/runtime/idem"
+	"github.com/idemgen/idemgen/runtime/idemconsume"
 	"github.com/idemgen/idemgen/runtime/idemriver"
 	"github.com/idemgen/idemgen/runtime/idemtest"
 )
@@ -207,5 +210,124 @@ func (e *env) waitCompleted(t *testing.T, n int) {
 			t.Fatalf("%d jobs did not complete within 10s", n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// orderJob is keyed by its order: two jobs for one order do it once.
+type orderJob struct {
+	Order string `json:"order"`
+}
+
+func (orderJob) Kind() string             { return "order_job" }
+func (a orderJob) IdempotencyKey() string { return a.Order }
+
+// orderJobWorker holds its first run until released, so a second job for the same order runs
+// while the first still does.
+type orderJobWorker struct {
+	river.WorkerDefaults[orderJob]
+	consumer *idemconsume.Consumer
+	pool     *pgxpool.Pool
+	running  chan struct{}
+	release  chan struct{}
+	results  chan idemconsume.Result
+	runs     atomic.Int32
+}
+
+func (w *orderJobWorker) Work(ctx context.Context, job *river.Job[orderJob]) error {
+	r := idemriver.Process(ctx, w.consumer, job, func(ctx context.Context, tx pgx.Tx) error {
+		if w.runs.Add(1) == 1 {
+			close(w.running)
+			<-w.release
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sent (item, provider_key) VALUES ($1, '')`, job.Args.Order)
+		return err
+	})
+	w.results <- r
+	return idemriver.Settle(r)
+}
+
+// TestSameKeyWhileRunning: a job for an order runs while another job for it still runs: it is
+// snoozed, not run, and completes as a duplicate once the first committed.
+func TestSameKeyWhileRunning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0)
+	w := &orderJobWorker{consumer: idemconsume.New(e.store, &idemconsume.Options{Lease: 2 * time.Second}), pool: e.sch.Pool,
+		running: make(chan struct{}), release: make(chan struct{}), results: make(chan idemconsume.Result, 16)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	client, err := river.NewClient(riverpgxv5.New(e.sch.Pool), &river.Config{
+		Schema: e.sch.Name, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}, Workers: workers,
+		FetchPollInterval: 20 * time.Millisecond, FetchCooldown: 10 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler), TestOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := client.Insert(ctx, orderJob{Order: "o-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.client = client
+	e.start(t)
+	select {
+	case <-w.running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first job did not start within 10s")
+	}
+	if _, err := client.Insert(ctx, orderJob{Order: "o-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) idemconsume.Result {
+		t.Helper()
+		select {
+		case r := <-w.results:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no result within 10s", what)
+		}
+		return idemconsume.Result{}
+	}
+	if r := next("second job"); r.Action != idemconsume.Redeliver || r.Reason != idemconsume.ReasonInProgress {
+		t.Fatalf("second job while the first runs: %+v; want redeliver (snoozed), in_progress", r)
+	}
+	close(w.release)
+	// The first completes; the snoozed second comes back and finds the order done (it may be
+	// snoozed again meanwhile).
+	ran, dup := 0, 0
+	for ran+dup < 2 {
+		r := next("after the release")
+		switch {
+		case r.Ran:
+			ran++
+		case r.Duplicate:
+			dup++
+		case r.Reason != idemconsume.ReasonInProgress:
+			t.Fatalf("unexpected result %+v", r)
+		}
+	}
+	e.waitCompleted(t, 2)
+	if ran != 1 || dup != 1 || e.count(t, `SELECT count(*) FROM sent`) != 1 || w.runs.Load() != 1 {
+		t.Fatalf("ran %d, duplicates %d, %d rows, handler runs %d; want 1, 1, 1, 1", ran, dup, e.count(t, `SELECT count(*) FROM sent`), w.runs.Load())
+	}
+}
+
+// TestSettle: what a worker returns to River for each result.
+func TestSettle(t *testing.T) {
+	t.Parallel()
+	if err := idemriver.Settle(idemconsume.Result{Action: idemconsume.Ack, Duplicate: true}); err != nil {
+		t.Errorf("ack: %v; want nil", err)
+	}
+	var cancel *river.JobCancelError
+	err := idemriver.Settle(idemconsume.Result{Action: idemconsume.DeadLetter, Reason: idemconsume.ReasonKeyReused, Err: idem.ErrKeyReused})
+	if !errors.As(err, &cancel) || !strings.Contains(err.Error(), "key_reused: ") || !errors.Is(err, idem.ErrKeyReused) {
+		t.Errorf("dead letter: %v; want river.JobCancel with the reason and the cause", err)
+	}
+	var snooze *river.JobSnoozeError
+	err = idemriver.Settle(idemconsume.Result{Action: idemconsume.Redeliver, Reason: idemconsume.ReasonInProgress, RetryAfter: 3 * time.Second})
+	if !errors.As(err, &snooze) || snooze.Duration != 3*time.Second {
+		t.Errorf("in progress: %v; want river.JobSnooze(3s)", err)
+	}
+	failed := errors.New("mailer answered 503")
+	if err := idemriver.Settle(idemconsume.Result{Action: idemconsume.Redeliver, Reason: idemconsume.ReasonHandlerFailed, Err: failed}); err != failed {
+		t.Errorf("handler failed: %v; want the handler's error, for River's retry policy", err)
 	}
 }
