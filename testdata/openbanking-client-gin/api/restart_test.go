@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -401,5 +402,55 @@ func TestClientReadsTheAPIsRefusals(t *testing.T) {
 		freshCredentials(&attempts), idemclient.WithKey(key), idemclient.WithResult(&res))
 	if !errors.Is(err, idemclient.ErrKeyReused) || res.Attempts != 1 {
 		t.Errorf("the key reused with another payment: %v after %d attempts; want ErrKeyReused at once", err, res.Attempts)
+	}
+}
+
+// TestUnknownRoutesInTheAPIsErrorFormat: with the generated IdempotencyNoRouteHandler as gin's
+// NoRoute and NoMethod handlers, a path the API does not have is a 404 and a method a path does
+// not accept a 405 with gin's Allow header, both OBErrorResponse1 through the API's renderer with
+// the refusal's code, instead of gin's plain text.
+func TestUnknownRoutesInTheAPIsErrorFormat(t *testing.T) {
+	schema := idemtest.TestSchema(t, nil)
+	store, err := idem.NewStore(schema.Pool, schema.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	opts := &api.IdempotentHandlerOptions{Renderer: obRenderer}
+	api.RegisterIdempotentHandlers(e, bank{}, store, opts)
+	e.HandleMethodNotAllowed = true
+	noRoute := api.IdempotencyNoRouteHandler(store, opts)
+	e.NoRoute(noRoute)
+	e.NoMethod(noRoute)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+
+	for _, c := range []struct {
+		method, path, code, allow string
+		status                    int
+	}{
+		{"GET", "/international-payments", idemhttp.CodeNotFound, "", http.StatusNotFound},
+		{"PUT", "/domestic-payments", idemhttp.CodeMethodNotAllowed, "POST", http.StatusMethodNotAllowed},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader("{}"))
+		req.Header.Set("x-fapi-interaction-id", "ia-unknown")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ob api.OBErrorResponse1
+		derr := json.NewDecoder(resp.Body).Decode(&ob)
+		_ = resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != obMediaType || derr != nil || len(ob.Errors) != 1 ||
+			ob.Id == nil || *ob.Id != "ia-unknown" {
+			t.Errorf("%s %s: %d %q %+v (%v); want %d, an OBErrorResponse1 with the interaction id", c.method, c.path, resp.StatusCode, resp.Header.Get("Content-Type"), ob, derr, c.status)
+		}
+		if got := resp.Header.Get(idemhttp.HeaderRefusal); got != c.code {
+			t.Errorf("%s %s: %s %q, want %q", c.method, c.path, idemhttp.HeaderRefusal, got, c.code)
+		}
+		if got := resp.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
 	}
 }
