@@ -118,8 +118,10 @@ type CreateRefundRequest struct {
 
 // CreateTransferRequest defines model for CreateTransferRequest.
 type CreateTransferRequest struct {
-	// Account The account to pay. The fake bank declines accounts starting with "closed-", and
-	// charges but never answers for accounts starting with "lost-answer-" (a lost answer).
+	// Account The account to pay: letters, digits, '.', '_' and '-' (what the bank accepts, checked
+	// before the key is claimed, so a request the bank would refuse never reaches it and can
+	// never leave a key uncertain). The fake bank declines accounts starting with "closed-",
+	// and charges but never answers for accounts starting with "lost-answer-" (a lost answer).
 	Account     string `json:"account"`
 	AmountMinor int64  `json:"amount_minor"`
 	Currency    string `json:"currency"`
