@@ -99,13 +99,13 @@ stop() {
 	rm -rf "$dir"
 }
 
-# verify runs TestCitusGuarantees and TestCitusCluster (runtime/idem/citus_*test.go) on a coordinator. The test works in
+# verify runs the TestCitus… tests of runtime/idem/citus_*test.go on a coordinator. The test works in
 # a schema of its own, which it drops when it ends; beside the cluster it times the same calls
 # on plain PostgreSQL (TEST_DATABASE_URL, or a throwaway server scripts/with-pg.sh starts).
 verify() {
 	local go=${GO:-go} url=${CITUS_DATABASE_URL:-} rc=0 left
 	tmp="" # global: the EXIT trap reads it after verify has returned
-	local test=("$go" test -tags citus -count=1 -v -timeout 15m -run '^TestCitus(Cluster|Guarantees|DetectedWhenTheDatabaseComesUp|PlainStatementsReadReturning|KeyStats)$' ./runtime/idem)
+	local test=("$go" test -tags citus -count=1 -v -timeout 15m -run '^TestCitus(Cluster|Guarantees|DetectedWhenTheDatabaseComesUp|PlainStatementsReadReturning|KeyStats|RequestStatements|HistoryStormPreparesNothing|TopologyChecked|ExampleDistribution)$' ./runtime/idem)
 	if [[ -n "$url" ]]; then
 		local psql="$bindir/psql"
 		[[ -x "$psql" ]] || psql=$(command -v psql || true)

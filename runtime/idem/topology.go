@@ -238,13 +238,17 @@ var ErrTopologyMismatch = errors.New("idem: Config.Topology does not match the d
 // without a cluster.
 var citusSetOnPostgres atomic.Bool
 
+// plainSetOnCitus lets TopologyPostgres run on Citus. Only a test sets it, to show what plain
+// PostgreSQL's statements do on a cluster (a Store that took Citus for plain PostgreSQL).
+var plainSetOnCitus atomic.Bool
+
 // contradicts says why the configured topology kind cannot run on the database a describes, or
 // nil when it can. A configured TopologyPostgres on a pooled connection is not refused (it is
 // the setting for a pooler that keeps prepared statements), nor TopologyPooler on one that looks
 // direct (see logTopology).
 func (a dbAnswer) contradicts(kind Topology) error {
 	switch {
-	case a.citus && kind != TopologyCitus:
+	case a.citus && kind != TopologyCitus && !plainSetOnCitus.Load():
 		// Plain PostgreSQL's statements fail on purpose to skip the rest of a batch and lock keys
 		// with advisory locks: on Citus the first costs the coordinator its worker connections and
 		// surfaces as errors ("division by zero"), and the second locks nothing across nodes.

@@ -13,3 +13,11 @@ func StrictTopology(t testing.TB) {
 	citusSetOnPostgres.Store(false)
 	t.Cleanup(func() { citusSetOnPostgres.Store(true) })
 }
+
+// PlainStatementsOnCitus lets NewStore send plain PostgreSQL's statements to a Citus coordinator
+// (Config.Topology: TopologyPostgres) until t ends, which it refuses to an application. Not for
+// parallel tests (see StrictTopology).
+func PlainStatementsOnCitus(t testing.TB) {
+	plainSetOnCitus.Store(true)
+	t.Cleanup(func() { plainSetOnCitus.Store(false) })
+}
