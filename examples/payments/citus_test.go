@@ -66,7 +66,7 @@ func TestCitusExampleDistribution(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(lockedBuffer{&mu, &logs}, nil))
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
 	if err := Migrate(ctx, sch.Pool); err != nil {
 		t.Fatal(err)
 	}
@@ -171,15 +171,4 @@ func TestCitusExampleDistribution(t *testing.T) {
 			t.Errorf("%d %s events for %s on the distributed tables; want 1", n, kind, key)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (l lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }
