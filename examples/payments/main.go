@@ -134,6 +134,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))
+	warnLocalOnCitus(startCtx, pool, *schema, idem.DefaultTable, log)
 
 	recent := idemadmin.NewRecent(0) // the support page's recent mismatches
 	cfg.Observer = recent.Observer()
