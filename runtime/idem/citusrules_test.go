@@ -50,7 +50,7 @@ var knownCitusViolations = []string{}
 
 // citusMaintenance are the statements off the request path that span tenants on purpose (the
 // purge): they need not name one, but must still take no row lock without one.
-var citusMaintenance = map[string]bool{"purge": true, "purgeCitus": true, "purgeCount": true, "purgeHistory": true, "historyReplays": true}
+var citusMaintenance = map[string]bool{"purge": true, "purgeCitus": true, "purgeCount": true, "purgeHistory": true, "historyCounted": true}
 
 // citusFence is the one statement on the key table that fails on a shard, and only when a lease
 // was lost. (The guards that fail on purpose are plain PostgreSQL's alone: rolePlainOnly.)

@@ -42,7 +42,7 @@ var statementRoles = map[string]stmtRole{
 	"notifyLocked": rolePlainOnly,
 
 	"purge": roleMaintenance, "purgeCount": roleMaintenance, "purgeCitus": roleMaintenance,
-	"purgeHistory": roleMaintenance, "historyReplays": roleMaintenance,
+	"purgeHistory": roleMaintenance, "historyCounted": roleMaintenance,
 
 	"begin": roleUtility, "commit": roleUtility, "rollback": roleUtility, "propagateSet": roleUtility,
 	"asyncCommit": roleUtility, "syncCommit": roleUtility, "customPlan": roleUtility, "lockWaitDefault": roleUtility,
