@@ -119,8 +119,12 @@ func TestReadersRefuseOverlongLines(t *testing.T) {
 		name string
 		src  func(io.Reader) idemreconcile.Source
 	}{
-		{"csv", func(r io.Reader) idemreconcile.Source { return idemreconcile.CSVSource(r, "z.csv", idemreconcile.Columns{}) }},
-		{"jsonl", func(r io.Reader) idemreconcile.Source { return idemreconcile.JSONLSource(r, "z.jsonl", idemreconcile.Columns{}) }},
+		{"csv", func(r io.Reader) idemreconcile.Source {
+			return idemreconcile.CSVSource(r, "z.csv", idemreconcile.Columns{})
+		}},
+		{"jsonl", func(r io.Reader) idemreconcile.Source {
+			return idemreconcile.JSONLSource(r, "z.jsonl", idemreconcile.Columns{})
+		}},
 	} {
 		z := &nuls{n: 1 << 30}
 		var err error
