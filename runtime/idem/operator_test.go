@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -213,5 +214,35 @@ func TestProviderCallsWindowAndFates(t *testing.T) {
 	if s, want := got(&idem.ProviderCallsParams{From: from, To: to, Providers: []string{"acquirer"}, ProviderKeys: []string{"p-end"}}),
 		"p-acq:/0/Resolution(0)/uncertain p-end:/0/Resolution(0)/gone "; s != want {
 		t.Errorf("the acquirer's calls and p-end:\n got %s\nwant %s", s, want)
+	}
+}
+
+// A key resolved as completed replays its outcome to every retry as final: a 5xx (or a 1xx)
+// and a header that cannot be sent (CR LF in a value, a name that is no token) are refused, and
+// the key stays uncertain.
+func TestResolveRefusesOutcomesNoRetryCanBeAnswered(t *testing.T) {
+	t.Parallel()
+	e := newOpEnv(t, nil)
+	ctx := context.Background()
+	e.key("k", idem.KeyUncertain)
+	for name, o := range map[string]*idem.Outcome{
+		"500":           {Status: 500, Body: []byte(`{}`)},
+		"503":           {Status: 503},
+		"103":           {Status: 103},
+		"CR LF":         {Status: 201, Body: []byte(`{}`), Header: http.Header{"Content-Type": {"application/json\r\nSet-Cookie: a=b"}}},
+		"a bad name":    {Status: 201, Body: []byte(`{}`), Header: http.Header{"Content Type": {"application/json"}}},
+		"a NUL":         {Status: 201, Body: []byte(`{}`), Header: http.Header{"Content-Type": {"application/json\x00"}}},
+		"an empty name": {Status: 201, Header: http.Header{"": {"x"}}},
+	} {
+		err := e.store.Resolve(ctx, &idem.ResolveParams{Tenant: "acme", Scope: "op", Key: "k", As: idem.ResolveCompleted, Outcome: o,
+			Actor: "ops", Evidence: "ticket"})
+		if err == nil || e.state("k") != idem.KeyUncertain {
+			t.Errorf("%s: Resolve = %v, key %s; want refused and still uncertain", name, err, e.state("k"))
+		}
+	}
+	if err := e.store.Resolve(ctx, &idem.ResolveParams{Tenant: "acme", Scope: "op", Key: "k", As: idem.ResolveCompleted,
+		Outcome: &idem.Outcome{Status: 402, Body: []byte(`{}`), Header: http.Header{"Content-Type": {"application/problem+json; charset=utf-8"}}},
+		Actor: "ops", Evidence: "declined"}); err != nil || e.state("k") != idem.KeyComplete {
+		t.Errorf("a 402 with a valid header: %v, key %s; want it complete", err, e.state("k"))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -69,13 +70,54 @@ func (p *ResolveParams) check() error {
 		return errors.New("idem: Resolve: resolving as completed needs the Outcome retries will replay")
 	case p.As == ResolveCompleted && (p.Outcome.Status < 100 || p.Outcome.Status > 599):
 		return fmt.Errorf("idem: Resolve: outcome status %d is not an HTTP status", p.Outcome.Status)
+	case p.As == ResolveCompleted && (p.Outcome.Status < MinResolvedStatus || p.Outcome.Status > MaxResolvedStatus):
+		return fmt.Errorf("idem: Resolve: outcome status %d: a resolved key replays a final answer, %d to %d "+
+			"(a 1xx is no answer; a 5xx would tell every retry, as final, that the server failed)", p.Outcome.Status, MinResolvedStatus, MaxResolvedStatus)
 	case strings.TrimSpace(p.Actor) == "":
 		return errors.New("idem: Resolve: Actor is required: the history records who settled the key")
 	case strings.TrimSpace(p.Evidence) == "":
 		return errors.New("idem: Resolve: Evidence is required: the history records why the key was settled")
+	case p.As == ResolveCompleted:
+		if err := CheckHeader(p.Outcome.Header); err != nil {
+			return fmt.Errorf("idem: Resolve: outcome %w", err)
+		}
 	}
 	return nil
 }
+
+// The statuses a key resolved as completed may replay: a final answer a retry can be given
+// again. The runtime never stores a 5xx as a key's outcome (a failed handler gives the key
+// back), so none is accepted here either.
+const (
+	MinResolvedStatus = 200
+	MaxResolvedStatus = 499
+)
+
+// CheckHeader reports a header that cannot be sent as a response's: a name that is not an
+// HTTP token, or a value holding a control character (CR and LF included, which would split
+// the response), other than a tab.
+func CheckHeader(h http.Header) error {
+	for name, values := range h {
+		if name == "" || strings.IndexFunc(name, func(r rune) bool { return r > 0x7e || !tokenChar[r] }) >= 0 {
+			return fmt.Errorf("header name %q is not an HTTP token", name)
+		}
+		for _, v := range values {
+			if strings.ContainsFunc(v, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f }) {
+				return fmt.Errorf("header %s: value %q holds a control character", name, v)
+			}
+		}
+	}
+	return nil
+}
+
+// tokenChar are the characters of an HTTP token (RFC 9110, 5.6.2).
+var tokenChar = func() [0x7f]bool {
+	var t [0x7f]bool
+	for _, c := range "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" {
+		t[c] = true
+	}
+	return t
+}()
 
 // Resolve settles an uncertain key in a transaction of its own. ErrNotUncertain when the key is
 // not uncertain (already settled, or never was), ErrNoSuchKey when there is no such key.
