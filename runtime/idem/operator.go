@@ -19,6 +19,7 @@ type opStatements struct {
 	resolveLock, resolveCompleted, resolveFailed, resolveHistory string
 	history, goneKeys                                            string
 	providerCalls, keyFates, keyRows                             string
+	keys, clock, keyStats                                        string // inspect.go
 }
 
 // MaxHistoryRows caps what History returns: the oldest rows of a key with more are left out.
