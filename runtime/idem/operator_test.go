@@ -242,7 +242,7 @@ func TestResolveRefusesOutcomesNoRetryCanBeAnswered(t *testing.T) {
 	}
 	if err := e.store.Resolve(ctx, &idem.ResolveParams{Tenant: "acme", Scope: "op", Key: "k", As: idem.ResolveCompleted,
 		Outcome: &idem.Outcome{Status: 402, Body: []byte(`{}`), Header: http.Header{"Content-Type": {"application/problem+json; charset=utf-8"}}},
-		Actor: "ops", Evidence: "declined"}); err != nil || e.state("k") != idem.KeyComplete {
+		Actor:   "ops", Evidence: "declined"}); err != nil || e.state("k") != idem.KeyComplete {
 		t.Errorf("a 402 with a valid header: %v, key %s; want it complete", err, e.state("k"))
 	}
 }
