@@ -72,6 +72,10 @@ func (f *keysFlags) historyError(err error) error {
 		return fail(ExitUsage, fmt.Errorf("keys: there is no history table beside %s.%s (%s): run idemgen migrate, whose version 6 adds it",
 			f.schema, f.table, idem.HistoryTableName(f.table)))
 	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" {
+		return fail(ExitUsage, fmt.Errorf("keys: the history table beside %s.%s lacks a column this idemgen reads (%s): run idemgen migrate, whose version 7 adds it",
+			f.schema, f.table, quote(pgErr.Message)))
+	}
 	return fail(ExitUsage, fmt.Errorf("keys: read the history of keys in %s.%s: %v", f.schema, f.table, err))
 }
 
