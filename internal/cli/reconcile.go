@@ -295,6 +295,15 @@ func writeReport(w io.Writer, rep *idemreconcile.Report, f *dbFlags) {
 	if rep.Clean() {
 		fmt.Fprintln(w, "clean: no discrepancy")
 	}
+	if rep.Unlisted > 0 {
+		var parts []string
+		for _, k := range idemreconcile.Kinds {
+			if n := rep.Counts()[k]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", n, k))
+			}
+		}
+		fmt.Fprintf(w, "%s: %d not listed below (at most %d of a kind are)\n", strings.Join(parts, ", "), rep.Unlisted, idemreconcile.MaxListed)
+	}
 	for _, g := range rep.Groups() {
 		tenant := "(tenant unknown)"
 		if g.Tenant != "" {

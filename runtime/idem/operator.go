@@ -18,7 +18,7 @@ import (
 type opStatements struct {
 	resolveLock, resolveCompleted, resolveFailed, resolveHistory string
 	history, goneKeys                                            string
-	providerCalls, keyFates, keyRows                             string
+	providerCalls, providerCallsByKey, keyFates, keyRows         string
 	keys, clock, keyStats                                        string // inspect.go
 }
 
@@ -100,14 +100,16 @@ func (s *Store) GoneKeys(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, er
 
 func ptr[T any](v T) *T { return &v }
 
-// ProviderCallsParams select the provider calls [Store.ProviderCalls] reads.
+// ProviderCallsParams select the provider calls [Store.ProviderCalls] and
+// [Store.EachProviderCall] read: those with the derived keys ProviderKeys when it is set, else
+// those of the window.
 type ProviderCallsParams struct {
 	// From and To bound the window [From, To) of the calls' times.
 	From, To time.Time
 	// Providers keeps the window's calls to these providers; nil or empty keeps every provider's.
 	Providers []string
-	// ProviderKeys adds the calls with these derived keys (ProviderKey), whenever they were made
-	// and whatever their provider: the calls a provider's records name.
+	// ProviderKeys, when set, selects the calls with these derived keys (ProviderKey) instead,
+	// whenever they were made and whatever their provider: the calls a provider's records name.
 	ProviderKeys []string
 }
 
@@ -122,7 +124,9 @@ type ProviderCallEvent struct {
 	Provider, ProviderKey string
 	Amount                int64
 	Currency              string
-	Fate                  KeyFate
+	// Fate is what became of the key: filled by ProviderCalls and ReadFates, not by
+	// EachProviderCall.
+	Fate KeyFate
 }
 
 // KeyFate is what became of a key: the last of its history's completions, releases, turns to
@@ -139,58 +143,109 @@ type KeyFate struct {
 	RowStatus int
 }
 
-// ProviderCalls returns the provider calls p selects, oldest first, each with its key's fate:
-// reconciliation's read of our side (runtime/idemreconcile). It reads the history table and the
-// rows of the calls' keys, in three statements outside any transaction: a key that changes
-// meanwhile shows the state of one of them.
+// ProviderCalls returns the provider calls p selects, by derived key and time, each with its
+// key's fate: reconciliation's read of our side (runtime/idemreconcile), for a batch of derived
+// keys. It reads outside any transaction: a key that changes meanwhile shows the state of one of
+// the statements.
 func (s *Store) ProviderCalls(ctx context.Context, p *ProviderCallsParams) ([]ProviderCallEvent, error) {
-	if p == nil || !p.From.Before(p.To) && len(p.ProviderKeys) == 0 {
-		return nil, nil
+	var calls []ProviderCallEvent
+	if err := s.EachProviderCall(ctx, p, func(c ProviderCallEvent) error {
+		calls = append(calls, c)
+		return nil
+	}); err != nil {
+		return nil, err
 	}
-	providers, pkeys := p.Providers, p.ProviderKeys
-	if providers == nil {
-		providers = []string{}
-	}
-	if pkeys == nil {
-		pkeys = []string{}
-	}
-	rows, err := s.db.Query(ctx, s.sql.op.providerCalls, p.From, p.To, providers, pkeys)
-	if err != nil {
-		return nil, storeError(ctx, "provider calls", err)
-	}
-	var stored []rowID
-	calls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ProviderCallEvent, error) {
-		var c ProviderCallEvent
-		var row rowID
-		err := r.Scan(&row.tenant, &row.scope, &row.key, &c.At, &c.Operation, &c.Provider, &c.ProviderKey, &c.Amount, &c.Currency)
-		stored = append(stored, row)
-		c.Tenant, c.Scope, c.Key, c.Operation = fromStoredText(row.tenant), fromStoredText(row.scope), fromStoredText(row.key), fromStoredText(c.Operation)
-		c.KeyHash = KeyHash(c.Scope, c.Key)
-		c.Fate.State = KeyGone
-		return c, err
-	})
-	if err != nil {
-		return nil, storeError(ctx, "provider calls", err)
-	}
-	if err := s.readFates(ctx, calls, stored); err != nil {
-		return nil, storeError(ctx, "provider calls", err)
+	if err := s.ReadFates(ctx, calls); err != nil {
+		return nil, err
 	}
 	return calls, nil
 }
 
-// readFates fills the Fate of calls, whose key rows are stored (index for index).
-func (s *Store) readFates(ctx context.Context, calls []ProviderCallEvent, stored []rowID) error {
+// EachProviderCall calls fn with each provider call p selects, by derived key and time (the
+// calls of one derived key come together), as the rows arrive: memory does not grow with the
+// window. Their Fate is left zero (see ReadFates). fn's error ends it and is returned.
+func (s *Store) EachProviderCall(ctx context.Context, p *ProviderCallsParams, fn func(ProviderCallEvent) error) error {
+	if p == nil {
+		return nil
+	}
+	var rows pgx.Rows
+	var err error
+	switch {
+	case p.ProviderKeys != nil:
+		rows, err = s.db.Query(ctx, s.sql.op.providerCallsByKey, p.ProviderKeys)
+	case !p.From.Before(p.To):
+		return nil
+	default:
+		providers := p.Providers
+		if providers == nil {
+			providers = []string{}
+		}
+		rows, err = s.db.Query(ctx, s.sql.op.providerCalls, p.From, p.To, providers)
+	}
+	if err != nil {
+		return storeError(ctx, "provider calls", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c ProviderCallEvent
+		if err := rows.Scan(&c.Tenant, &c.Scope, &c.Key, &c.At, &c.Operation, &c.Provider, &c.ProviderKey, &c.Amount, &c.Currency); err != nil {
+			return storeError(ctx, "provider calls", err)
+		}
+		c.Tenant, c.Scope, c.Key, c.Operation = fromStoredText(c.Tenant), fromStoredText(c.Scope), fromStoredText(c.Key), fromStoredText(c.Operation)
+		c.KeyHash = KeyHash(c.Scope, c.Key)
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return storeError(ctx, "provider calls", err)
+	}
+	return nil
+}
+
+// ReadFates fills the Fate of calls (as EachProviderCall gives them) from their keys' history
+// and rows, in two statements; give it a batch at a time.
+func (s *Store) ReadFates(ctx context.Context, calls []ProviderCallEvent) error {
 	if len(calls) == 0 {
 		return nil
 	}
 	byRow := map[rowID][]int{}
 	var ts, ss, ks []string
-	for i, row := range stored {
+	for i := range calls {
+		calls[i].Fate = KeyFate{State: KeyGone}
+		row := rowID{storedText(calls[i].Tenant), storedText(calls[i].Scope), storedText(calls[i].Key)}
 		if _, ok := byRow[row]; !ok {
 			ts, ss, ks = append(ts, row.tenant), append(ss, row.scope), append(ks, row.key)
 		}
 		byRow[row] = append(byRow[row], i)
 	}
+	if err := s.readLastEvents(ctx, calls, byRow, ts, ss, ks); err != nil {
+		return storeError(ctx, "key fates", err)
+	}
+	rows, err := s.db.Query(ctx, s.sql.op.keyRows, ts, ss, ks)
+	if err != nil {
+		return storeError(ctx, "key fates", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var row rowID
+		var state KeyState
+		var status int32
+		if err := rows.Scan(&row.tenant, &row.scope, &row.key, &state, &status); err != nil {
+			return storeError(ctx, "key fates", err)
+		}
+		for _, i := range byRow[row] {
+			calls[i].Fate.State, calls[i].Fate.RowStatus = state, int(status)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return storeError(ctx, "key fates", err)
+	}
+	return nil
+}
+
+// readLastEvents sets each call's Fate.Last, Status and Resolution from its key's history.
+func (s *Store) readLastEvents(ctx context.Context, calls []ProviderCallEvent, byRow map[rowID][]int, ts, ss, ks []string) error {
 	rows, err := s.db.Query(ctx, s.sql.op.keyFates, ts, ss, ks)
 	if err != nil {
 		return err
@@ -211,25 +266,6 @@ func (s *Store) readFates(ctx context.Context, calls []ProviderCallEvent, stored
 		}
 		for _, i := range byRow[row] {
 			calls[i].Fate.Last, calls[i].Fate.Status, calls[i].Fate.Resolution = last, int(status), res
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	rows, err = s.db.Query(ctx, s.sql.op.keyRows, ts, ss, ks)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var row rowID
-		var state KeyState
-		var status int32
-		if err := rows.Scan(&row.tenant, &row.scope, &row.key, &state, &status); err != nil {
-			return err
-		}
-		for _, i := range byRow[row] {
-			calls[i].Fate.State, calls[i].Fate.RowStatus = state, int(status)
 		}
 	}
 	return rows.Err()

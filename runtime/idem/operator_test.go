@@ -170,8 +170,9 @@ func TestMigration7MovesTheResolutionIntoItsColumn(t *testing.T) {
 	}
 }
 
-// ProviderCalls reads the calls of the window [From, To) (its end excluded), of the providers
-// asked for, and those the provider keys name whenever they were made, each with its key's fate.
+// ProviderCalls reads the calls of the window [From, To) (its end excluded) of the providers
+// asked for, or those the provider keys name whenever they were made, each with its key's fate,
+// by derived key.
 func TestProviderCallsWindowAndFates(t *testing.T) {
 	t.Parallel()
 	e := newOpEnv(t, nil)
@@ -208,12 +209,16 @@ func TestProviderCallsWindowAndFates(t *testing.T) {
 		return s
 	}
 	if s, want := got(&idem.ProviderCallsParams{From: from, To: to}),
-		"p-first:completed/201/Resolution(0)/gone p-acq:/0/Resolution(0)/uncertain p-last:resolved/0/failed/gone "; s != want {
+		"p-acq:/0/Resolution(0)/uncertain p-first:completed/201/Resolution(0)/gone p-last:resolved/0/failed/gone "; s != want {
 		t.Errorf("the window's calls:\n got %s\nwant %s", s, want)
 	}
-	if s, want := got(&idem.ProviderCallsParams{From: from, To: to, Providers: []string{"acquirer"}, ProviderKeys: []string{"p-end"}}),
-		"p-acq:/0/Resolution(0)/uncertain p-end:/0/Resolution(0)/gone "; s != want {
-		t.Errorf("the acquirer's calls and p-end:\n got %s\nwant %s", s, want)
+	if s, want := got(&idem.ProviderCallsParams{From: from, To: to, Providers: []string{"acquirer"}}),
+		"p-acq:/0/Resolution(0)/uncertain "; s != want {
+		t.Errorf("the acquirer's calls:\n got %s\nwant %s", s, want)
+	}
+	if s, want := got(&idem.ProviderCallsParams{ProviderKeys: []string{"p-end", "p-before", "p-none"}}),
+		"p-before:/0/Resolution(0)/gone p-end:/0/Resolution(0)/gone "; s != want {
+		t.Errorf("the calls of p-end and p-before:\n got %s\nwant %s", s, want)
 	}
 }
 

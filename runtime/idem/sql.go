@@ -94,7 +94,7 @@ func newStatements(table, events string, remember bool) (statements, error) {
 		{"op_resolve_lock", &st.op.resolveLock, false}, {"op_resolve_completed", &st.op.resolveCompleted, false},
 		{"op_resolve_failed", &st.op.resolveFailed, false}, {"op_resolve_history", &st.op.resolveHistory, false},
 		{"op_history", &st.op.history, false}, {"op_gone_keys", &st.op.goneKeys, false},
-		{"op_provider_calls", &st.op.providerCalls, false}, {"op_key_fates", &st.op.keyFates, false}, {"op_key_rows", &st.op.keyRows, false},
+		{"op_provider_calls", &st.op.providerCalls, false}, {"op_provider_calls_by_key", &st.op.providerCallsByKey, false}, {"op_key_fates", &st.op.keyFates, false}, {"op_key_rows", &st.op.keyRows, false},
 		{"op_keys", &st.op.keys, false}, {"op_clock", &st.op.clock, false}, {"op_key_stats", &st.op.keyStats, false},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table, Events: events, Remember: remember, Inner: st.claimRead})

@@ -2,6 +2,7 @@ package idemreconcile_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +158,22 @@ func TestReconcileComparisons(t *testing.T) {
 	if rep.Calls != 4 || rep.InWindow != 4 || rep.Matched != 5 {
 		t.Errorf("%d calls, %d records in the window, %d matched; want 4, 4, 5 (the call and the record at the window's end are the next window's)",
 			rep.Calls, rep.InWindow, rep.Matched)
+	}
+}
+
+// A report lists at most MaxListed discrepancies of a kind and counts the rest: the wrong file
+// is a count and the first charges, not a million lines.
+func TestReconcileListsAtMostMaxListed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var recs idemreconcile.Records
+	for i := range idemreconcile.MaxListed + 5 {
+		recs = append(recs, rec(fmt.Sprintf("stray-%d", i), day0.Add(time.Duration(i)*time.Second), 1, "EUR"))
+	}
+	rep := e.run(recs, nil)
+	if n := len(rep.Discrepancies); n != idemreconcile.MaxListed || rep.Unlisted != 5 ||
+		rep.Counts()[idemreconcile.UnmatchedCharge] != idemreconcile.MaxListed+5 || rep.Clean() {
+		t.Errorf("%d listed, %d unlisted, counts %v, clean %v; want %d listed, 5 unlisted, all counted, not clean",
+			n, rep.Unlisted, rep.Counts(), rep.Clean(), idemreconcile.MaxListed)
 	}
 }

@@ -1,44 +1,25 @@
 package idemreconcile
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
-// match decides each call, then each record that names no call of ours.
-func (r *run) match() {
-	for _, k := range r.order {
-		r.matchCall(k, r.calls[k])
-	}
-	for _, k := range r.strayOrder {
-		s := r.strays[k]
-		r.add(Discrepancy{Kind: UnmatchedCharge, Tenant: s.theirs[0].Tenant, Day: day(s.theirs[0].At, r.o.Location), ProviderKey: k, Theirs: s.theirs})
-		if s.records > 1 {
-			r.add(Discrepancy{Kind: DuplicateCharge, Tenant: s.theirs[0].Tenant, Day: day(s.theirs[0].At, r.o.Location), ProviderKey: k, Theirs: s.theirs})
-		}
-	}
-}
-
-func (r *run) add(d Discrepancy) { r.rep.Discrepancies = append(r.rep.Discrepancies, d) }
-
-// matchCall decides one provider key of ours against the records that name it.
-func (r *run) matchCall(pkey string, cl *call) {
-	if cl.inWindow {
-		r.rep.Calls++
-	}
-	side := cl.side
-	d := Discrepancy{Tenant: side.Tenant, Day: day(cl.first, r.o.Location), ProviderKey: pkey, Ours: &side, Theirs: cl.theirs}
-	if cl.records == 0 {
-		r.matchMissing(d, cl)
+// matchRecord decides the first record of a derived key against our call with that key (nil
+// when we have none).
+func (r *run) matchRecord(rec Record, cl *call) {
+	if cl == nil {
+		r.add(Discrepancy{Kind: UnmatchedCharge, Tenant: rec.Tenant, Day: day(rec.At, r.o.Location), ProviderKey: rec.Key, Theirs: []Record{rec}})
 		return
 	}
-	if cl.records > 1 {
-		r.add(with(d, DuplicateCharge))
-	}
-	rec := cl.theirs[0]
+	side := cl.side
+	d := Discrepancy{Tenant: side.Tenant, Day: day(cl.first, r.o.Location), ProviderKey: cl.pkey, Ours: &side, Theirs: []Record{rec}}
 	switch side.Outcome {
 	case "uncertain":
-		r.candidates = append(r.candidates, candidate{d: with(d, UncertainCharged), call: cl})
+		r.candidates = append(r.candidates, candidate{d: with(d, UncertainCharged)})
 	case "completed":
 		r.rep.Matched++
 		switch {
@@ -54,19 +35,56 @@ func (r *run) matchCall(pkey string, cl *call) {
 	}
 }
 
-// matchMissing decides a call of the window that no record names: only records that cover it
-// say the provider has no charge; otherwise nothing can be concluded, and the run says so.
-func (r *run) matchMissing(d Discrepancy, cl *call) {
-	if !cl.inWindow || (cl.side.Outcome != "completed" && cl.side.Outcome != "uncertain") {
+// duplicate decides a second (third, …) record of a derived key: one duplicate_charge per key,
+// listing the records after the first.
+func (r *run) duplicate(rec Record, cl *call) {
+	if i, ok := r.dups[rec.Key]; ok && i >= 0 {
+		if d := &r.rep.Discrepancies[i]; len(d.Theirs) < keptRecords {
+			d.Theirs = append(d.Theirs, rec)
+		}
 		return
 	}
-	why := r.cover.covers(cl.side.Provider, cl.first, cl.last, r.o.Grace)
+	d := Discrepancy{Kind: DuplicateCharge, Tenant: rec.Tenant, Day: day(rec.At, r.o.Location), ProviderKey: rec.Key, Theirs: []Record{rec}}
+	if cl != nil {
+		side := cl.side
+		d.Tenant, d.Day, d.Ours = side.Tenant, day(cl.first, r.o.Location), &side
+	}
+	r.dups[rec.Key] = r.add(d)
+}
+
+// matchMissing decides calls of the window that no record names: only records that cover a
+// call say the provider has no charge; otherwise nothing can be concluded, and the run says so.
+func (r *run) matchMissing(ctx context.Context, batch []*call) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	events := make([]idem.ProviderCallEvent, len(batch))
+	for i, cl := range batch {
+		events[i] = cl.ev
+	}
+	if err := r.store.ReadFates(ctx, events); err != nil {
+		return err
+	}
+	for i, cl := range batch {
+		cl.side.Outcome, cl.side.Status = outcomeOf(events[i].Fate)
+		r.decideMissing(cl)
+	}
+	return nil
+}
+
+func (r *run) decideMissing(cl *call) {
+	if cl.side.Outcome != "completed" && cl.side.Outcome != "uncertain" {
+		return
+	}
+	side := cl.side
+	d := Discrepancy{Tenant: side.Tenant, Day: day(cl.first, r.o.Location), ProviderKey: cl.pkey, Ours: &side}
+	why := r.cover.covers(side.Provider, cl.first, cl.last, r.o.Grace)
 	switch {
-	case why == "" && cl.side.Outcome == "completed":
+	case why == "" && side.Outcome == "completed":
 		r.add(with(d, MissingCharge))
 	case why == "":
-		r.candidates = append(r.candidates, candidate{d: with(d, UncertainNotCharged), call: cl})
-	case cl.side.Outcome == "completed" && !cl.first.Before(r.o.To.Add(-r.o.Grace)):
+		r.candidates = append(r.candidates, candidate{d: with(d, UncertainNotCharged)})
+	case side.Outcome == "completed" && !cl.first.Before(r.o.To.Add(-r.o.Grace)):
 		r.rep.Pending++
 	default:
 		d = with(d, NotCovered)

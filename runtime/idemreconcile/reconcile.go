@@ -150,24 +150,34 @@ type Report struct {
 	Pending int `json:"pending"`
 	// Coverage is what the records of each provider cover, sorted by provider; Unattributed
 	// counts records that name no provider and cover none (see Covered).
-	Coverage      []Coverage    `json:"coverage"`
-	Unattributed  int           `json:"unattributed_records,omitempty"`
+	Coverage     []Coverage `json:"coverage"`
+	Unattributed int        `json:"unattributed_records,omitempty"`
+	// Discrepancies lists at most MaxListed of each kind; Unlisted counts the others, which
+	// Counts includes.
 	Discrepancies []Discrepancy `json:"discrepancies"`
+	Unlisted      int           `json:"unlisted,omitempty"`
 	Resolved      []Resolved    `json:"resolved"`
+	counts        map[Kind]int
 }
 
 // Clean reports a run that found no discrepancy (resolved keys are not discrepancies). A call
 // the records do not cover is one (NotCovered): a run is never clean while a call of ours is
 // unaccounted for.
-func (r *Report) Clean() bool { return len(r.Discrepancies) == 0 }
+func (r *Report) Clean() bool { return len(r.Discrepancies) == 0 && r.Unlisted == 0 }
 
-// Counts counts the discrepancies by kind; every kind is present.
+// Counts counts the discrepancies by kind, listed or not; every kind is present.
 func (r *Report) Counts() map[Kind]int {
 	m := map[Kind]int{}
 	for _, k := range Kinds {
 		m[k] = 0
 	}
-	for _, d := range r.Discrepancies {
+	if r.counts != nil {
+		for k, n := range r.counts {
+			m[k] = n
+		}
+		return m
+	}
+	for _, d := range r.Discrepancies { // a Report built by hand
 		m[d.Kind]++
 	}
 	return m
@@ -195,7 +205,8 @@ func (r *Report) Groups() []Group {
 
 // Reconcile compares our provider calls in the window with src's records and reports the
 // discrepancies. It reads the key history through an idem.Store on cfg's key table, and src
-// once, as a stream: memory grows with our calls and the discrepancies, not with the records.
+// once, as a stream: memory grows with the number of distinct derived keys in the records and
+// the discrepancies listed (at most MaxListed per kind), not with our calls or the records' size.
 // A Source error ends it with no report. With opts.Resolve it then settles uncertain keys (see
 // Opts); a resolution that fails is reported on its discrepancy and does not end the run.
 func Reconcile(ctx context.Context, db idem.DB, cfg *idem.Config, src Source, opts *Opts) (*Report, error) {
@@ -213,10 +224,12 @@ func Reconcile(ctx context.Context, db idem.DB, cfg *idem.Config, src Source, op
 	}
 	defer store.Close()
 	r := newRun(db, store, o)
-	if err := r.read(ctx, src); err != nil {
+	if err := r.readRecords(ctx, src); err != nil {
 		return nil, err
 	}
-	r.match()
+	if err := r.readCalls(ctx); err != nil {
+		return nil, err
+	}
 	r.settle(ctx)
 	return r.report(), nil
 }

@@ -10,68 +10,61 @@ import (
 	"github.com/idemgen/idemgen/runtime/idem"
 )
 
-// A run is one reconciliation: read (our calls, then the records as a stream, each matched to
-// its call as it comes), match (each call and each record without a call decided once), settle
-// (the uncertain keys the records decide, when asked).
+// A run is one reconciliation: read and match the records (a batch at a time: the calls a batch
+// names are read by their derived keys, and each record is decided as it comes), then the
+// window's calls that no record named (streamed by derived key, a batch at a time), then settle
+// the uncertain keys the records decided, when asked. Memory holds the derived keys of the
+// records read (to find duplicates and the calls no record names), the listed discrepancies
+// (MaxListed per kind) and one batch: it does not grow with our calls or with the records.
 
-// lookupBatch is how many records whose call is not known yet are held before the calls they
-// name are read, in one statement.
+// lookupBatch is how many records, or calls without a record, are decided together: their calls,
+// or their keys' fates, are read in one round of statements.
 const lookupBatch = 1000
 
-// keptRecords caps the records kept per key: a key with more is a duplicate charge all the same,
-// and its report lists the first ones.
+// keptRecords caps the records a discrepancy lists.
 const keptRecords = 16
 
-// call is our side of one provider key: its calls, what became of the key, and the records that
-// name it.
+// MaxListed caps the discrepancies a Report lists per kind; the others are counted
+// (Report.Counts, Report.Unlisted). A report of a million charges we have no call for (the
+// wrong file) is a count and the first of them, not a million lines.
+const MaxListed = 10_000
+
+// call is our side of one derived key: its calls (of the window, or all of them when a record
+// names it) and what became of its key.
 type call struct {
 	side        Side
+	pkey        string
 	first, last time.Time
-	inWindow    bool // the first call was made in the window, to a provider compared
-	theirs      []Record
-	records     int
-}
-
-// stray is the records of a key we have no call for.
-type stray struct {
-	theirs  []Record
-	records int
+	ev          idem.ProviderCallEvent // the latest call, whose Fate ReadFates fills
 }
 
 // candidate is an uncertain key the records decide, settled when Opts.Resolve asks.
-type candidate struct {
-	d    Discrepancy
-	call *call
-}
+type candidate struct{ d Discrepancy }
 
 type run struct {
-	o          Opts
-	db         idem.DB
-	store      *idem.Store
-	rep        *Report
-	calls      map[string]*call // by provider key
-	order      []string         // provider keys, in the order of their first call read
-	strays     map[string]*stray
-	strayOrder []string
-	pending    []Record // records whose call is not read yet
+	o     Opts
+	db    idem.DB
+	store *idem.Store
+	rep   *Report
+	// seen counts the records read per derived key.
+	seen map[string]int32
+	// dups is where a derived key's duplicate_charge is in rep.Discrepancies.
+	dups       map[string]int
+	listed     map[Kind]int
+	pending    []Record
 	cover      coverage
 	candidates []candidate
 }
 
 func newRun(db idem.DB, store *idem.Store, o Opts) *run {
-	return &run{o: o, db: db, store: store, calls: map[string]*call{}, strays: map[string]*stray{}, cover: coverage{},
-		rep: &Report{From: o.From, To: o.To, Grace: o.Grace, GraceSeconds: o.Grace.Seconds(), RunAt: time.Now().UTC()}}
+	return &run{o: o, db: db, store: store, seen: map[string]int32{}, dups: map[string]int{}, listed: map[Kind]int{},
+		rep: &Report{From: o.From, To: o.To, Grace: o.Grace, GraceSeconds: o.Grace.Seconds(), RunAt: time.Now().UTC(), counts: map[Kind]int{}}}
 }
 
 func (r *run) inWindow(t time.Time) bool { return !t.Before(r.o.From) && t.Before(r.o.To) }
 
-// read reads our calls of the window, then src's records, matching each to its call.
-func (r *run) read(ctx context.Context, src Source) error {
-	calls, err := r.store.ProviderCalls(ctx, &idem.ProviderCallsParams{From: r.o.From, To: r.o.To, Providers: r.o.Providers})
-	if err != nil {
-		return fmt.Errorf("idemreconcile: read our calls: %w", err)
-	}
-	r.addCalls(calls)
+// readRecords reads src's records and decides each against the calls it names.
+func (r *run) readRecords(ctx context.Context, src Source) error {
 	for rec, err := range src.Records(ctx, r.o.From, r.o.To) {
 		if err != nil {
 			return fmt.Errorf("idemreconcile: read the provider's records: %w", err)
@@ -81,83 +74,122 @@ func (r *run) read(ctx context.Context, src Source) error {
 			r.rep.InWindow++
 		}
 		r.cover.add(rec, r.o.Providers)
-		if !r.place(rec) {
-			if r.pending = append(r.pending, rec); len(r.pending) >= lookupBatch {
-				if err := r.lookup(ctx); err != nil {
-					return err
-				}
+		if r.pending = append(r.pending, rec); len(r.pending) >= lookupBatch {
+			if err := r.matchRecords(ctx); err != nil {
+				return err
 			}
 		}
 	}
-	return r.lookup(ctx)
+	return r.matchRecords(ctx)
 }
 
-// place adds rec to its key's call or stray records, and reports false when neither is known.
-func (r *run) place(rec Record) bool {
-	if cl := r.calls[rec.Key]; cl != nil {
-		cl.records++
-		if len(cl.theirs) < keptRecords {
-			cl.theirs = append(cl.theirs, rec)
-		}
-		return true
-	}
-	if s := r.strays[rec.Key]; s != nil {
-		s.records++
-		if len(s.theirs) < keptRecords {
-			s.theirs = append(s.theirs, rec)
-		}
-		return true
-	}
-	return false
-}
-
-// lookup reads the calls the pending records name, whenever they were made, and places the
-// records; a record that names no call of ours starts a stray.
-func (r *run) lookup(ctx context.Context) error {
+// matchRecords reads the calls the pending records name, whenever they were made, and decides
+// each record: the first of its derived key against the call, the next ones as duplicates.
+func (r *run) matchRecords(ctx context.Context) error {
 	if len(r.pending) == 0 {
 		return nil
 	}
 	var keys []string
-	seen := map[string]bool{}
+	batch := map[string]bool{}
 	for _, rec := range r.pending {
-		if !seen[rec.Key] {
-			seen[rec.Key] = true
+		if !batch[rec.Key] {
+			batch[rec.Key] = true
 			keys = append(keys, rec.Key)
 		}
 	}
-	calls, err := r.store.ProviderCalls(ctx, &idem.ProviderCallsParams{ProviderKeys: keys})
+	events, err := r.store.ProviderCalls(ctx, &idem.ProviderCallsParams{ProviderKeys: keys})
 	if err != nil {
 		return fmt.Errorf("idemreconcile: read the calls the records name: %w", err)
 	}
-	r.addCalls(calls)
+	calls := map[string]*call{}
+	for _, c := range group(events) {
+		calls[c.pkey] = c
+	}
 	for _, rec := range r.pending {
-		if !r.place(rec) {
-			r.strays[rec.Key] = &stray{}
-			r.strayOrder = append(r.strayOrder, rec.Key)
-			r.place(rec)
+		n := r.seen[rec.Key]
+		r.seen[rec.Key] = n + 1
+		if n > 0 {
+			r.duplicate(rec, calls[rec.Key])
+		} else {
+			r.matchRecord(rec, calls[rec.Key])
 		}
 	}
 	r.pending = r.pending[:0]
 	return nil
 }
 
-// addCalls adds calls (oldest first) to their provider keys' calls.
-func (r *run) addCalls(calls []idem.ProviderCallEvent) {
-	for _, c := range calls {
-		cl := r.calls[c.ProviderKey]
-		if cl == nil {
-			cl = &call{first: c.At, side: Side{Tenant: c.Tenant, Scope: c.Scope, Key: c.Key, KeyHash: c.KeyHash,
-				Operation: c.Operation, Provider: c.Provider}}
-			cl.side.Outcome, cl.side.Status = outcomeOf(c.Fate)
-			cl.inWindow = r.inWindow(c.At) && (len(r.o.Providers) == 0 || slices.Contains(r.o.Providers, c.Provider))
-			r.calls[c.ProviderKey] = cl
-			r.order = append(r.order, c.ProviderKey)
+// readCalls reads the window's calls and decides those no record named.
+func (r *run) readCalls(ctx context.Context) error {
+	var cur *call
+	var batch []*call
+	done := func() error {
+		if cur == nil {
+			return nil
 		}
-		cl.last, cl.side.At = c.At, c.At
-		// The latest call that said what it moved is the one compared.
-		if c.Amount != 0 || c.Currency != "" {
-			cl.side.Amount, cl.side.Currency = c.Amount, c.Currency
+		r.rep.Calls++
+		if r.seen[cur.pkey] > 0 {
+			return nil
 		}
+		if batch = append(batch, cur); len(batch) < lookupBatch {
+			return nil
+		}
+		err := r.matchMissing(ctx, batch)
+		batch = batch[:0]
+		return err
+	}
+	err := r.store.EachProviderCall(ctx, &idem.ProviderCallsParams{From: r.o.From, To: r.o.To, Providers: r.o.Providers},
+		func(c idem.ProviderCallEvent) error {
+			if cur != nil && cur.pkey == c.ProviderKey {
+				cur.add(c)
+				return nil
+			}
+			if err := done(); err != nil {
+				return err
+			}
+			cur = newCall(c)
+			return nil
+		})
+	if err == nil {
+		err = done()
+	}
+	if err == nil {
+		err = r.matchMissing(ctx, batch)
+	}
+	if err != nil {
+		return fmt.Errorf("idemreconcile: read our calls: %w", err)
+	}
+	return nil
+}
+
+// group gathers calls (by derived key and time, fates read) into one call per derived key.
+func group(events []idem.ProviderCallEvent) []*call {
+	var out []*call
+	for _, c := range events {
+		if n := len(out); n > 0 && out[n-1].pkey == c.ProviderKey {
+			out[n-1].add(c)
+			continue
+		}
+		out = append(out, newCall(c))
+	}
+	for _, c := range out {
+		c.side.Outcome, c.side.Status = outcomeOf(c.ev.Fate)
+	}
+	return out
+}
+
+func newCall(c idem.ProviderCallEvent) *call {
+	cl := &call{pkey: c.ProviderKey, first: c.At, side: Side{Tenant: c.Tenant, Scope: c.Scope, Key: c.Key, KeyHash: c.KeyHash,
+		Operation: c.Operation, Provider: c.Provider}}
+	cl.add(c)
+	return cl
+}
+
+// add adds a later call under the same derived key.
+func (cl *call) add(c idem.ProviderCallEvent) {
+	cl.last, cl.side.At, cl.ev = c.At, c.At, c
+	// The latest call that said what it moved is the one compared.
+	if c.Amount != 0 || c.Currency != "" {
+		cl.side.Amount, cl.side.Currency = c.Amount, c.Currency
 	}
 }
 
@@ -193,6 +225,19 @@ func completedOutcome(status int) string {
 		return "failed"
 	}
 	return "completed"
+}
+
+// add lists d, unless MaxListed of its kind are listed already, and counts it; it returns where
+// d is listed, or -1.
+func (r *run) add(d Discrepancy) int {
+	r.rep.counts[d.Kind]++
+	if r.listed[d.Kind] >= MaxListed {
+		r.rep.Unlisted++
+		return -1
+	}
+	r.listed[d.Kind]++
+	r.rep.Discrepancies = append(r.rep.Discrepancies, d)
+	return len(r.rep.Discrepancies) - 1
 }
 
 // report returns the run's report, its discrepancies sorted by tenant, day, kind and key.
