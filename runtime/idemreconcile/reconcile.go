@@ -117,8 +117,8 @@ type Discrepancy struct {
 	ProviderKey string    `json:"provider_key"`
 	// Ours is nil when we have no call with that key.
 	Ours *Side `json:"ours,omitempty"`
-	// Theirs are the provider's records with that key (several for duplicate_charge); none for
-	// missing_charge and uncertain_not_charged.
+	// Theirs are the provider's records with that key: the first, or for duplicate_charge the
+	// ones after it (at most 16); none for missing_charge, uncertain_not_charged and not_covered.
 	Theirs []Record `json:"theirs,omitempty"`
 	// Reason says why the records do not cover the call (not_covered).
 	Reason string `json:"reason,omitempty"`
