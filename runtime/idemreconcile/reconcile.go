@@ -156,8 +156,9 @@ type Report struct {
 	// Counts includes.
 	Discrepancies []Discrepancy `json:"discrepancies"`
 	Unlisted      int           `json:"unlisted,omitempty"`
-	Resolved      []Resolved    `json:"resolved"`
-	counts        map[Kind]int
+	// Totals counts the discrepancies by kind, listed or not (see Counts).
+	Totals   map[Kind]int `json:"counts"`
+	Resolved []Resolved   `json:"resolved"`
 }
 
 // Clean reports a run that found no discrepancy (resolved keys are not discrepancies). A call
@@ -171,8 +172,8 @@ func (r *Report) Counts() map[Kind]int {
 	for _, k := range Kinds {
 		m[k] = 0
 	}
-	if r.counts != nil {
-		for k, n := range r.counts {
+	if r.Totals != nil {
+		for k, n := range r.Totals {
 			m[k] = n
 		}
 		return m

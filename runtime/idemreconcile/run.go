@@ -58,7 +58,7 @@ type run struct {
 
 func newRun(db idem.DB, store *idem.Store, o Opts) *run {
 	return &run{o: o, db: db, store: store, seen: map[string]int32{}, dups: map[string]int{}, listed: map[Kind]int{},
-		rep: &Report{From: o.From, To: o.To, Grace: o.Grace, GraceSeconds: o.Grace.Seconds(), RunAt: time.Now().UTC(), counts: map[Kind]int{}}}
+		rep: &Report{From: o.From, To: o.To, Grace: o.Grace, GraceSeconds: o.Grace.Seconds(), RunAt: time.Now().UTC(), Totals: map[Kind]int{}}}
 }
 
 func (r *run) inWindow(t time.Time) bool { return !t.Before(r.o.From) && t.Before(r.o.To) }
@@ -230,7 +230,7 @@ func completedOutcome(status int) string {
 // add lists d, unless MaxListed of its kind are listed already, and counts it; it returns where
 // d is listed, or -1.
 func (r *run) add(d Discrepancy) int {
-	r.rep.counts[d.Kind]++
+	r.rep.Totals[d.Kind]++
 	if r.listed[d.Kind] >= MaxListed {
 		r.rep.Unlisted++
 		return -1
