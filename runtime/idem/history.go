@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"context"
 	"errors"
 	"time"
 )
@@ -57,13 +56,4 @@ type ProviderCall struct {
 	// reconciliation compares them with the provider's records. Zero and "" when it does not.
 	Amount   int64
 	Currency string
-}
-
-// observeHistory tells Config.Observer of a history event that is not also one of the claim's
-// own (resolved, provider_call, uncertain).
-func (s *Store) observeHistory(ctx context.Context, row rowID, ev HistoryEvent) {
-	if s.cfg.Observer == nil {
-		return
-	}
-	s.cfg.Observer(ctx, Event{Kind: ev.Kind, Operation: ev.Operation, KeyHash: KeyHash(fromStoredText(row.scope), fromStoredText(row.key))})
 }

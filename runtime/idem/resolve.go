@@ -145,39 +145,15 @@ func (s *Store) ResolveTx(ctx context.Context, tx pgx.Tx, p *ResolveParams) erro
 	case state != KeyUncertain:
 		return fmt.Errorf("%w (it is %s)", ErrNotUncertain, state)
 	}
-	status := 0
-	switch p.As {
-	case ResolveCompleted:
-		status = p.Outcome.Status
-		err = s.resolveCompleted(ctx, tx, row, p)
-	case ResolveFailed:
-		_, err = tx.Exec(ctx, s.sql.op.resolveFailed, row.tenant, row.scope, row.key)
-	}
+	t, err := s.resolved(row, operation, p)
 	if err == nil {
-		_, err = tx.Exec(ctx, s.sql.op.resolveHistory, row.tenant, row.scope, row.key, operation, int32(status),
-			p.Evidence, p.Actor, p.As.String())
+		var made *transition
+		if made, err = s.applyIn(ctx, tx, t); err == nil && made == nil {
+			err = errors.New("the key's row changed under its lock")
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("idem: resolve: %w", err)
 	}
-	s.observeHistory(ctx, row, HistoryEvent{Kind: EventResolved, Operation: fromStoredText(operation)})
 	return nil
-}
-
-func (s *Store) resolveCompleted(ctx context.Context, tx pgx.Tx, row rowID, p *ResolveParams) error {
-	var headers any
-	if len(p.Outcome.Header) > 0 {
-		b, err := encodeStoredHeaders(p.Outcome.Header)
-		if err != nil {
-			return fmt.Errorf("encode headers: %w", err)
-		}
-		headers = b
-	}
-	var ref *string
-	if p.Outcome.Reference != "" {
-		ref = &p.Outcome.Reference
-	}
-	_, err := tx.Exec(ctx, s.sql.op.resolveCompleted, row.tenant, row.scope, row.key,
-		int32(p.Outcome.Status), headers, p.Outcome.Body, ref, interval(orDefault(p.TTL, DefaultTTL)))
-	return err
 }
