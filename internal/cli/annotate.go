@@ -155,15 +155,14 @@ func readSpec(s *streams, file string) ([]byte, error) {
 		}
 		return data, nil
 	}
-	if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() && limit >= 0 && fi.Size() > limit {
-		return nil, spec.SizeError(file, fi.Size(), limit)
+	// The bounds generate and lint read a spec within (spec.Load): a regular file, within the
+	// size limit.
+	data, err := spec.ReadFile(file, limit)
+	if re := (*spec.ReadError)(nil); errors.As(err, &re) {
+		// The same words as generate and lint: the file, then what went wrong.
+		return nil, fmt.Errorf("%s: cannot read the spec: %w", file, re.Err)
 	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		// The same words as generate and lint (spec.Load): the file, then what went wrong.
-		return nil, fmt.Errorf("%s: cannot read the spec: %w", file, pathCause(err))
-	}
-	return data, nil
+	return data, err
 }
 
 // pathCause drops the operation and path that *fs.PathError repeats ("open openapi.yaml: no
