@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,26 @@ import (
 // idemgen generate: it must report no errors (warnings, such as a POST left alone, are fine).
 func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 	t.Helper()
+	return checkLintBut(t, file, out, nil)
+}
+
+// checkLintBut is checkLint, except for the key-pattern-invalid errors of the operations annotate
+// reported with a key pattern that is not RE2 (res.KeyPatterns): those stay until the user writes
+// the line the report gives.
+func checkLintBut(t *testing.T, file string, out []byte, res *Result) *spec.Spec {
+	t.Helper()
 	s, err := spec.LoadData(file, out, nil)
 	if err != nil {
 		t.Fatalf("spec.LoadData on the result: %v", err)
 	}
+	reported := func(d spec.Diagnostic) bool {
+		if res == nil || d.Rule != policy.RuleKeyPatternInvalid {
+			return false
+		}
+		return slices.ContainsFunc(res.KeyPatterns, func(k KeyPattern) bool { return slices.Contains(k.Routes, d.Operation) })
+	}
 	for _, d := range s.Diagnostics {
-		if d.Severity == policy.SeverityError {
+		if d.Severity == policy.SeverityError && !reported(d) {
 			t.Errorf("lint error in the result: %s", d)
 		}
 	}

@@ -83,6 +83,11 @@ SPEC "-" reads standard input.`,
 			for _, sk := range res.Skipped {
 				fmt.Fprintln(s.err, "idemgen: annotate:", sk)
 			}
+			// A key pattern that is not RE2 is said once, with the line that resolves it, however
+			// many operations share the key header.
+			for _, k := range res.KeyPatterns {
+				fmt.Fprintln(s.err, "idemgen: annotate:", k)
+			}
 			// The scope decides whether the server needs Config.Tenant, so a scope annotate chose
 			// is said, with the reason and the flag that overrides it.
 			for _, c := range res.Scopes {
@@ -104,20 +109,33 @@ SPEC "-" reads standard input.`,
 					return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
 				}
 			}
+			// An operation left out, or a key pattern to write in RE2, is work left for the user
+			// before generate accepts the document: the exit status says so, as lint's does.
+			done := func() error {
+				if res.Incomplete() {
+					return fail(ExitFindings, nil)
+				}
+				return nil
+			}
 			if write {
 				if res.Changed() {
 					if err := writeFileAtomic(file, res.Output); err != nil {
 						return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
 					}
 				}
-				fmt.Fprintf(s.err, "idemgen: annotate: %s: %d operation(s) annotated\n", file, len(res.Annotated))
-				return nil
+				left := ""
+				if n := len(res.Skipped); n > 0 {
+					left = fmt.Sprintf(", %d left out", n)
+				}
+				fmt.Fprintf(s.err, "idemgen: annotate: %s: %d operation(s) annotated%s\n", file, len(res.Annotated), left)
+				return done()
 			}
 			if !showDiff {
-				_, err := s.out.Write(res.Output)
-				return err
+				if _, err := s.out.Write(res.Output); err != nil {
+					return err
+				}
 			}
-			return nil
+			return done()
 		},
 	}
 	f := cmd.Flags()
