@@ -247,8 +247,11 @@ func (e *OptionError) Unwrap() error { return e.Err }
 // Names of the shared components the annotator adds.
 const (
 	KeyParamName       = "IdempotencyKey"
-	ProblemSchemaName  = "IdempotencyProblem"
-	ProblemResponse    = "IdempotencyProblem"
+	ProblemSchemaName = "IdempotencyProblem"
+	// ProblemResponse differs from ProblemSchemaName: oapi-codegen's resolve-type-name-collisions
+	// renames a response that shares a schema's name, but not the strict server's types derived
+	// from it, and the package then does not compile.
+	ProblemResponse    = "IdempotencyRefusal"
 	ReplayedHeaderName = "IdempotentReplayed"
 	ReplayedHeader     = idemhttp.HeaderReplayed
 )
@@ -1108,7 +1111,7 @@ func (p *planner) keyParam() (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	name := p.freeName(t, KeyParamName)
+	name, _ := p.componentName("parameters", KeyParamName, func(*node) bool { return false })
 	header := p.dominantOr(p.def.Key.Header)
 	t.add(kv{key: name, v: mapping(
 		kv{key: "name", v: str(header)},
@@ -1141,14 +1144,54 @@ func (p *planner) freeName(t target, base string) string {
 	return name
 }
 
+// componentSections are the components oapi-codegen makes a Go type of, each named after its
+// key: a name annotate adds must be free in all of them, or the generated types collide.
+var componentSections = []string{"schemas", "parameters", "responses", "requestBodies", "headers"}
+
+// componentName is the name under components.<section> for a component annotate adds: base, or
+// base2, base3… when base is another component's (of any section, or of this one but not
+// annotate's own, as ours tells). exists says a component of annotate's own is there already, to
+// be reused.
+func (p *planner) componentName(section, base string, ours func(*node) bool) (name string, exists bool) {
+	comps := p.root.get("components")
+	for i := 1; ; i++ {
+		name = base
+		if i > 1 {
+			name = base + strconv.Itoa(i)
+		}
+		if n := comps.get(section).get(name); n != nil {
+			if ours(n) {
+				return name, true
+			}
+			continue
+		}
+		if !slices.ContainsFunc(componentSections, func(sec string) bool { return comps.get(sec).get(name) != nil }) {
+			return name, false
+		}
+	}
+}
+
+// describedAs returns a test that a component is annotate's own: its description starts with
+// the one annotate writes.
+func describedAs(prefix string) func(*node) bool {
+	return func(n *node) bool { return strings.HasPrefix(n.str("description"), prefix) }
+}
+
 func pointerEscape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
+// The descriptions annotate writes start with these: a component that has one is annotate's own.
+const (
+	problemSchemaPrefix   = "A problem answer (RFC 9457) from the idempotency layer"
+	problemResponsePrefix = "The idempotency key is missing or malformed"
+	replayedPrefix        = "True when this response is the stored outcome"
+)
+
 // problemSchemaDescription documents every code the runtime answers with, from the runtime's
 // own table, so that a new code shows in the next annotated spec.
 func problemSchemaDescription() string {
-	return "A problem answer (RFC 9457) from the idempotency layer. The code is one of " +
+	return problemSchemaPrefix + ". The code is one of " +
 		strings.Join(idemhttp.ProblemCodes(), ", ") + "."
 }
 
@@ -1160,8 +1203,8 @@ func (p *planner) problemResponse() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	schemaName := ProblemSchemaName
-	if !schemas.has(schemaName) {
+	schemaName, exists := p.componentName("schemas", ProblemSchemaName, describedAs(problemSchemaPrefix))
+	if !exists {
 		str2 := func() *val { return mapping(kv{key: "type", v: str("string")}) }
 		schemas.add(kv{key: schemaName, v: mapping(
 			kv{key: "type", v: str("object")},
@@ -1191,10 +1234,10 @@ func (p *planner) problemResponse() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	respName := ProblemResponse
-	if !responses.has(respName) {
+	respName, exists := p.componentName("responses", ProblemResponse, describedAs(problemResponsePrefix))
+	if !exists {
 		responses.add(kv{key: respName, v: mapping(
-			kv{key: "description", v: str("The idempotency key is missing or malformed (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run).")},
+			kv{key: "description", v: str(problemResponsePrefix + " (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run).")},
 			kv{key: "content", v: mapping(
 				kv{key: "application/problem+json", v: mapping(
 					kv{key: "schema", v: ref("#/components/schemas/" + pointerEscape(schemaName))},
@@ -1329,12 +1372,13 @@ func (p *planner) replayedHeader() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !headers.has(ReplayedHeaderName) {
-		headers.add(kv{key: ReplayedHeaderName, v: mapping(
-			kv{key: "description", v: str("True when this response is the stored outcome of an earlier request with the same idempotency key, replayed without running the operation again.")},
+	name, exists := p.componentName("headers", ReplayedHeaderName, describedAs(replayedPrefix))
+	if !exists {
+		headers.add(kv{key: name, v: mapping(
+			kv{key: "description", v: str(replayedPrefix + " of an earlier request with the same idempotency key, replayed without running the operation again.")},
 			kv{key: "schema", v: mapping(kv{key: "type", v: str("boolean")})},
 		)})
 	}
-	p.replayedRef = "#/components/headers/" + ReplayedHeaderName
+	p.replayedRef = "#/components/headers/" + pointerEscape(name)
 	return p.replayedRef, nil
 }

@@ -50,6 +50,8 @@ var cases = []annotateCase{
 	{name: "edges", file: "specs/edges.yaml"},
 	{name: "edges-flags", file: "specs/edges.yaml", opts: Options{MismatchStatus: 409, Scope: []string{"tenant"}, Lease: "1m"}},
 	{name: "empty-components", file: "specs/empty-components.yaml"},
+	{name: "names-taken", file: "specs/names-taken.yaml"},
+	{name: "one-operation", file: "specs/one-operation.yaml"},
 
 	{name: "comments-policy", file: "specs/comments.yaml", opts: Options{
 		Methods: []string{"post", "patch", "delete"}, Exclude: []string{"updateOrder"},

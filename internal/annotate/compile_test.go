@@ -1,6 +1,7 @@
 package annotate
 
 import (
+	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,16 +47,23 @@ func checkLintBut(t *testing.T, file string, out []byte, res *Result) *spec.Spec
 
 // compiles lists the corpus documents whose oapi-codegen output compiles without idemgen (see the
 // corpus README): annotating them must not break that.
-var compiles = []struct{ pkg, file string }{
-	{"petstore", "corpus/oai-examples/petstore.yaml"},
-	{"petstoreexpanded", "corpus/oai-examples/petstore-expanded.yaml"},
-	{"uspto", "corpus/oai-examples/uspto.yaml"},
-	{"link", "corpus/oai-examples/link-example.yaml"},
-	{"callback", "corpus/oai-examples/callback-example.yaml"},
-	{"webhook", "corpus/oai-examples/webhook-example-3.1.json"},
-	{"adyen", "corpus/adyen/CheckoutService-v71.json"},
-	{"resend", "corpus/resend/resend.yaml"},
-	{"twilio", "corpus/twilio/twilio_messaging_v1.yaml"},
+var compiles = []struct {
+	pkg, file string
+	// resolve generates with oapi-codegen's resolve-type-name-collisions, the option idemgen's
+	// collision hint suggests: the names annotate adds must build with it too.
+	resolve bool
+}{
+	{"petstore", "corpus/oai-examples/petstore.yaml", false},
+	{"petstoreexpanded", "corpus/oai-examples/petstore-expanded.yaml", false},
+	{"uspto", "corpus/oai-examples/uspto.yaml", false},
+	{"link", "corpus/oai-examples/link-example.yaml", false},
+	{"callback", "corpus/oai-examples/callback-example.yaml", false},
+	{"webhook", "corpus/oai-examples/webhook-example-3.1.json", false},
+	{"adyen", "corpus/adyen/CheckoutService-v71.json", false},
+	{"resend", "corpus/resend/resend.yaml", false},
+	{"twilio", "corpus/twilio/twilio_messaging_v1.yaml", false},
+	{"oneoperation", "specs/one-operation.yaml", true},
+	{"namestaken", "specs/names-taken.yaml", true},
 }
 
 // TestAnnotatedCorpusCompiles annotates each document of compiles, generates the idempotent
@@ -95,7 +103,12 @@ func TestAnnotatedCorpusCompiles(t *testing.T) {
 			t.Fatalf("%s: %v", c.file, err)
 		}
 		s := checkLint(t, c.file, res.Output)
-		files, err := generator.Generate(generator.Input{File: c.file, Raw: res.Output, Model: s.Model}, generator.Options{Package: c.pkg})
+		opts := generator.Options{Package: c.pkg}
+		if c.resolve {
+			opts.OapiCodegen = &codegen.Configuration{}
+			opts.OapiCodegen.OutputOptions.ResolveTypeNameCollisions = true
+		}
+		files, err := generator.Generate(generator.Input{File: c.file, Raw: res.Output, Model: s.Model}, opts)
 		if err != nil {
 			t.Errorf("%s: generate from the annotated document: %v", c.file, err)
 			continue
