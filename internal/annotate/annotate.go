@@ -246,7 +246,7 @@ func (e *OptionError) Unwrap() error { return e.Err }
 
 // Names of the shared components the annotator adds.
 const (
-	KeyParamName       = "IdempotencyKey"
+	KeyParamName      = "IdempotencyKey"
 	ProblemSchemaName = "IdempotencyProblem"
 	// ProblemResponse differs from ProblemSchemaName: oapi-codegen's resolve-type-name-collisions
 	// renames a response that shares a schema's name, but not the strict server's types derived
