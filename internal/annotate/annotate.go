@@ -1249,6 +1249,84 @@ func (p *planner) problemResponse() (string, error) {
 	return p.problemRef, nil
 }
 
+// apiError is the error body the spec's own error responses share: a media type and a $ref to
+// a schema.
+type apiError struct{ mediaType, schemaRef string }
+
+// ownError finds the API's own error body: the media type and schema $ref that the most error
+// responses (4xx, 5xx, default) of the document's operations declare, when at least one does and
+// none other is as common; ok is false otherwise.
+func (p *planner) ownError() (apiError, bool) {
+	all, _ := p.operations()
+	count := map[apiError]int{}
+	var order []apiError
+	for _, o := range all {
+		responses := o.node.get("responses")
+		if !responses.isMap() {
+			continue
+		}
+		for _, e := range responses.entries {
+			if !(strings.HasPrefix(e.key, "4") || strings.HasPrefix(e.key, "5") || e.key == "default") {
+				continue
+			}
+			r := p.resolve(e.value)
+			content := r.get("content")
+			if !content.isMap() || len(content.entries) != 1 {
+				continue
+			}
+			mt := content.entries[0]
+			ref := mt.value.get("schema").get("$ref")
+			if ref == nil || ref.kind != kindScalar || ref.value == "" || strings.Contains(mt.key, "problem+json") {
+				continue
+			}
+			ae := apiError{mt.key, ref.value}
+			if count[ae] == 0 {
+				order = append(order, ae)
+			}
+			count[ae]++
+		}
+	}
+	var best apiError
+	tie := false
+	for _, ae := range order {
+		switch {
+		case count[ae] > count[best]:
+			best, tie = ae, false
+		case count[ae] == count[best]:
+			tie = true
+		}
+	}
+	return best, count[best] > 0 && !tie
+}
+
+// ownErrorResponse returns the $ref of a components.responses entry for the refusals in the
+// API's own error body (see ownError), adding it the first time; "" when the spec has no error
+// body of its own to document them with.
+func (p *planner) ownErrorResponse() (string, error) {
+	if p.problemRef != "" {
+		return p.problemRef, nil
+	}
+	ae, ok := p.ownError()
+	if !ok {
+		return "", nil
+	}
+	responses, err := p.components("responses")
+	if err != nil {
+		return "", err
+	}
+	name, exists := p.componentName("responses", ProblemResponse, describedAs(problemResponsePrefix))
+	if !exists {
+		responses.add(kv{key: name, v: mapping(
+			kv{key: "description", v: str(problemResponsePrefix + " (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run). The server answers these in the API's own error format.")},
+			kv{key: "content", v: mapping(
+				kv{key: ae.mediaType, v: mapping(kv{key: "schema", v: ref(ae.schemaRef)})},
+			)},
+		)})
+	}
+	p.problemRef = "#/components/responses/" + pointerEscape(name)
+	return p.problemRef, nil
+}
+
 // keep records the operation's own error responses that stay in place on statuses the runtime
 // answers with a problem (the runtime's table, as lint reads it): a response declaring a body
 // other than application/problem+json. One with no content, or with problem+json among its media
@@ -1318,8 +1396,16 @@ func (p *planner) addProblems(o op, opT target) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	refName, err := p.problemResponse()
-	if err != nil {
+	var refName string
+	var err error
+	if p.def.Renderer == policy.RendererCustom {
+		// The server answers refusals in the API's own error format: documented with the API's
+		// error schema, or not at all (lint's refusals-undocumented then says so), never with
+		// an RFC 9457 problem the server does not send.
+		if refName, err = p.ownErrorResponse(); err != nil || refName == "" {
+			return err
+		}
+	} else if refName, err = p.problemResponse(); err != nil {
 		return err
 	}
 	resp := opT.child("responses")

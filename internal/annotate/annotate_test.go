@@ -52,6 +52,8 @@ var cases = []annotateCase{
 	{name: "empty-components", file: "specs/empty-components.yaml"},
 	{name: "names-taken", file: "specs/names-taken.yaml"},
 	{name: "one-operation", file: "specs/one-operation.yaml"},
+	{name: "renderer-custom", file: "specs/renderer-custom.yaml"},
+	{name: "renderer-custom-bare", file: "specs/renderer-custom-bare.yaml"},
 
 	{name: "comments-policy", file: "specs/comments.yaml", opts: Options{
 		Methods: []string{"post", "patch", "delete"}, Exclude: []string{"updateOrder"},
