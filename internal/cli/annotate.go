@@ -42,8 +42,18 @@ JSON stays JSON. An operation that already has x-idempotency (true, false or a m
 it is, so running annotate again changes nothing. An operation that cannot be made idempotent
 (a multipart or binary body cannot be fingerprinted) is left alone, with one line on stderr.
 
+With renderer: custom in the document's x-idempotency defaults, the refusal responses take the
+spec's own error body (the media type and schema its error responses share), never an RFC 9457
+problem; when it has none, none are added and lint's refusals-undocumented says so.
+
+A key header whose pattern is not RE2 (a look-ahead, say) does not stop annotate: the operations
+are annotated, and one line says what to write at the document's root, with the RE2 form when
+annotate can derive it; generate refuses them until it is written.
+
 The result goes to stdout; -w writes the file in place, --diff prints a unified diff instead.
-SPEC "-" reads standard input.`,
+SPEC "-" reads standard input. The exit status is 1 when an operation was left out or a key
+pattern is still to be written in RE2 (the result is written or printed all the same), 2 for
+bad options or a document that cannot be read.`,
 		Example: `  idemgen annotate openapi.yaml --diff
   idemgen annotate openapi.yaml -w --methods post,patch,put --exclude uploadFile
   idemgen annotate openapi.json --operations createPayment --ttl 48h --storage reference`,

@@ -135,7 +135,7 @@ func headersNotReplayed(in *LintInput) []Diagnostic {
 // state conflict): the runtime answers a duplicate that arrives while the first request is still
 // running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
 // status alone no longer tells a client which happened. A 409 whose description already names
-// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
+// the in-progress answer (annotate's IdempotencyRefusal response does) is taken as documenting both.
 func conflictShared(in *LintInput) []Diagnostic {
 	r := in.response("409")
 	if r == nil {
