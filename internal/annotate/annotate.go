@@ -130,6 +130,9 @@ type Result struct {
 	// operations annotated although generate refuses them until the document says which RE2
 	// pattern the server enforces.
 	KeyPatterns []KeyPattern
+	// RefusalsUndeclared lists the annotated operations whose refusal statuses annotate left
+	// undeclared: the document says renderer: custom and has no error body of its own.
+	RefusalsUndeclared []string
 	// Unprinted lists, for each annotated operation that declares any, the headers its
 	// fingerprint leaves out by default (credentials, signatures, correlation ids), in document
 	// order.
@@ -293,7 +296,7 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 		}
 		return nil, &InputError{file, err}
 	}
-	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices(), Kept: p.kept, KeyPatterns: p.keyPatterns}
+	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices(), Kept: p.kept, KeyPatterns: p.keyPatterns, RefusalsUndeclared: p.undeclared}
 	for _, route := range p.annotated {
 		if u := p.unprinted[route]; len(u) > 0 {
 			res.Unprinted = append(res.Unprinted, Unprinted{Route: route, Headers: u})
@@ -529,6 +532,9 @@ type planner struct {
 	keyPatterns  []KeyPattern
 	keyPatternOf map[string]string
 	json         bool
+	// undeclared are the operations whose refusal responses were left undeclared: renderer:
+	// custom, and no error body of the spec's own to declare them with.
+	undeclared []string
 }
 
 // op is one operation of the document.
@@ -1402,8 +1408,12 @@ func (p *planner) addProblems(o op, opT target) error {
 		// The server answers refusals in the API's own error format: documented with the API's
 		// error schema, or not at all (lint's refusals-undocumented then says so), never with
 		// an RFC 9457 problem the server does not send.
-		if refName, err = p.ownErrorResponse(); err != nil || refName == "" {
+		if refName, err = p.ownErrorResponse(); err != nil {
 			return err
+		}
+		if refName == "" {
+			p.undeclared = append(p.undeclared, o.route())
+			return nil
 		}
 	} else if refName, err = p.problemResponse(); err != nil {
 		return err

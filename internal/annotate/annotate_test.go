@@ -97,6 +97,9 @@ func TestAnnotate(t *testing.T) {
 			for _, c := range res.Scopes {
 				stderr.WriteString(c.String() + "\n")
 			}
+			if u := UndeclaredSummary(tc.file, res.RefusalsUndeclared); u != "" {
+				stderr.WriteString(u + "\n")
+			}
 			golden(t, tc.name+".diff", diff)
 			golden(t, tc.name+".stderr", stderr.String())
 

@@ -109,6 +109,9 @@ bad options or a document that cannot be read.`,
 			for _, k := range annotate.KeptSummary(res.Kept) {
 				fmt.Fprintln(s.err, "idemgen: annotate:", k)
 			}
+			if u := annotate.UndeclaredSummary(name, res.RefusalsUndeclared); u != "" {
+				fmt.Fprintln(s.err, "idemgen: annotate:", u)
+			}
 			// The headers the fingerprint leaves out are said, so that a reviewer who wants one
 			// fingerprinted knows to include it.
 			for _, u := range annotate.UnprintedSummary(res.Unprinted) {
