@@ -237,9 +237,9 @@ func TestAnnotateOperationsAndStdin(t *testing.T) {
 	}
 	want := "      responses:\n        '204':\n          description: replaced\n" +
 		"          headers:\n            Idempotent-Replayed:\n              $ref: '#/components/headers/IdempotentReplayed'\n" +
-		"        '400':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
-		"        '409':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
-		"        '503':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
+		"        '400':\n          $ref: '#/components/responses/IdempotencyRefusal'\n" +
+		"        '409':\n          $ref: '#/components/responses/IdempotencyRefusal'\n" +
+		"        '503':\n          $ref: '#/components/responses/IdempotencyRefusal'\n" +
 		"      parameters:\n        - $ref: '#/components/parameters/IdempotencyKey'\n" +
 		"      x-idempotency:\n        storage: marker\n        scope: [operation]\n        mismatchStatus: 409\n  /files:"
 	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "x-idempotency") != 1 {
