@@ -26,6 +26,10 @@ const (
 	roleMaintenance
 	// roleUtility: a transaction's BEGIN, COMMIT or ROLLBACK, or a SET: no plan to explain.
 	roleUtility
+	// roleOperator: the operator's reads and resolve (statements.op: the CLI, the support page,
+	// reconciliation): off the request path, by key or across tenants on purpose, sent with the
+	// simple protocol.
+	roleOperator
 )
 
 // statementRoles says the role of every statement of the set, by name (statementSet's names).
@@ -66,6 +70,9 @@ func roleOf(name, sql string) stmtRole {
 	if slices.Contains(lockWaitSQL[:], sql) { // SET LOCAL lock_timeout, one per step of the bounded wait
 		return roleUtility
 	}
+	if strings.HasPrefix(name, "op.") {
+		return roleOperator
+	}
 	return statementRoles[name]
 }
 
@@ -80,6 +87,13 @@ func statementSet(st *statements) (map[string]string, error) {
 		f, fv := ty.Field(i), v.Field(i)
 		switch {
 		case f.Name == "batched":
+		case f.Name == "op": // the operator's statements (roleOperator)
+			for j := range fv.NumField() {
+				if fv.Field(j).Kind() != reflect.String {
+					return nil, fmt.Errorf("statements.op.%s is a %s: say how statementSet reads it", fv.Type().Field(j).Name, fv.Field(j).Type())
+				}
+				set["op."+fv.Type().Field(j).Name] = fv.Field(j).String()
+			}
 		case fv.Kind() == reflect.String:
 			set[f.Name] = fv.String()
 		case fv.Kind() == reflect.Array && fv.Type().Elem().Kind() == reflect.String:
