@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,6 +99,37 @@ func TestRefToDeviceOrFIFOFailsFast(t *testing.T) {
 			if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
 				t.Errorf("idemgen %s %s: exit %d, stderr %q; want exit 2 and one line saying %q", args[0], filepath.Base(c.spec), r.code, r.stderr, c.want)
 			}
+		}
+	}
+}
+
+// TestConfigFIFOFailsFast: a config file (generate -c) that is a FIFO or a device is refused at
+// once, like a spec, instead of waiting for a writer or reading forever.
+func TestConfigFIFOFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "idemgen.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{fifo, "is a FIFO (named pipe), not a regular file"},
+		{"/dev/zero", "is a character device, not a regular file"},
+	} {
+		done := make(chan string, 1)
+		go func() {
+			code, _, stderr := runMain("", "generate", "-c", c.path)
+			if code != ExitUsage {
+				stderr = "exit " + strconv.Itoa(code) + ": " + stderr
+			}
+			done <- stderr
+		}()
+		select {
+		case stderr := <-done:
+			if !strings.Contains(stderr, "cannot read the config") || !strings.Contains(stderr, c.want) {
+				t.Errorf("generate -c %s: %q; want exit 2 saying it cannot read the config: %s", c.path, stderr, c.want)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("generate -c %s did not return within 60s: it waits on a config it should refuse", c.path)
 		}
 	}
 }

@@ -196,9 +196,16 @@ func changedFlag(fl *pflag.FlagSet) func(string) (string, bool) {
 	}
 }
 
-// readConfig reads and parses the config file at path.
+// maxConfigBytes bounds a config file: a few lines of YAML, where a larger file is a mistake.
+const maxConfigBytes = 1 << 20
+
+// readConfig reads and parses the config file at path, within the bounds a spec is read in (a
+// regular file, a size limit): a device or a FIFO named by -c fails at once instead of hanging.
 func readConfig(path string) (*generator.Options, error) {
-	data, err := os.ReadFile(path)
+	data, err := spec.ReadFile(path, maxConfigBytes)
+	if re := (*spec.ReadError)(nil); errors.As(err, &re) {
+		return nil, fmt.Errorf("%s: cannot read the config: %w", path, re.Err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot read the config: %w", path, pathCause(err))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/idemgen/idemgen/internal/spec"
 	"github.com/idemgen/idemgen/runtime/idemprom"
 	"github.com/idemgen/idemgen/runtime/idemreconcile"
 )
@@ -165,7 +166,10 @@ func newReconcileCmd(s *streams) *cobra.Command {
 // readMapping fills cols (and the records' format) from a mapping file; flags given on the
 // command line win.
 func readMapping(path string, cols *idemreconcile.Columns, recordsFormat *string, cmd *cobra.Command) error {
-	b, err := os.ReadFile(path)
+	b, err := spec.ReadFile(path, maxConfigBytes) // a regular file, bounded: never a FIFO that hangs
+	if re := (*spec.ReadError)(nil); errors.As(err, &re) {
+		return fmt.Errorf("%s: %w", path, re.Err)
+	}
 	if err != nil {
 		return err
 	}
