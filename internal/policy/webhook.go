@@ -189,3 +189,22 @@ func (r *resolver) delivery(p *Policy, raw *Raw, defs *Raw) {
 		r.diags[len(r.diags)-1].Field = "ttl"
 	}
 }
+
+// DetectSender says which signature scheme an operation's declared request headers show it
+// receives deliveries of: Standard Webhooks (webhook-id with webhook-signature or
+// webhook-timestamp), Stripe (Stripe-Signature) or GitHub (X-GitHub-Delivery or
+// X-Hub-Signature-256); "" when none. annotate proposes a receiver's delivery from it.
+func DetectSender(headers []string) string {
+	has := func(name string) bool {
+		return slices.ContainsFunc(headers, func(h string) bool { return strings.EqualFold(h, name) })
+	}
+	switch {
+	case has(idemwebhook.HeaderWebhookID) && (has(idemwebhook.HeaderWebhookSignature) || has(idemwebhook.HeaderWebhookTimestamp)):
+		return SignatureStandardWebhooks
+	case has(idemwebhook.HeaderStripeSignature):
+		return SignatureStripe
+	case has(idemwebhook.HeaderGitHubDelivery) || has(idemwebhook.HeaderGitHubSignature):
+		return SignatureGitHub
+	}
+	return ""
+}
