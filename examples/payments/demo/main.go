@@ -96,6 +96,9 @@ type demo struct {
 	unexpected []string
 	// webhookSecret signs the bank's settlement webhooks (webhooks.go); "" skips that step.
 	webhookSecret string
+	// transferCharge is the bank's charge for the transfer of the transfers step, which the
+	// bank's settlement webhook settles; "" when that step did not run.
+	transferCharge string
 }
 
 func randomHex(n int) string {

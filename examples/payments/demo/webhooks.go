@@ -72,14 +72,19 @@ func (d *demo) webhooks(ctx context.Context, step int) error {
 	}
 	d.title(step, "The bank's settlement webhook: delivered, delivered again, and forged")
 	id := "evt_" + randomHex(8)
-	body := `{"type": "charge.settled", "charge_id": "ch_demo_` + randomHex(4) + `", "amount_minor": 12500, "currency": "EUR"}`
+	charge, settles := d.transferCharge, "the transfer of step 10"
+	if charge == "" {
+		charge, settles = "ch_demo_"+randomHex(4), "no transfer (a charge of no transfer of ours)"
+	}
+	body := `{"type": "charge.settled", "charge_id": "` + charge + `", "amount_minor": 12500, "currency": "EUR"}`
 	first := &delivery{id: id, body: body, secret: d.webhookSecret, at: time.Now()}
 	if err := d.deliver(ctx, first); err != nil {
 		return err
 	}
 	d.showDelivery("bank", first)
 	d.expect(first.status == http.StatusOK && !first.replayed(),
-		"The signature (Standard Webhooks, HMAC-SHA256) was verified first; then the webhook-id was claimed and the event recorded.",
+		"The signature (Standard Webhooks, HMAC-SHA256) was verified first; then the webhook-id was claimed,\n"+
+			"   the event recorded and "+settles+" marked settled, in one transaction.",
 		fmt.Sprintf("the first delivery got %d; want 200", first.status))
 
 	again := &delivery{id: id, body: body, secret: d.webhookSecret, at: time.Now().Add(time.Second)}
