@@ -168,7 +168,7 @@ func newServiceWith(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, opts
 	}
 	// A registry of the handler's own, not the global one: tests build several handlers in one
 	// process, and each must count only its own requests.
-	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout", "createTransfer"}})
+	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout", "createTransfer", "receiveBankSettlement"}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
