@@ -36,3 +36,24 @@ func TestReceiversAreWired(t *testing.T) {
 		t.Errorf("%d receivers' Ops read no request field for their key, want 2:\n%s", n, src)
 	}
 }
+
+// TestReceiverDeliveryHeadersAreOptional: the delivery headers a receiver declares required reach
+// its verification when missing (oapi-codegen binds them as optional), while its other required
+// headers stay required.
+func TestReceiverDeliveryHeadersAreOptional(t *testing.T) {
+	t.Parallel()
+	files, err := Generate(load(t, "testdata/receivers/openapi.yaml"), Options{Package: "api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(files[OapiFile])
+	for _, want := range []string{
+		"XGitHubDelivery  *string `json:\"X-GitHub-Delivery,omitempty\"`",
+		"XHubSignature256 *string `json:\"X-Hub-Signature-256,omitempty\"`",
+		"XGitHubEvent     string  `json:\"X-GitHub-Event\"`",
+	} {
+		if !strings.Contains(src, want) {
+			t.Errorf("%s lacks %q", OapiFile, want)
+		}
+	}
+}
