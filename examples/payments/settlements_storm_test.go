@@ -1,17 +1,21 @@
 package payments
 
-// The bank's settlement webhooks in a redelivery storm: a sender that signs every attempt the
-// Standard Webhooks way and delivers each event until it gets a 2xx, against the example server
-// run as a child process that is killed (SIGKILL) and started again several times, with some
-// attempts cut by the sender before the answer. Every event must have exactly one effect, and the
+// The bank's settlement webhooks in a redelivery storm: a sender process that signs every attempt
+// the Standard Webhooks way and delivers each event until it gets a 2xx, against the example
+// server run as another process that is killed (SIGKILL) and started again several times, with
+// some attempts cut by the sender before the answer. Every event must have exactly one effect, and the
 // sender must give up on none. Forged, expired and unsigned deliveries must leave no row and no key.
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,10 +118,67 @@ func (s *webhookSender) attempt(ctx context.Context, id string, body []byte) (st
 	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", nil
 }
 
-// TestSettlementWebhookStorm: 80 events delivered by 8 sender workers, each event also delivered
-// again after it succeeded, while the receiver is killed four times and a quarter of the attempts
-// are cut: every event has exactly one row, every key is complete, the sender gave up on none.
-// Then forged, expired and unsigned deliveries are refused with 401 and leave nothing.
+// The sender child: this test binary, told by these variables where to deliver what.
+const (
+	senderChildURL     = "IDEMGEN_SENDER_CHILD_URL"
+	senderChildSecret  = "IDEMGEN_SENDER_CHILD_SECRET"
+	senderChildEvents  = "IDEMGEN_SENDER_CHILD_EVENTS"
+	senderChildWorkers = "IDEMGEN_SENDER_CHILD_WORKERS"
+)
+
+// senderStats is what the sender child prints when it is done, one line of JSON.
+type senderStats struct {
+	Attempts, Cuts, TransportErrors, Non2xx, Replayed, GaveUp int64
+}
+
+// senderChild delivers events evt_storm_000… to the receiver, each until it gets a 2xx and once
+// more after it did (as a sender whose first 2xx was lost), with workers delivering at once,
+// then prints its senderStats. It ends itself after four minutes, should the parent die first.
+func senderChild() int {
+	time.AfterFunc(4*time.Minute, func() { os.Exit(3) })
+	events, err1 := strconv.Atoi(os.Getenv(senderChildEvents))
+	workers, err2 := strconv.Atoi(os.Getenv(senderChildWorkers))
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, "sender child:", err)
+		return 2
+	}
+	s := &webhookSender{url: os.Getenv(senderChildURL), secret: os.Getenv(senderChildSecret), maxAttempts: 200, cut: 0.25}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var gaveUp atomic.Int64
+	jobs := make(chan string)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for id := range jobs {
+				body := []byte(fmt.Sprintf(`{"type":"charge.settled","charge_id":"ch_%s","amount_minor":1500,"currency":"EUR"}`, id))
+				for range 2 {
+					if !s.deliver(ctx, id, body) {
+						gaveUp.Add(1)
+						break
+					}
+				}
+			}
+		})
+	}
+	for i := range events {
+		jobs <- stormEventID(i)
+		time.Sleep(15 * time.Millisecond) // spread the events over the receiver's kills
+	}
+	close(jobs)
+	wg.Wait()
+	out, _ := json.Marshal(senderStats{s.attempts.Load(), s.cuts.Load(), s.transportErrors.Load(), s.non2xx.Load(), s.replayed.Load(), gaveUp.Load()})
+	fmt.Println(string(out))
+	return 0
+}
+
+func stormEventID(i int) string { return fmt.Sprintf("evt_storm_%03d", i) }
+
+// TestSettlementWebhookStorm: 80 events delivered by a sender process with 8 workers, each event
+// also delivered again after it succeeded, while the receiver process is killed four times and a
+// quarter of the attempts are cut: every event has exactly one row, every key is complete, the
+// sender gave up on none. Then forged, expired and unsigned deliveries are refused with 401 and
+// leave nothing.
 func TestSettlementWebhookStorm(t *testing.T) {
 	t.Parallel()
 	schema := idemtest.TestSchema(t, nil)
@@ -137,62 +198,53 @@ func TestSettlementWebhookStorm(t *testing.T) {
 	child := startChild(t, "receiver", schema, addr, false, childEnv...)
 
 	const events, workers = 80, 8
-	sender := &webhookSender{url: "http://" + addr + "/webhooks/bank/settlements", secret: stormSecret, maxAttempts: 200, cut: 0.25}
-	stormCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
-
-	ids := make([]string, events)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("evt_storm_%03d", i)
+	url := "http://" + addr + "/webhooks/bank/settlements"
+	sender := exec.Command(os.Args[0], "-test.run=^$")
+	sender.Env = append(os.Environ(), senderChildURL+"="+url, senderChildSecret+"="+stormSecret,
+		senderChildEvents+"="+strconv.Itoa(events), senderChildWorkers+"="+strconv.Itoa(workers))
+	sender.Stderr = tWriter{t}
+	var senderOut strings.Builder
+	sender.Stdout = &senderOut
+	if err := sender.Start(); err != nil {
+		t.Fatal(err)
 	}
-	var gaveUp atomic.Int64
-	jobs := make(chan string)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for id := range jobs {
-				body := []byte(fmt.Sprintf(`{"type":"charge.settled","charge_id":"ch_%s","amount_minor":1500,"currency":"EUR"}`, id))
-				if !sender.deliver(stormCtx, id, body) {
-					gaveUp.Add(1)
-					continue
-				}
-				// The sender delivers it once more, as one whose first 2xx was lost does.
-				if !sender.deliver(stormCtx, id, body) {
-					gaveUp.Add(1)
-				}
-			}
-		})
-	}
-	sendersDone := make(chan struct{})
-	go func() {
-		defer close(sendersDone)
-		for _, id := range ids {
-			jobs <- id
-			time.Sleep(15 * time.Millisecond) // spread the events over the kills
-		}
-		close(jobs)
-		wg.Wait()
-	}()
+	t.Cleanup(func() { _ = sender.Process.Kill() })
+	senderDone := make(chan error, 1)
+	go func() { senderDone <- sender.Wait() }()
 
-	// The killer, on the test's goroutine (startChild may fail the test): four times, SIGKILL
-	// the receiver while deliveries run, and start it again on the same address after a pause.
+	// Four times, SIGKILL the receiver while deliveries run, and start it again on the same
+	// address after a pause.
 	kills := 0
+	var senderErr error
+	finished := false
 	for range 4 {
 		select {
-		case <-sendersDone:
+		case senderErr = <-senderDone:
+			finished = true
 		case <-time.After(time.Duration(600+rand.IntN(600)) * time.Millisecond):
+		}
+		if finished {
+			break
 		}
 		child.kill()
 		kills++
 		time.Sleep(300 * time.Millisecond)
 		child = startChild(t, "receiver", schema, addr, false, childEnv...)
 	}
-	select {
-	case <-sendersDone:
-	case <-stormCtx.Done():
+	if !finished {
+		select {
+		case senderErr = <-senderDone:
+		case <-time.After(4 * time.Minute):
+			t.Fatal("the sender process did not finish within 4 minutes")
+		}
 	}
-	if err := stormCtx.Err(); err != nil {
-		t.Fatalf("the storm did not end within 4 minutes: %v", err)
+	var st senderStats
+	if senderErr != nil || json.Unmarshal([]byte(strings.TrimSpace(senderOut.String())), &st) != nil {
+		t.Fatalf("the sender process: %v, printed %q", senderErr, senderOut.String())
+	}
+	ids := make([]string, events)
+	for i := range ids {
+		ids[i] = stormEventID(i)
 	}
 
 	rows := map[string]int{}
@@ -228,21 +280,20 @@ func TestSettlementWebhookStorm(t *testing.T) {
 	if err := schema.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'complete'), count(*) FILTER (WHERE attempt > 1) FROM `+keyTable+` WHERE operation = 'receiveBankSettlement'`).Scan(&keys, &complete, &takenOver); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("storm: %d events, %d sender workers, receiver killed %d times; %d attempts (%d cut by the sender, %d transport errors, %d non-2xx answers), %d replayed 2xx; rows: %d events with exactly one, %d missing, %d doubled; keys: %d (%d complete, %d taken over after a lost first claim); the sender gave up on %d",
-		events, workers, kills, sender.attempts.Load(), sender.cuts.Load(), sender.transportErrors.Load(), sender.non2xx.Load(), sender.replayed.Load(),
-		len(ids)-missing-doubled, missing, doubled, keys, complete, takenOver, gaveUp.Load())
-	if missing > 0 || doubled > 0 || gaveUp.Load() > 0 {
-		t.Fatalf("%d events without their effect, %d with it twice, %d deliveries given up; want 0, 0, 0", missing, doubled, gaveUp.Load())
+	t.Logf("storm: %d events, a sender process with %d workers, receiver killed %d times; %d attempts (%d cut by the sender, %d transport errors, %d non-2xx answers), %d replayed 2xx; rows: %d events with exactly one, %d missing, %d doubled; keys: %d (%d complete, %d taken over after a lost first claim); the sender gave up on %d",
+		events, workers, kills, st.Attempts, st.Cuts, st.TransportErrors, st.Non2xx, st.Replayed,
+		len(ids)-missing-doubled, missing, doubled, keys, complete, takenOver, st.GaveUp)
+	if missing > 0 || doubled > 0 || st.GaveUp > 0 {
+		t.Fatalf("%d events without their effect, %d with it twice, %d deliveries given up; want 0, 0, 0", missing, doubled, st.GaveUp)
 	}
 	if keys != events || complete != events {
 		t.Errorf("%d keys (%d complete) for %d events; want one complete key per event", keys, complete, events)
 	}
-	if sender.replayed.Load() < events {
-		t.Errorf("%d replayed answers; every event was delivered again after it succeeded, so want at least %d", sender.replayed.Load(), events)
+	if st.Replayed < events {
+		t.Errorf("%d replayed answers; every event was delivered again after it succeeded, so want at least %d", st.Replayed, events)
 	}
 
 	// Refused deliveries: each kind several times, on the receiver that is up now.
-	url := "http://" + addr + "/webhooks/bank/settlements"
 	body := []byte(`{"type":"charge.settled","charge_id":"ch_forged","amount_minor":999999,"currency":"EUR"}`)
 	refusals := []struct {
 		name string
