@@ -279,8 +279,8 @@ func (UnimplementedIdempotentServer) ReceiveBankSettlement(ctx context.Context, 
 	return nil, idemhttp.NotImplemented("receiveBankSettlement")
 }
 
-// ReceiveBankSettlementSecrets returns no secrets: every delivery is answered 500 and kept for the
-// sender to deliver again.
+// ReceiveBankSettlementSecrets returns no secrets: every delivery is answered 500, and its sender
+// delivers it again.
 func (UnimplementedIdempotentServer) ReceiveBankSettlementSecrets(ctx context.Context) ([]string, error) {
 	return nil, nil
 }
