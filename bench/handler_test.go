@@ -25,7 +25,7 @@ import (
 )
 
 func BenchmarkFirstHandler(b *testing.B) {
-	for _, mode := range []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverLeaseHistory, serverTransactionHistory} {
+	for _, mode := range []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverHandwritten, serverLease, serverTransaction, serverLeaseHistory, serverTransactionHistory} {
 		b.Run(mode, func(b *testing.B) {
 			serve := inProcess(b, mode)
 			n := 0
@@ -46,7 +46,7 @@ func BenchmarkFirstHandler(b *testing.B) {
 }
 
 func BenchmarkReplayHandler(b *testing.B) {
-	for _, mode := range []string{serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverLeaseHistory, serverTransactionHistory} {
+	for _, mode := range []string{serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverHandwritten, serverLease, serverTransaction, serverLeaseHistory, serverTransactionHistory} {
 		b.Run(mode, func(b *testing.B) {
 			serve := inProcess(b, mode)
 			if rec := serve("replayed"); rec.Code != http.StatusCreated {

@@ -78,6 +78,9 @@ type rowSpec struct {
 	// minPeerRatio is the target for req/s as a multiple of the hand-written peer's row of the
 	// same kind (first executions, replays or storms).
 	minPeerRatio float64
+	// minHandwrittenRatio is the target for req/s as a multiple of the hand-written handler's
+	// row of the same kind (serverHandwritten: net/http and pgx alone).
+	minHandwrittenRatio float64
 	// maxTrips is the target for round trips per request; tripsOverCeiling adds the ceiling's.
 	maxTrips         float64
 	tripsOverCeiling bool
@@ -90,30 +93,34 @@ var rowSpecs = []rowSpec{
 	{id: "peer-row-guarded", label: "create, hand-written peer storing the runtime's key row, with its guarantees, first executions", server: serverPeerRowGuarded, kind: kindFirst},
 	{id: "peer-lease", label: "create, hand-written lease peer, first executions", server: serverPeerLease, kind: kindFirst},
 	{id: "peer-lease-row", label: "create, hand-written lease peer storing the runtime's key row, first executions", server: serverPeerLeaseRow, kind: kindFirst},
+	{id: "handwritten", label: "create, hand-written (advisory lock), first executions", server: serverHandwritten, kind: kindFirst},
 	{id: "lease", label: "create, claim: lease, first executions", server: serverLease, kind: kindFirst,
 		minRatio: 0.75, maxTrips: 1, tripsOverCeiling: true},
 	{id: "transaction", label: "create, claim: transaction, first executions", server: serverTransaction, kind: kindFirst,
-		minRatio: 0.85, minPeerRatio: 0.95},
+		minRatio: 0.85, minPeerRatio: 0.95, minHandwrittenRatio: 0.95},
 	{id: "lease-history", label: "create, claim: lease, history: true, first executions", server: serverLeaseHistory, kind: kindFirst},
 	{id: "transaction-history", label: "create, claim: transaction, history: true, first executions", server: serverTransactionHistory, kind: kindFirst},
 	{id: "peer-replay", label: "replays, hand-written peer", server: serverPeer, kind: kindReplay},
 	{id: "peer-row-replay", label: "replays, hand-written peer storing the runtime's key row", server: serverPeerRow, kind: kindReplay},
 	{id: "peer-lease-replay", label: "replays, hand-written lease peer", server: serverPeerLease, kind: kindReplay},
 	{id: "peer-lease-row-replay", label: "replays, hand-written lease peer storing the runtime's key row", server: serverPeerLeaseRow, kind: kindReplay},
-	{id: "lease-replay", label: "replays, claim: lease", server: serverLease, kind: kindReplay, minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
+	{id: "handwritten-replay", label: "replays, hand-written (advisory lock)", server: serverHandwritten, kind: kindReplay},
+	{id: "lease-replay", label: "replays, claim: lease", server: serverLease, kind: kindReplay,
+		minRatio: 2.0, minPeerRatio: 1.0, minHandwrittenRatio: 1.0, maxTrips: 1},
 	{id: "transaction-replay", label: "replays, claim: transaction", server: serverTransaction, kind: kindReplay,
-		minRatio: 2.0, minPeerRatio: 1.0, maxTrips: 1},
+		minRatio: 2.0, minPeerRatio: 1.0, minHandwrittenRatio: 1.0, maxTrips: 1},
 	{id: "lease-history-replay", label: "replays, claim: lease, history: true", server: serverLeaseHistory, kind: kindReplay},
 	{id: "transaction-history-replay", label: "replays, claim: transaction, history: true", server: serverTransactionHistory, kind: kindReplay},
 	{id: "cached-replay", label: "replays, replay cache on (claim: lease)", server: serverCached, kind: kindReplay, minRatio: 2.0},
 	{id: "peer-storm", label: "duplicate storms, hand-written peer", server: serverPeer, kind: kindStorm},
 	{id: "peer-lease-storm", label: "duplicate storms, hand-written lease peer", server: serverPeerLease, kind: kindStorm},
+	{id: "handwritten-storm", label: "duplicate storms, hand-written (advisory lock)", server: serverHandwritten, kind: kindStorm},
 	{id: "lease-storm", label: "duplicate storms, claim: lease", server: serverLease, kind: kindStorm},
 	{id: "transaction-storm", label: "duplicate storms, claim: transaction", server: serverTransaction, kind: kindStorm},
 }
 
 // benchServers are the servers BenchmarkHTTP starts, in the order it warms them up.
-var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverLease, serverTransaction, serverCached, serverLeaseHistory, serverTransactionHistory}
+var benchServers = []string{serverCeiling, serverPeer, serverPeerRow, serverPeerRowGuarded, serverPeerLease, serverPeerLeaseRow, serverHandwritten, serverLease, serverTransaction, serverCached, serverLeaseHistory, serverTransactionHistory}
 
 // segment is one row's share of one round.
 type segment struct {
@@ -129,30 +136,35 @@ type segment struct {
 	// LeasePeer is the ratio to the hand-written lease peer's row of the same kind, for the
 	// rows of servers in lease mode.
 	LeasePeer float64 `json:"ratio_to_lease_peer,omitempty"`
-	Storms    int     `json:"storms,omitempty"`
+	// Handwritten is the ratio to the hand-written handler's row of the same kind.
+	Handwritten float64 `json:"ratio_to_handwritten"`
+	Storms      int     `json:"storms,omitempty"`
 }
 
 type rowResult struct {
-	ID        string     `json:"id"`
-	Label     string     `json:"label"`
-	Server    string     `json:"server"`
-	ReqPerS   float64    `json:"req_per_s"`
-	Ratio     float64    `json:"ratio_to_ceiling"`
-	Peer      float64    `json:"ratio_to_peer"`
-	LeasePeer float64    `json:"ratio_to_lease_peer,omitempty"`
-	P50MS     float64    `json:"p50_ms"`
-	P99MS     float64    `json:"p99_ms"`
-	Trips     float64    `json:"round_trips_per_request"`
-	CPUUS     float64    `json:"server_cpu_us_per_request"`
-	Requests  int        `json:"requests"`
-	Target    string     `json:"target,omitempty"`
-	Met       *bool      `json:"target_met,omitempty"`
-	PeerGoal  string     `json:"peer_target,omitempty"`
-	PeerMet   *bool      `json:"peer_target_met,omitempty"`
-	TripsGoal string     `json:"round_trips_target,omitempty"`
-	TripsMet  *bool      `json:"round_trips_target_met,omitempty"`
-	Once      string     `json:"exactly_once,omitempty"`
-	Rounds    []*segment `json:"rounds"`
+	ID              string     `json:"id"`
+	Label           string     `json:"label"`
+	Server          string     `json:"server"`
+	ReqPerS         float64    `json:"req_per_s"`
+	Ratio           float64    `json:"ratio_to_ceiling"`
+	Peer            float64    `json:"ratio_to_peer"`
+	LeasePeer       float64    `json:"ratio_to_lease_peer,omitempty"`
+	Handwritten     float64    `json:"ratio_to_handwritten"`
+	P50MS           float64    `json:"p50_ms"`
+	P99MS           float64    `json:"p99_ms"`
+	Trips           float64    `json:"round_trips_per_request"`
+	CPUUS           float64    `json:"server_cpu_us_per_request"`
+	Requests        int        `json:"requests"`
+	Target          string     `json:"target,omitempty"`
+	Met             *bool      `json:"target_met,omitempty"`
+	PeerGoal        string     `json:"peer_target,omitempty"`
+	PeerMet         *bool      `json:"peer_target_met,omitempty"`
+	HandwrittenGoal string     `json:"handwritten_target,omitempty"`
+	HandwrittenMet  *bool      `json:"handwritten_target_met,omitempty"`
+	TripsGoal       string     `json:"round_trips_target,omitempty"`
+	TripsMet        *bool      `json:"round_trips_target_met,omitempty"`
+	Once            string     `json:"exactly_once,omitempty"`
+	Rounds          []*segment `json:"rounds"`
 }
 
 type generatorResult struct {
@@ -277,7 +289,7 @@ func BenchmarkHTTP(b *testing.B) {
 	}
 	for round := range cfg.rounds {
 		ceiling := -1.0
-		peer, leasePeer := map[rowKind]float64{}, map[rowKind]float64{}
+		peer, leasePeer, handwritten := map[rowKind]float64{}, map[rowKind]float64{}, map[rowKind]float64{}
 		for k := range rowSpecs {
 			// Rotate the order every round; the ceiling's own figure is filled in whenever it runs
 			// and the ratios of the round are computed at the end of the round.
@@ -321,6 +333,8 @@ func BenchmarkHTTP(b *testing.B) {
 				peer[rs.kind] = seg.ReqPerS
 			case serverPeerLease:
 				leasePeer[rs.kind] = seg.ReqPerS
+			case serverHandwritten:
+				handwritten[rs.kind] = seg.ReqPerS
 			}
 			results[i].Rounds = append(results[i].Rounds, seg)
 		}
@@ -328,6 +342,7 @@ func BenchmarkHTTP(b *testing.B) {
 			seg := r.Rounds[len(r.Rounds)-1]
 			seg.Ratio = seg.ReqPerS / ceiling
 			seg.Peer = seg.ReqPerS / peer[rowSpecs[i].kind]
+			seg.Handwritten = seg.ReqPerS / handwritten[rowSpecs[i].kind]
 			if inLeaseMode(rowSpecs[i].server) {
 				seg.LeasePeer = seg.ReqPerS / leasePeer[rowSpecs[i].kind]
 			}
@@ -344,6 +359,7 @@ func BenchmarkHTTP(b *testing.B) {
 		r.Ratio = medianOf(r.Rounds, func(s *segment) float64 { return s.Ratio })
 		r.Peer = medianOf(r.Rounds, func(s *segment) float64 { return s.Peer })
 		r.LeasePeer = medianOf(r.Rounds, func(s *segment) float64 { return s.LeasePeer })
+		r.Handwritten = medianOf(r.Rounds, func(s *segment) float64 { return s.Handwritten })
 		r.P50MS = medianOf(r.Rounds, func(s *segment) float64 { return s.P50MS })
 		r.P99MS = medianOf(r.Rounds, func(s *segment) float64 { return s.P99MS })
 		r.Trips = medianOf(r.Rounds, func(s *segment) float64 { return s.Trips })
@@ -362,6 +378,10 @@ func BenchmarkHTTP(b *testing.B) {
 		if rs.minPeerRatio > 0 {
 			r.PeerGoal = fmt.Sprintf("≥ %.2f× peer", rs.minPeerRatio)
 			r.PeerMet = ptr(r.Peer >= rs.minPeerRatio)
+		}
+		if rs.minHandwrittenRatio > 0 {
+			r.HandwrittenGoal = fmt.Sprintf("≥ %.2f× hand-written", rs.minHandwrittenRatio)
+			r.HandwrittenMet = ptr(r.Handwritten >= rs.minHandwrittenRatio)
 		}
 		if rs.maxTrips > 0 {
 			limit := rs.maxTrips
@@ -421,6 +441,7 @@ func BenchmarkHTTP(b *testing.B) {
 	b.ReportMetric(byID["lease"].Ratio, "lease-x-ceiling")
 	b.ReportMetric(byID["transaction"].Ratio, "transaction-x-ceiling")
 	b.ReportMetric(byID["transaction"].Peer, "transaction-x-peer")
+	b.ReportMetric(byID["transaction"].Handwritten, "transaction-x-handwritten")
 	b.ReportMetric(byID["lease-replay"].Ratio, "replay-x-ceiling")
 }
 
@@ -753,9 +774,9 @@ func generatorFromEnv(tb testing.TB) *generatorResult {
 }
 
 // goProfiled are the servers whose Go profiles BENCH_HTTP_PROFILE records: both claim modes, the
-// hand-written peers they are compared with, and the guarded row peer, which does transaction
-// mode's work by hand.
-var goProfiled = []string{serverLease, serverTransaction, serverPeer, serverPeerLease, serverPeerRowGuarded}
+// hand-written peers they are compared with, the guarded row peer, which does transaction mode's
+// work by hand, and the hand-written handler, transaction mode's ceiling.
+var goProfiled = []string{serverLease, serverTransaction, serverPeer, serverPeerLease, serverPeerRowGuarded, serverHandwritten}
 
 // profileServer loads server s (mode) with first executions for secs seconds while it records a
 // CPU profile and an allocation profile (a delta over the same seconds), and writes both to dir
@@ -842,18 +863,19 @@ func printTable(w io.Writer, rep *report) {
 	pg := rep.Postgres
 	fmt.Fprintf(w, "\nHTTP benchmark: %s, %d CPUs; PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s)\n",
 		rep.Go, rep.CPUs, pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"])
-	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds; × peer, × lease peer: to the hand-written peer's (lease peer's) row of the same kind\n\n",
+	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds; × peer, × lease peer, × hand-written: to the hand-written peer's (lease peer's, net/http handler's) row of the same kind\n\n",
 		rep.Settings["clients"], rep.Settings["pool_conns"], rep.Settings["rounds"], rep.Settings["segment_seconds"])
-	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "× peer", "peer target", "met", "× lease peer", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "server CPU µs/req", "exactly once"}}
+	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "× peer", "peer target", "met", "× lease peer", "× hand-written", "hand-written target", "met", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "server CPU µs/req", "exactly once"}}
 	for _, r := range rep.Rows {
 		table = append(table, []string{
 			r.Label, fmt.Sprintf("%.0f", r.ReqPerS), fmt.Sprintf("%.2f", r.Ratio), r.Target, yesNo(r.Met),
 			fmt.Sprintf("%.2f", r.Peer), r.PeerGoal, yesNo(r.PeerMet), leasePeerCell(r),
+			fmt.Sprintf("%.2f", r.Handwritten), r.HandwrittenGoal, yesNo(r.HandwrittenMet),
 			fmt.Sprintf("%.2f", r.P50MS), fmt.Sprintf("%.2f", r.P99MS), fmt.Sprintf("%.2f", r.Trips),
 			r.TripsGoal, yesNo(r.TripsMet), fmt.Sprintf("%.0f", r.CPUUS), r.Once,
 		})
 	}
-	genRow := []string{"idemgen generate vs oapi-codegen alone", "not run (make bench-http runs it)", "", "≤ 1.00×", "", "", "", "", "", "", "", "", "", "", "", ""}
+	genRow := []string{"idemgen generate vs oapi-codegen alone", "not run (make bench-http runs it)", "", "≤ 1.00×", "", "", "", "", "", "", "", "", "", "", "", "", "", "", ""}
 	if g := rep.Gen; g != nil {
 		genRow[1], genRow[2], genRow[4] = fmt.Sprintf("%.0f / %.0f ms", g.IdemgenMS, g.OapiMS), fmt.Sprintf("%.2f", g.Ratio), yesNo(&g.Met)
 	}
@@ -895,6 +917,7 @@ var dbProfileRows = []dbProfileRow{
 	{serverPeerRowGuarded, kindFirst},
 	{serverPeerLease, kindFirst},
 	{serverPeerLeaseRow, kindFirst},
+	{serverHandwritten, kindFirst},
 	{serverLease, kindFirst},
 	{serverTransaction, kindFirst},
 	{serverLeaseHistory, kindFirst},
@@ -903,6 +926,7 @@ var dbProfileRows = []dbProfileRow{
 	{serverPeerRow, kindReplay},
 	{serverPeerLease, kindReplay},
 	{serverPeerLeaseRow, kindReplay},
+	{serverHandwritten, kindReplay},
 	{serverLease, kindReplay},
 	{serverTransaction, kindReplay},
 	{serverLeaseHistory, kindReplay},
@@ -918,7 +942,8 @@ func (r dbProfileRow) name() string {
 
 func (r dbProfileRow) label() string {
 	what := map[string]string{serverCeiling: "the ceiling (idempotency off)", serverPeer: "the hand-written peer", serverPeerRow: "the hand-written peer storing the runtime's key row", serverPeerRowGuarded: "the hand-written peer storing the runtime's key row, with its guarantees", serverPeerLease: "the hand-written lease peer", serverPeerLeaseRow: "the hand-written lease peer storing the runtime's key row",
-		serverLease: "claim: lease", serverTransaction: "claim: transaction",
+		serverHandwritten: "the hand-written handler (net/http, advisory lock)",
+		serverLease:       "claim: lease", serverTransaction: "claim: transaction",
 		serverLeaseHistory: "claim: lease, history: true", serverTransactionHistory: "claim: transaction, history: true"}[r.server]
 	if r.kind == kindReplay {
 		return "replays, " + what

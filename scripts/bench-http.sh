@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench-http.sh: what `make bench-http` runs. First BenchmarkGenerate (internal/generator/: idemgen generate
 # against oapi-codegen alone), then BenchmarkHTTP (bench/: the payments example over HTTP with
-# and without idempotency), which prints one table with both and writes it as JSON to
-# $BENCH_HTTP_JSON (default bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the CPU and
-# alloc profiles of both claim modes, both peers and the guarded row peer, and a database profile
+# and without idempotency, beside the hand-written peers and the hand-written net/http handler),
+# which prints one table with both and writes it as JSON to $BENCH_HTTP_JSON (default
+# bench-http.json). BENCH_HTTP_PROFILE=DIR also writes the CPU and alloc profiles of both claim
+# modes, both peers, the guarded row peer and the hand-written handler, and a database profile
 # per server and row (pgss-*.txt), to DIR.
 # docs/performance.md lists the other knobs. Needs TEST_DATABASE_URL (make bench-http provides it).
 set -euo pipefail

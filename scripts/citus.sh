@@ -99,13 +99,16 @@ stop() {
 	rm -rf "$dir"
 }
 
-# verify runs TestCitusGuarantees and TestCitusCluster (runtime/idem/citus_*test.go) on a coordinator. The test works in
+# verify runs the TestCitus… tests of runtime/idem/citus_*test.go and examples/payments/citus_test.go
+# on a coordinator. The test works in
 # a schema of its own, which it drops when it ends; beside the cluster it times the same calls
 # on plain PostgreSQL (TEST_DATABASE_URL, or a throwaway server scripts/with-pg.sh starts).
 verify() {
 	local go=${GO:-go} url=${CITUS_DATABASE_URL:-} rc=0 left
 	tmp="" # global: the EXIT trap reads it after verify has returned
-	local test=("$go" test -tags citus -count=1 -v -timeout 15m -run '^TestCitus(Cluster|Guarantees|DetectedWhenTheDatabaseComesUp|PlainStatementsReadReturning|KeyStats)$' ./runtime/idem)
+	local test=("$go" test -tags citus -count=1 -v -timeout 15m -run '^TestCitus(Cluster|Guarantees|DetectedWhenTheDatabaseComesUp|PlainStatementsReadReturning|KeyStats|RequestStatements|HistoryStormPreparesNothing|TopologyChecked)$' ./runtime/idem)
+	# The example on the cluster: docs/citus.md's distribution of its tables, then the service on them.
+	local example=("$go" test -tags citus -count=1 -v -timeout 10m -run '^TestCitusExample' ./examples/payments)
 	if [[ -n "$url" ]]; then
 		local psql="$bindir/psql"
 		[[ -x "$psql" ]] || psql=$(command -v psql || true)
@@ -125,6 +128,7 @@ verify() {
 		local before after
 		before=$("$psql" "$url" -X -A -t -q -c "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'idemcitus\\_%' ORDER BY 1")
 		CITUS_DATABASE_URL=$url "$here/with-pg.sh" TEST_DATABASE_URL "${test[@]}" || rc=$?
+		CITUS_DATABASE_URL=$url "${example[@]}" || rc=$?
 		after=$("$psql" "$url" -X -A -t -q -c "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'idemcitus\\_%' ORDER BY 1")
 		left=$(comm -13 <(echo "$before") <(echo "$after"))
 		if [[ -n "$left" ]]; then
@@ -144,6 +148,7 @@ verify() {
 	url=$("$here/citus.sh" start "$tmp")
 	echo "citus.sh: verifying a loopback cluster started from the installed extension ($url)" >&2
 	CITUS_DATABASE_URL=$url "$here/with-pg.sh" TEST_DATABASE_URL "${test[@]}" || rc=$?
+	CITUS_DATABASE_URL=$url "${example[@]}" || rc=$?
 	# This script's own start, on ports beside the cluster's (scripts/citus_test.go).
 	"$go" test -tags citus -count=1 -v -timeout 10m -run '^TestCitusStart' ./scripts || rc=$?
 	return "$rc"

@@ -112,10 +112,11 @@ const (
 	readmeInstallRelease = "install from a release"
 	readmeInstallLocal   = "install from a checkout"
 	readmeClient         = "client"
+	readmeSavepoint      = "savepoint"
 )
 
 var readmeNames = []string{readmeSpec, readmeAnnotateOut, readmeAnnotated, readmeConfig, readmeGenerateGo,
-	readmeDecls, readmeMain, readmeInstallRelease, readmeInstallLocal, readmeRouters, readmeClient}
+	readmeDecls, readmeMain, readmeInstallRelease, readmeInstallLocal, readmeRouters, readmeClient, readmeSavepoint}
 
 // readmeRouters marks the wiring snippets of the routers section. They need the frameworks,
 // which this module does not depend on, so TestReadmeRouterSnippets checks them against the
@@ -227,6 +228,7 @@ import (
 	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -237,6 +239,7 @@ import (
 
 `)
 	src.WriteString(blocks[readmeDecls].text)
+	src.WriteString("\n" + blocks[readmeSavepoint].text)
 	// The client's function, built against the client.gen.go that client: true writes.
 	src.WriteString("\n" + blocks[readmeClient].text)
 	src.WriteString("\nfunc main() {\n\tctx := context.Background()\n")

@@ -107,6 +107,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := pool.Ping(startCtx); err != nil {
 		return fmt.Errorf("database: cannot reach it (is PostgreSQL running and -database-url right?): %w", err)
 	}
+	if err := refusePoolerMode(pool); err != nil {
+		return err
+	}
 	// Every table lives in the connection's current schema (public, or the first schema of a
 	// search_path given in the URL), idemgen's key table included.
 	var schema *string
@@ -135,6 +138,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("migrated", "schema", *schema, "idempotency_versions_applied", len(res.Versions))
+	warnLocalOnCitus(startCtx, pool, *schema, idem.DefaultTable, log)
 
 	recent := idemadmin.NewRecent(0) // the support page's recent mismatches
 	cfg.Observer = recent.Observer()
@@ -200,5 +204,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// refusePoolerMode is the store's check of pgx's exec mode, run before any other statement of
+// the start-up: behind a pooler in transaction mode (pgbouncer), pgx's statement cache and
+// describe_exec cannot work, and the store refuses them (idem.ErrPoolerMode, with what to set
+// instead). Run after the schema query, the migrations or the payout worker's start, the
+// refusal came too late: their statements, run crossed with another instance's, failed first
+// with SQLSTATE 26000 or 08P01, which says nothing of the fix. The store asks the database in
+// one transaction of the simple protocol, which no pooler can cross; the one made here only asks
+// (the server's own store, made once the schema is known, asks again), and its log is dropped,
+// so its findings are logged once.
+func refusePoolerMode(pool *pgxpool.Pool) error {
+	probe, err := idem.NewStore(pool, &idem.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("idempotency store: %w", err)
+	}
+	probe.Close()
 	return nil
 }

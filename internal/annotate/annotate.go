@@ -6,6 +6,7 @@ package annotate
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -125,6 +126,13 @@ type Result struct {
 	// answers with a problem, in document order. Empty when the document's x-idempotency says
 	// renderer: custom: refusals then take the spec's own error format.
 	Kept []Kept
+	// KeyPatterns lists the key header patterns that are not RE2, one for each pattern, with the
+	// operations annotated although generate refuses them until the document says which RE2
+	// pattern the server enforces.
+	KeyPatterns []KeyPattern
+	// RefusalsUndeclared lists the annotated operations whose refusal statuses annotate left
+	// undeclared: the document says renderer: custom and has no error body of its own.
+	RefusalsUndeclared []string
 	// Unprinted lists, for each annotated operation that declares any, the headers its
 	// fingerprint leaves out by default (credentials, signatures, correlation ids), in document
 	// order.
@@ -139,6 +147,89 @@ type Unprinted struct {
 
 // Changed reports whether the output differs from the input.
 func (r *Result) Changed() bool { return len(r.Annotated) > 0 }
+
+// Incomplete reports that the result needs a person before generate accepts it: an operation
+// was left out, or a key pattern must be written in RE2.
+func (r *Result) Incomplete() bool { return len(r.Skipped) > 0 || len(r.KeyPatterns) > 0 }
+
+// KeyPattern is a key header parameter's schema pattern that Go's regexp cannot compile (a
+// look-ahead, say): the operations whose key header it is were annotated all the same, and
+// generate refuses them until x-idempotency.key.pattern gives the RE2 pattern the server is to
+// enforce.
+type KeyPattern struct {
+	File      string
+	Line, Col int // the pattern
+	Header    string
+	Pattern   string
+	Why       string   // what Go's regexp says of it
+	RE2       string   // the same keys in RE2, "" when idemgen cannot derive it
+	Routes    []string // the operations annotated with it, in document order
+	// Where is where the fix goes: "root" (the document's x-idempotency, which every operation
+	// inherits), or "operations" when other operations' key headers say otherwise.
+	Where string
+	// Root says what the document's root x-idempotency already has: "" (none), "mapping",
+	// "key" (a key mapping), at RootLine.
+	Root     string
+	RootLine int
+	JSON     bool // the document is JSON: the snippet is written in JSON
+}
+
+func (k KeyPattern) String() string {
+	pat := k.RE2
+	if pat == "" {
+		pat = "<the RE2 pattern>"
+	}
+	var snippet string
+	switch {
+	case k.JSON && k.Where == "operations":
+		snippet = fmt.Sprintf(`"key": {"pattern": %s}`, jsonString(pat))
+	case k.JSON && k.Root == "key":
+		snippet = fmt.Sprintf(`"pattern": %s`, jsonString(pat))
+	case k.JSON && k.Root == "mapping":
+		snippet = fmt.Sprintf(`"key": {"pattern": %s}`, jsonString(pat))
+	case k.JSON:
+		snippet = fmt.Sprintf(`"x-idempotency": {"key": {"pattern": %s}}`, jsonString(pat))
+	case k.Where == "operations":
+		snippet = fmt.Sprintf("key: {pattern: %s}", yamlQuote(pat))
+	case k.Root == "key":
+		snippet = "pattern: " + yamlQuote(pat)
+	case k.Root == "mapping":
+		snippet = fmt.Sprintf("key: {pattern: %s}", yamlQuote(pat))
+	default:
+		snippet = fmt.Sprintf("x-idempotency: {key: {pattern: %s}}", yamlQuote(pat))
+	}
+	var where string
+	switch {
+	case k.Where == "operations":
+		where = "add " + snippet + " to the x-idempotency of each of them (not at the document's root: other operations' key headers declare another pattern)"
+	case k.Root == "key":
+		where = fmt.Sprintf("add %s under the document root's x-idempotency.key (line %d)", snippet, k.RootLine)
+	case k.Root == "mapping":
+		where = fmt.Sprintf("add %s to the document root's x-idempotency (line %d)", snippet, k.RootLine)
+	default:
+		where = "add at the document's root: " + snippet
+	}
+	derived := ", the same keys written in RE2"
+	if k.RE2 == "" {
+		derived = "; idemgen cannot rewrite this pattern in RE2 itself (it does for a look-ahead at the first character or a look-behind at the last), so write one that accepts the same keys"
+	}
+	quote := yamlQuote
+	if k.JSON {
+		quote = jsonString
+	}
+	return fmt.Sprintf("%s:%d:%d: the key header %s's pattern %s is not RE2, the syntax Go's regexp (and so the server) enforces (%s); generate refuses the %d operation(s) annotated with it (%s) until the document says which pattern the server enforces: %s%s",
+		k.File, k.Line, k.Col, k.Header, quote(k.Pattern), k.Why, len(k.Routes), routesPhrase(k.Routes), where, derived)
+}
+
+func yamlQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func jsonString(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
 
 // InputError is a document that cannot be read as OpenAPI 3: not YAML or JSON, not OpenAPI 3,
 // or refused by kin-openapi's loader.
@@ -158,9 +249,12 @@ func (e *OptionError) Unwrap() error { return e.Err }
 
 // Names of the shared components the annotator adds.
 const (
-	KeyParamName       = "IdempotencyKey"
-	ProblemSchemaName  = "IdempotencyProblem"
-	ProblemResponse    = "IdempotencyProblem"
+	KeyParamName      = "IdempotencyKey"
+	ProblemSchemaName = "IdempotencyProblem"
+	// ProblemResponse differs from ProblemSchemaName: oapi-codegen's resolve-type-name-collisions
+	// renames a response that shares a schema's name, but not the strict server's types derived
+	// from it, and the package then does not compile.
+	ProblemResponse    = "IdempotencyRefusal"
 	ReplayedHeaderName = "IdempotentReplayed"
 	ReplayedHeader     = idemhttp.HeaderReplayed
 )
@@ -193,7 +287,8 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, &OptionError{err}
 	}
-	p := &planner{file: file, root: root, opts: opts, loaded: loaded, flags: flags}
+	_, isJSON := d.(*jsonDoc)
+	p := &planner{file: file, root: root, opts: opts, loaded: loaded, flags: flags, json: isJSON}
 	if err := p.plan(); err != nil {
 		var oe *OptionError
 		if errors.As(err, &oe) {
@@ -201,7 +296,7 @@ func Annotate(file string, data []byte, opts Options) (*Result, error) {
 		}
 		return nil, &InputError{file, err}
 	}
-	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices(), Kept: p.kept}
+	res := &Result{Output: data, Annotated: p.annotated, Skipped: p.skipped, Scopes: p.scopeChoices(), Kept: p.kept, KeyPatterns: p.keyPatterns, RefusalsUndeclared: p.undeclared}
 	for _, route := range p.annotated {
 		if u := p.unprinted[route]; len(u) > 0 {
 			res.Unprinted = append(res.Unprinted, Unprinted{Route: route, Headers: u})
@@ -263,7 +358,21 @@ func (p *planner) checkOutput(out []byte) error {
 // expected reports the one error annotate leaves on purpose: an undeclared key header under
 // --no-key-param.
 func (p *planner) expected(d policy.Diagnostic) bool {
+	if d.Rule == policy.RuleKeyPatternInvalid && p.badPattern(d) != nil {
+		return true // reported once, in Result.KeyPatterns
+	}
 	return p.opts.NoKeyParam && d.Rule == policy.RuleKeyHeaderUndeclared
+}
+
+// badPattern is the KeyPattern a key-pattern-invalid diagnostic of the annotated output is
+// about (the lines have moved: it is found by its operation), or nil.
+func (p *planner) badPattern(d policy.Diagnostic) *KeyPattern {
+	for i := range p.keyPatterns {
+		if k := &p.keyPatterns[i]; slices.Contains(k.Routes, d.Operation) {
+			return k
+		}
+	}
+	return nil
 }
 
 func parse(data []byte) (*node, doc, error) {
@@ -417,6 +526,15 @@ type planner struct {
 
 	// chosen records the scopes annotate chose, by scope, with the operations and reasons.
 	chosen map[string]*ScopeChoice
+
+	// keyPatterns are the key header patterns that are not RE2, with the operations annotated
+	// with them; keyPatternOf holds each annotated operation's key header pattern, by route.
+	keyPatterns  []KeyPattern
+	keyPatternOf map[string]string
+	json         bool
+	// undeclared are the operations whose refusal responses were left undeclared: renderer:
+	// custom, and no error body of the spec's own to declare them with.
+	undeclared []string
 }
 
 // op is one operation of the document.
@@ -531,6 +649,7 @@ func (p *planner) plan() error {
 			return err
 		}
 	}
+	p.placeKeyPatterns()
 	return nil
 }
 
@@ -600,14 +719,87 @@ func (p *planner) resolveErr(o op) *policy.Diagnostic {
 	pol, diags := policy.Resolve(policy.Input{Raw: &raw, Defaults: p.loaded.Defaults, Op: in})
 	if p.unprinted == nil {
 		p.unprinted = map[string][]policy.Unprinted{}
+		p.keyPatternOf = map[string]string{}
 	}
 	p.unprinted[o.route()] = pol.Unprinted
+	var prm policy.Param
+	if pol.Key.Header != "" {
+		prm, _ = policy.FindParam(in.Params, "header", pol.Key.Header)
+		p.keyPatternOf[o.route()] = prm.Pattern
+	}
 	for _, d := range diags {
+		// A key header pattern that is not RE2 does not stop the operation from being
+		// annotated: one line of the document's root, said once for all of them, resolves it.
+		if d.Rule == policy.RuleKeyPatternInvalid && prm.Pattern != "" && d.Pos == prm.PatternPos {
+			p.notRE2(o, prm)
+			continue
+		}
 		if d.Severity == policy.SeverityError && !p.expected(d) {
 			return &d
 		}
 	}
 	return nil
+}
+
+// notRE2 records that o is annotated with a key header whose pattern is not RE2.
+func (p *planner) notRE2(o op, prm policy.Param) {
+	for i := range p.keyPatterns {
+		if k := &p.keyPatterns[i]; k.Line == prm.PatternPos.Line && k.Col == prm.PatternPos.Col {
+			k.Routes = append(k.Routes, o.route())
+			return
+		}
+	}
+	_, bad := policy.ParseKeyPattern(prm.Pattern)
+	why := ""
+	if bad != nil {
+		why = strings.TrimPrefix(bad.Msg, fmt.Sprintf("%q is not a valid RE2 regular expression: ", prm.Pattern))
+	}
+	re2, _ := policy.RE2Form(prm.Pattern)
+	p.keyPatterns = append(p.keyPatterns, KeyPattern{File: p.file, Line: prm.PatternPos.Line, Col: prm.PatternPos.Col,
+		Header: prm.Name, Pattern: prm.Pattern, Why: why, RE2: re2, Routes: []string{o.route()}, JSON: p.json})
+}
+
+// placeKeyPatterns says where each key pattern's fix goes: the document's root, unless another
+// operation, annotated or already idempotent, has a key header with another pattern (the root's
+// key.pattern would then hold for it too, and disagree with its parameter).
+func (p *planner) placeKeyPatterns() {
+	var rootState string
+	var rootLine int
+	for _, e := range p.root.entries {
+		if e.key != "x-idempotency" {
+			continue
+		}
+		rootState, rootLine = "mapping", e.keyLine
+		for _, ke := range e.value.entries {
+			if ke.key == "key" && ke.value.isMap() {
+				rootState, rootLine = "key", ke.keyLine
+			}
+		}
+	}
+	patterns := map[string]bool{}
+	for _, pat := range p.keyPatternOf {
+		patterns[pat] = true
+	}
+	for _, mo := range p.loaded.Model.Idempotent() {
+		if prm, ok := policy.FindParam(mo.Params, "header", mo.Policy.Key.Header); ok {
+			patterns[prm.Pattern] = true
+		}
+	}
+	var kept []KeyPattern
+	for _, k := range p.keyPatterns {
+		k.Routes = slices.DeleteFunc(k.Routes, func(r string) bool { return !slices.Contains(p.annotated, r) })
+		if len(k.Routes) > 0 {
+			kept = append(kept, k)
+		}
+	}
+	p.keyPatterns = kept
+	for i := range p.keyPatterns {
+		k := &p.keyPatterns[i]
+		k.Where, k.Root, k.RootLine = "root", rootState, rootLine
+		if len(patterns) > 1 || len(p.keyPatterns) > 1 {
+			k.Where = "operations"
+		}
+	}
 }
 
 // resolve follows local $refs ("#/components/…"); it returns nil for a $ref it cannot follow
@@ -937,7 +1129,7 @@ func (p *planner) keyParam() (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	name := p.freeName(t, KeyParamName)
+	name, _ := p.componentName("parameters", KeyParamName, func(*node) bool { return false })
 	header := p.dominantOr(p.def.Key.Header)
 	t.add(kv{key: name, v: mapping(
 		kv{key: "name", v: str(header)},
@@ -970,16 +1162,56 @@ func (p *planner) freeName(t target, base string) string {
 	return name
 }
 
+// componentSections are the components oapi-codegen makes a Go type of, each named after its
+// key: a name annotate adds must be free in all of them, or the generated types collide.
+var componentSections = []string{"schemas", "parameters", "responses", "requestBodies", "headers"}
+
+// componentName is the name under components.<section> for a component annotate adds: base, or
+// base2, base3… when base is another component's (of any section, or of this one but not
+// annotate's own, as ours tells). exists says a component of annotate's own is there already, to
+// be reused.
+func (p *planner) componentName(section, base string, ours func(*node) bool) (name string, exists bool) {
+	comps := p.root.get("components")
+	for i := 1; ; i++ {
+		name = base
+		if i > 1 {
+			name = base + strconv.Itoa(i)
+		}
+		if n := comps.get(section).get(name); n != nil {
+			if ours(n) {
+				return name, true
+			}
+			continue
+		}
+		if !slices.ContainsFunc(componentSections, func(sec string) bool { return comps.get(sec).get(name) != nil }) {
+			return name, false
+		}
+	}
+}
+
+// describedAs returns a test that a component is annotate's own: its description starts with
+// the one annotate writes.
+func describedAs(prefix string) func(*node) bool {
+	return func(n *node) bool { return strings.HasPrefix(n.str("description"), prefix) }
+}
+
 func pointerEscape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
+
+// The descriptions annotate writes start with these: a component that has one is annotate's own.
+const (
+	problemSchemaPrefix   = "A problem answer (RFC 9457) from the idempotency layer"
+	problemResponsePrefix = "The idempotency key is missing or malformed"
+	replayedPrefix        = "True when this response is the stored outcome"
+)
 
 // problemSchemaDescription documents every code the runtime answers with, from the runtime's
 // own table, so that a new code shows in the next annotated spec.
 func problemSchemaDescription() string {
 	// signature-invalid answers only webhook receivers, which annotate gives no problem responses.
 	codes := slices.DeleteFunc(idemhttp.ProblemCodes(), func(c string) bool { return c == idemhttp.CodeSignatureInvalid })
-	return "A problem answer (RFC 9457) from the idempotency layer. The code is one of " +
+	return problemSchemaPrefix + ". The code is one of " +
 		strings.Join(codes, ", ") + "."
 }
 
@@ -991,8 +1223,8 @@ func (p *planner) problemResponse() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	schemaName := ProblemSchemaName
-	if !schemas.has(schemaName) {
+	schemaName, exists := p.componentName("schemas", ProblemSchemaName, describedAs(problemSchemaPrefix))
+	if !exists {
 		str2 := func() *val { return mapping(kv{key: "type", v: str("string")}) }
 		schemas.add(kv{key: schemaName, v: mapping(
 			kv{key: "type", v: str("object")},
@@ -1022,10 +1254,10 @@ func (p *planner) problemResponse() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	respName := ProblemResponse
-	if !responses.has(respName) {
+	respName, exists := p.componentName("responses", ProblemResponse, describedAs(problemResponsePrefix))
+	if !exists {
 		responses.add(kv{key: respName, v: mapping(
-			kv{key: "description", v: str("The idempotency key is missing or malformed (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run).")},
+			kv{key: "description", v: str(problemResponsePrefix + " (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run).")},
 			kv{key: "content", v: mapping(
 				kv{key: "application/problem+json", v: mapping(
 					kv{key: "schema", v: ref("#/components/schemas/" + pointerEscape(schemaName))},
@@ -1034,6 +1266,84 @@ func (p *planner) problemResponse() (string, error) {
 		)})
 	}
 	p.problemRef = "#/components/responses/" + pointerEscape(respName)
+	return p.problemRef, nil
+}
+
+// apiError is the error body the spec's own error responses share: a media type and a $ref to
+// a schema.
+type apiError struct{ mediaType, schemaRef string }
+
+// ownError finds the API's own error body: the media type and schema $ref that the most error
+// responses (4xx, 5xx, default) of the document's operations declare, when at least one does and
+// none other is as common; ok is false otherwise.
+func (p *planner) ownError() (apiError, bool) {
+	all, _ := p.operations()
+	count := map[apiError]int{}
+	var order []apiError
+	for _, o := range all {
+		responses := o.node.get("responses")
+		if !responses.isMap() {
+			continue
+		}
+		for _, e := range responses.entries {
+			if !(strings.HasPrefix(e.key, "4") || strings.HasPrefix(e.key, "5") || e.key == "default") {
+				continue
+			}
+			r := p.resolve(e.value)
+			content := r.get("content")
+			if !content.isMap() || len(content.entries) != 1 {
+				continue
+			}
+			mt := content.entries[0]
+			ref := mt.value.get("schema").get("$ref")
+			if ref == nil || ref.kind != kindScalar || ref.value == "" || strings.Contains(mt.key, "problem+json") {
+				continue
+			}
+			ae := apiError{mt.key, ref.value}
+			if count[ae] == 0 {
+				order = append(order, ae)
+			}
+			count[ae]++
+		}
+	}
+	var best apiError
+	tie := false
+	for _, ae := range order {
+		switch {
+		case count[ae] > count[best]:
+			best, tie = ae, false
+		case count[ae] == count[best]:
+			tie = true
+		}
+	}
+	return best, count[best] > 0 && !tie
+}
+
+// ownErrorResponse returns the $ref of a components.responses entry for the refusals in the
+// API's own error body (see ownError), adding it the first time; "" when the spec has no error
+// body of its own to document them with.
+func (p *planner) ownErrorResponse() (string, error) {
+	if p.problemRef != "" {
+		return p.problemRef, nil
+	}
+	ae, ok := p.ownError()
+	if !ok {
+		return "", nil
+	}
+	responses, err := p.components("responses")
+	if err != nil {
+		return "", err
+	}
+	name, exists := p.componentName("responses", ProblemResponse, describedAs(problemResponsePrefix))
+	if !exists {
+		responses.add(kv{key: name, v: mapping(
+			kv{key: "description", v: str(problemResponsePrefix + " (400), a request with the same key is still in progress (409, retry after the Retry-After header), the key was already used for a different request, or the idempotency store is unavailable (503, retry after the Retry-After header; the operation did not run). The server answers these in the API's own error format.")},
+			kv{key: "content", v: mapping(
+				kv{key: ae.mediaType, v: mapping(kv{key: "schema", v: ref(ae.schemaRef)})},
+			)},
+		)})
+	}
+	p.problemRef = "#/components/responses/" + pointerEscape(name)
 	return p.problemRef, nil
 }
 
@@ -1106,8 +1416,20 @@ func (p *planner) addProblems(o op, opT target) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	refName, err := p.problemResponse()
-	if err != nil {
+	var refName string
+	var err error
+	if p.def.Renderer == policy.RendererCustom {
+		// The server answers refusals in the API's own error format: documented with the API's
+		// error schema, or not at all (lint's refusals-undocumented then says so), never with
+		// an RFC 9457 problem the server does not send.
+		if refName, err = p.ownErrorResponse(); err != nil {
+			return err
+		}
+		if refName == "" {
+			p.undeclared = append(p.undeclared, o.route())
+			return nil
+		}
+	} else if refName, err = p.problemResponse(); err != nil {
 		return err
 	}
 	resp := opT.child("responses")
@@ -1160,12 +1482,13 @@ func (p *planner) replayedHeader() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !headers.has(ReplayedHeaderName) {
-		headers.add(kv{key: ReplayedHeaderName, v: mapping(
-			kv{key: "description", v: str("True when this response is the stored outcome of an earlier request with the same idempotency key, replayed without running the operation again.")},
+	name, exists := p.componentName("headers", ReplayedHeaderName, describedAs(replayedPrefix))
+	if !exists {
+		headers.add(kv{key: name, v: mapping(
+			kv{key: "description", v: str(replayedPrefix + " of an earlier request with the same idempotency key, replayed without running the operation again.")},
 			kv{key: "schema", v: mapping(kv{key: "type", v: str("boolean")})},
 		)})
 	}
-	p.replayedRef = "#/components/headers/" + ReplayedHeaderName
+	p.replayedRef = "#/components/headers/" + pointerEscape(name)
 	return p.replayedRef, nil
 }

@@ -50,6 +50,10 @@ var cases = []annotateCase{
 	{name: "edges", file: "specs/edges.yaml"},
 	{name: "edges-flags", file: "specs/edges.yaml", opts: Options{MismatchStatus: 409, Scope: []string{"tenant"}, Lease: "1m"}},
 	{name: "empty-components", file: "specs/empty-components.yaml"},
+	{name: "names-taken", file: "specs/names-taken.yaml"},
+	{name: "one-operation", file: "specs/one-operation.yaml"},
+	{name: "renderer-custom", file: "specs/renderer-custom.yaml"},
+	{name: "renderer-custom-bare", file: "specs/renderer-custom-bare.yaml"},
 	{name: "webhooks", file: "specs/webhooks.yaml"},
 
 	{name: "comments-policy", file: "specs/comments.yaml", opts: Options{
@@ -93,6 +97,9 @@ func TestAnnotate(t *testing.T) {
 			}
 			for _, c := range res.Scopes {
 				stderr.WriteString(c.String() + "\n")
+			}
+			if u := UndeclaredSummary(tc.file, res.RefusalsUndeclared); u != "" {
+				stderr.WriteString(u + "\n")
 			}
 			golden(t, tc.name+".diff", diff)
 			golden(t, tc.name+".stderr", stderr.String())

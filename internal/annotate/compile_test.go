@@ -1,9 +1,11 @@
 package annotate
 
 import (
+	"github.com/oapi-codegen/oapi-codegen/v2/pkg/codegen"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +19,26 @@ import (
 // idemgen generate: it must report no errors (warnings, such as a POST left alone, are fine).
 func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 	t.Helper()
+	return checkLintBut(t, file, out, nil)
+}
+
+// checkLintBut is checkLint, except for the key-pattern-invalid errors of the operations annotate
+// reported with a key pattern that is not RE2 (res.KeyPatterns): those stay until the user writes
+// the line the report gives.
+func checkLintBut(t *testing.T, file string, out []byte, res *Result) *spec.Spec {
+	t.Helper()
 	s, err := spec.LoadData(file, out, nil)
 	if err != nil {
 		t.Fatalf("spec.LoadData on the result: %v", err)
 	}
+	reported := func(d spec.Diagnostic) bool {
+		if res == nil || d.Rule != policy.RuleKeyPatternInvalid {
+			return false
+		}
+		return slices.ContainsFunc(res.KeyPatterns, func(k KeyPattern) bool { return slices.Contains(k.Routes, d.Operation) })
+	}
 	for _, d := range s.Diagnostics {
-		if d.Severity == policy.SeverityError {
+		if d.Severity == policy.SeverityError && !reported(d) {
 			t.Errorf("lint error in the result: %s", d)
 		}
 	}
@@ -31,16 +47,23 @@ func checkLint(t *testing.T, file string, out []byte) *spec.Spec {
 
 // compiles lists the corpus documents whose oapi-codegen output compiles without idemgen (see the
 // corpus README): annotating them must not break that.
-var compiles = []struct{ pkg, file string }{
-	{"petstore", "corpus/oai-examples/petstore.yaml"},
-	{"petstoreexpanded", "corpus/oai-examples/petstore-expanded.yaml"},
-	{"uspto", "corpus/oai-examples/uspto.yaml"},
-	{"link", "corpus/oai-examples/link-example.yaml"},
-	{"callback", "corpus/oai-examples/callback-example.yaml"},
-	{"webhook", "corpus/oai-examples/webhook-example-3.1.json"},
-	{"adyen", "corpus/adyen/CheckoutService-v71.json"},
-	{"resend", "corpus/resend/resend.yaml"},
-	{"twilio", "corpus/twilio/twilio_messaging_v1.yaml"},
+var compiles = []struct {
+	pkg, file string
+	// resolve generates with oapi-codegen's resolve-type-name-collisions, the option idemgen's
+	// collision hint suggests: the names annotate adds must build with it too.
+	resolve bool
+}{
+	{"petstore", "corpus/oai-examples/petstore.yaml", false},
+	{"petstoreexpanded", "corpus/oai-examples/petstore-expanded.yaml", false},
+	{"uspto", "corpus/oai-examples/uspto.yaml", false},
+	{"link", "corpus/oai-examples/link-example.yaml", false},
+	{"callback", "corpus/oai-examples/callback-example.yaml", false},
+	{"webhook", "corpus/oai-examples/webhook-example-3.1.json", false},
+	{"adyen", "corpus/adyen/CheckoutService-v71.json", false},
+	{"resend", "corpus/resend/resend.yaml", false},
+	{"twilio", "corpus/twilio/twilio_messaging_v1.yaml", false},
+	{"oneoperation", "specs/one-operation.yaml", true},
+	{"namestaken", "specs/names-taken.yaml", true},
 }
 
 // TestAnnotatedCorpusCompiles annotates each document of compiles, generates the idempotent
@@ -80,7 +103,12 @@ func TestAnnotatedCorpusCompiles(t *testing.T) {
 			t.Fatalf("%s: %v", c.file, err)
 		}
 		s := checkLint(t, c.file, res.Output)
-		files, err := generator.Generate(generator.Input{File: c.file, Raw: res.Output, Model: s.Model}, generator.Options{Package: c.pkg})
+		opts := generator.Options{Package: c.pkg}
+		if c.resolve {
+			opts.OapiCodegen = &codegen.Configuration{}
+			opts.OapiCodegen.OutputOptions.ResolveTypeNameCollisions = true
+		}
+		files, err := generator.Generate(generator.Input{File: c.file, Raw: res.Output, Model: s.Model}, opts)
 		if err != nil {
 			t.Errorf("%s: generate from the annotated document: %v", c.file, err)
 			continue

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,7 +64,7 @@ func TestInvariants(t *testing.T) {
 				d, _ := UnifiedDiff(file, res.Output, again.Output)
 				t.Errorf("%s, options %d: second run changed the document:\n%s", file, i, d)
 			}
-			checkLint(t, file, res.Output)
+			checkLintBut(t, file, res.Output, res)
 		}
 	}
 }
@@ -113,7 +114,7 @@ func FuzzAnnotate(f *testing.F) {
 			d, _ := UnifiedDiff("fuzz.yaml", res.Output, again.Output)
 			t.Fatalf("second run changed the output:\n%s", d)
 		}
-		checkNoNewLintErrors(t, in, res.Output)
+		checkNoNewLintErrors(t, in, res.Output, res)
 	})
 }
 
@@ -138,7 +139,7 @@ func checkOnlyInsertions(t *testing.T, in, out []byte) {
 // checkNoNewLintErrors loads both documents with internal/spec: the output must load, and each
 // of its errors must be one the input already had (same rule, same operation). Fuzzed input can
 // carry a broken x-idempotency of its own, which annotate leaves alone and cannot be blamed for.
-func checkNoNewLintErrors(t *testing.T, in, out []byte) {
+func checkNoNewLintErrors(t *testing.T, in, out []byte, res *Result) {
 	t.Helper()
 	dir := t.TempDir() // relative $refs in fuzzed input find nothing to read
 	after, err := spec.LoadData(filepath.Join(dir, "fuzz.yaml"), out, nil)
@@ -152,7 +153,10 @@ func checkNoNewLintErrors(t *testing.T, in, out []byte) {
 		}
 	}
 	for _, d := range after.Errors() {
-		if !had[d.Rule+" "+d.Operation] {
+		// A key pattern that is not RE2 is reported by annotate, the error left for the user.
+		reported := d.Rule == policy.RuleKeyPatternInvalid &&
+			slices.ContainsFunc(res.KeyPatterns, func(k KeyPattern) bool { return slices.Contains(k.Routes, d.Operation) })
+		if !had[d.Rule+" "+d.Operation] && !reported {
 			t.Errorf("lint error the annotation introduced: %s", d)
 		}
 	}

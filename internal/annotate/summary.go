@@ -77,3 +77,13 @@ func UnprintedSummary(unprinted []Unprinted) []string {
 	}
 	return out
 }
+
+// UndeclaredSummary is the line about the operations whose refusals annotate left undeclared
+// (renderer: custom, and no error body of the spec's own), or "".
+func UndeclaredSummary(file string, routes []string) string {
+	if len(routes) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: renderer: custom, and the spec declares no error body of its own (a media type and schema its error responses share): no refusal responses added to %d operation(s) (%s), since the server does not answer them with RFC 9457 problems; declare them with the API's error schema (lint: refusals-undocumented)",
+		file, len(routes), routesPhrase(routes))
+}

@@ -42,8 +42,18 @@ JSON stays JSON. An operation that already has x-idempotency (true, false or a m
 it is, so running annotate again changes nothing. An operation that cannot be made idempotent
 (a multipart or binary body cannot be fingerprinted) is left alone, with one line on stderr.
 
+With renderer: custom in the document's x-idempotency defaults, the refusal responses take the
+spec's own error body (the media type and schema its error responses share), never an RFC 9457
+problem; when it has none, none are added and lint's refusals-undocumented says so.
+
+A key header whose pattern is not RE2 (a look-ahead, say) does not stop annotate: the operations
+are annotated, and one line says what to write at the document's root, with the RE2 form when
+annotate can derive it; generate refuses them until it is written.
+
 The result goes to stdout; -w writes the file in place, --diff prints a unified diff instead.
-SPEC "-" reads standard input.`,
+SPEC "-" reads standard input. The exit status is 1 when an operation was left out or a key
+pattern is still to be written in RE2 (the result is written or printed all the same), 2 for
+bad options or a document that cannot be read.`,
 		Example: `  idemgen annotate openapi.yaml --diff
   idemgen annotate openapi.yaml -w --methods post,patch,put --exclude uploadFile
   idemgen annotate openapi.json --operations createPayment --ttl 48h --storage reference`,
@@ -83,6 +93,11 @@ SPEC "-" reads standard input.`,
 			for _, sk := range res.Skipped {
 				fmt.Fprintln(s.err, "idemgen: annotate:", sk)
 			}
+			// A key pattern that is not RE2 is said once, with the line that resolves it, however
+			// many operations share the key header.
+			for _, k := range res.KeyPatterns {
+				fmt.Fprintln(s.err, "idemgen: annotate:", k)
+			}
 			// The scope decides whether the server needs Config.Tenant, so a scope annotate chose
 			// is said, with the reason and the flag that overrides it.
 			for _, c := range res.Scopes {
@@ -94,6 +109,9 @@ SPEC "-" reads standard input.`,
 			for _, k := range annotate.KeptSummary(res.Kept) {
 				fmt.Fprintln(s.err, "idemgen: annotate:", k)
 			}
+			if u := annotate.UndeclaredSummary(name, res.RefusalsUndeclared); u != "" {
+				fmt.Fprintln(s.err, "idemgen: annotate:", u)
+			}
 			// The headers the fingerprint leaves out are said, so that a reviewer who wants one
 			// fingerprinted knows to include it.
 			for _, u := range annotate.UnprintedSummary(res.Unprinted) {
@@ -104,20 +122,33 @@ SPEC "-" reads standard input.`,
 					return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
 				}
 			}
+			// An operation left out, or a key pattern to write in RE2, is work left for the user
+			// before generate accepts the document: the exit status says so, as lint's does.
+			done := func() error {
+				if res.Incomplete() {
+					return fail(ExitFindings, nil)
+				}
+				return nil
+			}
 			if write {
 				if res.Changed() {
 					if err := writeFileAtomic(file, res.Output); err != nil {
 						return fail(ExitUsage, fmt.Errorf("annotate: %w", err))
 					}
 				}
-				fmt.Fprintf(s.err, "idemgen: annotate: %s: %d operation(s) annotated\n", file, len(res.Annotated))
-				return nil
+				left := ""
+				if n := len(res.Skipped); n > 0 {
+					left = fmt.Sprintf(", %d left out", n)
+				}
+				fmt.Fprintf(s.err, "idemgen: annotate: %s: %d operation(s) annotated%s\n", file, len(res.Annotated), left)
+				return done()
 			}
 			if !showDiff {
-				_, err := s.out.Write(res.Output)
-				return err
+				if _, err := s.out.Write(res.Output); err != nil {
+					return err
+				}
 			}
-			return nil
+			return done()
 		},
 	}
 	f := cmd.Flags()
@@ -155,15 +186,14 @@ func readSpec(s *streams, file string) ([]byte, error) {
 		}
 		return data, nil
 	}
-	if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() && limit >= 0 && fi.Size() > limit {
-		return nil, spec.SizeError(file, fi.Size(), limit)
+	// The bounds generate and lint read a spec within (spec.Load): a regular file, within the
+	// size limit.
+	data, err := spec.ReadFile(file, limit)
+	if re := (*spec.ReadError)(nil); errors.As(err, &re) {
+		// The same words as generate and lint: the file, then what went wrong.
+		return nil, fmt.Errorf("%s: cannot read the spec: %w", file, re.Err)
 	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		// The same words as generate and lint (spec.Load): the file, then what went wrong.
-		return nil, fmt.Errorf("%s: cannot read the spec: %w", file, pathCause(err))
-	}
-	return data, nil
+	return data, err
 }
 
 // pathCause drops the operation and path that *fs.PathError repeats ("open openapi.yaml: no

@@ -100,13 +100,14 @@ func TestAnnotateStdout(t *testing.T) {
 	}
 }
 
-// An operation annotate cannot annotate is named on stderr, file:line:col first, with why.
+// An operation annotate cannot annotate is named on stderr, file:line:col first, with why, and
+// the exit status is 1: the document is not yet what the user asked for.
 func TestAnnotateNamesWhatItSkips(t *testing.T) {
 	t.Parallel()
 	path := writeSpec(t, 0o644)
 	r := runCLI(t, "", "annotate", "--scope", "tenant,operation,path:id", path)
-	if r.code != ExitOK {
-		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	if r.code != ExitFindings || r.stdout != annotateSpec {
+		t.Fatalf("exit %d, stderr %s: want exit 1 and the document, unchanged, on stdout", r.code, r.stderr)
 	}
 	dir := path[:len(path)-len("openapi.yaml")]
 	want := "idemgen: annotate: " + dir + strings.ReplaceAll(skipLines, "\nopenapi.yaml", "\nidemgen: annotate: "+dir+"openapi.yaml")
@@ -236,9 +237,9 @@ func TestAnnotateOperationsAndStdin(t *testing.T) {
 	}
 	want := "      responses:\n        '204':\n          description: replaced\n" +
 		"          headers:\n            Idempotent-Replayed:\n              $ref: '#/components/headers/IdempotentReplayed'\n" +
-		"        '400':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
-		"        '409':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
-		"        '503':\n          $ref: '#/components/responses/IdempotencyProblem'\n" +
+		"        '400':\n          $ref: '#/components/responses/IdempotencyRefusal'\n" +
+		"        '409':\n          $ref: '#/components/responses/IdempotencyRefusal'\n" +
+		"        '503':\n          $ref: '#/components/responses/IdempotencyRefusal'\n" +
 		"      parameters:\n        - $ref: '#/components/parameters/IdempotencyKey'\n" +
 		"      x-idempotency:\n        storage: marker\n        scope: [operation]\n        mismatchStatus: 409\n  /files:"
 	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "x-idempotency") != 1 {
@@ -442,5 +443,41 @@ components:
 	l := runCLI(t, "", "lint", out)
 	if got := strings.Count(l.stdout, "[error-response-not-problem]"); got != 2 {
 		t.Errorf("lint of the annotated spec: %d error-response-not-problem warnings, want 2:\n%s", got, l.stdout)
+	}
+}
+
+// TestAnnotateKeyPatternNotRE2: on a key header whose pattern is not RE2, annotate -w annotates
+// the operations all the same, says once (not once per operation) what to write and where, and
+// exits 1; generate refuses the result with the pattern's place until that line is written,
+// then generates.
+func TestAnnotateKeyPatternNotRE2(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "openapi.yaml")
+	in, err := os.ReadFile("../annotate/testdata/specs/key-pattern.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, in, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "", "annotate", "-w", path)
+	want := "idemgen: annotate: " + path + ":54:18: the key header x-idempotency-key's pattern '^(?!\\s)(.*)(\\S)$' is not RE2"
+	fix := "add at the document's root: x-idempotency: {key: {pattern: '^\\S(.*\\S)?$'}}, the same keys written in RE2\n"
+	if r.code != ExitFindings || strings.Count(r.stderr, "is not RE2") != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, fix) ||
+		!strings.HasSuffix(r.stderr, path+": 3 operation(s) annotated, 1 left out\n") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1, one line %q … %q, and 3 annotated, 1 left out", r.code, r.stderr, want, fix)
+	}
+	out := filepath.Join(dir, "api")
+	r = runCLI(t, "", "generate", "--package", "api", "--output", out, path)
+	if r.code == ExitOK || !strings.Contains(r.stderr, path+":88:18: POST /domestic-payment-consents: the key header x-idempotency-key's schema pattern") {
+		t.Fatalf("generate before the fix: exit %d, stderr:\n%s\nwant a refusal at the pattern", r.code, r.stderr)
+	}
+	annotated, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append([]byte("x-idempotency: {key: {pattern: '^\\S(.*\\S)?$'}}\n"), annotated...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r = runCLI(t, "", "generate", "--package", "api", "--output", out, path); r.code != ExitOK {
+		t.Fatalf("generate with the line annotate asked for: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 }

@@ -117,7 +117,10 @@ func runGenerate(cmd *cobra.Command, s *streams, f *generateFlags, args []string
 	if cs, err := collisions(files); err != nil {
 		return fail(ExitUsage, fmt.Errorf("%s: %w", opts.Spec, err))
 	} else if len(cs) > 0 {
-		return fail(ExitUsage, collisionError(opts.Spec, cs))
+		return fail(ExitUsage, collisionError(opts, loaded.Raw, cs))
+	}
+	if us := undefined(files); len(us) > 0 {
+		return fail(ExitUsage, undefinedError(opts, loaded.Raw, us))
 	}
 
 	dst := generator.DirFS(opts.Output)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -351,6 +352,59 @@ func TestGenerateCheck(t *testing.T) {
 	}
 	if d := cmp.Diff(before, goldenGenFiles(t, "api")); d != "" {
 		t.Errorf("--check changed files on disk:\n%s", d)
+	}
+}
+
+// TestGenerateCheckSummarisesTheEmbeddedSpec: with the spec embedded (validate-request-body),
+// --check after a spec change still fails, and its diff shows the embedded spec's dozens of base64
+// lines as the one line of their count and hash, after the changes a reader can review. A change
+// of the embedded spec alone fails too, with that one line.
+func TestGenerateCheckSummarisesTheEmbeddedSpec(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("openapi.yaml", []byte(checkSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"generate", "--validate-request-body", "--package", "api", "--output", "api", "openapi.yaml"}
+	if code, _, stderr := runMain("", args...); code != ExitOK {
+		t.Fatalf("generate: exit %d\n%s", code, stderr)
+	}
+	check := func(spec string) string {
+		t.Helper()
+		if err := os.WriteFile("openapi.yaml", []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runMain("", append(args, "--check")...)
+		if code != ExitFindings {
+			t.Fatalf("--check after the spec changed: exit %d, want 1\nstderr:\n%s", code, stderr)
+		}
+		return stdout
+	}
+	diff := check(strings.Replace(checkSpec, "x-idempotency: true", "x-idempotency:\n        ttl: 1h", 1))
+	embedded := regexp.MustCompile(`(?m)^[-+]\t// the embedded spec: \d+ lines of base64, sha256 [0-9a-f]{16} \(its lines are left out of this diff\)$`)
+	if n := len(embedded.FindAllString(diff, -1)); n != 2 || !strings.Contains(diff, "+\tTTL:            time.Hour,") {
+		t.Errorf("diff: %d summary lines of the embedded spec, want one removed and one added, and the TTL change:\n%s", n, diff)
+	}
+	if loc := embedded.FindStringIndex(diff); loc == nil || strings.Index(diff, "+\tTTL:") > loc[0] {
+		t.Errorf("the file whose only change is its embedded spec comes before the TTL change:\n%s", diff)
+	}
+	for _, l := range strings.Split(diff, "\n") {
+		if len(l) > 70 && strings.Trim(l[1:], "\t\",ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") == "" {
+			t.Errorf("the diff shows a base64 line of the embedded spec: %q", l)
+			break
+		}
+	}
+	// Regenerated as the first change says, then only a description changes: only the
+	// embedded spec differs, and --check still fails on it, with the one line.
+	ttl := strings.Replace(checkSpec, "x-idempotency: true", "x-idempotency:\n        ttl: 1h", 1)
+	if err := os.WriteFile("openapi.yaml", []byte(ttl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runMain("", args...); code != ExitOK {
+		t.Fatalf("generate: exit %d\n%s", code, stderr)
+	}
+	diff = check(strings.Replace(ttl, "description: created", "description: the payment, created", 1))
+	if n := len(embedded.FindAllString(diff, -1)); n != 2 {
+		t.Errorf("diff of a spec whose embedded copy alone changed: %d summary lines, want 2:\n%s", n, diff)
 	}
 }
 

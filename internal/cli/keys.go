@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"os"
 	"os/user"
@@ -70,6 +71,10 @@ func (f *keysFlags) historyError(err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fail(ExitUsage, fmt.Errorf("keys: there is no history table beside %s.%s (%s): run idemgen migrate, whose version 6 adds it",
 			f.schema, f.table, idem.HistoryTableName(f.table)))
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" {
+		return fail(ExitUsage, fmt.Errorf("keys: the history table beside %s.%s lacks a column this idemgen reads (%s): run idemgen migrate, whose version 7 adds it",
+			f.schema, f.table, quote(pgErr.Message)))
 	}
 	return fail(ExitUsage, fmt.Errorf("keys: read the history of keys in %s.%s: %v", f.schema, f.table, err))
 }
@@ -608,6 +613,9 @@ func eventDetails(ev *idem.HistoryEvent, op string) string {
 	if ev.Operation != "" && ev.Operation != op {
 		parts = append(parts, "operation "+bare(ev.Operation))
 	}
+	if ev.Resolution != 0 {
+		parts = append(parts, "as "+ev.Resolution.String())
+	}
 	if ev.Detail != "" {
 		parts = append(parts, quote(ev.Detail))
 	}
@@ -636,16 +644,18 @@ func eventDetails(ev *idem.HistoryEvent, op string) string {
 // jsonEvent is one history event as keys show --json prints it; fields an event does not carry
 // are null.
 type jsonEvent struct {
-	At          time.Time `json:"at"`
-	Kind        string    `json:"kind"`
-	Operation   string    `json:"operation"`
-	Attempt     *int      `json:"attempt"`
-	Status      *int      `json:"status"`
-	Detail      *string   `json:"detail"`
-	Actor       *string   `json:"actor"`
-	Replays     *int      `json:"replays"`
-	Provider    *string   `json:"provider"`
-	ProviderKey *string   `json:"provider_key"`
+	At        time.Time `json:"at"`
+	Kind      string    `json:"kind"`
+	Operation string    `json:"operation"`
+	Attempt   *int      `json:"attempt"`
+	Status    *int      `json:"status"`
+	Detail    *string   `json:"detail"`
+	// Resolution is how a resolved key was settled: completed or failed.
+	Resolution  *string `json:"resolution"`
+	Actor       *string `json:"actor"`
+	Replays     *int    `json:"replays"`
+	Provider    *string `json:"provider"`
+	ProviderKey *string `json:"provider_key"`
 	// Amount is in minor units.
 	Amount   *int64  `json:"amount"`
 	Currency *string `json:"currency"`
@@ -655,11 +665,18 @@ func jsonHistory(events []idem.HistoryEvent) []jsonEvent {
 	out := make([]jsonEvent, 0, len(events))
 	for _, ev := range events {
 		out = append(out, jsonEvent{At: ev.At.UTC(), Kind: string(ev.Kind), Operation: ev.Operation,
-			Attempt: nonZero(ev.Attempt), Status: nonZero(ev.Status), Detail: nonZero(ev.Detail), Actor: nonZero(ev.Actor),
+			Attempt: nonZero(ev.Attempt), Status: nonZero(ev.Status), Detail: nonZero(ev.Detail), Resolution: resolutionOf(ev), Actor: nonZero(ev.Actor),
 			Replays: nonZero(ev.Replays), Provider: nonZero(ev.Provider), ProviderKey: nonZero(ev.ProviderKey),
 			Amount: nonZero(ev.Amount), Currency: nonZero(ev.Currency)})
 	}
 	return out
+}
+
+func resolutionOf(ev idem.HistoryEvent) *string {
+	if ev.Resolution == 0 {
+		return nil
+	}
+	return nonZero(ev.Resolution.String())
 }
 
 // nonZero is a pointer to v, nil when v is its type's zero value (a null in JSON).
@@ -690,7 +707,8 @@ func newKeysResolveCmd(s *streams) *cobra.Command {
 		Long: "An uncertain key is one whose attempt was lost after it called its provider: the provider may have\n" +
 			"acted, so the runtime refuses to run it again. Look the call up in the provider's records, then:\n" +
 			"  --as completed  the provider acted: the key becomes complete with the outcome given (--status and\n" +
-			"                  --body-file, --reference or --no-body), which every retry then replays;\n" +
+			"                  --body-file, --reference or --no-body), which every retry then replays as final:\n" +
+			"                  a status of 200 to 499, a body unless it is 204 or 304, a valid --content-type;\n" +
 			"  --as failed     the provider has no record of it: the key is given back, the next retry runs anew.\n" +
 			"--evidence (why: a ticket, the provider's record) and the actor (--actor, default the OS user) go to\n" +
 			"the key's history. When --key or --key-hash names keys of several tenants or operations, narrow it\n" +
@@ -845,6 +863,10 @@ func (r *resolveFlags) params(cmd *cobra.Command, s *streams) (*idem.ResolvePara
 	if r.status < 100 || r.status > 599 {
 		return nil, nil, fmt.Errorf("--status %d is not an HTTP status", r.status)
 	}
+	if r.status < idem.MinResolvedStatus || r.status > idem.MaxResolvedStatus {
+		return nil, nil, fmt.Errorf("--status %d: every retry would be given it as final; a resolved key answers %d to %d (a 5xx is never stored)",
+			r.status, idem.MinResolvedStatus, idem.MaxResolvedStatus)
+	}
 	n := 0
 	for _, name := range []string{"body-file", "reference", "no-body"} {
 		if changed(name) {
@@ -856,6 +878,15 @@ func (r *resolveFlags) params(cmd *cobra.Command, s *streams) (*idem.ResolvePara
 	}
 	if changed("content-type") && !changed("body-file") {
 		return nil, nil, errors.New("--content-type goes with --body-file")
+	}
+	if r.noBody && !answersWithoutBody(r.status) {
+		return nil, nil, fmt.Errorf("--no-body with --status %d: a %d answers with a body, which every retry would get empty; give --body-file "+
+			"with the body the operation answers (or --reference, for an operation that stores a reference). --no-body is for 204 and 304", r.status, r.status)
+	}
+	if changed("content-type") {
+		if err := checkContentType(r.contentType); err != nil {
+			return nil, nil, fmt.Errorf("--content-type %s: %v", quote(r.contentType), err)
+		}
 	}
 	o := &idem.Outcome{Status: r.status, Reference: r.ref}
 	if changed("reference") && strings.TrimSpace(r.ref) == "" {
@@ -876,6 +907,25 @@ func (r *resolveFlags) params(cmd *cobra.Command, s *streams) (*idem.ResolvePara
 	}
 	p.Outcome = o
 	return p, lookup, nil
+}
+
+// answersWithoutBody reports the statuses whose answer has no body: a key resolved as
+// completed with another status and no body would replay an empty body to every retry.
+func answersWithoutBody(status int) bool {
+	return status == http.StatusNoContent || status == http.StatusNotModified
+}
+
+// checkContentType reports a Content-Type that is not a media type (type/subtype and
+// parameters) or that holds a control character (CR LF would split the replayed response).
+func checkContentType(v string) error {
+	if err := idem.CheckHeader(http.Header{"Content-Type": {v}}); err != nil {
+		return errors.New("it holds a control character")
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	if typ, sub, ok := strings.Cut(mt, "/"); err != nil || !ok || typ == "" || sub == "" {
+		return errors.New("not a media type (application/json, say)")
+	}
+	return nil
 }
 
 // maxResolveBody caps --body-file: a stored body is a response, not a payload.

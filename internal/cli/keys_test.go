@@ -563,9 +563,11 @@ func TestKeysListAndStatsUncertain(t *testing.T) {
 }
 
 // resolvedEvent is the resolved row of key's history.
+// resolvedEvent is the resolved history row of key: its status, actor, and the resolution and
+// the evidence (detail) as "resolution: detail".
 func (e *keysEnv) resolvedEvent(key string) (status int, actor, detail string) {
 	e.t.Helper()
-	if err := e.s.Pool.QueryRow(context.Background(), `SELECT coalesce(status, 0), actor, detail FROM `+e.events()+`
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT coalesce(status, 0), actor, resolution || ': ' || detail FROM `+e.events()+`
 		WHERE key = $1 AND kind = 'resolved'`, key).Scan(&status, &actor, &detail); err != nil {
 		e.t.Fatalf("the resolved history row of %s: %v", key, err)
 	}
@@ -656,6 +658,14 @@ func TestKeysResolveRefusesAmbiguousAndSettledKeys(t *testing.T) {
 	if err := e.s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.store.Table()+` WHERE key = 'dup' AND state = 'uncertain'`).Scan(&n); err != nil || n != 3 {
 		t.Errorf("after the refusal: %d uncertain, %v; want all 3 untouched", n, err)
 	}
+	// Exactly two: still ambiguous, and neither is settled.
+	code, out, stderr = e.run("keys", "resolve", "--key", "dup", "--operation", "createPayment", "--as", "failed", "--evidence", "x", "--actor", "a")
+	if code != ExitUsage || out != "" || !strings.Contains(stderr, `names 2 keys; narrow it with --tenant and --operation`) {
+		t.Errorf("two matching keys: exit %d, stdout %q, stderr %q; want exit 2, refused as ambiguous", code, out, stderr)
+	}
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.store.Table()+` WHERE key = 'dup' AND state = 'uncertain'`).Scan(&n); err != nil || n != 3 {
+		t.Errorf("after refusing two matching keys: %d uncertain, %v; want all 3 untouched", n, err)
+	}
 	code, _, stderr = e.run("keys", "resolve", "--key", "dup", "--tenant", "acme", "--operation", "refundPayment", "--as", "failed", "--evidence", "x", "--actor", "a")
 	if code != ExitOK {
 		t.Errorf("narrowed: exit %d, stderr %q", code, stderr)
@@ -689,8 +699,16 @@ func TestKeysResolveUsage(t *testing.T) {
 		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "200", "--no-body", "--reference", "r"}, "give one of --body-file"},
 		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "200", "--reference", "r", "--content-type", "a/b"}, "--content-type goes with --body-file"},
 		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "200", "--body-file", "/nonexistent/idemgen-body"}, "--body-file: "},
-		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "200", "--no-body", "--ttl", "soon"}, `--ttl "soon"`},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "204", "--no-body", "--ttl", "soon"}, `--ttl "soon"`},
 		{[]string{"--key", "k", "--as", "failed", "--evidence", "x", "--status", "200"}, "--status is for --as completed"},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "500", "--body-file", "/dev/null"}, "--status 500: every retry would be given it as final"},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "503", "--no-body"}, "--status 503: every retry"},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "101", "--no-body"}, "--status 101: every retry"},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "201", "--no-body"}, "--no-body with --status 201: a 201 answers with a body"},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "201", "--body-file", "/dev/null", "--content-type", "application/json\r\nSet-Cookie: a=b"},
+			"holds a control character"},
+		{[]string{"--key", "k", "--as", "completed", "--evidence", "x", "--status", "201", "--body-file", "/dev/null", "--content-type", "json!!"},
+			"not a media type"},
 	} {
 		code, out, stderr := runMain("", append([]string{"keys", "resolve"}, c.args...)...)
 		if code != ExitUsage || out != "" || !strings.HasPrefix(stderr, "idemgen: keys resolve: ") || !strings.Contains(stderr, c.want) {
@@ -723,7 +741,7 @@ func TestKeysResolveConcurrently(t *testing.T) {
 	e := newKeysEnv(t)
 	e.makeUncertain("acme", "pay-9", "createPayment")
 	args := [][]string{
-		{"keys", "resolve", "--tenant", "acme", "--key", "pay-9", "--as", "completed", "--status", "201", "--no-body", "--evidence", "a", "--actor", "alice"},
+		{"keys", "resolve", "--tenant", "acme", "--key", "pay-9", "--as", "completed", "--status", "204", "--no-body", "--evidence", "a", "--actor", "alice"},
 		{"keys", "resolve", "--tenant", "acme", "--key", "pay-9", "--as", "failed", "--evidence", "b", "--actor", "bob"},
 	}
 	codes := make([]int, len(args))

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -47,9 +48,13 @@ func newReconcileCmd(s *streams) *cobra.Command {
 		Long: "Read the provider's records (CSV with a header row, or JSON lines) and the key history of the\n" +
 			"window [--from, --to) (default: yesterday, UTC), match them by the derived provider key, and\n" +
 			"report each discrepancy per tenant and day. --resolve settles the uncertain keys the provider has no\n" +
-			"record of as failed (their next retry runs anew); the uncertain keys it charged are listed with the\n" +
-			"command that settles them as completed, since that needs the application's answer.\n" +
-			"Exit 0 when clean, 1 when there is a discrepancy, 2 on bad usage or unreadable input.\n" +
+			"record of as failed (their next retry runs anew), but only where the records cover the call: records of\n" +
+			"that provider, in time order, dated on both sides of it (the later one at least --grace after it). An\n" +
+			"empty or partial report settles nothing and reports the calls it does not cover as not_covered. The\n" +
+			"uncertain keys the provider charged are listed with the command that settles them as completed, since\n" +
+			"that needs the application's answer.\n" +
+			"Exit 0 when clean, 1 when there is a discrepancy (a call not covered is one), 2 on bad usage or\n" +
+			"unreadable input.\n" +
 			"docs/reconcile.md says what each discrepancy means and what to do about it.",
 		Example: "  idemgen reconcile --records settlement-2026-12-04.csv --provider acquirer \\\n" +
 			"      --column-key idempotency_key --column-reference charge_id --amount-scale 2 --resolve\n" +
@@ -72,20 +77,22 @@ func newReconcileCmd(s *streams) *cobra.Command {
 			if opts.From, opts.To, err = window(from, to, time.Now()); err != nil {
 				return fail(ExitUsage, err)
 			}
+			// The files are read as streams, so memory does not grow with their size: once to
+			// check them (a bad row is a usage error before the database is asked anything), then
+			// while Reconcile matches them.
 			var src idemreconcile.Sources
 			for _, path := range files {
-				recs, err := readRecords(path, recordsFormat, cols)
+				if err := checkRecords(path, recordsFormat, cols); err != nil {
+					return fail(ExitUsage, fmt.Errorf("reconcile: %v", err))
+				}
+			}
+			for _, path := range files {
+				rs, closeFile, err := openRecords(path, recordsFormat, cols)
 				if err != nil {
 					return fail(ExitUsage, fmt.Errorf("reconcile: %v", err))
 				}
-				if len(providers) == 1 {
-					for i := range recs {
-						if recs[i].Provider == "" {
-							recs[i].Provider = providers[0]
-						}
-					}
-				}
-				src = append(src, recs)
+				defer closeFile()
+				src = append(src, rs)
 			}
 			ctx := cmd.Context()
 			pool, err := f.connect(ctx)
@@ -96,8 +103,8 @@ func newReconcileCmd(s *streams) *cobra.Command {
 			rep, err := idemreconcile.Reconcile(ctx, pool, f.config(), src, opts)
 			if err != nil {
 				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-					return fail(ExitUsage, fmt.Errorf("reconcile: %s (check --schema and --table, or run idemgen migrate: the key history needs migration 6)", pgErr.Message))
+				if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000" || pgErr.Code == "42703") {
+					return fail(ExitUsage, fmt.Errorf("reconcile: %s (check --schema and --table, or run idemgen migrate: reconciliation needs migration 7)", quote(pgErr.Message)))
 				}
 				return fail(ExitUsage, fmt.Errorf("reconcile: %v", err))
 			}
@@ -147,8 +154,8 @@ func newReconcileCmd(s *streams) *cobra.Command {
 	fl.StringVar(&cols.TimeLayout, "time-layout", "", "rfc3339 (default), date, or a Go time layout")
 	fl.StringVar(&from, "from", "", "first day of the window, YYYY-MM-DD (UTC; default yesterday)")
 	fl.StringVar(&to, "to", "", "day after the window, YYYY-MM-DD (default the day after --from)")
-	fl.DurationVar(&grace, "grace", 0, "calls in the last GRACE before --to are not expected in the records yet (e.g. 2h)")
-	fl.BoolVar(&resolve, "resolve", false, "settle uncertain keys the provider has no record of as failed")
+	fl.DurationVar(&grace, "grace", 0, "how late the provider may record a charge after the call (e.g. 2h): records cover a call only when one is dated GRACE after it")
+	fl.BoolVar(&resolve, "resolve", false, "settle uncertain keys the provider has no record of as failed, where its records cover the call")
 	fl.StringVar(&actor, "actor", idemreconcile.DefaultActor, "who resolutions are recorded as")
 	fl.StringVar(&format, "format", "text", "output: text or json")
 	fl.StringVar(&metricsFile, "metrics-file", "", "also write the run's metrics here, for node_exporter's textfile collector (a .prom file)")
@@ -188,7 +195,24 @@ func readMapping(path string, cols *idemreconcile.Columns, recordsFormat *string
 	return nil
 }
 
-func readRecords(path, format string, cols idemreconcile.Columns) (idemreconcile.Records, error) {
+// checkRecords reads a file of the provider's records through, and returns its first error.
+func checkRecords(path, format string, cols idemreconcile.Columns) error {
+	src, closeFile, err := openRecords(path, format, cols)
+	if err != nil {
+		return err
+	}
+	defer closeFile()
+	for _, err := range src.Records(context.Background(), time.Time{}, time.Time{}) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openRecords opens a file of the provider's records as a Source read while Reconcile runs;
+// closeFile closes it.
+func openRecords(path, format string, cols idemreconcile.Columns) (src idemreconcile.Source, closeFile func(), err error) {
 	if format == "" {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".csv":
@@ -196,21 +220,21 @@ func readRecords(path, format string, cols idemreconcile.Columns) (idemreconcile
 		case ".jsonl", ".ndjson":
 			format = "jsonl"
 		default:
-			return nil, fmt.Errorf("%s: cannot tell the format from the extension: name it .csv, .jsonl or .ndjson, or pass --records-format", path)
+			return nil, nil, fmt.Errorf("%s: cannot tell the format from the extension: name it .csv, .jsonl or .ndjson, or pass --records-format", quote(path))
 		}
+	}
+	if format != "csv" && format != "jsonl" && format != "ndjson" {
+		return nil, nil, fmt.Errorf("--records-format %s: use csv or jsonl", quote(format))
 	}
 	file, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer file.Close()
-	switch format {
-	case "csv":
-		return idemreconcile.ReadCSV(file, path, cols)
-	case "jsonl", "ndjson":
-		return idemreconcile.ReadJSONL(file, path, cols)
+	close := func() { file.Close() }
+	if format == "csv" {
+		return idemreconcile.CSVSource(file, path, cols), close, nil
 	}
-	return nil, fmt.Errorf("--records-format %s: use csv or jsonl", strconv.Quote(format))
+	return idemreconcile.JSONLSource(file, path, cols), close, nil
 }
 
 // window reads --from and --to (days, UTC); both empty is yesterday.
@@ -248,12 +272,37 @@ func window(from, to string, now time.Time) (time.Time, time.Time, error) {
 }
 
 // writeReport prints the report per tenant and day. Keys are printed as their hash, with the
-// command that shows them: the raw key stays out of terminals, tickets and logs.
+// command that shows them: the raw key stays out of terminals, tickets and logs. Every value
+// that came from the provider's records or the database is quoted when it is not plain, so
+// that no terminal escape reaches the operator.
 func writeReport(w io.Writer, rep *idemreconcile.Report, f *dbFlags) {
 	fmt.Fprintf(w, "reconciliation of [%s, %s): %d provider records read (%d in the window), %d of our calls, %d matched, %d pending (in the grace)\n",
 		rep.From.Format(time.DateOnly), rep.To.Format(time.DateOnly), rep.Records, rep.InWindow, rep.Calls, rep.Matched, rep.Pending)
+	for _, c := range rep.Coverage {
+		order := "in time order"
+		if !c.InTimeOrder {
+			order = "NOT in time order: they cover no call"
+		}
+		fmt.Fprintf(w, "records of %s: %d, dated %s to %s, %s\n", bare(c.Provider), c.Records,
+			c.First.UTC().Format(time.RFC3339), c.Last.UTC().Format(time.RFC3339), order)
+	}
+	if rep.Unattributed > 0 {
+		fmt.Fprintf(w, "%d records name no provider: they cover no call (give exactly one --provider, or map a provider column)\n", rep.Unattributed)
+	}
+	if n := rep.Counts()[idemreconcile.NotCovered]; n > 0 {
+		fmt.Fprintf(w, "%d calls without a record are not covered by the records: nothing is concluded or settled about them\n", n)
+	}
 	if rep.Clean() {
 		fmt.Fprintln(w, "clean: no discrepancy")
+	}
+	if rep.Unlisted > 0 {
+		var parts []string
+		for _, k := range idemreconcile.Kinds {
+			if n := rep.Counts()[k]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", n, k))
+			}
+		}
+		fmt.Fprintf(w, "%s: %d not listed below (at most %d of a kind are)\n", strings.Join(parts, ", "), rep.Unlisted, idemreconcile.MaxListed)
 	}
 	for _, g := range rep.Groups() {
 		tenant := "(tenant unknown)"
@@ -271,8 +320,8 @@ func writeReport(w io.Writer, rep *idemreconcile.Report, f *dbFlags) {
 		fmt.Fprintf(w, "\nresolved %d uncertain keys:\n", len(rep.Resolved))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, r := range rep.Resolved {
-			fmt.Fprintf(tw, "  %s\ttenant %s\tkey hash %s\t%s\tas %s: %s\n", r.Ours.Operation, quote(r.Ours.Tenant), r.Ours.KeyHash,
-				r.ProviderKey, r.As, quote(r.Evidence))
+			fmt.Fprintf(tw, "  %s\ttenant %s\tkey hash %s\t%s\tas %s: %s\n", bare(r.Ours.Operation), quote(r.Ours.Tenant), r.Ours.KeyHash,
+				quote(r.ProviderKey), r.As, quote(r.Evidence))
 		}
 		tw.Flush()
 	}
@@ -291,6 +340,9 @@ func writeDiscrepancy(w io.Writer, d idemreconcile.Discrepancy, f *dbFlags) {
 		theirs = "theirs: " + strings.Join(parts, "; ")
 	}
 	fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", d.Kind, quote(d.ProviderKey), ours, theirs)
+	if d.Reason != "" {
+		fmt.Fprintf(w, "  \t\tnot covered: %s\n", d.Reason)
+	}
 	if d.Error != "" {
 		fmt.Fprintf(w, "  \t\tresolution failed: %s\n", quote(d.Error))
 	}
@@ -325,7 +377,7 @@ func money(amount int64, currency string) string {
 	if currency == "" && amount == 0 {
 		return "amount not recorded"
 	}
-	return fmt.Sprintf("%d %s", amount, currency)
+	return fmt.Sprintf("%d %s", amount, bare(currency))
 }
 
 // shellQuote quotes s for a POSIX shell, with the same escaping of controls and markup as

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,9 @@ func Write(dst FS, files Files) ([]string, error) {
 // file to w; dir labels the paths in the diff. It reports whether anything is stale and never
 // writes to dst.
 func Check(dst FS, dir string, files Files, w io.Writer) (stale bool, err error) {
+	// A file whose only change is its embedded spec is shown after the others: what a reader
+	// reviews comes first.
+	var diffs, embeddedOnly []string
 	for _, name := range files.Names() {
 		old, err := dst.ReadFile(name)
 		from := filepath.ToSlash(filepath.Join(dir, name))
@@ -101,9 +105,10 @@ func Check(dst FS, dir string, files Files, w io.Writer) (stale bool, err error)
 			continue
 		}
 		stale = true
+		a, b := summariseEmbedded(splitLines(old)), summariseEmbedded(splitLines(files[name]))
 		diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-			A:        splitLines(old),
-			B:        splitLines(files[name]),
+			A:        a,
+			B:        b,
 			FromFile: from,
 			ToFile:   filepath.ToSlash(filepath.Join(dir, name)),
 			Context:  3,
@@ -111,11 +116,64 @@ func Check(dst FS, dir string, files Files, w io.Writer) (stale bool, err error)
 		if err != nil {
 			return stale, err
 		}
-		if _, err := fmt.Fprint(w, diff); err != nil {
+		if old != nil && onlyEmbeddedDiffers(a, b) {
+			embeddedOnly = append(embeddedOnly, diff)
+			continue
+		}
+		diffs = append(diffs, diff)
+	}
+	for _, d := range append(diffs, embeddedOnly...) {
+		if _, err := fmt.Fprint(w, d); err != nil {
 			return stale, err
 		}
 	}
 	return stale, nil
+}
+
+// onlyEmbeddedDiffers reports two summarised files that differ in their embedded spec's line
+// alone.
+func onlyEmbeddedDiffers(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	differ := 0
+	for i := range a {
+		if a[i] != b[i] {
+			if !strings.HasPrefix(a[i], embeddedLine) {
+				return false
+			}
+			differ++
+		}
+	}
+	return differ == 1
+}
+
+// embeddedStart opens the spec oapi-codegen embeds (gzip, then base64, in lines of 76
+// characters): dozens of lines no reader can review.
+const embeddedStart = "var swaggerSpec = []string{"
+
+// embeddedLine starts the line that stands for the embedded spec's lines in a diff.
+const embeddedLine = "\t// the embedded spec: "
+
+// summariseEmbedded replaces the lines of the embedded spec with one line that holds their count
+// and a hash of them: a diff of two files whose embedded specs differ shows that one line
+// changed, among the changes a reader can review, instead of opening with its base64.
+func summariseEmbedded(lines []string) []string {
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, embeddedStart) })
+	if start < 0 {
+		return lines
+	}
+	end := start + 1
+	for end < len(lines) && strings.TrimRight(lines[end], "\n") != "}" {
+		end++
+	}
+	if end == len(lines) {
+		return lines
+	}
+	sum := sha256.Sum256([]byte(strings.Join(lines[start+1:end], "")))
+	out := slices.Clip(lines[:start+1])
+	out = append(out, fmt.Sprintf("%s%d lines of base64, sha256 %x (its lines are left out of this diff)\n", embeddedLine, end-start-1, sum[:8]))
+	return append(out, lines[end:]...)
 }
 
 // splitLines splits after each newline. difflib.SplitLines would add an empty last line to

@@ -82,7 +82,9 @@ func Generate(in Input, opts Options) (Files, error) {
 	}
 	res, err := runOapiCodegen(s.File, doc, s.Model.Operations, cfg)
 	if err != nil {
-		return nil, oapiError(s.File, err)
+		e := oapiError(s.File, err)
+		e.Msg += explainDuplicate(s.File, s.Raw, opts.AllowRemoteRefs, err)
+		return nil, e
 	}
 	oapiSrc, oapiNames, _, err := formatSource(OapiFile, withHeader(res.Code), nil)
 	if err != nil {

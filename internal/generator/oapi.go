@@ -238,7 +238,7 @@ func relaxedCopy(p *openapi3.ParameterRef) *openapi3.ParameterRef {
 
 // oapiError turns an oapi-codegen failure into a message that names the spec and says what to
 // try, keeping oapi-codegen's own words as the cause.
-func oapiError(file string, err error) error {
+func oapiError(file string, err error) *Error {
 	return &Error{File: file, Msg: "oapi-codegen cannot generate code for this document: " + err.Error() +
 		"\n(x-idempotency is fine; oapi-codegen, which idemgen runs for models and server, rejects the document: fix the part it names, or set oapi-codegen options under the oapi-codegen key of idemgen.yaml)"}
 }

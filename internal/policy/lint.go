@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,6 +69,8 @@ func Lint(in *LintInput) []Diagnostic {
 			// its error responses are right as they are.
 			out = append(out, conflictShared(in)...)
 			out = append(out, errorsNotProblem(in)...)
+		} else {
+			out = append(out, refusalsUndocumented(in)...)
 		}
 	}
 	// The unused-key-header warning is for operations without x-idempotency and for policies
@@ -132,7 +135,7 @@ func headersNotReplayed(in *LintInput) []Diagnostic {
 // state conflict): the runtime answers a duplicate that arrives while the first request is still
 // running with 409 in-progress, and a reused key with 409 too when mismatchStatus is 409, so the
 // status alone no longer tells a client which happened. A 409 whose description already names
-// the in-progress answer (annotate's IdempotencyProblem does) is taken as documenting both.
+// the in-progress answer (annotate's IdempotencyRefusal response does) is taken as documenting both.
 func conflictShared(in *LintInput) []Diagnostic {
 	r := in.response("409")
 	if r == nil {
@@ -172,6 +175,31 @@ func errorsNotProblem(in *LintInput) []Diagnostic {
 			r.Status, r.NonProblemBody, status, CodesPhrase(codes), status)))
 	}
 	return out
+}
+
+// refusalsUndocumented warns when an operation whose refusals the API's own renderer writes
+// (renderer: custom) declares no response on statuses they take: 400 for a missing or malformed
+// key, 409 for a duplicate in progress, the mismatchStatus for a reused key, 503 for a store
+// outage. The server answers them all the same, in the API's format; the spec does not say so,
+// so a client generated from it does not expect them. A default response, or a 4XX or 5XX range,
+// covers the statuses it spans.
+func refusalsUndocumented(in *LintInput) []Diagnostic {
+	statuses := []int{400, 409, in.Policy.MismatchStatus, 503}
+	slices.Sort(statuses)
+	statuses = slices.Compact(statuses)
+	var missing []string
+	for _, st := range statuses {
+		code := strconv.Itoa(st)
+		if in.response(code) == nil && in.response(code[:1]+"XX") == nil && in.response(strings.ToLower(code[:1])+"xx") == nil && in.response("default") == nil {
+			missing = append(missing, fmt.Sprintf("%s (%s)", code, CodesPhrase(ProblemCodesFor(st, in.Policy))))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return []Diagnostic{NewDiagnostic(in.Pos, RuleRefusalsUndocumented, in.Route, fmt.Sprintf(
+		"renderer: custom: the server refuses this operation's requests in the API's own error format on %s, which the operation does not declare, so a client built from the spec does not expect them (declare them with the API's error schema; idemgen annotate does when the spec's error responses share one)",
+		strings.Join(missing, ", ")))}
 }
 
 // unusedKeyHeaders warns about a declared header that looks like an idempotency key

@@ -386,9 +386,13 @@ func (r *resolver) keyParamRules(p *Policy, prm Param, maxLen int, maxPos Positi
 	_, bad := ParseKeyPattern(prm.Pattern)
 	switch {
 	case pattern == "" && bad != nil:
+		fix := "rewrite it in RE2, or set x-idempotency.key.pattern to the RE2 pattern the server is to enforce"
+		if re2, ok := RE2Form(prm.Pattern); ok {
+			fix = fmt.Sprintf("set x-idempotency.key.pattern to the same keys written in RE2, at the document's root for every operation: x-idempotency: {key: {pattern: '%s'}}", strings.ReplaceAll(re2, "'", "''"))
+		}
 		d := NewDiagnostic(prm.PatternPos, RuleKeyPatternInvalid, r.route, fmt.Sprintf(
-			"the key header %s's schema pattern %q is not RE2, the syntax Go's regexp (and so the server) enforces: %s (rewrite it in RE2, or set x-idempotency.key.pattern to the RE2 pattern the server is to enforce)",
-			prm.Name, prm.Pattern, strings.TrimPrefix(bad.Msg, fmt.Sprintf("%q is not a valid RE2 regular expression: ", prm.Pattern))))
+			"the key header %s's schema pattern %q is not RE2, the syntax Go's regexp (and so the server) enforces: %s (%s)",
+			prm.Name, prm.Pattern, strings.TrimPrefix(bad.Msg, fmt.Sprintf("%q is not a valid RE2 regular expression: ", prm.Pattern)), fix))
 		r.diags = append(r.diags, d)
 	case pattern == "":
 		p.Key.Pattern = prm.Pattern

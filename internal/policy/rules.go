@@ -53,6 +53,7 @@ const (
 	RuleAcceptedWithoutLocation = "accepted-without-location"
 	RuleHeaderNotReplayed       = "response-header-not-replayed"
 	RuleErrorNotProblem         = "error-response-not-problem"
+	RuleRefusalsUndocumented    = "refusals-undocumented"
 	RuleAcknowledgementInvalid  = "acknowledgement-invalid"
 	RuleAcknowledgementStale    = "acknowledgement-stale"
 	RuleKeyParamMismatch        = "key-param-mismatch"
@@ -98,6 +99,7 @@ var rules = []Rule{
 	{RuleAcceptedWithoutLocation, SeverityWarning, "an idempotent operation answers 202 without declaring a Location header for its status resource"},
 	{RuleHeaderNotReplayed, SeverityWarning, "a stored response declares a header replays never carry (Set-Cookie, Authorization, a hop-by-hop header)"},
 	{RuleErrorNotProblem, SeverityWarning, "an idempotent operation declares a non-problem body for a status the runtime also answers with application/problem+json"},
+	{RuleRefusalsUndocumented, SeverityWarning, "with renderer: custom, an idempotent operation declares no response on a status its refusals take"},
 	{RuleAcknowledgementInvalid, SeverityError, "a lint acknowledgement names no rule, an unknown rule or an error, or gives no reason"},
 	{RuleKeyParamMismatch, SeverityError, "x-idempotency.key's maxLength or pattern disagrees with the key header parameter's schema"},
 	{RuleFingerprintVolatile, SeverityWarning, "fingerprint.include puts a credential, signature or correlation header back into the fingerprint"},

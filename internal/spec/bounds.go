@@ -1,9 +1,12 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,7 +65,7 @@ func checkBounds(path string, data []byte, opts *LoadOpts) (*yaml.Node, error) {
 	if err != nil {
 		return nil, syntaxError(path, data, err)
 	}
-	if err := refError(path, tree); err != nil {
+	if err := refError(path, tree, opts); err != nil {
 		return nil, err
 	}
 	return tree, nil
@@ -176,12 +179,16 @@ func valueStart(prev byte) bool {
 	return false
 }
 
-// refError checks the document's local $refs on its node tree: a chain of $refs that comes back
-// to where it started (kin-openapi would leave the value empty, and code generation fail on it
-// later), or one longer than MaxRefChain (kin-openapi's time grows with the square of a chain), is
-// an error that names the file, the place of the first $ref and the chain. A $ref to another
-// file, or to a place the document lacks, is left to kin-openapi.
-func refError(path string, root *yaml.Node) error {
+// refError checks the document's $refs on its node tree, and on the trees of the local files
+// they name (read within the same bounds, see ReadFile): a chain of $refs that comes back to where
+// it started, whatever its spelling (#/…, ./spec.yaml#/…, through another file), is an error that
+// names the file, the place of the first $ref and the chain (kin-openapi would leave the value
+// empty, or oapi-codegen panic on it later); so is one longer than MaxRefChain (kin-openapi's time
+// grows with the square of a chain), and a schema that includes itself through allOf (oapi-codegen
+// would generate type A = B and type B = A). A $ref to another host, or to a file or place that
+// does not exist, is left to kin-openapi, which says so.
+func refError(path string, root *yaml.Node, opts *LoadOpts) error {
+	docs := newRefDocs(path, root, opts.maxBytes())
 	// length holds, for each $ref node followed so far, the length of the chain it starts
 	// (0 while it is being followed: meeting it again is a loop).
 	length := map[*yaml.Node]int{}
@@ -190,61 +197,251 @@ func refError(path string, root *yaml.Node) error {
 		if _, ok := length[n]; ok || refOf(n) == "" {
 			return true
 		}
-		err = followRefs(path, root, n, length)
+		err = docs.followRefs(docs.top.at(n), length)
 		return err == nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return docs.allOfLoops(length)
 }
 
-// followRefs follows the chain of $refs that starts at n, recording the length of the chain
+// refDoc is a document a $ref chain passes through: the spec, or a local file one of its $refs
+// names.
+type refDoc struct {
+	name string // as messages name it: the spec's path, or a $ref's file relative to the spec's
+	abs  string
+	root *yaml.Node
+}
+
+// refAt is a node and the document it is in, which its relative $refs are read against.
+type refAt struct {
+	doc *refDoc
+	n   *yaml.Node
+}
+
+func (d *refDoc) at(n *yaml.Node) refAt { return refAt{d, n} }
+
+func (a refAt) pos() string { return fmt.Sprintf("%s:%d:%d", a.doc.name, a.n.Line, a.n.Column) }
+
+type refDocs struct {
+	limit int64
+	top   *refDoc
+	byAbs map[string]*refDoc
+}
+
+func newRefDocs(path string, root *yaml.Node, limit int64) *refDocs {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	top := &refDoc{name: path, abs: abs, root: root}
+	return &refDocs{limit: limit, top: top, byAbs: map[string]*refDoc{abs: top}}
+}
+
+// target is where the $ref of a leads: a node of a's document or of a local file, or a zero
+// refAt for a $ref left to kin-openapi (another host, a file or place that does not exist, a file
+// that does not parse). A file that must not be read (a device, a FIFO, over the size limit, too
+// deeply nested) is an error placed at the $ref.
+func (docs *refDocs) target(a refAt) (refAt, error) {
+	ref := refOf(a.n)
+	file, frag, _ := strings.Cut(ref, "#")
+	d := a.doc
+	if file != "" {
+		u, err := url.Parse(file)
+		if err != nil || u.Scheme != "" || u.Host != "" {
+			return refAt{}, nil
+		}
+		rel := filepath.FromSlash(u.Path)
+		abs, name := rel, rel
+		if !filepath.IsAbs(rel) {
+			abs = filepath.Join(filepath.Dir(d.abs), rel)
+			name = filepath.Join(filepath.Dir(d.name), rel)
+		}
+		abs = filepath.Clean(abs)
+		if d = docs.byAbs[abs]; d == nil {
+			data, err := ReadFile(name, docs.limit)
+			if err == nil {
+				err = depthError(name, data)
+			}
+			var re *ReadError
+			switch {
+			case errors.As(err, &re):
+				return refAt{}, nil // kin-openapi says it cannot be read
+			case err != nil:
+				return refAt{}, fmt.Errorf("%s: $ref %q: %w", a.pos(), ref, err)
+			}
+			tree, err := parseTree(data)
+			if err != nil {
+				return refAt{}, nil
+			}
+			d = &refDoc{name: name, abs: abs, root: tree}
+			docs.byAbs[abs] = d
+		}
+	}
+	n := pointer(d.root, "#"+frag)
+	if n == nil {
+		return refAt{}, nil
+	}
+	return d.at(n), nil
+}
+
+// hops names the $refs of a chain as written, each with where it is written once the chain
+// names a file.
+func hops(chain []refAt) []string {
+	crossed := slices.ContainsFunc(chain, func(a refAt) bool { return !strings.HasPrefix(refOf(a.n), "#") })
+	out := make([]string, len(chain))
+	for i, a := range chain {
+		out[i] = refOf(a.n)
+		if crossed {
+			out[i] += " (" + a.pos() + ")"
+		}
+	}
+	return out
+}
+
+// followRefs follows the chain of $refs that starts at a, recording the length of the chain
 // from each of its nodes in length.
-func followRefs(path string, root, n *yaml.Node, length map[*yaml.Node]int) error {
-	var chain []*yaml.Node
-	var refs []string
-	for cur := n; cur != nil; {
-		if l, seen := length[cur]; seen {
+func (docs *refDocs) followRefs(a refAt, length map[*yaml.Node]int) error {
+	var chain []refAt
+	var next refAt
+	for cur := a; cur.n != nil; {
+		if l, seen := length[cur.n]; seen {
 			if l == 0 { // on the chain being followed: a loop
-				return fmt.Errorf("%s:%d:%d: $ref loop: %s → %s again: each $ref leads to the next and the last back to the first, so none has a value; "+
-					"point one of them at a real definition", path, cur.Line, cur.Column, strings.Join(refs, " → "), refOf(cur))
+				return fmt.Errorf("%s: $ref loop: %s → %s again: each $ref leads to the next and the last back to the first, so none has a value; "+
+					"point one of them at a real definition", cur.pos(), strings.Join(hops(chain), " → "), refOf(cur.n))
 			}
 			break
 		}
-		length[cur] = 0
+		length[cur.n] = 0
 		chain = append(chain, cur)
-		refs = append(refs, refOf(cur))
 		if len(chain) > MaxRefChain {
-			return fmt.Errorf("%s:%d:%d: a chain of more than %d $refs, each to another $ref (%s → %s → … → %s): "+
-				"a real document chains a few; point the $refs at their definitions", path, n.Line, n.Column, MaxRefChain, refs[0], refs[1], refs[len(refs)-1])
+			h := hops(chain)
+			return fmt.Errorf("%s: a chain of more than %d $refs, each to another $ref (%s → %s → … → %s): "+
+				"a real document chains a few; point the $refs at their definitions", a.pos(), MaxRefChain, h[0], h[1], h[len(h)-1])
 		}
-		next := pointer(root, refOf(cur))
-		if next == nil || refOf(next) == "" {
+		var err error
+		if next, err = docs.target(cur); err != nil {
+			return err
+		}
+		if next.n == nil || refOf(next.n) == "" {
 			break
 		}
 		cur = next
 	}
 	// The chain's end is known now: record each node's distance to it, from the end back.
 	end := 0
-	if next := pointer(root, refOf(chain[len(chain)-1])); next != nil {
-		end = length[next] // a chain followed before, or 0 for a value that is no $ref
+	if next.n != nil {
+		end = length[next.n] // a chain followed before, or 0 for a value that is no $ref
 	}
 	for i := len(chain) - 1; i >= 0; i-- {
 		end++
-		length[chain[i]] = end
+		length[chain[i].n] = end
 		if end > MaxRefChain {
-			return fmt.Errorf("%s:%d:%d: a chain of more than %d $refs, each to another $ref (from %s): "+
-				"a real document chains a few; point the $refs at their definitions", path, chain[i].Line, chain[i].Column, MaxRefChain, refOf(chain[i]))
+			return fmt.Errorf("%s: a chain of more than %d $refs, each to another $ref (from %s): "+
+				"a real document chains a few; point the $refs at their definitions", chain[i].pos(), MaxRefChain, refOf(chain[i].n))
 		}
 	}
 	return nil
 }
 
-// refOf is n's local $ref ("#/components/…"), or "" when n is not a mapping with one.
+// deref is the value a's chain of $refs ends at (a itself when it is no $ref), or a zero refAt
+// when the chain leads out of what is checked here.
+func (docs *refDocs) deref(a refAt, length map[*yaml.Node]int) (refAt, error) {
+	for range MaxRefChain + 1 {
+		if a.n == nil || refOf(a.n) == "" {
+			return a, nil
+		}
+		if _, ok := length[a.n]; !ok {
+			if err := docs.followRefs(a, length); err != nil {
+				return refAt{}, err
+			}
+		}
+		next, err := docs.target(a)
+		if err != nil {
+			return refAt{}, err
+		}
+		a = next
+	}
+	return refAt{}, nil
+}
+
+// allOfLoops refuses a schema that includes itself through allOf, directly or through other
+// schemas, in the spec or the files it $refs: each would have to hold all of the next.
+func (docs *refDocs) allOfLoops(length map[*yaml.Node]int) error {
+	const (
+		open = 1 // being visited: its allOf items are on the path
+		done = 2
+	)
+	state := map[*yaml.Node]int{}
+	var nodes []*yaml.Node // the schemas on the path: nodes[i] includes nodes[i+1] through items[i]
+	var items []refAt      // the allOf items on the path
+	name := func(it refAt, i int) string {
+		if r := refOf(it.n); r != "" {
+			return r
+		}
+		return fmt.Sprintf("an inline allOf[%d] schema at %s", i, it.pos())
+	}
+	var index []int
+	var visit func(a refAt) error
+	visit = func(a refAt) error {
+		switch state[a.n] {
+		case done:
+			return nil
+		case open:
+			k := slices.Index(nodes, a.n)
+			names := []string{name(items[len(items)-1], index[len(index)-1])}
+			for j := k; j < len(items); j++ {
+				names = append(names, name(items[j], index[j]))
+			}
+			return fmt.Errorf("%s: allOf loop: %s: each schema includes the next through allOf and the last the first, so none has an end "+
+				"(oapi-codegen would generate types that are aliases of each other and do not compile); break the loop",
+				items[k].pos(), strings.Join(names, " → "))
+		}
+		state[a.n] = open
+		nodes = append(nodes, a.n)
+		if _, all := lookup(a.n, "allOf"); all != nil && all.Kind == yaml.SequenceNode {
+			for i, it := range all.Content {
+				it = resolve(it)
+				item := a.doc.at(it)
+				t, err := docs.deref(item, length)
+				if err != nil {
+					return err
+				}
+				if t.n == nil || t.n.Kind != yaml.MappingNode {
+					continue
+				}
+				items, index = append(items, item), append(index, i)
+				if err := visit(t); err != nil {
+					return err
+				}
+				items, index = items[:len(items)-1], index[:len(index)-1]
+			}
+		}
+		nodes = nodes[:len(nodes)-1]
+		state[a.n] = done
+		return nil
+	}
+	var err error
+	walkNodes(docs.top.root, func(n *yaml.Node) bool {
+		if n.Kind == yaml.MappingNode && state[n] == 0 {
+			if _, all := lookup(n, "allOf"); all != nil {
+				err = visit(docs.top.at(n))
+			}
+		}
+		return err == nil
+	})
+	return err
+}
+
+// refOf is n's $ref ("#/components/…", "common.yaml#/…"), or "" when n is not a mapping with
+// one.
 func refOf(n *yaml.Node) string {
 	if n == nil || n.Kind != yaml.MappingNode {
 		return ""
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k, v := n.Content[i], n.Content[i+1]; k.Value == "$ref" && v.Kind == yaml.ScalarNode && strings.HasPrefix(v.Value, "#/") {
+		if k, v := n.Content[i], n.Content[i+1]; k.Value == "$ref" && v.Kind == yaml.ScalarNode && v.Value != "" {
 			return v.Value
 		}
 	}
@@ -258,6 +455,9 @@ func pointer(root *yaml.Node, ref string) *yaml.Node {
 		frag = u
 	}
 	n := root
+	if frag == "" || frag == "/" {
+		return resolve(n) // the whole document
+	}
 	for _, tok := range strings.Split(strings.TrimPrefix(frag, "/"), "/") {
 		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
 		n = resolve(n)

@@ -67,6 +67,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -138,14 +139,12 @@ func (s *Spec) Errors() []Diagnostic {
 // document kin-openapi can load (it names the file and the cause); rule violations are
 // Diagnostics, all of them, not an error.
 func Load(path string, opts *LoadOpts) (*Spec, error) {
-	if limit := opts.maxBytes(); limit >= 0 {
-		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > limit {
-			return nil, SizeError(path, fi.Size(), limit) // refused before it is read
-		}
-	}
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, opts.maxBytes())
 	if err != nil {
-		return nil, fmt.Errorf("%s: cannot read the spec: %w", path, unwrapPathError(err))
+		if re := (*ReadError)(nil); errors.As(err, &re) {
+			return nil, fmt.Errorf("%s: cannot read the spec: %w", path, re.Err)
+		}
+		return nil, err
 	}
 	return LoadData(path, data, opts)
 }
@@ -216,6 +215,7 @@ func NewLoader(opts *LoadOpts) *openapi3.Loader {
 	// keeps its origins.
 	l.IncludeOrigin = true
 	remote := openapi3.ReadFromHTTP(&http.Client{Timeout: 30 * time.Second})
+	limit := opts.maxBytes()
 	l.ReadFromURIFunc = func(loader *openapi3.Loader, u *url.URL) ([]byte, error) {
 		if u.Host != "" || (u.Scheme != "" && u.Scheme != "file") {
 			if !opts.AllowRemoteRefs {
@@ -223,7 +223,17 @@ func NewLoader(opts *LoadOpts) *openapi3.Loader {
 			}
 			return remote(loader, u)
 		}
-		return openapi3.ReadFromFile(loader, u)
+		// A file a $ref names is held to the spec's own bounds: a regular file within the size
+		// limit, of a nesting MaxDepth bounds (kin-openapi's YAML parser recurses per level).
+		name := pathpkg.Clean(filepath.FromSlash(u.Path))
+		data, err := ReadFile(name, limit)
+		if err != nil {
+			return nil, err
+		}
+		if err := depthError(name, data); err != nil {
+			return nil, err
+		}
+		return data, nil
 	}
 	return l
 }

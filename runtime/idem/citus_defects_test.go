@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,8 +111,10 @@ func TestCitusKeyStats(t *testing.T) {
 }
 
 // plainStatementsStore is a Store told the database is plain PostgreSQL (Config.Topology) on a
-// Citus coordinator: it sends the plain statement set.
+// Citus coordinator, which NewStore refuses but for a test (PlainStatementsOnCitus): it sends the
+// plain statement set.
 func plainStatementsStore(t *testing.T, e *citusEnv) *idem.Store {
+	idem.PlainStatementsOnCitus(t)
 	cfg := *e.cfg
 	cfg.Topology = idem.TopologyPostgres
 	s, err := idem.NewStore(e.pool, &cfg)
@@ -120,4 +123,38 @@ func plainStatementsStore(t *testing.T, e *citusEnv) *idem.Store {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// A configured topology is checked against the cluster: plain PostgreSQL's statements
+// (TopologyPostgres, TopologyPooler, and the deprecated Pooler: PoolerNone) on a Citus
+// coordinator are refused at NewStore with ErrTopologyMismatch and the fix, instead of answering
+// duplicates with 500 "division by zero" (lease mode) or a reused key with 0A000 (transaction
+// mode); TopologyCitus and detection settle on Citus.
+func TestCitusTopologyChecked(t *testing.T) {
+	e := newCitusEnv(t, citusURL(t), true)
+	for _, c := range []idem.Config{{Topology: idem.TopologyPostgres}, {Topology: idem.TopologyPooler}, {Pooler: idem.PoolerNone}} {
+		cfg := *e.cfg
+		cfg.Topology, cfg.Pooler = c.Topology, c.Pooler
+		s, err := idem.NewStore(e.pool, &cfg)
+		if err == nil {
+			s.Close()
+		}
+		t.Logf("Topology %s, Pooler %s on Citus: %v", c.Topology, c.Pooler, err)
+		if !errors.Is(err, idem.ErrTopologyMismatch) || !strings.Contains(err.Error(), "idem.TopologyCitus") {
+			t.Errorf("NewStore with Topology %s, Pooler %s on a Citus coordinator: %v; want ErrTopologyMismatch naming idem.TopologyCitus",
+				c.Topology, c.Pooler, err)
+		}
+	}
+	for _, topo := range []idem.Topology{idem.TopologyCitus, idem.TopologyDetect} {
+		cfg := *e.cfg
+		cfg.Topology = topo
+		s, err := idem.NewStore(e.pool, &cfg)
+		if err != nil {
+			t.Fatalf("NewStore with Topology %s on Citus: %v", topo, err)
+		}
+		if got := s.Topology(); got != idem.TopologyCitus {
+			t.Errorf("Topology %s on Citus settled on %s; want citus", topo, got)
+		}
+		s.Close()
+	}
 }

@@ -177,7 +177,6 @@ func TestCitusCluster(t *testing.T) {
 	t.Run("purge", func(t *testing.T) { citusPurge(t, e) })
 	t.Run("waiters wake", func(t *testing.T) { citusWake(t, e) })
 	t.Run("waits bounded", func(t *testing.T) { citusBoundedWait(t, e) })
-	t.Run("explain", func(t *testing.T) { citusExplain(t, e, shards) })
 	t.Run("latency", func(t *testing.T) { citusLatency(t, e) })
 }
 
@@ -395,72 +394,11 @@ func citusBoundedWait(t *testing.T, e *citusEnv) {
 	}
 }
 
+// The EXPLAIN of a statement on Citus: its distributed scans, and how many tasks each runs.
 var (
 	taskCount = regexp.MustCompile(`Task Count: (\d+)`)
 	citusScan = regexp.MustCompile(`Custom Scan \(Citus [^)]*\)`)
 )
-
-// citusExplain: EXPLAIN of every statement the runtime sends on the request path shows one
-// Citus task (the tenant's shard, on one worker) and no step through the coordinator; the
-// statements that touch no table (the notification, the lock-wait bound) run on the
-// coordinator alone. Purge, a maintenance job, spans every shard.
-func citusExplain(t *testing.T, e *citusEnv, shards int) {
-	s := e.store(t)
-	ctx := context.Background()
-	if _, err := s.Do(ctx, &idem.DoParams{Tenant: "tenant-03", Scope: "explain", Key: "explain", Operation: "charge", Fingerprint: "fp"},
-		citusPay(nil, 0)); err != nil {
-		t.Errorf("a key to explain the statements on: %v", err) // the plans need no row: go on
-	}
-	stmts := idem.CitusStatements(s, "tenant-03", "explain", "explain", "00000000-0000-4000-8000-000000000000")
-	names := make([]string, 0, len(stmts))
-	for n := range stmts {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		st := stmts[name]
-		if strings.HasPrefix(st.SQL, "SET ") {
-			// A utility statement: it runs on the coordinator, which (with
-			// citus.propagate_set_commands = 'local') sends it on to the workers the transaction uses.
-			t.Logf("%-16s a SET LOCAL on the coordinator, propagated to the transaction's workers: %s", name, st.SQL)
-			continue
-		}
-		rows, err := e.pool.Query(ctx, "EXPLAIN (COSTS OFF) "+st.SQL, st.Args...)
-		var plan []string
-		if err == nil {
-			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		if err != nil {
-			t.Errorf("%s: EXPLAIN: %v", name, err)
-			continue
-		}
-		text := strings.Join(plan, "\n")
-		scans := citusScan.FindAllString(text, -1)
-		var tasks []string
-		for _, m := range taskCount.FindAllStringSubmatch(text, -1) {
-			tasks = append(tasks, m[1])
-		}
-		onTable := strings.Contains(st.SQL, "idempotency_keys")
-		verdict := "one shard (router)"
-		switch {
-		case st.Maintenance:
-			verdict = fmt.Sprintf("maintenance: %v tasks of %d shards", tasks, shards)
-			if len(scans) == 0 {
-				t.Errorf("%s: not distributed:\n%s", name, text)
-			}
-		case !onTable:
-			verdict = "coordinator only (touches no distributed table)"
-			if len(scans) > 0 {
-				t.Errorf("%s: touches no table but has a Citus scan:\n%s", name, text)
-			}
-		case len(scans) != 1 || len(tasks) != 1 || tasks[0] != "1" || strings.Contains(text, "Distributed Subplan") ||
-			strings.Contains(text, "INSERT/SELECT method"):
-			verdict = "NOT one shard"
-			t.Errorf("%s: not router-executed on one shard (scans %v, task counts %v):\n%s", name, scans, tasks, text)
-		}
-		t.Logf("%-16s %s: %s, Task Count %v\n\t%s", name, verdict, strings.Join(scans, ", "), tasks, strings.Join(plan, "\n\t"))
-	}
-}
 
 // citusLatency times the claim (lease mode, a new key each time) and a whole Do of a new key
 // in each claim mode, one after another, on Citus and on plain PostgreSQL. A report, not an

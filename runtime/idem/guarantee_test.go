@@ -489,6 +489,11 @@ func guaranteeLostCommit(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	if rows := g.count(t, "SELECT count(*) FROM payments WHERE key = 'lost-commit'"); rows != 1 {
 		t.Fatalf("%d business rows after the retry (replayed %v); want 1", rows, r.Replayed)
 	}
+	// The retry replayed: the first's work committed after all. Its error must not have said
+	// otherwise (a log line "its work was rolled back" for work that committed).
+	if r.Replayed && firstErr != nil && !errors.Is(firstErr, idem.ErrCommitUnknown) {
+		t.Fatalf("the first request's work committed, but its error says nothing of it: %v; want ErrCommitUnknown", firstErr)
+	}
 }
 
 func guaranteeTTL(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {

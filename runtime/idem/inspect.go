@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -134,22 +135,6 @@ type OperationKeyStats struct {
 	OldestUncertain time.Time
 }
 
-// keyHashSQL is [KeyHash] computed by PostgreSQL from a row's scope and key (sha256 is built in
-// since PostgreSQL 11), so a hash from a log line finds its row without storing the hash.
-// storedBytesSQL turns a stored column back into the bytes the runtime hashed: an escaped value
-// ([storedText]) is hex after U+0001, anything else is text, whose UTF-8 bytes convert_to yields
-// whatever the server's encoding.
-func storedBytesSQL(col string) string {
-	return `(CASE WHEN left(` + col + `, 1) = chr(1) THEN decode(substr(` + col + `, 2), 'hex') ELSE convert_to(` + col + `, 'UTF8') END)`
-}
-
-var keyHashSQL = `left(encode(sha256(` + storedBytesSQL("scope") + ` || '\x00'::bytea || ` + storedBytesSQL("key") + `), 'hex'), 16)`
-
-// keyColumns are the columns scanKey reads; the first parameter says whether to read the body.
-const keyColumns = `tenant, scope, key, operation, fingerprint, state, attempt, status, reference, headers,
-	coalesce(octet_length(body), 0), CASE WHEN $1::boolean THEN body END,
-	created_at, completed_at, expires_at, lease_expires_at, statement_timestamp()`
-
 // LookupKey returns the rows of one key: usually one, more when the same key was used by
 // several operations or tenants (Tenant nil) or scopes. It returns [ErrNoSuchKey] when none
 // matches. Rows come sorted by tenant, operation and scope, at most [MaxLookupRows].
@@ -160,26 +145,23 @@ func (s *Store) LookupKey(ctx context.Context, p *LookupKeyParams) ([]KeyInfo, e
 	if p == nil {
 		p = &LookupKeyParams{}
 	}
-	q := newKeyQuery(p.IncludeBody)
+	q := keyQuery{body: p.IncludeBody}
 	switch {
 	case p.Key != "" && p.KeyHash != "":
 		return nil, errors.New("idem: LookupKey: give Key or KeyHash, not both")
 	case p.Key != "":
-		q.where("key = ", storedText(p.Key))
+		q.key = ptr(storedText(p.Key))
 	case p.KeyHash != "":
 		h, err := ParseKeyHash(p.KeyHash)
 		if err != nil {
 			return nil, err
 		}
-		q.where(keyHashSQL+" = ", h)
+		q.hash = &h
 	default:
 		return nil, errors.New("idem: LookupKey: Key or KeyHash is required")
 	}
-	q.tenant(p.Tenant)
-	if p.Operation != "" {
-		q.where("operation = ", storedText(p.Operation))
-	}
-	keys, err := s.queryKeys(ctx, "lookup key", q, "tenant, operation, scope", MaxLookupRows)
+	q.tenant, q.operation = storedPtr(p.Tenant), storedOperation(p.Operation)
+	keys, err := s.queryKeys(ctx, "lookup key", &q, MaxLookupRows)
 	if err == nil && len(keys) == 0 {
 		return nil, ErrNoSuchKey
 	}
@@ -205,25 +187,18 @@ func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, err
 		}
 		state = KeyInFlight
 	}
-	q := newKeyQuery(false)
+	q := keyQuery{stale: p.Stale, newest: true, tenant: storedPtr(p.Tenant), operation: storedOperation(p.Operation)}
 	switch state {
 	case "":
 	case KeyInFlight, KeyComplete, KeyUncertain:
-		q.where("state = ", string(state))
+		q.state = ptr(string(state))
 	default:
 		return nil, fmt.Errorf("idem: ListKeys: unknown state %q (use %s, %s or %s)", state, KeyInFlight, KeyComplete, KeyUncertain)
 	}
-	if p.Stale {
-		q.cond("lease_expires_at <= statement_timestamp()")
-	}
-	q.tenant(p.Tenant)
-	if p.Operation != "" {
-		q.where("operation = ", storedText(p.Operation))
-	}
 	if !p.Since.IsZero() {
-		q.where("created_at >= ", p.Since)
+		q.since = &p.Since
 	}
-	return s.queryKeys(ctx, "list keys", q, "created_at DESC, tenant, operation, scope, key", limit)
+	return s.queryKeys(ctx, "list keys", &q, limit)
 }
 
 // KeyStats counts the keys per operation and state. It reads the whole table.
@@ -233,19 +208,10 @@ func (s *Store) ListKeys(ctx context.Context, p *ListKeysParams) ([]KeyInfo, err
 // shard and merges (it refuses a join of the table with a sub-select of the clock).
 func (s *Store) KeyStats(ctx context.Context) (*KeyStats, error) {
 	st := &KeyStats{}
-	if err := s.db.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&st.Now); err != nil {
+	if err := s.db.QueryRow(ctx, s.sql.op.clock).Scan(&st.Now); err != nil {
 		return nil, storeError(ctx, "key stats", err)
 	}
-	rows, err := s.db.Query(ctx, `SELECT operation,
-	count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
-	count(*) FILTER (WHERE state = 'in_flight' AND lease_expires_at <= $1::timestamptz) AS stale,
-	count(*) FILTER (WHERE state = 'complete') AS complete,
-	count(*) FILTER (WHERE expires_at <= $1::timestamptz) AS expired,
-	min(created_at) FILTER (WHERE state = 'in_flight') AS oldest,
-	count(*) FILTER (WHERE state = 'uncertain') AS uncertain,
-	min(provider_at) FILTER (WHERE state = 'uncertain') AS oldest_uncertain
-FROM `+s.table+` GROUP BY operation
-ORDER BY operation`, st.Now)
+	rows, err := s.db.Query(ctx, s.sql.op.keyStats, st.Now)
 	if err != nil {
 		return nil, storeError(ctx, "key stats", err)
 	}
@@ -293,36 +259,34 @@ func ParseKeyHash(h string) (string, error) {
 	return h, nil
 }
 
-// keyQuery builds the WHERE clause of a key query; $1 is always "read the body".
+// keyQuery is what sql/op_keys.sql selects by: nil leaves a condition out.
 type keyQuery struct {
-	conds []string
-	args  []any
+	body, stale, newest                 bool
+	key, hash, tenant, operation, state *string
+	since                               *time.Time
 }
 
-func newKeyQuery(includeBody bool) *keyQuery { return &keyQuery{args: []any{includeBody}} }
-
-func (q *keyQuery) where(lhs string, v any) {
-	q.args = append(q.args, v)
-	q.conds = append(q.conds, lhs+"$"+strconv.Itoa(len(q.args)))
-}
-
-func (q *keyQuery) cond(c string) { q.conds = append(q.conds, c) }
-
-// tenant matches the tenant column as the request path writes it ([storedText]), so that the
-// lookup finds what a request with this tenant would claim.
-func (q *keyQuery) tenant(t *string) {
-	if t != nil {
-		q.where("tenant = ", storedText(*t))
+// storedPtr is a tenant as the request path writes it ([storedText]), so that a lookup finds
+// what a request with this tenant would claim; nil matches every tenant.
+func storedPtr(t *string) *string {
+	if t == nil {
+		return nil
 	}
+	return ptr(storedText(*t))
 }
 
-func (s *Store) queryKeys(ctx context.Context, what string, q *keyQuery, order string, limit int) ([]KeyInfo, error) {
-	sql := "SELECT " + keyColumns + " FROM " + s.table
-	if len(q.conds) > 0 {
-		sql += " WHERE " + strings.Join(q.conds, " AND ")
+func storedOperation(op string) *string {
+	if op == "" {
+		return nil
 	}
-	sql += " ORDER BY " + order + " LIMIT " + strconv.Itoa(limit)
-	rows, err := s.db.Query(ctx, sql, q.args...)
+	return ptr(storedText(op))
+}
+
+// queryKeys reads the key rows q selects, at most limit. It is sent with the simple protocol:
+// planned with its values, so the conditions left out fold away (sql/op_keys.sql).
+func (s *Store) queryKeys(ctx context.Context, what string, q *keyQuery, limit int) ([]KeyInfo, error) {
+	rows, err := s.db.Query(ctx, s.sql.op.keys, pgx.QueryExecModeSimpleProtocol, q.body, q.key, q.hash, q.tenant, q.operation,
+		q.state, q.stale, q.since, q.newest, limit)
 	if err != nil {
 		return nil, storeError(ctx, what, err)
 	}

@@ -1,5 +1,7 @@
 package idem
 
+import "fmt"
+
 // The key's life in one vocabulary: the states a key is in and every kind of event that moves it
 // or is told about it. The runtime, the CLI, the support page (runtime/idemadmin) and
 // reconciliation (runtime/idemreconcile) all speak it; the SQL statements in sql/ take the state
@@ -33,13 +35,30 @@ const (
 // sqlLiteral is the state as a SQL string literal, for the statements in sql/.
 func (k KeyState) sqlLiteral() string { return "'" + string(k) + "'" }
 
-// stateFuncs write the states in the statements in sql/: {{inFlight}}, {{complete}},
-// {{uncertain}} (functions, so that the shared fragments, which take a value of their own, can
-// use them too).
+// stateFuncs write the states and the event kinds in the statements in sql/: {{inFlight}},
+// {{complete}}, {{uncertain}}, and {{event "completed"}} for a history row's kind, which fails
+// to render for a kind this file does not declare (functions, so that the shared fragments,
+// which take a value of their own, can use them too).
 var stateFuncs = map[string]any{
 	"inFlight":  KeyInFlight.sqlLiteral,
 	"complete":  KeyComplete.sqlLiteral,
 	"uncertain": KeyUncertain.sqlLiteral,
+	"event":     eventLiteral,
+}
+
+// historyKinds are the event kinds a key's history holds.
+var historyKinds = []EventKind{EventAcquired, EventTakenOver, EventReplayed, EventKeyReused, EventCompleted,
+	EventLeaseLost, EventReleased, EventProviderCall, EventUncertain, EventResolved}
+
+// eventLiteral is the history kind name as a SQL string literal; an error for a name that is
+// not one.
+func eventLiteral(name string) (string, error) {
+	for _, k := range historyKinds {
+		if string(k) == name {
+			return "'" + name + "'", nil
+		}
+	}
+	return "", fmt.Errorf("%q is not an event kind of the key's history", name)
 }
 
 // EventKind names what happened to a key: one word per outcome, shared with what a claim

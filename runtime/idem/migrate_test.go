@@ -73,8 +73,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		}
 		total += len(applied[i])
 	}
-	if total != 6 {
-		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 6 applied exactly once", applied)
+	if total != 7 {
+		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 7 applied exactly once", applied)
 	}
 	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || len(r.Versions) != 0 {
 		t.Fatalf("second Migrate = %+v, %v; want a no-op", r, err)
@@ -98,10 +98,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		t.Fatalf("created_at is %s before the database's now()", skew)
 	}
 
-	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[6 5 4 3 2 1]" {
-		t.Fatalf("dry run down = %+v, %v; want versions 6, 5, 4, 3, 2 and 1 listed", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[7 6 5 4 3 2 1]" {
+		t.Fatalf("dry run down = %+v, %v; want versions 7, 6, 5, 4, 3, 2 and 1 listed", r, err)
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[6 5 4 3 2 1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[7 6 5 4 3 2 1]" {
 		t.Fatalf("MigrateDown = %+v, %v", r, err)
 	}
 	var exists bool
@@ -109,8 +109,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if exists {
 		t.Fatal("MigrateDown left the table")
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4 5 6]" {
-		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 6 again", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 7 again", r, err)
 	}
 }
 
@@ -183,9 +183,9 @@ func TestMigrationEscapesStoredText(t *testing.T) {
 		}
 	}
 	replayed("after version 2")
-	// Back to version 1: versions 6 (the history), 5 (the checks), 4 (the expiry index) and 3
-	// (the key table's fillfactor) go first.
-	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 5}); err != nil {
+	// Back to version 1: versions 7 (the history's resolution), 6 (the history), 5 (the checks),
+	// 4 (the expiry index) and 3 (the key table's fillfactor) go first.
+	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 6}); err != nil {
 		t.Fatalf("revert version 2: %v", err)
 	}
 	for tenant, stored := range old {

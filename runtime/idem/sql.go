@@ -56,6 +56,10 @@ type statements struct {
 	// historyInsert[n] appends n history rows (Store.appendHistory), for n = 1 and 2.
 	historyInsert [3]string
 
+	// op are the operator's statements (operator.go): resolve, the history's reads,
+	// reconciliation's read.
+	op opStatements
+
 	// batched are the statements the request path sends in batches on a connection the Store
 	// holds, where some fail on purpose (a guard, the completion's fence) to skip the rest. pgx
 	// forgets the statements of a batch that failed, so each would be prepared anew on the
@@ -87,6 +91,11 @@ func newStatements(table, events string, remember bool) (statements, error) {
 		{"history_claim", &st.historyClaim, false}, {"history_counted", &st.historyCounted, false},
 		{"uncertain_held", &st.uncertainHeld, false}, {"uncertain_abandoned", &st.uncertainAbandoned, false},
 		{"provider_mark", &st.providerMark, false}, {"purge_history", &st.purgeHistory, false},
+		{"op_resolve_lock", &st.op.resolveLock, false}, {"op_resolve_completed", &st.op.resolveCompleted, false},
+		{"op_resolve_failed", &st.op.resolveFailed, false}, {"op_resolve_history", &st.op.resolveHistory, false},
+		{"op_history", &st.op.history, false}, {"op_gone_keys", &st.op.goneKeys, false},
+		{"op_provider_calls", &st.op.providerCalls, false}, {"op_provider_calls_by_key", &st.op.providerCallsByKey, false}, {"op_key_fates", &st.op.keyFates, false}, {"op_key_rows", &st.op.keyRows, false},
+		{"op_keys", &st.op.keys, false}, {"op_clock", &st.op.clock, false}, {"op_key_stats", &st.op.keyStats, false},
 	} {
 		sql, err := renderSQL(s.file, sqlVars{Table: table, Events: events, Remember: remember, Inner: st.claimRead})
 		if err != nil {

@@ -93,8 +93,9 @@ type Config struct {
 	// PostgreSQL behind a transaction-mode pooler (TopologyPooler) or Citus (TopologyCitus). By
 	// default (TopologyDetect) the Store asks the database, at NewStore or, when the database does
 	// not answer then, at the first request; until it knows, it refuses to claim
-	// (ErrStoreUnavailable). Behind a transaction-mode pooler NewStore refuses the pgx exec modes
-	// that cannot work there (ErrPoolerMode).
+	// (ErrStoreUnavailable). A topology set here is checked against the database the same way,
+	// and refused when it does not match (ErrTopologyMismatch). Behind a transaction-mode pooler
+	// NewStore refuses the pgx exec modes that cannot work there (ErrPoolerMode).
 	Topology Topology
 	// Pooler is the older form of Topology.
 	//
@@ -190,11 +191,11 @@ type Store struct {
 	fallbackPoll time.Duration // how often a waiter claims again while notifications arrive
 }
 
-// NewStore returns a Store on db. cfg may be nil. Unless Config.Topology names the topology, it
-// asks the database (one short transaction, bounded by Config.StoreTimeout; a database that
-// cannot be reached yet is asked by the first request, and claims are refused until then), and
-// it fails with ErrPoolerMode when pgx's exec mode cannot work through the pooler it finds or is
-// told of.
+// NewStore returns a Store on db. cfg may be nil. It always asks the database what it is (one
+// short transaction, bounded by Config.StoreTimeout; a database that cannot be reached yet is
+// asked by the first request, and claims are refused until then): a Config.Topology that names
+// a topology is checked against the answer (ErrTopologyMismatch), and it fails with
+// ErrPoolerMode when pgx's exec mode cannot work through the pooler it finds or is told of.
 func NewStore(db DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("idem: NewStore: db is nil (pass a *pgxpool.Pool)")

@@ -1,9 +1,13 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,5 +182,121 @@ func TestGenericPlans(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A configured topology is checked against the database: TopologyCitus on plain PostgreSQL (no
+// Citus extension) is refused at NewStore with ErrTopologyMismatch and its reason; when the
+// database cannot be asked at NewStore, the first request that reaches it is refused the same
+// way, and no handler runs. (TopologyPostgres on Citus is refused on the cluster:
+// TestCitusTopologyChecked.) Not parallel: StrictTopology turns off the package's test setting
+// that lets the other tests run Citus's statements on plain PostgreSQL.
+func TestTopologyCitusRefusedOnPostgres(t *testing.T) {
+	idem.StrictTopology(t)
+	sch := idemtest.TestSchema(t, nil)
+	cfg := &idem.Config{Schema: sch.Name, Table: sch.Table, Topology: idem.TopologyCitus}
+	s, err := idem.NewStore(sch.Pool, cfg)
+	if !errors.Is(err, idem.ErrTopologyMismatch) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("NewStore with TopologyCitus on plain PostgreSQL: %v; want ErrTopologyMismatch", err)
+	}
+	for _, want := range []string{"no Citus extension", "idem.TopologyPostgres", "TopologyDetect"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+	t.Logf("refused: %v", err)
+
+	var down atomic.Bool
+	down.Store(true)
+	pc := sch.Pool.Config().Copy()
+	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if down.Load() {
+			return nil, errors.New("the database is not up yet")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	cfg.StoreTimeout = time.Second
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err = idem.NewStore(pool, cfg)
+	if err != nil {
+		t.Fatalf("NewStore with the database down: %v; want a Store that asks later", err)
+	}
+	t.Cleanup(s.Close)
+	down.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	runs := 0
+	fn := func(context.Context, pgx.Tx) (*idem.Outcome, error) { runs++; return &idem.Outcome{Status: 201}, nil }
+	for i := range 2 {
+		_, err := s.Do(ctx, &idem.DoParams{Key: "k", Operation: "op", Fingerprint: "fp"}, fn)
+		if !errors.Is(err, idem.ErrTopologyMismatch) || runs != 0 {
+			t.Fatalf("request %d once the database answers: %v, %d runs; want ErrTopologyMismatch and no run", i+1, err, runs)
+		}
+	}
+	if got := s.Topology(); got != idem.TopologyDetect {
+		t.Errorf("Topology after the refusal = %s; want detect (nothing settled)", got)
+	}
+}
+
+// The pooler refusal names the exec mode as a database URL writes it (describe_exec), and the
+// fix as one too, so that what the operator searches for is what the message says.
+func TestPoolerModeNamedAsInTheURL(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeDescribeExec, pgx.QueryExecModeCacheStatement} {
+		pc := sch.Pool.Config().Copy()
+		pc.ConnConfig.DefaultQueryExecMode = mode
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		_, err = idem.NewStore(pool, &idem.Config{Schema: sch.Name, Table: sch.Table, Topology: idem.TopologyPooler})
+		if !errors.Is(err, idem.ErrPoolerMode) {
+			t.Fatalf("NewStore with TopologyPooler in %s: %v; want ErrPoolerMode", mode, err)
+		}
+		name := strings.ReplaceAll(mode.String(), " ", "_")
+		if !strings.Contains(err.Error(), "default_query_exec_mode="+name+" ") || strings.Contains(err.Error(), "="+mode.String()) {
+			t.Errorf("the refusal in %s does not name default_query_exec_mode=%s as a URL writes it: %v", name, name, err)
+		}
+		if !strings.Contains(err.Error(), "default_query_exec_mode=cache_describe") {
+			t.Errorf("the refusal does not name the fix, default_query_exec_mode=cache_describe: %v", err)
+		}
+	}
+}
+
+// TopologyPooler on a connection that looks direct is not refused (a pooler may pass the server's
+// process ID through), but the operator is told the Store sees no pooler.
+func TestTopologyPoolerWithoutAPoolerSaysSo(t *testing.T) {
+	t.Parallel()
+	sch := idemtest.TestSchema(t, nil)
+	pc := sch.Pool.Config().Copy()
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	s, err := idem.NewStore(pool, &idem.Config{Schema: sch.Name, Table: sch.Table, Topology: idem.TopologyPooler,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	if err != nil {
+		t.Fatalf("NewStore with TopologyPooler on a direct connection: %v; want it accepted", err)
+	}
+	t.Cleanup(s.Close)
+	mu.Lock()
+	defer mu.Unlock()
+	if got := s.Topology(); got != idem.TopologyPooler || !strings.Contains(logs.String(), "no pooler the Store can see") {
+		t.Errorf("topology %s, logs %q; want pooler, and a log that no pooler is seen", got, logs.String())
 	}
 }

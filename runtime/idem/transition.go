@@ -20,11 +20,12 @@ import (
 //	turnedUncertain    uncertain_abandoned.sql            uncertain     uncertain
 //	providerCalled     provider_mark.sql (UncertainOnLoss) provider_call provider_call
 //	leaseLostBy        none: another request holds it    lease_lost    lease_lost
+//	resolved           op_resolve_completed.sql, or       resolved      resolved
+//	                   op_resolve_failed.sql (in the caller's transaction: Store.ResolveTx)
 //
 // The claim and the completion, on every request's path, are not transitions of this kind: their
 // statements and history rows go in the batches that also carry the business transaction's
-// (claim*.go, biztx.go), and replays and mismatches are counted (history_write.go). Resolve
-// settles an uncertain key in the caller's transaction (history.go).
+// (claim*.go, biztx.go), and replays and mismatches are counted (history_write.go).
 type transition struct {
 	// history is the row appended, in the transaction that makes the change, when the key keeps
 	// a history; its Kind names the transition.
@@ -47,8 +48,12 @@ type transition struct {
 	event  Event
 	notify bool
 	// c is the claim the transition gives back or records for; nil for one a claim found to make
-	// (turnedUncertain).
+	// (turnedUncertain) or an operator's (resolved).
 	c *Claim
+	// historySQL and historyArgs append the history row instead of appendHistory's statement,
+	// for a row with a column only it has (resolved: the resolution).
+	historySQL  string
+	historyArgs []any
 }
 
 // uncertain says t turned the key uncertain.
@@ -120,11 +125,53 @@ func (s *Store) leaseLostBy(c *Claim) *transition {
 		event: Event{Kind: EventLeaseLost, Operation: c.Operation, Attempt: c.Attempt}}
 }
 
+// resolved settles the uncertain key row (its operation as stored) as p says, in the caller's
+// transaction, which has locked the row and found it uncertain (Store.ResolveTx).
+func (s *Store) resolved(row rowID, operation string, p *ResolveParams) (*transition, error) {
+	t := &transition{row: row, keep: true,
+		history: HistoryEvent{Kind: EventResolved, Operation: fromStoredText(operation), Detail: p.Evidence, Actor: p.Actor, Resolution: p.As},
+		event:   Event{Kind: EventResolved, Operation: fromStoredText(operation)}}
+	switch p.As {
+	case ResolveCompleted:
+		var headers any
+		if len(p.Outcome.Header) > 0 {
+			b, err := encodeStoredHeaders(p.Outcome.Header)
+			if err != nil {
+				return nil, fmt.Errorf("encode headers: %w", err)
+			}
+			headers = b
+		}
+		var ref *string
+		if p.Outcome.Reference != "" {
+			ref = &p.Outcome.Reference
+		}
+		t.history.Status = p.Outcome.Status
+		t.stmt, t.args = s.sql.op.resolveCompleted, []any{row.tenant, row.scope, row.key,
+			int32(p.Outcome.Status), headers, p.Outcome.Body, ref, interval(orDefault(p.TTL, DefaultTTL))}
+	case ResolveFailed:
+		t.stmt, t.args = s.sql.op.resolveFailed, []any{row.tenant, row.scope, row.key}
+	}
+	t.historySQL, t.historyArgs = s.sql.op.resolveHistory, []any{row.tenant, row.scope, row.key, operation,
+		int32(t.history.Status), p.Evidence, p.Actor, p.As.String()}
+	return t, nil
+}
+
 // apply makes t, or, when t's statement changes no row, the first of its orElse chain that
 // does, and returns the transition made (nil when none was). Once made, the key's waiters are
 // woken and the Observer is told.
 func (s *Store) apply(ctx context.Context, t *transition) (*transition, error) {
 	made, err := s.write(ctx, t)
+	return s.made(ctx, made, err)
+}
+
+// applyIn is apply inside the caller's transaction tx: if tx is rolled back, so is the change.
+func (s *Store) applyIn(ctx context.Context, tx pgx.Tx, t *transition) (*transition, error) {
+	made, err := s.writeIn(ctx, tx, t)
+	return s.made(ctx, made, err)
+}
+
+// made tells of a transition once made: the key's waiters are woken and the Observer is told.
+func (s *Store) made(ctx context.Context, made *transition, err error) (*transition, error) {
 	if err != nil || made == nil {
 		return nil, err
 	}
@@ -165,36 +212,49 @@ func (s *Store) write(ctx context.Context, t *transition) (*transition, error) {
 		return t, s.appendHistory(ctx, s.db, t.row, t.historyRows()...)
 	}
 	var made *transition
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		made = nil
-		if t.sync {
-			for _, q := range s.set().syncCommit() {
-				if _, err := tx.Exec(ctx, q); err != nil {
-					return err
-				}
-			}
-		}
-		for cand := t; cand != nil; cand = cand.orElse {
-			if cand.stmt != "" {
-				if n, err := txReturned(ctx, tx, cand.stmt, cand.args...); err != nil || n == 0 {
-					if err != nil {
-						return err
-					}
-					continue
-				}
-			}
-			made = cand
-			if !cand.keep {
-				return nil
-			}
-			return s.appendHistory(ctx, tx, cand.row, cand.historyRows()...)
-		}
-		return nil
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) (err error) {
+		made, err = s.writeIn(ctx, tx, t)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return made, nil
+}
+
+// writeIn sends t's statements and history rows in tx.
+func (s *Store) writeIn(ctx context.Context, tx pgx.Tx, t *transition) (*transition, error) {
+	if t.sync {
+		for _, q := range s.set().syncCommit() {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for cand := t; cand != nil; cand = cand.orElse {
+		if cand.stmt != "" {
+			n, err := txReturned(ctx, tx, cand.stmt, cand.args...)
+			if err != nil {
+				return nil, err
+			}
+			if n == 0 {
+				continue
+			}
+		}
+		switch {
+		case !cand.keep:
+		case cand.historySQL != "":
+			if _, err := tx.Exec(ctx, cand.historySQL, cand.historyArgs...); err != nil {
+				return nil, fmt.Errorf("idem: history: %w", err)
+			}
+		default:
+			if err := s.appendHistory(ctx, tx, cand.row, cand.historyRows()...); err != nil {
+				return nil, err
+			}
+		}
+		return cand, nil
+	}
+	return nil, nil
 }
 
 // historyRows are the rows t appends.

@@ -333,6 +333,9 @@ func newEventView(ev *idem.HistoryEvent, op string) eventView {
 	if ev.Operation != "" && ev.Operation != op {
 		parts = append(parts, "operation "+ev.Operation)
 	}
+	if ev.Resolution != 0 {
+		parts = append(parts, "as "+ev.Resolution.String())
+	}
 	if ev.Detail != "" {
 		parts = append(parts, ev.Detail)
 	}

@@ -200,8 +200,9 @@ func (f *resolveForm) params(k *idem.KeyInfo, actor string) (*idem.ResolveParams
 		return nil, "choose completed (the provider acted) or failed (it has no record of the call)."
 	}
 	status, err := strconv.Atoi(f.Status)
-	if err != nil || status < 100 || status > 599 {
-		return nil, "resolving as completed needs the HTTP status every retry will get (100 to 599)."
+	if err != nil || status < idem.MinResolvedStatus || status > idem.MaxResolvedStatus {
+		return nil, "resolving as completed needs the HTTP status every retry will get as final (" +
+			strconv.Itoa(idem.MinResolvedStatus) + " to " + strconv.Itoa(idem.MaxResolvedStatus) + ": never a 5xx)."
 	}
 	o := &idem.Outcome{Status: status}
 	given := 0
@@ -215,13 +216,15 @@ func (f *resolveForm) params(k *idem.KeyInfo, actor string) (*idem.ResolveParams
 		return nil, "resolving as completed needs one of: the body retries replay, the reference (operations that store one), or “no body”."
 	case f.ContentType != "" && f.Body == "":
 		return nil, "a content type goes with a body."
+	case f.NoBody && status != http.StatusNoContent && status != http.StatusNotModified:
+		return nil, "a " + strconv.Itoa(status) + " answers with a body, which every retry would get empty: give the body the operation answers (or its reference); “no body” is for 204 and 304."
 	case len(f.Reference) > maxReference:
 		return nil, "the reference is over " + strconv.Itoa(maxReference) + " bytes."
 	case f.ContentType != "":
-		if mt, _, err := mime.ParseMediaType(f.ContentType); err != nil || !validMediaType(mt) {
+		o.Header = http.Header{"Content-Type": {f.ContentType}}
+		if mt, _, err := mime.ParseMediaType(f.ContentType); err != nil || !validMediaType(mt) || idem.CheckHeader(o.Header) != nil {
 			return nil, "the content type is not a media type (application/json, say)."
 		}
-		o.Header = http.Header{"Content-Type": {f.ContentType}}
 	}
 	if f.Body != "" {
 		o.Body = []byte(f.Body)

@@ -120,10 +120,10 @@ func (e *env) keyRow(key string) (state string, status int, body, contentType st
 	return state, status, body, contentType
 }
 
-// resolvedRows are the resolved rows of key's history, as "actor|detail|status".
+// resolvedRows are the resolved rows of key's history, as "actor|resolution: detail|status".
 func (e *env) resolvedRows(key string) []string {
 	e.t.Helper()
-	rows, err := e.schema.Pool.Query(context.Background(), `SELECT actor || '|' || detail || '|' || coalesce(status, 0) FROM `+e.events()+`
+	rows, err := e.schema.Pool.Query(context.Background(), `SELECT actor || '|' || resolution || ': ' || detail || '|' || coalesce(status, 0) FROM `+e.events()+`
 		WHERE key = $1 AND kind = 'resolved' ORDER BY at`, key)
 	if err != nil {
 		e.t.Fatal(err)
@@ -365,15 +365,29 @@ func TestResolveFormNeedsItsTokenAndAUserWhoMayResolve(t *testing.T) {
 	if err := e.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.store.Table()+` WHERE state = 'uncertain'`).Scan(&n); err != nil || n != 3 {
 		t.Errorf("uncertain keys after the refused posts: %d, %v; want 3", n, err)
 	}
-	// The right token settles acme's pay-9 alone, not globex's key of the same hash.
-	if status, body := post(t, srv, "alice", url.Values{"hash": {hash9}, "token": {tok}, "as": {"failed"}, "evidence": {"x"}}); status != http.StatusOK {
-		t.Fatalf("the right token: %d:\n%s", status, body)
+	// Each tenant's token settles its own pay-9 alone, whichever sorts first: globex's (listed
+	// second) first, then acme's.
+	left := func() []string {
+		rows, _ := e.schema.Pool.Query(context.Background(), `SELECT tenant FROM `+e.store.Table()+` WHERE key = 'pay-9' ORDER BY tenant`)
+		tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tenants
 	}
-	var tenants []string
-	rows, _ := e.schema.Pool.Query(context.Background(), `SELECT tenant FROM `+e.store.Table()+` WHERE key = 'pay-9'`)
-	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(tenants) != 1 || tenants[0] != "globex" {
-		t.Errorf("pay-9 rows left: %v, %v; want globex's alone", tenants, err)
+	_, body = page(t, srv, "alice", url.Values{"tenant": {"globex"}, "hash": {hash9}})
+	tokGlobex := formToken(t, body)
+	if status, body := post(t, srv, "alice", url.Values{"hash": {hash9}, "token": {tokGlobex}, "as": {"failed"}, "evidence": {"x"}}); status != http.StatusOK {
+		t.Fatalf("globex's token: %d:\n%s", status, body)
+	}
+	if tenants := left(); len(tenants) != 1 || tenants[0] != "acme" {
+		t.Errorf("pay-9 rows left after globex's form: %v; want acme's alone", tenants)
+	}
+	if status, body := post(t, srv, "alice", url.Values{"hash": {hash9}, "token": {tok}, "as": {"failed"}, "evidence": {"x"}}); status != http.StatusOK {
+		t.Fatalf("acme's token: %d:\n%s", status, body)
+	}
+	if tenants := left(); len(tenants) != 0 {
+		t.Errorf("pay-9 rows left after acme's form: %v; want none", tenants)
 	}
 }
 
@@ -398,6 +412,13 @@ func TestResolveFormChecksWhatItIsSent(t *testing.T) {
 		"a content type alone":    {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"201"}, "reference": {"r"}, "content_type": {"text/plain"}}, "a content type goes with a body"},
 		"a bad content type":      {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"201"}, "body": {"{}"}, "content_type": {"json!!"}}, "not a media type"},
 		"too much evidence":       {url.Values{"as": {"failed"}, "evidence": {strings.Repeat("x", 4001)}}, "over 4000 bytes"},
+		"a 500":                   {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"500"}, "body": {"{}"}}, "never a 5xx"},
+		"a 103":                   {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"103"}, "no_body": {"1"}}, "needs the HTTP status"},
+		"a 201 with no body":      {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"201"}, "no_body": {"1"}}, "a 201 answers with a body"},
+		"CR LF in the type": {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"201"}, "body": {"{}"},
+			"content_type": {"application/json\r\nSet-Cookie: a=b"}}, "not a media type"},
+		"a NUL in the type": {url.Values{"as": {"completed"}, "evidence": {"x"}, "status": {"201"}, "body": {"{}"},
+			"content_type": {"application/json; charset=\"a\x00\""}}, "not a media type"},
 	} {
 		c.form.Set("hash", hash)
 		c.form.Set("token", tok)
@@ -453,7 +474,7 @@ func TestResolveFormConcurrently(t *testing.T) {
 	forms := map[string]url.Values{}
 	for user, as := range map[string]string{"alice": "completed", "bob": "failed"} {
 		_, body := page(t, srv, user, url.Values{"hash": {hash}})
-		forms[user] = url.Values{"hash": {hash}, "token": {formToken(t, body)}, "as": {as}, "status": {"201"}, "no_body": {"1"}, "evidence": {"by " + user}}
+		forms[user] = url.Values{"hash": {hash}, "token": {formToken(t, body)}, "as": {as}, "status": {"204"}, "no_body": {"1"}, "evidence": {"by " + user}}
 	}
 	if forms["bob"].Del("status"); true {
 		forms["bob"].Del("no_body")

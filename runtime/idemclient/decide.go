@@ -44,6 +44,11 @@ const ProblemTypePrefix = idemwire.ProblemTypePrefix
 // HeaderReplayed is set to "true" on an answer the server replayed from its store.
 const HeaderReplayed = idemwire.HeaderReplayed
 
+// HeaderRefusal names the problem code of every problem an idemgen server answers, whatever its
+// body's format: an RFC 9457 problem, or the API's own error format written by its renderer
+// (an Open Banking OBErrorResponse1, say). [Classify] reads the code from it first.
+const HeaderRefusal = idemwire.HeaderRefusal
+
 // Decision is what [Classify] makes of one answer.
 type Decision struct {
 	// Retry says whether another attempt, with the same key and body, can change the outcome.
@@ -69,7 +74,9 @@ type Decision struct {
 // (docs/client.md prints it), in this order:
 //
 //   - an answer with Idempotent-Replayed: true was stored: final;
-//   - the server's problems by code: in-progress, store-unavailable → retry after Retry-After,
+//   - the server's problems by code, read from the Idempotency-Refusal header ([HeaderRefusal]),
+//     which the server sets whatever the API's error format, else from an RFC 9457 problem
+//     whose type is the runtime's: in-progress, store-unavailable → retry after Retry-After,
 //     Waiting;
 //     handler-timeout, internal → retry (the work was rolled back and the key released);
 //     key-reused, key-missing, key-invalid, body-invalid, body-too-large, request-invalid,
@@ -87,9 +94,9 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 	if header.Get(HeaderReplayed) == "true" {
 		return Decision{Reason: strconv.Itoa(status) + " replayed", Stored: true}
 	}
-	if p := DecodeProblem(status, header, body); p != nil && p.Type == ProblemTypePrefix+p.Code {
-		reason := strconv.Itoa(status) + " " + p.Code
-		if retry, known := idemwire.ProblemRetry(p.Code); known {
+	if code := refusalCode(status, header, body); code != "" {
+		reason := strconv.Itoa(status) + " " + code
+		if retry, known := idemwire.ProblemRetry(code); known {
 			switch retry {
 			case idemwire.RetryLater:
 				return Decision{Retry: true, Wait: ra, Reason: reason, Waiting: true}
@@ -114,6 +121,18 @@ func Classify(op *Operation, status int, header http.Header, body []byte) Decisi
 		return Decision{Retry: true, Wait: ra, Reason: reason + " not stored (persist: " + strings.Join(op.persist(), ", ") + ")", Waiting: gateway}
 	}
 	return Decision{Reason: reason, Stored: op.stores(status)}
+}
+
+// refusalCode is the runtime's problem code of an answer: the Idempotency-Refusal header's, else
+// that of an RFC 9457 problem whose type is the runtime's, else "".
+func refusalCode(status int, header http.Header, body []byte) string {
+	if code := idemwire.RefusalCode(header); code != "" {
+		return code
+	}
+	if p := DecodeProblem(status, header, body); p != nil && p.Type == ProblemTypePrefix+p.Code {
+		return p.Code
+	}
+	return ""
 }
 
 // maxRetryAfter bounds what a Retry-After is read as, so that a huge one cannot overflow a
@@ -147,6 +166,21 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	return min(max(t.Sub(now), 0), maxRetryAfter), true
+}
+
+// DecodeError is the [*Error] of an answer with an error status: its RFC 9457 problem decoded
+// when it is one, with the code the Idempotency-Refusal header names ([HeaderRefusal]) when it
+// names one, whatever the body's format; else just the status and its text.
+func DecodeError(status int, header http.Header, body []byte) *Error {
+	e := DecodeProblem(status, header, body)
+	if e == nil {
+		e = &Error{Status: status, Title: http.StatusText(status)}
+	}
+	if code := idemwire.RefusalCode(header); code != "" && code != e.Code {
+		// The body is the API's own format: the code is the runtime's all the same.
+		e.Code, e.Type = code, idemwire.ProblemType(code)
+	}
+	return e
 }
 
 // DecodeProblem reads an application/problem+json body (RFC 9457) into an [*Error], or returns

@@ -1,6 +1,7 @@
 package idemclient_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -159,6 +160,68 @@ func TestNewKeyIsUUIDv4(t *testing.T) {
 func containsByte(s string, b byte) bool {
 	for i := range len(s) {
 		if s[i] == b {
+			return true
+		}
+	}
+	return false
+}
+
+// TestClassifyRefusalHeader: an API that answers its refusals in its own error format (an Open
+// Banking OBErrorResponse1 here, a 409 that is neither problem+json nor the runtime's type) is
+// judged by the Idempotency-Refusal header its server sets beside the body: a duplicate in
+// progress and a store outage are waited out, a reused key and an uncertain outcome are final
+// and match their errors, and the header wins over a body that says otherwise. Without the
+// header, the same 409 is the API's own conflict: final.
+func TestClassifyRefusalHeader(t *testing.T) {
+	t.Parallel()
+	op := &idemclient.Operation{Route: "POST /domestic-payments", KeyHeader: "x-idempotency-key"}
+	ob := func(status int) []byte {
+		return fmt.Appendf(nil, `{"Code":"%d","Message":"m","Errors":[{"ErrorCode":"UK.OBIE.Resource.InvalidConsentStatus","Message":"d"}]}`, status)
+	}
+	for _, c := range []struct {
+		name, code     string
+		status         int
+		contentType    string
+		retry, waiting bool
+		is             error
+	}{
+		{"in progress", idemclient.CodeInProgress, 409, "application/json; charset=utf-8", true, true, nil},
+		{"store unavailable", idemclient.CodeStoreUnavailable, 503, "application/json; charset=utf-8", true, true, nil},
+		{"handler timeout", idemclient.CodeHandlerTimeout, 503, "application/json", true, false, nil},
+		{"key reused", idemclient.CodeKeyReused, 422, "application/json; charset=utf-8", false, false, idemclient.ErrKeyReused},
+		{"operation uncertain", idemclient.CodeOperationUncertain, 409, "application/json", false, false, idemclient.ErrOperationUncertain},
+		{"key invalid", idemclient.CodeKeyInvalid, 400, "text/plain", false, false, nil},
+		{"a code the runtime does not define: the status decides", "out-of-stock", 409, "application/json", false, false, nil},
+		{"no header: the API's own 409", "", 409, "application/json; charset=utf-8", false, false, nil},
+		{"the header wins over a foreign problem", idemclient.CodeInProgress, 409, "application/problem+json", true, true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := http.Header{"Content-Type": {c.contentType}, "Retry-After": {"2"}}
+			if c.code != "" {
+				h.Set(idemclient.HeaderRefusal, c.code)
+			}
+			body := ob(c.status)
+			if c.contentType == "application/problem+json" {
+				body = []byte(`{"type":"https://example.com/conflict","code":"conflict","status":409}`)
+			}
+			d := idemclient.Classify(op, c.status, h, body)
+			if d.Retry != c.retry || d.Waiting != c.waiting {
+				t.Errorf("Classify = retry %v, waiting %v (%s); want retry %v, waiting %v", d.Retry, d.Waiting, d.Reason, c.retry, c.waiting)
+			}
+			e := idemclient.DecodeError(c.status, h, body)
+			if idemwireKnown(c.code) && e.Code != c.code {
+				t.Errorf("DecodeError(...).Code = %q, want %q from the header", e.Code, c.code)
+			}
+			if c.is != nil && !errors.Is(e, c.is) {
+				t.Errorf("DecodeError = %v; want it to match %v", e, c.is)
+			}
+		})
+	}
+}
+
+func idemwireKnown(code string) bool {
+	for _, c := range idemhttp.ProblemCodes() {
+		if c == code {
 			return true
 		}
 	}

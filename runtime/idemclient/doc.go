@@ -8,7 +8,9 @@
 // harmless; 409 in-progress after its Retry-After; 503 store-unavailable and handler-timeout;
 // 408, 425 and 429; and a 5xx that the operation's persist set says the server did not store. It
 // never retries a client error (400, 401, 403, 404, 413, 415, 422 key-reused) nor an answer the
-// server stored, which a retry would only replay.
+// server stored, which a retry would only replay. It reads the server's refusals from the
+// Idempotency-Refusal header an idemgen server sets beside any body, so it retries alike
+// whether the API answers RFC 9457 problems or its own error format.
 //
 // Waits are capped exponential backoff with full jitter, never shorter than a Retry-After, and
 // bounded by the context's deadline and [Options.MaxElapsed]: a wait that would end past them is

@@ -361,9 +361,7 @@ func (r *Retrier) attempt(ctx context.Context, op *Operation, req Request, body 
 	d := Classify(op, resp.StatusCode, resp.Header, b)
 	var e *Error
 	if resp.StatusCode >= 400 {
-		if e = DecodeProblem(resp.StatusCode, resp.Header, b); e == nil {
-			e = &Error{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
-		}
+		e = DecodeError(resp.StatusCode, resp.Header, b)
 		e.Route, e.Key = op.Route, res.Key
 	}
 	if d.Retry {

@@ -550,3 +550,68 @@ func TestBuildErrorIsFinal(t *testing.T) {
 		t.Errorf("Do: %v after %d sends; want one, a building error", err, n)
 	}
 }
+
+// TestAnAttemptEndsAtMaxElapsed: MaxElapsed bounds the attempt in flight, not only the waits
+// between attempts: a server that holds a request without answering (a handler stuck on a lock)
+// cannot keep a call past MaxElapsed, even with an AttemptTimeout far longer. The call gives up
+// naming MaxElapsed and the key, and the server sees the request abandoned.
+func TestAnAttemptEndsAtMaxElapsed(t *testing.T) {
+	t.Parallel()
+	stop := make(chan struct{})
+	abandoned := make(chan int, 4)
+	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			writeProblem(w, 500, idemhttp.CodeInternal, "") // retried at once
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			abandoned <- n
+		case <-stop:
+		}
+	})
+	t.Cleanup(func() { close(stop) }) // before the server's Close, which waits for its handlers
+	var res idemclient.Result
+	r := fast(idemclient.Options{MaxElapsed: 800 * time.Millisecond, AttemptTimeout: time.Hour})
+	resp, err := call(t, context.Background(), r, idemclient.Request{Send: s.send}, idemclient.WithResult(&res))
+	var gu *idemclient.GiveUpError
+	if resp != nil || !errors.As(err, &gu) || !errors.Is(err, idemclient.ErrDeadline) || !strings.Contains(err.Error(), "MaxElapsed") {
+		t.Fatalf("Do: %v, %v; want a *GiveUpError at MaxElapsed", resp, err)
+	}
+	if gu.Key == "" || gu.Key != res.Key || res.Attempts != 2 {
+		t.Errorf("gave up with key %q after %d attempts (result %+v); want the call's key after 2", gu.Key, res.Attempts, res)
+	}
+	select {
+	case n := <-abandoned:
+		if n != 2 {
+			t.Errorf("attempt %d was abandoned, want the second", n)
+		}
+	case <-time.After(returnBound):
+		t.Errorf("the server did not see the held attempt abandoned within %s", returnBound)
+	}
+}
+
+// TestGivesUpOnTheAPIsOwn409InProgress: a server whose refusals are the API's own error format
+// (not problem+json) keeps answering 409 with Idempotency-Refusal: in-progress: the call waits
+// it out and, at MaxElapsed, returns the *GiveUpError a caller checks for, naming the key, with
+// the last 409 as an *Error of code in-progress; never the 409 as if it were final.
+func TestGivesUpOnTheAPIsOwn409InProgress(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Header().Set(idemclient.HeaderRefusal, idemclient.CodeInProgress)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"Code":"409","Message":"in progress","Errors":[{"ErrorCode":"UK.OBIE.Resource.InvalidConsentStatus","Message":"retry later"}]}`))
+	})
+	var res idemclient.Result
+	resp, err := call(t, context.Background(), fast(idemclient.Options{MaxAttempts: 2, MaxElapsed: 2500 * time.Millisecond}), idemclient.Request{Send: s.send}, idemclient.WithResult(&res))
+	var gu *idemclient.GiveUpError
+	var last *idemclient.Error
+	if resp != nil || !errors.As(err, &gu) || !errors.As(err, &last) || last.Code != idemclient.CodeInProgress || last.Status != http.StatusConflict {
+		t.Fatalf("Do: %v, %v; want a *GiveUpError whose last attempt is the 409 in-progress", resp, err)
+	}
+	if gu.Key == "" || gu.Key != res.Key || res.Attempts <= 2 {
+		t.Errorf("gave up with key %q after %d attempts; want the call's key, after more than MaxAttempts (2): a 409 in-progress does not count", gu.Key, res.Attempts)
+	}
+}

@@ -8,6 +8,8 @@
 //
 // Every problem has a stable code (CodeKeyMissing, CodeKeyInvalid, CodeKeyReused,
 // CodeInProgress, CodeStoreUnavailable, …: the table of runtime/idemwire, which clients share),
-// the type ProblemTypePrefix+code and Cache-Control: no-store. A replay carries Idempotent-Replayed: true and only allow-listed
-// headers of the stored answer.
+// the type ProblemTypePrefix+code, Cache-Control: no-store and Idempotency-Refusal: code
+// (HeaderRefusal), which it keeps when a Renderer writes it in the API's own error format, so
+// clients tell the runtime's refusals apart whatever the body. A replay carries
+// Idempotent-Replayed: true and only allow-listed headers of the stored answer.
 package idemhttp

@@ -142,6 +142,17 @@ func ResponseErrorHandler(s *idem.Store) func(w http.ResponseWriter, r *http.Req
 		if r.Context().Err() != nil {
 			level = slog.LevelInfo // the client went away; nothing failed on our side
 		}
+		if errors.Is(err, idem.ErrCommitUnknown) {
+			// Not "rolled back": the COMMIT was sent and its answer lost, so the work may well
+			// have committed. A retry with the same key tells which (a replay if it did).
+			if level == slog.LevelError {
+				level = slog.LevelWarn // nothing is known to have failed
+			}
+			cfg.Logger.Log(r.Context(), level, "request's commit answer was lost: its work may have committed; a retry with the same key replays it if it did",
+				"method", r.Method, "path", r.URL.Path, "error", err)
+			_ = Render(w, r, problemUnavailable(cfg.UnavailableRetryAfter))
+			return
+		}
 		cfg.Logger.Log(r.Context(), level, "request failed; its work was rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
 		_ = Render(w, r, newProblem(http.StatusInternalServerError, CodeInternal,
 			"the request failed and changed nothing: retry it (with the same idempotency key, if it has one)"))

@@ -123,8 +123,13 @@ func problemUncertain() *Problem {
 		"an earlier attempt with this idempotency key was interrupted after it called a provider, so whether it took effect is not known yet: an operator or a reconciliation with the provider's records will settle it, and retrying will not help (the key then answers with the outcome, or runs anew if the attempt took no effect); do not retry with a new key, which could do it twice")
 }
 
-// WriteTo writes p as application/problem+json with Cache-Control: no-store and, when
-// p.RetryAfter is set, Retry-After in whole seconds (at least 1).
+// HeaderRefusal is set on every problem the runtime answers, to its code, whatever the body's
+// format (idemwire.HeaderRefusal): a client learns what a retry can do from it alone.
+const HeaderRefusal = idemwire.HeaderRefusal
+
+// WriteTo writes p as application/problem+json with Cache-Control: no-store, Idempotency-Refusal
+// naming p's code when it is one of the runtime's ([HeaderRefusal]) and, when p.RetryAfter is
+// set, Retry-After in whole seconds (at least 1).
 func (p *Problem) WriteTo(w http.ResponseWriter) error {
 	body, err := json.Marshal(p)
 	if err != nil {
@@ -132,6 +137,7 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 	}
 	h := w.Header()
 	h.Set("Content-Type", idemwire.MediaTypeProblem)
+	setRefusal(h, p)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if p.RetryAfter > 0 {
@@ -140,6 +146,17 @@ func (p *Problem) WriteTo(w http.ResponseWriter) error {
 	w.WriteHeader(p.Status)
 	_, err = w.Write(body)
 	return err
+}
+
+// setRefusal sets h's Idempotency-Refusal to p's code when it is one of the runtime's, and
+// removes one set before otherwise: a problem of the application's own code says nothing a
+// client could act on.
+func setRefusal(h http.Header, p *Problem) {
+	if idemwire.ProblemTitle(p.Code) != "" {
+		h.Set(HeaderRefusal, p.Code)
+	} else {
+		h.Del(HeaderRefusal)
+	}
 }
 
 // Error makes a Problem usable as an error, e.g. by adapters that return it.

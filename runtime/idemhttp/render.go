@@ -15,10 +15,13 @@ import (
 // for its errors. A server without one answers RFC 9457 problems ([Problem.WriteTo]).
 //
 // Before Render is called, w's header already holds Cache-Control: no-store and, when
-// p.RetryAfter is set, Retry-After in whole seconds, as every refusal carries them, and the
-// operation's echo headers ([Policy.EchoHeaders]) copied from r. Render may change or delete
-// any of them, and must write the status line: p.Status, unless the API answers that refusal
-// with another on purpose. r is the refused request (its headers: an interaction id to echo,
+// p.RetryAfter is set, Retry-After in whole seconds, as every refusal carries them, the
+// operation's echo headers ([Policy.EchoHeaders]) copied from r, and Idempotency-Refusal naming
+// p's code when it is one of the runtime's ([HeaderRefusal]). Render may change or delete any of
+// them but the last, which is set again as the status line is written: a client that does not
+// know the API's error format tells a duplicate in progress, a reused key, an uncertain outcome
+// and a store outage apart by it (runtime/idemclient does). Render must write the status line:
+// p.Status, unless the API answers that refusal with another on purpose. r is the refused request (its headers: an interaction id to echo,
 // say); its body has been read. Render runs on the request's goroutine and must not keep w or r.
 //
 // The detail is the runtime's English sentence for the client (it names what to fix); a
@@ -129,13 +132,40 @@ func (l *refusalLog) render(w http.ResponseWriter, r *http.Request, op *Policy, 
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64(idem.RoundRetryAfter(p.RetryAfter)/time.Second), 10))
 	}
-	if err := rd.Render(w, r, p); err != nil {
+	setRefusal(h, p)
+	if err := rd.Render(&refusalWriter{ResponseWriter: w, p: p}, r, p); err != nil {
 		l.logger.ErrorContext(r.Context(), "idem: the API's Renderer failed to write a refusal", "status", p.Status, "code", p.Code,
 			"operation", id, "error", err)
 		return err
 	}
 	return nil
 }
+
+// refusalWriter is the writer a Renderer gets: it sets Idempotency-Refusal again as the status
+// line is written, so a renderer that rebuilt the header from scratch still answers with it.
+type refusalWriter struct {
+	http.ResponseWriter
+	p     *Problem
+	wrote bool
+}
+
+func (rw *refusalWriter) WriteHeader(status int) {
+	if !rw.wrote {
+		rw.wrote = true
+		setRefusal(rw.Header(), rw.p)
+	}
+	rw.ResponseWriter.WriteHeader(status)
+}
+
+func (rw *refusalWriter) Write(b []byte) (int, error) {
+	if !rw.wrote {
+		rw.WriteHeader(http.StatusOK)
+	}
+	return rw.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush, deadlines).
+func (rw *refusalWriter) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
 
 // operationOf is the id of the operation of l.routes whose route method and path match, or "".
 func (l *refusalLog) operationOf(method, path string) string {

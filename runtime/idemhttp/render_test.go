@@ -113,6 +113,10 @@ func TestRendererAnswersEveryRefusal(t *testing.T) {
 		if got := resp.Header.Get("X-Interaction-Id"); got != interaction {
 			t.Errorf("%s: X-Interaction-Id %q, want %q", what, got, interaction)
 		}
+		// The client reads the refusal from this header, whatever the API's body looks like.
+		if got := resp.Header.Get(idemhttp.HeaderRefusal); got != code {
+			t.Errorf("%s: %s %q, want %q", what, idemhttp.HeaderRefusal, got, code)
+		}
 	}
 
 	resp, body := send("POST", "/v1/payments", map[string]string{"X-Interaction-Id": "ia-1"})
@@ -180,5 +184,99 @@ func TestNotImplementedIsAProblem(t *testing.T) {
 	p := idemhttp.ErrorProblem(errors.Join(idemhttp.NotImplemented("createPayment")))
 	if p == nil || p.Status != http.StatusNotImplemented || p.Code != idemhttp.CodeNotImplemented || !strings.Contains(p.Detail, "createPayment") {
 		t.Fatalf("ErrorProblem(NotImplemented) = %+v", p)
+	}
+}
+
+// TestRefusalHeaderOutlivesTheRenderer: a renderer that rebuilds the header from scratch still
+// answers with Idempotency-Refusal, which clients read; a problem of the application's own code
+// carries none (it tells a client nothing it could act on), and neither does a success.
+func TestRefusalHeaderOutlivesTheRenderer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	wipe := idemhttp.RendererFunc(func(w http.ResponseWriter, r *http.Request, p *idemhttp.Problem) error {
+		for k := range w.Header() {
+			delete(w.Header(), k)
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, err := w.Write([]byte("refused")) // no WriteHeader: 200, as net/http would
+		return err
+	})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /busy", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(idemhttp.HeaderRefusal, "stale") // set before, by mistake: replaced
+		_ = idemhttp.Render(w, r, idemhttp.NewProblem(http.StatusConflict, idemhttp.CodeInProgress, "busy"))
+	})
+	mux.HandleFunc("GET /own", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(idemhttp.HeaderRefusal, idemhttp.CodeInProgress) // an application's stray header
+		_ = idemhttp.Render(w, r, &idemhttp.Problem{Type: "https://example.com/out-of-stock", Title: "Out of stock", Status: 409, Code: "out-of-stock"})
+	})
+	mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	for _, rd := range []idemhttp.Renderer{wipe, nil} {
+		srv := httptest.NewServer(idemhttp.CaptureWith(e.Store, nil, idemhttp.CaptureOptions{Renderer: rd})(mux))
+		for path, want := range map[string]string{"/busy": idemhttp.CodeInProgress, "/own": "", "/ok": ""} {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if got := resp.Header.Get(idemhttp.HeaderRefusal); got != want {
+				t.Errorf("renderer %v, GET %s: %s %q, want %q", rd != nil, path, idemhttp.HeaderRefusal, got, want)
+			}
+		}
+		srv.Close()
+	}
+}
+
+// TestRendererOfTheMoreSpecificRoute: when two operations' routes match a path (a literal
+// segment and a parameter: /v1/payments/search and /v1/payments/{id}), a refusal is rendered by
+// the more specific route's renderer, whichever order the routes are listed in: for the
+// operations that are not idempotent (CaptureOptions.Operations) and for the idempotent ones
+// (their policies) alike.
+func TestRendererOfTheMoreSpecificRoute(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	mux := http.NewServeMux()
+	refuse := func(w http.ResponseWriter, r *http.Request) { idemhttp.Refuse(w, r, idemhttp.ParamProblem("q")) }
+	mux.HandleFunc("GET /v1/payments/{id}", refuse)
+	mux.HandleFunc("POST /v1/payments/{id}/capture", refuse)
+	renderers := map[string]idemhttp.Renderer{}
+	for _, op := range []string{"getPayment", "searchPayments", "capturePayment", "captureBatch"} {
+		renderers[op] = apiRenderer("application/vnd." + op + "+json")
+	}
+	routes := []idemhttp.Route{{Operation: "getPayment", Route: "GET /v1/payments/{id}"}, {Operation: "searchPayments", Route: "GET /v1/payments/search"}}
+	policies := []*idemhttp.Policy{
+		{Operation: "capturePayment", Route: "POST /v1/payments/{id}/capture", Key: idemhttp.KeyRule{Header: "Idempotency-Key"}},
+		{Operation: "captureBatch", Route: "POST /v1/payments/batch/capture", Key: idemhttp.KeyRule{Header: "Idempotency-Key"}},
+	}
+	reversed := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = n - 1 - i
+		}
+		return out
+	}
+	for _, order := range [][]int{{0, 1}, reversed(2)} {
+		rs := []idemhttp.Route{routes[order[0]], routes[order[1]]}
+		ps := []*idemhttp.Policy{policies[order[0]], policies[order[1]]}
+		srv := httptest.NewServer(idemhttp.CaptureWith(e.Store, ps, idemhttp.CaptureOptions{
+			Renderer: apiRenderer("application/vnd.default+json"), OperationRenderers: renderers, Operations: rs,
+		})(mux))
+		for _, c := range []struct{ method, path, want string }{
+			{"GET", "/v1/payments/search", "searchPayments"},
+			{"GET", "/v1/payments/p-1", "getPayment"},
+			{"POST", "/v1/payments/batch/capture", "captureBatch"},
+			{"POST", "/v1/payments/p-1/capture", "capturePayment"},
+		} {
+			req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if got, want := resp.Header.Get("Content-Type"), "application/vnd."+c.want+"+json"; got != want {
+				t.Errorf("routes listed %v: %s %s rendered as %q, want %s's renderer (%s)", order, c.method, c.path, got, c.want, want)
+			}
+		}
+		srv.Close()
 	}
 }

@@ -17,6 +17,7 @@ package idemopenapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -132,11 +133,14 @@ func problem(detail string) *idemhttp.Problem {
 }
 
 // Bounds of what a refusal lists: the detail names the first few places, Errors a few more,
-// and neither echoes more than echoMax bytes of one (member names are the client's).
+// and neither echoes more than echoMax bytes of one (member names are the client's). An enum's
+// allowed values are the spec's, not the client's, and the client needs them whole to correct
+// its request: they are listed value by value up to enumMax bytes, then counted.
 const (
 	detailPlaces = 3
 	errorPlaces  = 20
 	echoMax      = 128
+	enumMax      = 1024
 )
 
 // refusal is the 400 request-invalid problem for err: its detail says where the body went wrong,
@@ -149,7 +153,7 @@ func refusal(err error) *idemhttp.Problem {
 	p := problem("")
 	var at []string
 	for _, se := range places {
-		path, reason := se.JSONPointer(), bounded(se.Reason)
+		path, reason := se.JSONPointer(), reasonOf(se)
 		if len(p.Errors) < errorPlaces {
 			p.Errors = append(p.Errors, idemhttp.ProblemError{Pointer: fragment(path), Detail: reason})
 		}
@@ -166,6 +170,38 @@ func refusal(err error) *idemhttp.Problem {
 		p.Detail += fmt.Sprintf("; and %d more (see errors)", more)
 	}
 	return p
+}
+
+// reasonOf is se's reason in the schema's words, bounded: an enum's allowed values are listed
+// whole (enumReason), any other reason is cut at echoMax bytes.
+func reasonOf(se *openapi3.SchemaError) string {
+	if se.SchemaField == "enum" && se.Schema != nil && len(se.Schema.Enum) > 0 {
+		return enumReason(se.Schema.Enum)
+	}
+	return bounded(se.Reason)
+}
+
+// enumReason says which values enum allows, each whole as JSON: as many as fit in enumMax bytes,
+// then how many more there are, so no value is ever cut.
+func enumReason(enum []any) string {
+	var b strings.Builder
+	b.WriteString("value is not one of the allowed values [")
+	for i, v := range enum {
+		js, err := json.Marshal(v)
+		if err != nil {
+			js = []byte("?")
+		}
+		if i > 0 && b.Len()+len(js)+2 > enumMax {
+			fmt.Fprintf(&b, ", and %d more", len(enum)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.Write(js)
+	}
+	b.WriteString("]")
+	return b.String()
 }
 
 // fragment writes path as a JSON Pointer (RFC 6901) in its URI fragment form: "#/items/0/name".

@@ -3,6 +3,8 @@ package idemopenapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -223,5 +225,62 @@ func TestValidationMediaTypeParameters(t *testing.T) {
 		if p == nil || p.Status != 400 || !strings.Contains(p.Detail, "/text") {
 			t.Errorf("%s, text too short: %+v; want 400 naming /text", ct, p)
 		}
+	}
+}
+
+// TestEnumRefusalListsTheValuesWhole: a value outside an enum is refused naming every allowed
+// value whole, however long the list is in bytes (Open Banking's PaymentContextCode runs past
+// the bound of what a refusal echoes), and an enum too long to list is cut between values,
+// saying how many more there are.
+func TestEnumRefusalListsTheValuesWhole(t *testing.T) {
+	t.Parallel()
+	codes := []string{"BillingGoodsAndServicesInAdvance", "BillingGoodsAndServicesInArrears", "EcommerceGoods",
+		"EcommerceServices", "PartyToParty", "TransferToSelf", "TransferToThirdParty", "PispPayee"}
+	many := make([]string, 400)
+	for i := range many {
+		many[i] = fmt.Sprintf("CODE%04d", i)
+	}
+	spec := `openapi: 3.0.3
+info: {title: payments, version: "1"}
+paths:
+  /domestic-payments:
+    post:
+      operationId: createDomesticPayments
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                PaymentContextCode: {type: string, enum: [` + strings.Join(codes, ", ") + `]}
+                Code: {type: string, enum: [` + strings.Join(many, ", ") + `]}
+      responses:
+        '201': {description: Created.}
+`
+	v := idemopenapi.NewValidation(loader(spec))
+	check := v.Body("POST /domestic-payments")
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	p := check(context.Background(), "application/json", []byte(`{"PaymentContextCode": "Gift"}`))
+	if p == nil || len(p.Errors) != 1 {
+		t.Fatalf("a value outside the enum: %+v; want one refused place", p)
+	}
+	for _, c := range codes {
+		if !strings.Contains(p.Errors[0].Detail, `"`+c+`"`) || !strings.Contains(p.Detail, `"`+c+`"`) {
+			t.Errorf("the refusal does not name the allowed value %s whole: detail %q, error %q", c, p.Detail, p.Errors[0].Detail)
+		}
+	}
+	if strings.Contains(p.Detail, "…") {
+		t.Errorf("the refusal is cut: %q", p.Detail)
+	}
+	p = check(context.Background(), "application/json", []byte(`{"Code": "nope"}`))
+	if p == nil || len(p.Errors) != 1 {
+		t.Fatalf("a value outside a long enum: %+v; want one refused place", p)
+	}
+	reason := p.Errors[0].Detail
+	if len(reason) > 1100 || !strings.Contains(reason, `"CODE0000"`) || !regexp.MustCompile(`"CODE\d{4}", and \d+ more\]$`).MatchString(reason) {
+		t.Errorf("a 400-value enum is listed as %q (%d bytes); want whole values up to about 1 KiB, then how many more", reason, len(reason))
 	}
 }

@@ -3,14 +3,17 @@ package idemreconcile
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Columns map a provider's export onto Record: the CSV header's column names, or the member
@@ -63,7 +66,7 @@ func (c *Columns) fields() ([]field, error) {
 	case "", "rfc3339", "date":
 	default:
 		if !strings.ContainsAny(c.TimeLayout, "0123456789") {
-			return nil, fmt.Errorf("time layout %q: want rfc3339, date or a Go time layout (2006-01-02 15:04:05)", c.TimeLayout)
+			return nil, fmt.Errorf("time layout %s: want rfc3339, date or a Go time layout (2006-01-02 15:04:05)", clip(c.TimeLayout))
 		}
 	}
 	name := func(v, def string) (string, bool) {
@@ -95,7 +98,7 @@ func (c *Columns) fields() ([]field, error) {
 		{currency, true, func(r *Record, v string, _ *Columns) error {
 			v = strings.ToUpper(strings.TrimSpace(v))
 			if len(v) != 3 || strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
-				return fmt.Errorf("%q is not an ISO 4217 currency code (three letters)", v)
+				return fmt.Errorf("%s is not an ISO 4217 currency code (three letters)", clip(v))
 			}
 			r.Currency = v
 			return nil
@@ -119,19 +122,19 @@ func (c *Columns) parseTime(v string) (time.Time, error) {
 	case "", "rfc3339":
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2026-12-04T09:30:00Z)", v)
+			return time.Time{}, fmt.Errorf("%s is not an RFC 3339 time (2026-12-04T09:30:00Z)", clip(v))
 		}
 		return t, nil
 	case "date":
 		t, err := time.ParseInLocation(time.DateOnly, v, loc)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("%q is not a date (2026-12-04)", v)
+			return time.Time{}, fmt.Errorf("%s is not a date (2026-12-04)", clip(v))
 		}
 		return t, nil
 	}
 	t, err := time.ParseInLocation(c.TimeLayout, v, loc)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%q does not match the time layout %q", v, c.TimeLayout)
+		return time.Time{}, fmt.Errorf("%s does not match the time layout %s", clip(v), clip(c.TimeLayout))
 	}
 	return t, nil
 }
@@ -142,9 +145,9 @@ func ParseAmount(v string, scale int) (int64, error) {
 	s := strings.TrimSpace(v)
 	bad := func() (int64, error) {
 		if scale == 0 {
-			return 0, fmt.Errorf("%q is not an amount in minor units (an integer: 1250)", v)
+			return 0, fmt.Errorf("%s is not an amount in minor units (an integer: 1250)", clip(v))
 		}
-		return 0, fmt.Errorf("%q is not a decimal amount with at most %d fraction digits (12.50)", v, scale)
+		return 0, fmt.Errorf("%s is not a decimal amount with at most %d fraction digits (12.50)", clip(v), scale)
 	}
 	neg := false
 	if rest, ok := strings.CutPrefix(s, "-"); ok {
@@ -159,7 +162,7 @@ func ParseAmount(v string, scale int) (int64, error) {
 	frac += strings.Repeat("0", scale-len(frac))
 	n, err := strconv.ParseInt(whole+frac, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is out of range", v)
+		return 0, fmt.Errorf("%s is out of range", clip(v))
 	}
 	if neg {
 		n = -n
@@ -177,7 +180,8 @@ func digits(s string) bool {
 }
 
 // InputError is a record that could not be read: where it is (the file's name and line, and the
-// column when one is to blame) and why.
+// column when one is to blame) and why. Its message quotes at most MaxQuotedBytes of any value
+// from the input, escaped: an error prints safely on a terminal, whatever the file holds.
 type InputError struct {
 	File   string
 	Line   int
@@ -189,107 +193,241 @@ func (e *InputError) Error() string {
 	if e.Column == "" {
 		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
 	}
-	return fmt.Sprintf("%s:%d: column %q: %v", e.File, e.Line, e.Column, e.Err)
+	return fmt.Sprintf("%s:%d: column %s: %v", e.File, e.Line, clip(e.Column), e.Err)
 }
 
 func (e *InputError) Unwrap() error { return e.Err }
 
-// ReadCSV reads a CSV export: a header row naming the columns, then one record per row. name
-// names the input in errors (the file's path). The first bad row ends the read with an
-// *InputError and no records: a reconciliation on part of a file would report charges as
-// missing that are only unread.
-func ReadCSV(r io.Reader, name string, c Columns) (Records, error) {
-	fields, err := c.fields()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+// MaxLineBytes bounds a line of a provider's export (a CSV row, a JSON line): a longer one (a
+// binary file, a file of NULs, a line without its end) ends the read at once with an
+// *InputError, before the reader holds more of it.
+const MaxLineBytes = 256 << 10
+
+// MaxQuotedBytes bounds what an error message quotes of a value from the input.
+const MaxQuotedBytes = 64
+
+// clip quotes v for an error message: escaped (control characters, terminal escapes and
+// invalid UTF-8 as Go escapes) and cut after MaxQuotedBytes.
+func clip(v string) string {
+	if len(v) <= MaxQuotedBytes {
+		return strconv.Quote(v)
 	}
-	cr := csv.NewReader(r)
-	cr.ReuseRecord = true
+	cut := MaxQuotedBytes
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return strconv.Quote(v[:cut]) + fmt.Sprintf("… (%d bytes)", len(v))
+}
+
+// source is a Source read once from an input, as Reconcile asks for the records.
+type source func(ctx context.Context, yield func(Record, error) bool)
+
+func (s source) Records(ctx context.Context, _, _ time.Time) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) { s(ctx, yield) }
+}
+
+// collect reads all of src's records; the first error ends it with no records.
+func collect(src Source) (Records, error) {
+	var out Records
+	for r, err := range src.Records(context.Background(), time.Time{}, time.Time{}) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ReadCSV reads a whole CSV export into memory (see CSVSource); the first bad row ends the read
+// with an *InputError and no records: a reconciliation on part of a file would report charges
+// as missing that are only unread.
+func ReadCSV(r io.Reader, name string, c Columns) (Records, error) {
+	return collect(CSVSource(r, name, c))
+}
+
+// ReadJSONL reads a whole JSON lines export into memory (see JSONLSource), as ReadCSV does.
+func ReadJSONL(r io.Reader, name string, c Columns) (Records, error) {
+	return collect(JSONLSource(r, name, c))
+}
+
+// CSVSource is a Source that reads a CSV export from r one row at a time as Reconcile consumes
+// it, so memory does not grow with the file: a header row naming the columns, then one record
+// per row. name names the input in errors (the file's path). The first bad row, or a line longer
+// than MaxLineBytes, yields an *InputError and ends the records (and so the reconciliation). r
+// is read once.
+func CSVSource(r io.Reader, name string, c Columns) Source {
+	return source(func(ctx context.Context, yield func(Record, error) bool) {
+		fail := func(err error) { yield(Record{}, err) }
+		fields, err := c.fields()
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", name, err))
+			return
+		}
+		lim := &lineLimit{r: r}
+		cr := csv.NewReader(lim)
+		cr.ReuseRecord = true
+		cols, err := csvHeader(cr, lim, name, fields)
+		if err != nil {
+			fail(err)
+			return
+		}
+		for {
+			row, err := cr.Read()
+			if err == io.EOF {
+				return
+			}
+			if err == nil {
+				err = ctx.Err()
+			}
+			if err != nil {
+				fail(csvError(name, lim, err))
+				return
+			}
+			line, _ := cr.FieldPos(0)
+			rec, ierr := csvRecord(row, cols, fields, &c)
+			if ierr != nil {
+				ierr.File, ierr.Line = name, line
+				fail(ierr)
+				return
+			}
+			if !yield(rec, nil) {
+				return
+			}
+		}
+	})
+}
+
+// csvHeader reads the header row and returns, for each field, its column's index (-1 when an
+// optional column is absent).
+func csvHeader(cr *csv.Reader, lim *lineLimit, name string, fields []field) ([]int, error) {
 	header, err := cr.Read()
 	if err == io.EOF {
 		return nil, &InputError{File: name, Line: 1, Err: errors.New("the file is empty: want a header row naming the columns")}
 	}
 	if err != nil {
-		return nil, csvError(name, err)
+		return nil, csvError(name, lim, err)
 	}
 	index := map[string]int{}
+	var names []string
 	for i, h := range header {
 		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
 		if _, dup := index[h]; dup {
 			return nil, &InputError{File: name, Line: 1, Column: h, Err: errors.New("the header names this column twice")}
 		}
 		index[h] = i
+		if len(names) < 20 {
+			names = append(names, clip(h))
+		}
+	}
+	if len(header) > len(names) {
+		names = append(names, fmt.Sprintf("and %d more", len(header)-len(names)))
 	}
 	cols := make([]int, len(fields))
 	for i, f := range fields {
 		j, ok := index[f.name]
 		if !ok && f.required {
 			return nil, &InputError{File: name, Line: 1, Column: f.name,
-				Err: fmt.Errorf("the header has no such column (it has %s): map the column with Columns or --column-* flags", strings.Join(header, ", "))}
+				Err: fmt.Errorf("the header has no such column (it has %s): map the column with Columns or --column-* flags", strings.Join(names, ", "))}
 		}
 		if !ok {
 			j = -1
 		}
 		cols[i] = j
 	}
-	var out Records
-	for {
-		row, err := cr.Read()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, csvError(name, err)
-		}
-		line, _ := cr.FieldPos(0)
-		var rec Record
-		for i, f := range fields {
-			if cols[i] < 0 {
-				continue
-			}
-			if err := f.set(&rec, row[cols[i]], &c); err != nil {
-				return nil, &InputError{File: name, Line: line, Column: f.name, Err: err}
-			}
-		}
-		out = append(out, rec)
-	}
+	return cols, nil
 }
 
-func csvError(name string, err error) error {
+func csvRecord(row []string, cols []int, fields []field, c *Columns) (Record, *InputError) {
+	var rec Record
+	for i, f := range fields {
+		if cols[i] < 0 {
+			continue
+		}
+		if err := f.set(&rec, row[cols[i]], c); err != nil {
+			return Record{}, &InputError{Column: f.name, Err: err}
+		}
+	}
+	return rec, nil
+}
+
+func csvError(name string, lim *lineLimit, err error) error {
 	var pe *csv.ParseError
-	if errors.As(err, &pe) {
+	switch {
+	case errors.Is(err, errLineTooLong):
+		return &InputError{File: name, Line: lim.line, Err: err}
+	case errors.As(err, &pe):
 		return &InputError{File: name, Line: pe.Line, Err: pe.Err}
 	}
 	return fmt.Errorf("%s: %w", name, err)
 }
 
-// ReadJSONL reads JSON lines (one object per line, blank lines skipped), with the members
-// Columns names. An amount may be a JSON number or a string; other members are strings. The
-// first bad line ends the read with an *InputError and no records, as in ReadCSV.
-func ReadJSONL(r io.Reader, name string, c Columns) (Records, error) {
-	fields, err := c.fields()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+var errLineTooLong = fmt.Errorf("the line is longer than %d bytes: not a provider's export (a binary file, or a line without its end)", MaxLineBytes)
+
+// lineLimit passes r through and fails once a line grows past MaxLineBytes; line is the line
+// being read, counted from 1.
+type lineLimit struct {
+	r    io.Reader
+	n    int // bytes of the current line so far
+	line int
+}
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	if l.line == 0 {
+		l.line = 1
 	}
-	br := bufio.NewReader(r)
-	var out Records
-	for line := 1; ; line++ {
-		text, err := br.ReadBytes('\n')
-		if err != nil && err != io.EOF {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+	n, err := l.r.Read(p)
+	for i, b := range p[:n] {
+		if b == '\n' {
+			l.line++
+			l.n = 0
+			continue
 		}
-		if t := bytes.TrimSpace(text); len(t) > 0 {
+		if l.n++; l.n > MaxLineBytes {
+			return i, errLineTooLong
+		}
+	}
+	return n, err
+}
+
+// JSONLSource is a Source that reads JSON lines (one object per line, blank lines skipped) from
+// r one line at a time, with the members Columns names. An amount may be a JSON number or a
+// string; other members are strings. Errors and memory are as for CSVSource.
+func JSONLSource(r io.Reader, name string, c Columns) Source {
+	return source(func(ctx context.Context, yield func(Record, error) bool) {
+		fields, err := c.fields()
+		if err != nil {
+			yield(Record{}, fmt.Errorf("%s: %w", name, err))
+			return
+		}
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+		line := 0
+		for sc.Scan() {
+			line++
+			if err := ctx.Err(); err != nil {
+				yield(Record{}, err)
+				return
+			}
+			t := bytes.TrimSpace(sc.Bytes())
+			if len(t) == 0 {
+				continue
+			}
 			rec, ierr := jsonRecord(t, fields, &c)
 			if ierr != nil {
 				ierr.File, ierr.Line = name, line
-				return nil, ierr
+				yield(Record{}, ierr)
+				return
 			}
-			out = append(out, rec)
+			if !yield(rec, nil) {
+				return
+			}
 		}
-		if err == io.EOF {
-			return out, nil
+		if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+			yield(Record{}, &InputError{File: name, Line: line + 1, Err: errLineTooLong})
+		} else if err != nil {
+			yield(Record{}, fmt.Errorf("%s:%d: %w", name, line+1, err))
 		}
-	}
+	})
 }
 
 func jsonRecord(text []byte, fields []field, c *Columns) (Record, *InputError) {

@@ -1,7 +1,11 @@
 package idemreconcile_test
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +95,120 @@ func TestParseAmount(t *testing.T) {
 		if (err == nil) != c.ok || got != c.want {
 			t.Errorf("ParseAmount(%q, %d) = %d, %v; want %d (ok %v)", c.in, c.scale, got, err, c.want, c.ok)
 		}
+	}
+}
+
+// nuls is an input of n NUL bytes, made as it is read.
+type nuls struct{ n, read int64 }
+
+func (z *nuls) Read(p []byte) (int, error) {
+	if z.read >= z.n {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), z.n-z.read)
+	clear(p[:k])
+	z.read += k
+	return int(k), nil
+}
+
+// A 1 GiB file of NULs (or any line without its end) fails as soon as the line passes
+// MaxLineBytes, with a short message that does not echo the line.
+func TestReadersRefuseOverlongLines(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		src  func(io.Reader) idemreconcile.Source
+	}{
+		{"csv", func(r io.Reader) idemreconcile.Source {
+			return idemreconcile.CSVSource(r, "z.csv", idemreconcile.Columns{})
+		}},
+		{"jsonl", func(r io.Reader) idemreconcile.Source {
+			return idemreconcile.JSONLSource(r, "z.jsonl", idemreconcile.Columns{})
+		}},
+	} {
+		z := &nuls{n: 1 << 30}
+		var err error
+		for _, e := range c.src(z).Records(context.Background(), time.Time{}, time.Time{}) {
+			if e != nil {
+				err = e
+				break
+			}
+		}
+		var ie *idemreconcile.InputError
+		if !errors.As(err, &ie) || ie.Line != 1 || !strings.Contains(err.Error(), "longer than") || len(err.Error()) > 300 {
+			t.Errorf("%s: a file of NULs: %v; want a short *InputError on line 1 saying the line is too long", c.name, err)
+		}
+		if z.read > 2*idemreconcile.MaxLineBytes {
+			t.Errorf("%s: read %d bytes of the NULs before failing; want at most %d", c.name, z.read, 2*idemreconcile.MaxLineBytes)
+		}
+	}
+}
+
+// Error messages quote values escaped and cut: a header or a value holding a terminal escape
+// does not reach the terminal as one, and a long value is not echoed whole.
+func TestReaderErrorsAreEscapedAndBounded(t *testing.T) {
+	t.Parallel()
+	esc := "\x1b]0;owned\x07\x1b[2J"
+	long := strings.Repeat("9", 10000) + "x"
+	for _, in := range []string{
+		"key,amount," + esc + "\np,1,EUR,2026-12-04T00:00:00Z\n",
+		"key,amount,currency,at\np," + long + ",EUR,2026-12-04T00:00:00Z\n",
+		"key,amount,currency,at\np,1," + esc + ",2026-12-04T00:00:00Z\n",
+	} {
+		_, err := idemreconcile.ReadCSV(strings.NewReader(in), "s.csv", idemreconcile.Columns{})
+		if err == nil || strings.ContainsAny(err.Error(), "\x1b\x07") || len(err.Error()) > 400 {
+			t.Errorf("ReadCSV: %q; want an error with no control character, at most 400 bytes", err)
+		}
+	}
+	_, err := idemreconcile.ReadJSONL(strings.NewReader(`{"key":"p","amount":"`+long+`","currency":"EUR","at":"2026-12-04T00:00:00Z"}`), "s.jsonl", idemreconcile.Columns{})
+	if err == nil || len(err.Error()) > 400 {
+		t.Errorf("ReadJSONL: %q; want a short error", err)
+	}
+}
+
+// countingReader counts what was read of r.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// rows is a CSV export of n rows, made as it is read.
+func rows(n int) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		w := bufio.NewWriter(pw)
+		fmt.Fprintln(w, "key,reference,amount,currency,at")
+		for i := range n {
+			fmt.Fprintf(w, "p-%d,ch_%d,%d,EUR,2026-12-04T10:00:00Z\n", i, i, i)
+		}
+		w.Flush()
+		pw.Close()
+	}()
+	return pr
+}
+
+// CSVSource yields each record as its row is read, not after the whole file: the first record
+// comes before more than a few buffers of a million-row file are read.
+func TestCSVSourceStreams(t *testing.T) {
+	t.Parallel()
+	cr := &countingReader{r: rows(1_000_000)}
+	n := 0
+	for r, err := range idemreconcile.CSVSource(cr, "big.csv", idemreconcile.Columns{}).Records(context.Background(), time.Time{}, time.Time{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 && (r.Key != "p-0" || cr.n > 64<<10) {
+			t.Fatalf("first record %+v after %d bytes read; want p-0 after at most 64 KiB", r, cr.n)
+		}
+		n++
+	}
+	if n != 1_000_000 {
+		t.Errorf("%d records; want 1000000", n)
 	}
 }

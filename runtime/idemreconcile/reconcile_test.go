@@ -75,6 +75,17 @@ func (e *env) run(recs idemreconcile.Records, o *idemreconcile.Opts) *idemreconc
 	return rep
 }
 
+// brackets adds two completed calls, at the window's first and last instants, and returns the
+// provider's records of them: records that cover every call of the window (see Covered).
+func (e *env) brackets() idemreconcile.Records {
+	last := day1.Add(-time.Nanosecond)
+	e.call("k-first", "p-first", day0, 1, "EUR")
+	e.fate("k-first", "completed", day0.Add(time.Second), 201, "")
+	e.call("k-last", "p-last", last, 1, "EUR")
+	e.fate("k-last", "completed", day1, 201, "")
+	return idemreconcile.Records{rec("p-first", day0, 1, "EUR"), rec("p-last", last, 1, "EUR")}
+}
+
 func kinds(rep *idemreconcile.Report) string {
 	var ks []string
 	for _, d := range rep.Discrepancies {
@@ -120,34 +131,39 @@ func TestReconcileFindsEachKind(t *testing.T) {
 	e.call("k-late", "p-late", day1.Add(-10*time.Minute), 100, "EUR")
 	e.fate("k-late", "completed", day1.Add(-9*time.Minute), 201, "")
 
+	// In time order, from the window's start to half an hour past its end: they cover the
+	// calls at 10:00 (and an hour's grace), not the one at 23:50.
+	e.call("k-early", "p-early", day0, 5, "EUR")
+	e.fate("k-early", "completed", day0.Add(time.Second), 201, "")
 	recs := idemreconcile.Records{
+		rec("p-early", day0.Add(time.Minute), 5, "EUR"),
 		rec("p-ok", at.Add(time.Minute), 1250, "EUR"),
 		rec("p-released", at.Add(time.Minute), 700, "EUR"),
 		rec("p-nobody", at.Add(time.Minute), 42, "EUR"),
 		rec("p-amount", at.Add(time.Minute), 1001, "EUR"),
 		rec("p-currency", at.Add(time.Minute), 1000, "USD"),
 		rec("p-dup", at.Add(time.Minute), 300, "EUR"),
-		rec("p-dup", at.Add(2*time.Minute), 300, "EUR"),
 		rec("p-unc-yes", at.Add(time.Minute), 900, "EUR"),
-		rec("p-elsewhere", day1.Add(time.Hour), 1, "EUR"), // outside the window: not reported
+		rec("p-dup", at.Add(2*time.Minute), 300, "EUR"),
+		rec("p-elsewhere", day1.Add(30*time.Minute), 1, "EUR"), // outside the window, and no call of ours: reported
 	}
 	rep := e.run(recs, &idemreconcile.Opts{Grace: time.Hour})
-	// Sorted by tenant ("" for the charge with no call first), day, kind order, provider key.
-	want := "unmatched_charge:p-nobody unmatched_charge:p-released missing_charge:p-missing amount_mismatch:p-amount " +
+	// Sorted by tenant ("" for the charges with no call first), day, kind order, provider key.
+	want := "unmatched_charge:p-nobody unmatched_charge:p-elsewhere unmatched_charge:p-released missing_charge:p-missing amount_mismatch:p-amount " +
 		"currency_mismatch:p-currency duplicate_charge:p-dup uncertain_charged:p-unc-yes uncertain_not_charged:p-unc-no"
 	if got := kinds(rep); got != want {
 		t.Errorf("discrepancies:\n got %s\nwant %s", got, want)
 	}
-	if rep.Pending != 1 || rep.Records != 9 || rep.InWindow != 8 || rep.Clean() || len(rep.Resolved) != 0 {
-		t.Errorf("report %+v; want 1 pending, 9 records read, 8 in the window, none resolved", rep)
+	if rep.Pending != 1 || rep.Records != 10 || rep.InWindow != 9 || rep.Clean() || len(rep.Resolved) != 0 {
+		t.Errorf("report %+v; want 1 pending, 10 records read, 9 in the window, none resolved", rep)
 	}
 	for _, d := range rep.Discrepancies {
 		if d.Ours != nil && (d.Ours.KeyHash != idem.KeyHash("createPayment", d.Ours.Key) || d.Ours.Tenant != "acme" || !d.Day.Equal(day0)) {
 			t.Errorf("%s: ours %+v, day %s", d.Kind, d.Ours, d.Day)
 		}
 	}
-	if gs := rep.Groups(); len(gs) != 2 || gs[0].Tenant != "" || gs[1].Tenant != "acme" || len(gs[1].Discrepancies) != 7 {
-		t.Errorf("groups %+v; want the charge with no call, then acme's 7", gs)
+	if gs := rep.Groups(); len(gs) != 3 || gs[0].Tenant != "" || gs[1].Tenant != "" || gs[2].Tenant != "acme" || len(gs[2].Discrepancies) != 7 {
+		t.Errorf("groups %+v; want the charges with no call (two days), then acme's 7", gs)
 	}
 }
 
@@ -184,12 +200,13 @@ func TestReconcileResolvesUncertainKeys(t *testing.T) {
 		}
 		return &idem.Outcome{Status: 201, Body: []byte(`{"id":"` + r.Reference + `"}`)}, nil
 	}
-	recs := idemreconcile.Records{rec("p-yes", at.Add(time.Minute), 900, "EUR")}
+	recs := e.brackets()
+	recs = idemreconcile.Records{recs[0], rec("p-yes", at.Add(time.Minute), 900, "EUR"), recs[1]}
 
 	// Resolve without Settle: the charged one stays a discrepancy, the other is settled failed.
 	rep := e.run(recs, &idemreconcile.Opts{Resolve: true})
 	if kinds(rep) != "uncertain_charged:p-yes" || len(rep.Resolved) != 1 || rep.Resolved[0].As != "failed" ||
-		rep.Resolved[0].Evidence != "no record at acquirer for p-no in [2026-12-04, 2026-12-05)" {
+		rep.Resolved[0].Evidence != "no record at acquirer for p-no; its records, in time order, run from 2026-12-04T00:00:00Z to 2026-12-04T23:59:59.999999999Z" {
 		t.Fatalf("report %s, resolved %+v", kinds(rep), rep.Resolved)
 	}
 	store, err := idem.NewStore(e.s.Pool, e.s.Config())
@@ -208,7 +225,8 @@ func TestReconcileResolvesUncertainKeys(t *testing.T) {
 		}
 		return h[len(h)-1]
 	}
-	if ev := last("k-no"); ev.Kind != idem.EventResolved || ev.Actor != idemreconcile.DefaultActor || !strings.HasPrefix(ev.Detail, "failed: no record at acquirer") {
+	if ev := last("k-no"); ev.Kind != idem.EventResolved || ev.Resolution != idem.ResolveFailed || ev.Actor != idemreconcile.DefaultActor ||
+		!strings.HasPrefix(ev.Detail, "no record at acquirer") {
 		t.Errorf("k-no's last event %+v; want resolved as failed by %s", ev, idemreconcile.DefaultActor)
 	}
 
@@ -221,8 +239,8 @@ func TestReconcileResolvesUncertainKeys(t *testing.T) {
 	if err != nil || keys[0].State != idem.KeyComplete || keys[0].Status != 201 || string(keys[0].Body) != `{"id":"ch_p-yes"}` {
 		t.Fatalf("k-yes after resolving as completed: %+v, %v", keys, err)
 	}
-	if ev := last("k-yes"); ev.Kind != idem.EventResolved || ev.Actor != "ops@example" || ev.Status != 201 ||
-		ev.Detail != "completed: charged at acquirer: ch_p-yes 900 EUR" {
+	if ev := last("k-yes"); ev.Kind != idem.EventResolved || ev.Resolution != idem.ResolveCompleted || ev.Actor != "ops@example" || ev.Status != 201 ||
+		ev.Detail != "charged at acquirer: ch_p-yes 900 EUR" {
 		t.Errorf("k-yes's last event %+v", ev)
 	}
 	var n int
@@ -267,19 +285,19 @@ func TestReconcileEscapedTenant(t *testing.T) {
 		       ($1, 'createPayment', 'k', $2, 'uncertain', 'createPayment', NULL, NULL, NULL, NULL)`, stored, at)
 	e.exec(`INSERT INTO `+e.table+` (tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, expires_at, provider_at)
 		VALUES ($1, 'createPayment', 'k', 'createPayment', 'fp', 'uncertain', gen_random_uuid(), now(), 'infinity', $2)`, stored, at)
-	rep := e.run(nil, &idemreconcile.Opts{Resolve: true})
+	rep := e.run(e.brackets(), &idemreconcile.Opts{Resolve: true})
 	if !rep.Clean() || len(rep.Resolved) != 1 || rep.Resolved[0].Ours.Tenant != tenant {
 		t.Fatalf("report %s, resolved %+v; want the key of tenant %q resolved", kinds(rep), rep.Resolved, tenant)
 	}
 	var n int
-	if err := e.s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table).Scan(&n); err != nil || n != 0 {
+	if err := e.s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.table+` WHERE key = 'k'`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d key rows, %v; want the uncertain key deleted", n, err)
 	}
 }
 
-// An uncertain key is settled as not charged only when the records of its call's whole day
-// were read, and only calls of the providers named are compared.
-func TestReconcileDecidesOnlyWhatTheWindowCovers(t *testing.T) {
+// Only calls of the providers named are compared, and a provider's records cover only its own
+// calls.
+func TestReconcileComparesTheProvidersNamed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	at := day0.Add(15 * time.Hour)
@@ -289,19 +307,19 @@ func TestReconcileDecidesOnlyWhatTheWindowCovers(t *testing.T) {
 		VALUES ('acme', 'refund', 'k-bank', $1, 'provider_call', 'refund', 'bank', 'p-bank')`, at)
 	e.exec(`INSERT INTO `+e.events+` (tenant, scope, key, at, kind, operation, status)
 		VALUES ('acme', 'refund', 'k-bank', $1, 'completed', 'refund', 200)`, at.Add(time.Second))
-	// Half a day: the records of the afternoon are not all there.
-	rep := e.run(nil, &idemreconcile.Opts{From: day0.Add(12 * time.Hour), To: day1, Providers: []string{"acquirer"}})
-	if !rep.Clean() || rep.Pending != 1 {
-		t.Errorf("half a day: %s, %d pending; want clean and the uncertain key pending", kinds(rep), rep.Pending)
+	recs := e.brackets()
+	// The acquirer's calls: the uncertain key is decided; the bank's call is not the acquirer's.
+	if rep := e.run(recs, &idemreconcile.Opts{Providers: []string{"acquirer"}}); kinds(rep) != "uncertain_not_charged:p-unc" {
+		t.Errorf("the acquirer's: %s; want only the acquirer's uncertain key", kinds(rep))
 	}
-	// The whole day: the uncertain key is decided; the bank's call is not the acquirer's.
-	rep = e.run(nil, &idemreconcile.Opts{Providers: []string{"acquirer"}})
-	if kinds(rep) != "uncertain_not_charged:p-unc" {
-		t.Errorf("whole day: %s; want only the acquirer's uncertain key", kinds(rep))
-	}
-	// Every provider: the bank's completed call has no record.
-	rep = e.run(nil, nil)
-	if kinds(rep) != "missing_charge:p-bank uncertain_not_charged:p-unc" {
+	// Every provider: the acquirer's records say nothing of the bank's call.
+	if rep := e.run(recs, nil); kinds(rep) != "uncertain_not_charged:p-unc not_covered:p-bank" {
 		t.Errorf("every provider: %s", kinds(rep))
+	}
+	// The bank's records too: its call has no record.
+	bank := idemreconcile.Records{{Provider: "bank", Key: "b-1", Amount: 1, Currency: "EUR", At: day0},
+		{Provider: "bank", Key: "b-2", Amount: 1, Currency: "EUR", At: day1.Add(-time.Second)}}
+	if rep := e.run(append(recs, bank...), nil); kinds(rep) != "unmatched_charge:b-1 unmatched_charge:b-2 missing_charge:p-bank uncertain_not_charged:p-unc" {
+		t.Errorf("with the bank's records: %s", kinds(rep))
 	}
 }

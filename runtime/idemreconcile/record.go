@@ -11,8 +11,9 @@
 // discrepancy (see Kind). With Opts.Resolve it also settles the uncertain keys the provider's
 // records decide.
 //
-// The package reads the database only through idem.DB and imports only runtime/idem, pgx and
-// the standard library, like runtime/idem itself. docs/reconcile.md explains how to run it daily
+// The package reads and settles keys only through an idem.Store (Store.ProviderCalls,
+// Store.EachProviderCall, Store.ReadFates, Store.Resolve), and imports only runtime/idem, pgx
+// and the standard library, like runtime/idem itself. docs/reconcile.md explains how to run it daily
 // (idemgen reconcile) and what to do about each kind of discrepancy.
 package idemreconcile
 

@@ -1,6 +1,7 @@
 // Package idemwire is the wire vocabulary an idemgen server and its clients share: the problem
 // codes of RFC 9457 answers and their type URNs, titles, statuses and what a retry can do about
-// each; the header that marks a replayed answer; the persist set (which statuses a key's
+// each; the header that names a problem's code beside any body (HeaderRefusal) and the one that
+// marks a replayed answer; the persist set (which statuses a key's
 // outcome is stored for) and its default; and how a request body's media type is classified
 // (JSON, form, multipart, or bytes).
 //

@@ -2,6 +2,7 @@ package idemwire_test
 
 import (
 	"go/build"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -80,6 +81,26 @@ func TestClassifyMediaType(t *testing.T) {
 	} {
 		if got := idemwire.ClassifyMediaType(ct); got != want {
 			t.Errorf("ClassifyMediaType(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}
+
+// TestRefusalCode: only the table's codes are read from the refusal header; anything else is
+// no code at all, so a client judges such an answer by its status.
+func TestRefusalCode(t *testing.T) {
+	for v, want := range map[string]string{
+		"in-progress":          idemwire.CodeInProgress,
+		" operation-uncertain": idemwire.CodeOperationUncertain,
+		"out-of-stock":         "",
+		"IN-PROGRESS":          "",
+		"":                     "",
+	} {
+		h := http.Header{}
+		if v != "" {
+			h.Set(idemwire.HeaderRefusal, v)
+		}
+		if got := idemwire.RefusalCode(h); got != want {
+			t.Errorf("RefusalCode(%s: %q) = %q, want %q", idemwire.HeaderRefusal, v, got, want)
 		}
 	}
 }

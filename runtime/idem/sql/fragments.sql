@@ -14,3 +14,10 @@
 -- provider is never taken over: the claim that finds it abandoned turns it uncertain instead
 -- (uncertain_abandoned.sql). claim_read_guarded.sql's guard says the same on the read's columns.
 {{define "takeover"}}(k.state = {{inFlight}} AND k.lease_expires_at <= {{.}} AND k.fingerprint = EXCLUDED.fingerprint AND k.provider_at IS NULL){{end}}
+
+-- "keyHash" is Go's KeyHash computed by PostgreSQL from a row's scope and key (sha256 is built in
+-- since PostgreSQL 11), so that a hash from a log line finds its row without storing the hash.
+-- A column in the stored form (storedText in scope.go) is turned back into the bytes the runtime
+-- hashed: an escaped value is hex after U+0001, anything else is text, whose UTF-8 bytes
+-- convert_to yields whatever the server's encoding.
+{{define "keyHash"}}left(encode(sha256((CASE WHEN left(scope, 1) = chr(1) THEN decode(substr(scope, 2), 'hex') ELSE convert_to(scope, 'UTF8') END) || '\x00'::bytea || (CASE WHEN left(key, 1) = chr(1) THEN decode(substr(key, 2), 'hex') ELSE convert_to(key, 'UTF8') END)), 'hex'), 16){{end}}

@@ -322,6 +322,48 @@ func IdempotencyParamErrorHandler(c *gin.Context, err error, _ int) {
 	c.Abort()
 }
 
+// IdempotencyNoRouteHandler answers the requests gin routes to no handler as every other
+// refusal is: 404 not-found, or 405 method-not-allowed with the Allow header gin sets, through
+// the renderer of opts (the options given to RegisterIdempotentHandlers), instead of gin's plain
+// text. gin calls it only when it is installed on the engine, as NoRoute and NoMethod handlers;
+// gin answers a known path with another method 404 unless HandleMethodNotAllowed is set:
+//
+//	engine.HandleMethodNotAllowed = true
+//	noRoute := api.IdempotencyNoRouteHandler(store, opts)
+//	engine.NoRoute(noRoute)
+//	engine.NoMethod(noRoute)
+func IdempotencyNoRouteHandler(store *idem.Store, opts *IdempotentHandlerOptions) gin.HandlerFunc {
+	var o IdempotentHandlerOptions
+	if opts != nil {
+		o = *opts
+	}
+	capture := idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))
+	return func(c *gin.Context) {
+		// gin sets the status it would answer (and, for a 405, the Allow header) before it calls
+		// these handlers.
+		status := c.Writer.Status()
+		capture(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if status != http.StatusMethodNotAllowed {
+				idemNotFound(w, r)
+				return
+			}
+			detail := "this path does not accept " + r.Method + ": check the API's operations on this path"
+			if allow := w.Header().Get("Allow"); allow != "" {
+				detail = "this path does not accept " + r.Method + ": use one of " + allow
+			}
+			_ = idemhttp.Render(w, r, idemhttp.NewProblem(http.StatusMethodNotAllowed, idemhttp.CodeMethodNotAllowed, detail))
+		})).ServeHTTP(c.Writer, c.Request)
+		c.Abort()
+	}
+}
+
+// idemNotFound answers a request no operation's route matches with a problem, as every other
+// refusal is, instead of the router's plain text.
+func idemNotFound(w http.ResponseWriter, r *http.Request) {
+	_ = idemhttp.Render(w, r, idemhttp.NewProblem(http.StatusNotFound, idemhttp.CodeNotFound,
+		"no operation of this API is at this path: check the URL against the API's paths"))
+}
+
 // idemRequestContext turns the *gin.Context oapi-codegen's strict handler passes as ctx into
 // the request's context, so that cancellation reaches the handler and the runtime finds the
 // body idemCapture kept (gin's own Done and Value reach c.Request.Context() only with
