@@ -37,9 +37,13 @@ go build -o "$work/idemgen" ./cmd/idemgen
 
 # The support page's password, fresh for each run.
 admin_token=$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')
+# The secret the bank signs its settlement webhooks with (Standard Webhooks: whsec_ and base64),
+# fresh for each run: the server verifies with it, the driver signs as the bank.
+webhook_secret="whsec_$(head -c 24 /dev/urandom | base64 | tr -d '\n')"
 
 # Port 0: the kernel picks a free port, and the server logs which one.
-"$work/payments" -addr 127.0.0.1:0 -database-url "$DATABASE_URL" -admin-token "$admin_token" >"$work/server.log" 2>&1 &
+"$work/payments" -addr 127.0.0.1:0 -database-url "$DATABASE_URL" -admin-token "$admin_token" \
+	-bank-webhook-secrets "$webhook_secret" >"$work/server.log" 2>&1 &
 server_pid=$!
 
 addr=
@@ -61,7 +65,8 @@ echo "demo.sh: the server listens on $addr (log: $work/server.log)" >&2
 # The driver waits for /healthz before it starts.
 bank_url=$(sed -n 's/.*msg="fake bank listening" url=\([^ ]*\).*/\1/p' "$work/server.log" | head -n 1)
 "$work/demo" -url "http://$addr" -database-url "$DATABASE_URL" \
-	-idemgen "$work/idemgen" -payments "$work/payments" -bank-url "$bank_url"
+	-idemgen "$work/idemgen" -payments "$work/payments" -bank-url "$bank_url" \
+	-bank-webhook-secret "$webhook_secret"
 
 echo
 if [[ -t 0 && -t 1 ]]; then

@@ -90,6 +90,18 @@ func (t txPayments) CreateTransfer(ctx context.Context, tx pgx.Tx, req txapi.Cre
 	return t.p.CreateTransfer(ctx, tx, transferToAPI(req))
 }
 
+func (t txPayments) ReceiveBankSettlement(ctx context.Context, tx pgx.Tx, req txapi.ReceiveBankSettlementRequestObject) (txapi.ReceiveBankSettlementResponseObject, error) {
+	var body *api.ReceiveBankSettlementJSONRequestBody
+	if b := req.Body; b != nil {
+		body = &api.ReceiveBankSettlementJSONRequestBody{AmountMinor: b.AmountMinor, ChargeId: b.ChargeId, Currency: b.Currency, Type: api.SettlementEventType(b.Type)}
+	}
+	return t.p.ReceiveBankSettlement(ctx, tx, api.ReceiveBankSettlementRequestObject{Body: body})
+}
+
+func (t txPayments) ReceiveBankSettlementSecrets(ctx context.Context) ([]string, error) {
+	return t.p.ReceiveBankSettlementSecrets(ctx)
+}
+
 func transferToAPI(req txapi.CreateTransferRequestObject) api.CreateTransferRequestObject {
 	return api.CreateTransferRequestObject{Params: api.CreateTransferParams(req.Params), Body: (*api.CreateTransferJSONRequestBody)(req.Body)}
 }

@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	adminToken := fs.String("admin-token", "", "serve the support page at "+supportPath+" to the user admin with this password (default: $ADMIN_TOKEN; none: no page)")
 	bankURL := fs.String("bank-url", "", "the bank payouts and transfers are paid through (default: a fake bank this process serves on a loopback port)")
 	replayCache := fs.Int64("replay-cache-bytes", 0, "keep up to this many bytes of completed outcomes in memory, so replays of them skip the database (0: off)")
+	webhookSecrets := fs.String("bank-webhook-secrets", "", "the secrets (whsec_…, comma-separated while one is rotated) the bank signs its settlement webhooks with (default: $"+webhookSecretsEnv+"; none: every delivery is answered 500)")
 	claim := fs.String("claim", "", "claim mode: lease (the claim commits before the handler runs) or transaction (the claim is part of the handler's transaction) (default: $"+claimModeEnv+", else lease)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -78,6 +79,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *claim == "" {
 		*claim = os.Getenv(claimModeEnv)
+	}
+	if *webhookSecrets == "" {
+		*webhookSecrets = os.Getenv(webhookSecretsEnv)
 	}
 	mode, err := parseClaimMode(*claim)
 	if err != nil {
@@ -164,7 +168,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	handler, store, err := newServiceWith(pool, cfg, log, serviceOptions{Mode: mode, BankURL: *bankURL})
+	handler, store, err := newServiceWith(pool, cfg, log, serviceOptions{Mode: mode, BankURL: *bankURL, WebhookSecrets: splitSecrets(*webhookSecrets)})
 	if err != nil {
 		return err
 	}

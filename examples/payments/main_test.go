@@ -15,6 +15,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childServer())
 	case os.Getenv(workerChildURL) != "":
 		os.Exit(workerChild())
+	case os.Getenv(senderChildURL) != "":
+		os.Exit(senderChild())
 	}
 	os.Exit(m.Run())
 }

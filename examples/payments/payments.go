@@ -32,6 +32,8 @@ type payments struct {
 	db   *pgxpool.Pool
 	jobs *river.Client[pgx.Tx] // inserts payout jobs (payouts.go)
 	bank *bankClient           // transfers (transfers.go); nil without a bank
+	// webhookSecrets sign the bank's settlement webhooks (settlements.go); none refuses them.
+	webhookSecrets []string
 }
 
 var _ api.IdempotentServerInterface = (*payments)(nil)

@@ -63,12 +63,15 @@ func restartChild() int {
 		})
 		cfg.ConnConfig.Tracer = tr
 	}
+	if d, err := time.ParseDuration(os.Getenv(restartChildSlowSettlement)); err == nil {
+		cfg.ConnConfig.Tracer = slowSettlements(d)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return fail(err)
 	}
 	h, _, err := newServiceWith(pool, &idem.Config{Schema: schema}, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		serviceOptions{BankURL: os.Getenv(restartChildBank)})
+		serviceOptions{BankURL: os.Getenv(restartChildBank), WebhookSecrets: splitSecrets(os.Getenv(webhookSecretsEnv))})
 	if err != nil {
 		return fail(err)
 	}

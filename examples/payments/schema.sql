@@ -71,3 +71,20 @@ CREATE TABLE IF NOT EXISTS transfers (
 	created_at     timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (tenant_id, transfer_id)
 );
+
+-- The bank's settlement events as received (receiveBankSettlement, settlements.go): one row per
+-- execution of the webhook handler. Deliberately without a unique key on event_id: a delivery the
+-- handler ran twice would leave two rows, so exactly-once is observable (the tests count rows per
+-- event). The receiver's key is the delivery's webhook-id, claimed after its signature was verified.
+CREATE TABLE IF NOT EXISTS bank_settlements (
+	event_id     text        NOT NULL,
+	charge_id    text        NOT NULL,
+	amount_minor bigint      NOT NULL,
+	currency     text        NOT NULL,
+	received_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS bank_settlements_event ON bank_settlements (event_id);
+
+-- When the bank's settlement event for a transfer's charge arrived.
+ALTER TABLE transfers ADD COLUMN IF NOT EXISTS settled_at timestamptz;

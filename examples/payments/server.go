@@ -147,6 +147,9 @@ type serviceOptions struct {
 	// BankURL is the bank transfers are made through (transfers.go); "" answers transfers 503
 	// bank-unavailable.
 	BankURL string
+	// WebhookSecrets are the secrets the bank signs its settlement webhooks with (settlements.go):
+	// more than one while it rotates them. None: every delivery is answered 500.
+	WebhookSecrets []string
 }
 
 // newServiceWith is newService with opts.
@@ -165,7 +168,7 @@ func newServiceWith(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, opts
 	}
 	// A registry of the handler's own, not the global one: tests build several handlers in one
 	// process, and each must count only its own requests.
-	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout", "createTransfer"}})
+	metrics := idemprom.New(&idemprom.Options{Operations: []string{"createPayment", "capturePayment", "refundPayment", "createPayout", "createTransfer", "receiveBankSettlement"}})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	c.Observer = idemprom.Chain(metrics.Observer(), c.Observer)
@@ -186,6 +189,7 @@ func newServiceWith(pool *pgxpool.Pool, cfg *idem.Config, log *slog.Logger, opts
 	if opts.BankURL != "" {
 		handlers.bank = newBankClient(opts.BankURL, bankTimeout)
 	}
+	handlers.webhookSecrets = opts.WebhookSecrets
 	apiHandler := NewIdempotentAPI(mode, handlers, store)
 	return OuterHandler(pool, log, apiHandler, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), store, nil
 }
@@ -230,6 +234,8 @@ func OuterHandler(pool *pgxpool.Pool, log *slog.Logger, api, metrics http.Handle
 		mux.Handle("GET /metrics", metrics)
 	}
 	mux.Handle("/", requireTenant(api))
+	// The bank's webhooks carry no tenant: their signature authenticates them (settlements.go).
+	mux.Handle("POST /webhooks/", api)
 	return accessLog(log, mux)
 }
 

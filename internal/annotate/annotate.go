@@ -680,7 +680,7 @@ func (p *planner) cannot(o op) string {
 	if d := p.resolveErr(o); d != nil {
 		return d.Message
 	}
-	if p.keyHeader(o) == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam {
+	if p.keyHeader(o) == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam && p.receiverOf(o) == "" {
 		if params := o.node.get("parameters"); params != nil && !params.editable() && !params.fill {
 			return "its parameters are shared through a YAML anchor or alias, so the key header cannot be added; add it by hand"
 		}
@@ -701,7 +701,16 @@ func (p *planner) resolveErr(o op) *policy.Diagnostic {
 		return nil // an operation kin-openapi does not list has nothing to resolve against
 	}
 	in, raw := mo.Input(), *p.flags
+	sig := p.receiverOf(o)
+	if sig != "" {
+		raw.Delivery = receiverRaw(sig)
+		if ttl := p.receiverTTL(sig); ttl != "" {
+			d, _ := policy.ParseDuration(ttl)
+			raw.TTL = policy.Value(d, policy.Position{})
+		}
+	}
 	switch header := p.keyHeader(o); {
+	case sig != "":
 	case header != "" && p.def.Key.Header != "" && header != p.def.Key.Header:
 		raw.Key.Header = policy.Value(header, policy.Position{}) // policy writes key: {header: …}
 	case header == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam:
@@ -887,6 +896,9 @@ func (p *planner) findDominantHeader(all []op) string {
 }
 
 func (p *planner) annotate(o op) error {
+	if sig := p.receiverOf(o); sig != "" {
+		return p.annotateReceiver(o, sig)
+	}
 	opT := target{n: o.node}
 	header := p.keyHeader(o)
 	if header == "" && p.def.Key.Header != "" && !p.opts.NoKeyParam {
@@ -1197,8 +1209,10 @@ const (
 // problemSchemaDescription documents every code the runtime answers with, from the runtime's
 // own table, so that a new code shows in the next annotated spec.
 func problemSchemaDescription() string {
+	// signature-invalid answers only webhook receivers, which annotate gives no problem responses.
+	codes := slices.DeleteFunc(idemhttp.ProblemCodes(), func(c string) bool { return c == idemhttp.CodeSignatureInvalid })
 	return problemSchemaPrefix + ". The code is one of " +
-		strings.Join(idemhttp.ProblemCodes(), ", ") + "."
+		strings.Join(codes, ", ") + "."
 }
 
 func (p *planner) problemResponse() (string, error) {

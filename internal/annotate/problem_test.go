@@ -10,7 +10,8 @@ import (
 )
 
 // TestProblemSchemaListsEveryCode: the problem schema annotate writes documents every code the
-// runtime answers with, taken from the runtime's own table, so a new code cannot be left out.
+// runtime answers with, taken from the runtime's own table, so a new code cannot be left out;
+// all but signature-invalid, which only webhook receivers answer.
 func TestProblemSchemaListsEveryCode(t *testing.T) {
 	t.Parallel()
 	spec := `openapi: 3.0.3
@@ -39,6 +40,13 @@ paths:
 		t.Fatalf("idemhttp.ProblemCodes() = %v; want every code", codes)
 	}
 	for _, code := range codes {
+		if code == idemhttp.CodeSignatureInvalid {
+			// Only webhook receivers answer it, and annotate gives them no problem responses.
+			if strings.Contains(schema.Value.Description, code) {
+				t.Errorf("the problem schema's description %q lists %s, which only webhook receivers answer", schema.Value.Description, code)
+			}
+			continue
+		}
 		if !strings.Contains(schema.Value.Description, code) {
 			t.Errorf("the problem schema's description %q does not list %s", schema.Value.Description, code)
 		}

@@ -34,6 +34,9 @@ type clientPolicy struct {
 func clientPolicies(doc *model.Document) map[string]clientPolicy {
 	out := map[string]clientPolicy{}
 	for _, op := range doc.Idempotent() {
+		if op.Policy.Delivery != nil {
+			continue // a webhook receiver is called by its sender, which signs and keys its deliveries
+		}
 		out[op.Route()] = clientPolicy{Route: op.Route(), KeyHeader: op.Policy.Key.Header, Persist: op.Policy.Persist}
 	}
 	return out

@@ -111,6 +111,7 @@ func loadFresh(file string, raw []byte, allowRemote bool) (*openapi3.T, error) {
 // ops. A panic inside oapi-codegen becomes an error.
 func runOapiCodegen(file string, doc *openapi3.T, ops []*model.Operation, cfg codegen.Configuration) (res *oapiResult, err error) {
 	relaxKeyHeaders(doc, ops)
+	relaxDeliveryHeaders(doc, ops)
 
 	oapiMu.Lock()
 	defer oapiMu.Unlock()

@@ -55,6 +55,9 @@ type opData struct {
 	Parts       []partData // the fingerprinted parameters
 	// ValidateBody: the operation declares a body, checked against the spec before it runs.
 	ValidateBody bool
+	// Receiver is set for a webhook receiver (x-idempotency delivery): its key is the verified
+	// delivery's id, not a request field (webhook.go).
+	Receiver *receiverData
 }
 
 // partData is one named request value of the scope or the fingerprint.
@@ -165,9 +168,14 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	}
 	pd.BodyTypes = quoteList(mo.BodyTypes)
 	pd.DeclaredHeaders = quoteList(declaredHeaders(mo))
-	keyHeader, keyExpr, err := keySource(p, co)
-	if err != nil {
+	if od.Receiver, err = receiverLiteral(p); err != nil {
 		return err
+	}
+	keyHeader, keyExpr := strconv.Quote(p.Key.Header), `""`
+	if od.Receiver == nil {
+		if keyHeader, keyExpr, err = keySource(p, co); err != nil {
+			return err
+		}
 	}
 	pd.KeyHeader, od.KeyExpr = keyHeader, keyExpr
 	if od.Scope, err = scopeParts(p, co); err != nil {

@@ -219,6 +219,8 @@ func unusedKeyHeaders(in *LintInput) []Diagnostic {
 		switch {
 		case in.Policy == nil:
 			d.Message = fmt.Sprintf("header %s looks like an idempotency key, but the operation has no x-idempotency, so it is ignored (add x-idempotency: {key: {header: %s}}, or x-idempotency: false to opt out on purpose)", prm.Name, prm.Name)
+		case in.Policy.Delivery != nil && !strings.EqualFold(in.Policy.Key.Header, prm.Name):
+			d.Message = fmt.Sprintf("header %s looks like an idempotency key, but this webhook receiver's key is the delivery id (%s), which its sender sends on every attempt (remove the parameter)", prm.Name, in.Policy.Delivery.KeySource())
 		case in.Policy.Key.Header == "" || !strings.EqualFold(in.Policy.Key.Header, prm.Name):
 			using := in.Policy.Key.Header
 			if using == "" {
@@ -239,19 +241,20 @@ func unusedKeyHeaders(in *LintInput) []Diagnostic {
 // nor operation-uncertain, which only an operation declared uncertainOnLoss answers
 // ([ProblemCodesFor]).
 func ProblemCodesOn(status, mismatch int) []string {
-	return problemCodesOn(status, mismatch, false)
+	return problemCodesOn(status, mismatch, false, false)
 }
 
 // ProblemCodesFor is [ProblemCodesOn] for an operation's resolved policy: with uncertainOnLoss,
 // its 409 is also operation-uncertain.
 func ProblemCodesFor(status int, p *Policy) []string {
-	return problemCodesOn(status, p.MismatchStatus, p.UncertainOnLoss)
+	return problemCodesOn(status, p.MismatchStatus, p.UncertainOnLoss, p.Delivery != nil)
 }
 
-func problemCodesOn(status, mismatch int, uncertain bool) []string {
+func problemCodesOn(status, mismatch int, uncertain, receiver bool) []string {
 	var out []string
 	for _, code := range idemwire.ProblemCodes() {
-		if code == idemwire.CodeNotFound || code == idemwire.CodeMethodNotAllowed || (code == idemwire.CodeOperationUncertain && !uncertain) {
+		if code == idemwire.CodeNotFound || code == idemwire.CodeMethodNotAllowed || (code == idemwire.CodeOperationUncertain && !uncertain) ||
+			(code == idemwire.CodeSignatureInvalid && !receiver) {
 			continue
 		}
 		s := idemwire.ProblemStatus(code)

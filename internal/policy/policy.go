@@ -151,6 +151,10 @@ type Policy struct {
 	// turns the key uncertain instead of running the handler again
 	// (idem.DoParams.UncertainOnLoss). Only with ClaimLease (rule uncertain-needs-lease).
 	UncertainOnLoss bool
+	// Delivery (x-idempotency delivery) makes the operation a webhook receiver: its key is the
+	// delivery's id, read after the delivery's signature was verified (webhook.go). Nil for an
+	// API operation.
+	Delivery *Delivery
 }
 
 // Renderer values: who writes the operation's refusals.

@@ -53,6 +53,7 @@ type Raw struct {
 	Renderer         Field[string]
 	History          Field[bool]
 	UncertainOnLoss  Field[bool]
+	Delivery         Field[RawDelivery] // a webhook receiver's (webhook.go)
 }
 
 // Input is one policy to resolve.
@@ -190,7 +191,11 @@ func Resolve(in Input) (*Policy, []Diagnostic) {
 	}
 	scope, _, scopeDefs := pick(raw.Scope, defs.Scope, defScope, at)
 	r.scope(p, scope, scopeDefs)
-	r.key(p, raw.Key, defs.Key)
+	if raw.Delivery.Set {
+		r.delivery(p, raw, in.Defaults)
+	} else {
+		r.key(p, raw.Key, defs.Key)
+	}
 	if !p.NoFingerprint {
 		// With the fingerprint off there is nothing to exclude from, so exclusions inherited from
 		// the document defaults are neither applied nor checked against this operation.

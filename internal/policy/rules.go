@@ -60,6 +60,8 @@ const (
 	RuleFingerprintVolatile     = "fingerprint-volatile-header"
 	RuleRendererInvalid         = "renderer-invalid"
 	RuleUncertainNeedsLease     = "uncertain-needs-lease"
+	RuleDeliveryInvalid         = "delivery-invalid"
+	RuleDeliveryTTLShort        = "delivery-ttl-short"
 )
 
 var rules = []Rule{
@@ -103,6 +105,8 @@ var rules = []Rule{
 	{RuleFingerprintVolatile, SeverityWarning, "fingerprint.include puts a credential, signature or correlation header back into the fingerprint"},
 	{RuleRendererInvalid, SeverityError, "renderer is not problem or custom"},
 	{RuleUncertainNeedsLease, SeverityError, "uncertainOnLoss with claim: transaction, whose claim is not durable until the commit"},
+	{RuleDeliveryInvalid, SeverityError, "a webhook receiver's delivery names no or an unknown signature scheme, a malformed delivery id source, or also sets key"},
+	{RuleDeliveryTTLShort, SeverityError, "a webhook receiver's ttl is shorter than its sender's retry window"},
 	{RuleAcknowledgementStale, SeverityWarning, "a lint acknowledgement accepts no finding: its operation or its warning is gone"},
 }
 

@@ -215,7 +215,17 @@ func checkPolicy(t *testing.T, o *model.Operation) {
 		}
 	}
 	k := p.Key
-	if (k.Header == "") == (k.PathParam == "") {
+	if d := p.Delivery; d != nil {
+		// A receiver's key is the delivery id, read from the raw request after verification: a
+		// header that need not be declared, or a body member.
+		if (d.KeyHeader == "") == (d.KeyPointer == "") || k.Header != d.KeyHeader || k.PathParam != "" || !k.Required {
+			t.Errorf("%s: a receiver's key must be its delivery id, from exactly one of a header and a body member: %+v, %+v", o.Route(), k, d)
+		}
+		if p.TTL < d.RetryWindow {
+			t.Errorf("%s: a receiver's ttl %v is shorter than its sender's retry window %v", o.Route(), p.TTL, d.RetryWindow)
+		}
+		k.Header = "" // checked above; not a declared parameter
+	} else if (k.Header == "") == (k.PathParam == "") {
 		t.Errorf("%s: the key must come from exactly one of a header and a path parameter: %+v", o.Route(), k)
 	}
 	if k.MaxLength < 1 || k.MaxLength > 255 {

@@ -10,7 +10,7 @@ import (
 	"github.com/idemgen/idemgen/internal/policy"
 )
 
-var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders", "echoHeaders", "renderer", "history", "uncertainOnLoss"}
+var policyFields = []string{"storage", "ttl", "lease", "timeout", "scope", "key", "fingerprint", "persist", "claim", "wait", "mismatchStatus", "replayHeaders", "echoHeaders", "renderer", "history", "uncertainOnLoss", "delivery"}
 
 var keyFields = []string{"header", "from", "required", "maxLength", "pattern"}
 
@@ -183,6 +183,8 @@ func (c *checker) parsePolicy(m *yaml.Node) *policy.Raw {
 			p.UncertainOnLoss = c.boolean(name, v)
 		case "key":
 			p.Key = c.key(name, v)
+		case "delivery":
+			p.Delivery = c.delivery(name, v)
 		case "fingerprint":
 			c.fingerprint(name, v, p)
 		default:

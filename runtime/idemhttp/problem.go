@@ -55,6 +55,7 @@ const (
 	CodeMethodNotAllowed     = idemwire.CodeMethodNotAllowed
 	CodeInternal             = idemwire.CodeInternal
 	CodeNotImplemented       = idemwire.CodeNotImplemented
+	CodeSignatureInvalid     = idemwire.CodeSignatureInvalid
 )
 
 // ProblemTypePrefix begins every problem type URI.

@@ -14,7 +14,7 @@ var allCodes = []string{
 	idemhttp.CodeStoreUnavailable, idemhttp.CodeBodyInvalid, idemhttp.CodeBodyTooLarge,
 	idemhttp.CodeRequestInvalid, idemhttp.CodeNotFound, idemhttp.CodeMethodNotAllowed,
 	idemhttp.CodeInternal, idemhttp.CodeHandlerTimeout, idemhttp.CodeMediaTypeUnsupported, idemhttp.CodeNotImplemented,
-	idemhttp.CodeOperationUncertain,
+	idemhttp.CodeOperationUncertain, idemhttp.CodeSignatureInvalid,
 }
 
 // TestProblemCodesListsEveryCode: ProblemCodes, what annotate documents, is every code constant,

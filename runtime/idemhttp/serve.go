@@ -328,6 +328,11 @@ type Op[R any] struct {
 	Replay func(ctx context.Context, reference string, status int) (R, error)
 	// Record renders a response into an outcome (see Record).
 	Record func(R) (*idem.Outcome, error)
+	// Receive, for a webhook receiver (x-idempotency delivery), verifies the delivery as sent
+	// (its headers and body bytes) and returns its id, which is the key then (Key is not read).
+	// It runs before anything else, so a delivery it refuses binds no key; its error is an
+	// *idemwebhook.Error (see runtime/idemwebhook.Receiver).
+	Receive func(ctx context.Context, h http.Header, body []byte) (string, error)
 }
 
 // Part is one named request value of an operation's scope or fingerprint.
@@ -443,6 +448,14 @@ func (r *Result) Bind(ctx context.Context, p *Policy) {
 var ErrHandlerPanicked = errors.New("idem: the handler panicked")
 
 func handle[R any](ctx context.Context, s *idem.Store, p *Policy, op *Op[R]) (*Result, error) {
+	if op.Receive != nil {
+		key, prob := receive(ctx, s, p, op)
+		if prob != nil {
+			return &Result{Kind: ResultProblem, Problem: prob}, nil
+		}
+		delivery := *op
+		delivery.Key, op = key, &delivery
+	}
 	req, err := op.request(ctx, p)
 	if err != nil {
 		if prob := bodyErrorProblem(err); prob != nil {

@@ -46,6 +46,10 @@ const (
 	// waits for an operator or a reconciliation to settle it: 409 without Retry-After, final for
 	// clients.
 	CodeOperationUncertain = "operation-uncertain"
+	// CodeSignatureInvalid: a webhook delivery (x-idempotency delivery) is unsigned, its
+	// signature matches none of the receiver's secrets, or its signed timestamp is outside the
+	// tolerance: 401, before any claim, so it binds no key.
+	CodeSignatureInvalid = "signature-invalid"
 )
 
 // Retry is what another attempt with the same key and request can do about a problem.
@@ -89,6 +93,7 @@ var problems = []problem{
 	{CodeMediaTypeUnsupported, "Media type unsupported", http.StatusUnsupportedMediaType, RetryNever},
 	{CodeNotImplemented, "Not implemented", http.StatusNotImplemented, RetryNever},
 	{CodeOperationUncertain, "The outcome of an earlier attempt is uncertain", http.StatusConflict, RetryNever},
+	{CodeSignatureInvalid, "Webhook signature invalid", http.StatusUnauthorized, RetryNever},
 }
 
 // ProblemCodes returns every problem code, in the table's order.

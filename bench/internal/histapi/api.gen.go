@@ -76,6 +76,21 @@ func (e RefundStatus) Valid() bool {
 	}
 }
 
+// Defines values for SettlementEventType.
+const (
+	ChargeSettled SettlementEventType = "charge.settled"
+)
+
+// Valid indicates whether the value is a known member of the SettlementEventType enum.
+func (e SettlementEventType) Valid() bool {
+	switch e {
+	case ChargeSettled:
+		return true
+	default:
+		return false
+	}
+}
+
 // CreatePaymentRequest defines model for CreatePaymentRequest.
 type CreatePaymentRequest struct {
 	// AmountMinor The amount in the currency's minor unit (kopecks, cents).
@@ -194,6 +209,28 @@ type Refund struct {
 
 // RefundStatus pending until the processor settles the refund, then succeeded.
 type RefundStatus string
+
+// SettlementEvent A charge the bank made has settled.
+type SettlementEvent struct {
+	AmountMinor int64               `json:"amount_minor"`
+	ChargeId    string              `json:"charge_id"`
+	Currency    string              `json:"currency"`
+	Type        SettlementEventType `json:"type"`
+}
+
+// SettlementEventType defines model for SettlementEvent.Type.
+type SettlementEventType string
+
+// SettlementReceipt defines model for SettlementReceipt.
+type SettlementReceipt struct {
+	ChargeId string `json:"charge_id"`
+
+	// EventId The delivery's webhook-id.
+	EventId string `json:"event_id"`
+
+	// TransfersSettled How many transfers this event marked settled (0 when the charge was a payout's).
+	TransfersSettled int `json:"transfers_settled"`
+}
 
 // Transfer defines model for Transfer.
 type Transfer struct {
@@ -321,6 +358,9 @@ type CreatePayoutJSONRequestBody = CreatePayoutRequest
 // CreateTransferJSONRequestBody defines body for CreateTransfer for application/json ContentType.
 type CreateTransferJSONRequestBody = CreateTransferRequest
 
+// ReceiveBankSettlementJSONRequestBody defines body for ReceiveBankSettlement for application/json ContentType.
+type ReceiveBankSettlementJSONRequestBody = SettlementEvent
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -344,6 +384,9 @@ type ServerInterface interface {
 	// CreateTransfer Transfer money to a bank account now, through the bank
 	// (POST /v1/transfers)
 	CreateTransfer(w http.ResponseWriter, r *http.Request, params CreateTransferParams)
+	// ReceiveBankSettlement Receive the bank's settlement events (a webhook)
+	// (POST /webhooks/bank/settlements)
+	ReceiveBankSettlement(w http.ResponseWriter, r *http.Request)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -801,6 +844,20 @@ func (siw *ServerInterfaceWrapper) CreateTransfer(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// ReceiveBankSettlement operation middleware
+func (siw *ServerInterfaceWrapper) ReceiveBankSettlement(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReceiveBankSettlement(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -928,6 +985,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payouts", wrapper.CreatePayout)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/payouts/{payout_id}", wrapper.GetPayout)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/transfers", wrapper.CreateTransfer)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/webhooks/bank/settlements", wrapper.ReceiveBankSettlement)
 
 	return m
 }
@@ -1664,6 +1722,96 @@ func (response CreateTransfer503ApplicationProblemPlusJSONResponse) VisitCreateT
 	return err
 }
 
+type ReceiveBankSettlementRequestObject struct {
+	Body *ReceiveBankSettlementJSONRequestBody
+}
+
+type ReceiveBankSettlementResponseObject interface {
+	VisitReceiveBankSettlementResponse(w http.ResponseWriter) error
+}
+
+type ReceiveBankSettlement200JSONResponse SettlementReceipt
+
+func (response ReceiveBankSettlement200JSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ReceiveBankSettlement400ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReceiveBankSettlement401ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement409ApplicationProblemPlusJSONResponse struct {
+	InProgressApplicationProblemPlusJSONResponse
+}
+
+func (response ReceiveBankSettlement409ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement503ApplicationProblemPlusJSONResponse struct {
+	StoreUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReceiveBankSettlement503ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -1687,6 +1835,9 @@ type StrictServerInterface interface {
 	// CreateTransfer Transfer money to a bank account now, through the bank
 	// (POST /v1/transfers)
 	CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
+	// ReceiveBankSettlement Receive the bank's settlement events (a webhook)
+	// (POST /webhooks/bank/settlements)
+	ReceiveBankSettlement(ctx context.Context, request ReceiveBankSettlementRequestObject) (ReceiveBankSettlementResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -1935,6 +2086,37 @@ func (sh *strictHandler) CreateTransfer(w http.ResponseWriter, r *http.Request, 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CreateTransferResponseObject); ok {
 		if err := validResponse.VisitCreateTransferResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReceiveBankSettlement operation middleware
+func (sh *strictHandler) ReceiveBankSettlement(w http.ResponseWriter, r *http.Request) {
+	var request ReceiveBankSettlementRequestObject
+
+	var body ReceiveBankSettlementJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReceiveBankSettlement(ctx, request.(ReceiveBankSettlementRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReceiveBankSettlement")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReceiveBankSettlementResponseObject); ok {
+		if err := validResponse.VisitReceiveBankSettlementResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemwebhook"
 )
 
 // IdempotentServerInterface is the server to implement. Idempotent operations run inside tx, the
@@ -43,6 +44,13 @@ type IdempotentServerInterface interface {
 	GetPayout(ctx context.Context, request GetPayoutRequestObject) (GetPayoutResponseObject, error)
 	// CreateTransfer handles POST /v1/transfers once per key; retries get its stored response.
 	CreateTransfer(ctx context.Context, tx pgx.Tx, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
+	// ReceiveBankSettlement handles POST /webhooks/bank/settlements once per key; retries get its stored response.
+	ReceiveBankSettlement(ctx context.Context, tx pgx.Tx, request ReceiveBankSettlementRequestObject) (ReceiveBankSettlementResponseObject, error)
+	// ReceiveBankSettlementSecrets returns the secrets POST /webhooks/bank/settlements's deliveries may be signed with,
+	// more than one while a secret is rotated (standard-webhooks signatures, the delivery id in the webhook-id header).
+	// It is called on every delivery, before anything is claimed; none (or an error) answers
+	// 500 and keeps nothing, so the sender delivers again once they are configured.
+	ReceiveBankSettlementSecrets(ctx context.Context) ([]string, error)
 }
 
 // policyCreatePayment is the x-idempotency of POST /v1/payments, with every default applied.
@@ -169,6 +177,32 @@ var policyCreateTransfer = &idemhttp.Policy{
 	UncertainOnLoss: true,
 }
 
+// policyReceiveBankSettlement is the x-idempotency of POST /webhooks/bank/settlements, with every default applied.
+var policyReceiveBankSettlement = &idemhttp.Policy{
+	Operation:      "receiveBankSettlement",
+	Route:          "POST /webhooks/bank/settlements",
+	Storage:        idemhttp.StorageResponse,
+	Claim:          idem.ClaimLease,
+	TTL:            72 * time.Hour,
+	Lease:          10 * time.Second,
+	Wait:           10 * time.Second,
+	Timeout:        10 * time.Second,
+	MismatchStatus: 422,
+	Persist:        idem.Statuses("2xx"),
+	Key: idemhttp.KeyRule{
+		Header:    "webhook-id",
+		Required:  true,
+		MaxLength: 255,
+	},
+	ScopeTenant: false,
+	// fingerprint: false, so the fingerprint is the route alone: any request with this key
+	// replays the first outcome, while the key reused on another operation is still refused.
+	NoFingerprint: true,
+	BodyTypes:     []string{"application/json"},
+	// history: what happens to each key is kept in its durable history (Store.History).
+	History: true,
+}
+
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
 // IdempotencyParamErrorHandler.
 var idemPolicies = []*idemhttp.Policy{
@@ -177,6 +211,7 @@ var idemPolicies = []*idemhttp.Policy{
 	policyRefundPayment,
 	policyCreatePayout,
 	policyCreateTransfer,
+	policyReceiveBankSettlement,
 }
 
 // idemOperations are every operation's id and route, so that a per-operation renderer
@@ -189,6 +224,7 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "createPayout", Route: "POST /v1/payouts"},
 	{Operation: "getPayout", Route: "GET /v1/payouts/{payout_id}"},
 	{Operation: "createTransfer", Route: "POST /v1/transfers"},
+	{Operation: "receiveBankSettlement", Route: "POST /webhooks/bank/settlements"},
 }
 
 // idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
@@ -253,6 +289,17 @@ func (UnimplementedIdempotentServer) CreateTransfer(ctx context.Context, tx pgx.
 	return nil, idemhttp.NotImplemented("createTransfer")
 }
 
+// ReceiveBankSettlement answers 501 not-implemented; nothing is stored.
+func (UnimplementedIdempotentServer) ReceiveBankSettlement(ctx context.Context, tx pgx.Tx, request ReceiveBankSettlementRequestObject) (ReceiveBankSettlementResponseObject, error) {
+	return nil, idemhttp.NotImplemented("receiveBankSettlement")
+}
+
+// ReceiveBankSettlementSecrets returns no secrets: every delivery is answered 500, and its sender
+// delivers it again.
+func (UnimplementedIdempotentServer) ReceiveBankSettlementSecrets(ctx context.Context) ([]string, error) {
+	return nil, nil
+}
+
 var _ IdempotentServerInterface = UnimplementedIdempotentServer{}
 
 // NewIdempotentServer returns the StrictServerInterface that serves impl through store: wire it
@@ -270,6 +317,7 @@ func NewIdempotentServer(impl IdempotentServerInterface, store *idem.Store) Stri
 		idemhttp.CheckOp(policyRefundPayment, s.opRefundPayment(RefundPaymentRequestObject{})),
 		idemhttp.CheckOp(policyCreatePayout, s.opCreatePayout(CreatePayoutRequestObject{})),
 		idemhttp.CheckOp(policyCreateTransfer, s.opCreateTransfer(CreateTransferRequestObject{})),
+		idemhttp.CheckOp(policyReceiveBankSettlement, s.opReceiveBankSettlement(ReceiveBankSettlementRequestObject{})),
 	)
 	if err != nil {
 		panic("NewIdempotentServer: " + err.Error())
@@ -451,6 +499,39 @@ func (s *idemServer) opCreateTransfer(request CreateTransferRequestObject) *idem
 	}
 }
 
+// ReceiveBankSettlement runs s.impl.ReceiveBankSettlement at most once per key.
+func (s *idemServer) ReceiveBankSettlement(ctx context.Context, request ReceiveBankSettlementRequestObject) (ReceiveBankSettlementResponseObject, error) {
+	return idemHandle(ctx, s.store, policyReceiveBankSettlement, s.opReceiveBankSettlement(request))
+}
+
+// scopeReceiveBankSettlement is opReceiveBankSettlement's scope. It names no request value,
+// so every request shares it.
+var scopeReceiveBankSettlement = []idemhttp.Part{
+	{Name: "operation"},
+}
+
+// recordReceiveBankSettlement records ReceiveBankSettlement's responses; made once, for every request.
+var recordReceiveBankSettlement = idemhttp.Record(ReceiveBankSettlementResponseObject.VisitReceiveBankSettlementResponse)
+
+// opReceiveBankSettlement is request as the runtime serves it: its key, its named scope and fingerprint
+// values, and the handler.
+func (s *idemServer) opReceiveBankSettlement(request ReceiveBankSettlementRequestObject) *idemhttp.Op[ReceiveBankSettlementResponseObject] {
+	return &idemhttp.Op[ReceiveBankSettlementResponseObject]{
+		Key:   "",
+		Scope: scopeReceiveBankSettlement,
+		Run: func(ctx context.Context, tx pgx.Tx) (ReceiveBankSettlementResponseObject, error) {
+			return s.impl.ReceiveBankSettlement(ctx, tx, request)
+		},
+		Record: recordReceiveBankSettlement,
+		// A webhook receiver: the delivery's signature is verified and its id is the key,
+		// before anything is claimed (standard-webhooks signatures, the delivery id in the webhook-id header).
+		Receive: (&idemwebhook.Receiver{
+			Verifier: idemwebhook.Verifier{Scheme: idemwebhook.StandardWebhooks, Tolerance: 5 * time.Minute, Secrets: s.impl.ReceiveBankSettlementSecrets},
+			Key:      idemwebhook.KeySource{Header: "webhook-id"},
+		}).Receive,
+	}
+}
+
 // idemHandle runs one idempotent operation through the runtime and answers with what it
 // decided: the handler's recorded response, a replay, or a problem.
 func idemHandle[R any](ctx context.Context, store *idem.Store, p *idemhttp.Policy, op *idemhttp.Op[R]) (R, error) {
@@ -474,6 +555,10 @@ func (r idemResult) VisitRefundPaymentResponse(w http.ResponseWriter) error { re
 func (r idemResult) VisitCreatePayoutResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
 
 func (r idemResult) VisitCreateTransferResponse(w http.ResponseWriter) error { return r.WriteTo(w) }
+
+func (r idemResult) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+	return r.WriteTo(w)
+}
 
 // IdempotentHandlerOptions tune NewIdempotentHandler; the zero value is the default.
 type IdempotentHandlerOptions struct {

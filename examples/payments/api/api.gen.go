@@ -79,6 +79,21 @@ func (e RefundStatus) Valid() bool {
 	}
 }
 
+// Defines values for SettlementEventType.
+const (
+	ChargeSettled SettlementEventType = "charge.settled"
+)
+
+// Valid indicates whether the value is a known member of the SettlementEventType enum.
+func (e SettlementEventType) Valid() bool {
+	switch e {
+	case ChargeSettled:
+		return true
+	default:
+		return false
+	}
+}
+
 // CreatePaymentRequest defines model for CreatePaymentRequest.
 type CreatePaymentRequest struct {
 	// AmountMinor The amount in the currency's minor unit (kopecks, cents).
@@ -197,6 +212,28 @@ type Refund struct {
 
 // RefundStatus pending until the processor settles the refund, then succeeded.
 type RefundStatus string
+
+// SettlementEvent A charge the bank made has settled.
+type SettlementEvent struct {
+	AmountMinor int64               `json:"amount_minor"`
+	ChargeId    string              `json:"charge_id"`
+	Currency    string              `json:"currency"`
+	Type        SettlementEventType `json:"type"`
+}
+
+// SettlementEventType defines model for SettlementEvent.Type.
+type SettlementEventType string
+
+// SettlementReceipt defines model for SettlementReceipt.
+type SettlementReceipt struct {
+	ChargeId string `json:"charge_id"`
+
+	// EventId The delivery's webhook-id.
+	EventId string `json:"event_id"`
+
+	// TransfersSettled How many transfers this event marked settled (0 when the charge was a payout's).
+	TransfersSettled int `json:"transfers_settled"`
+}
 
 // Transfer defines model for Transfer.
 type Transfer struct {
@@ -323,6 +360,9 @@ type CreatePayoutJSONRequestBody = CreatePayoutRequest
 
 // CreateTransferJSONRequestBody defines body for CreateTransfer for application/json ContentType.
 type CreateTransferJSONRequestBody = CreateTransferRequest
+
+// ReceiveBankSettlementJSONRequestBody defines body for ReceiveBankSettlement for application/json ContentType.
+type ReceiveBankSettlementJSONRequestBody = SettlementEvent
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -518,6 +558,32 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
 	CreateTransfer(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReceiveBankSettlementWithBody Receive the bank's settlement events (a webhook)
+	//
+	// The bank delivers a charge.settled event when a charge it made settles, signed the
+	// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+	// again until it gets a 2xx. The signature is verified before anything is claimed; the
+	// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+	// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+	ReceiveBankSettlementWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReceiveBankSettlement Receive the bank's settlement events (a webhook)
+	//
+	// The bank delivers a charge.settled event when a charge it made settles, signed the
+	// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+	// again until it gets a 2xx. The signature is verified before anything is claimed; the
+	// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+	// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+	ReceiveBankSettlement(ctx context.Context, body ReceiveBankSettlementJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreatePaymentWithBody Create (authorise) a payment
@@ -741,6 +807,52 @@ func (c *Client) CreateTransferWithBody(ctx context.Context, params *CreateTrans
 // Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
 func (c *Client) CreateTransfer(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateTransferRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReceiveBankSettlementWithBody Receive the bank's settlement events (a webhook)
+//
+// The bank delivers a charge.settled event when a charge it made settles, signed the
+// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+// again until it gets a 2xx. The signature is verified before anything is claimed; the
+// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+func (c *Client) ReceiveBankSettlementWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReceiveBankSettlementRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReceiveBankSettlement Receive the bank's settlement events (a webhook)
+//
+// The bank delivers a charge.settled event when a charge it made settles, signed the
+// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+// again until it gets a 2xx. The signature is verified before anything is claimed; the
+// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+func (c *Client) ReceiveBankSettlement(ctx context.Context, body ReceiveBankSettlementJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReceiveBankSettlementRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1166,6 +1278,46 @@ func NewCreateTransferRequestWithBody(server string, params *CreateTransferParam
 	return req, nil
 }
 
+// NewReceiveBankSettlementRequest calls the generic ReceiveBankSettlement builder with application/json body
+func NewReceiveBankSettlementRequest(server string, body ReceiveBankSettlementJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReceiveBankSettlementRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReceiveBankSettlementRequestWithBody constructs an http.Request for the ReceiveBankSettlement method, with any body, and a specified content type
+func NewReceiveBankSettlementRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhooks/bank/settlements")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -1336,6 +1488,32 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/transfers (the `CreateTransfer` operationId).
 	CreateTransferWithResponse(ctx context.Context, params *CreateTransferParams, body CreateTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTransferResponse, error)
+
+	// ReceiveBankSettlementWithBodyWithResponse Receive the bank's settlement events (a webhook)
+	//
+	// The bank delivers a charge.settled event when a charge it made settles, signed the
+	// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+	// again until it gets a 2xx. The signature is verified before anything is claimed; the
+	// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+	// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+	ReceiveBankSettlementWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReceiveBankSettlementResponse, error)
+
+	// ReceiveBankSettlementWithResponse Receive the bank's settlement events (a webhook)
+	//
+	// The bank delivers a charge.settled event when a charge it made settles, signed the
+	// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+	// again until it gets a 2xx. The signature is verified before anything is claimed; the
+	// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+	// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+	ReceiveBankSettlementWithResponse(ctx context.Context, body ReceiveBankSettlementJSONRequestBody, reqEditors ...RequestEditorFn) (*ReceiveBankSettlementResponse, error)
 }
 
 // CreatePaymentResponse201Headers the declared response headers of an HTTP 201 response for CreatePayment
@@ -1905,6 +2083,89 @@ func (r CreateTransferResponse) ContentType() string {
 	return ""
 }
 
+// ReceiveBankSettlementResponse409Headers the declared response headers of an HTTP 409 response for ReceiveBankSettlement
+type ReceiveBankSettlementResponse409Headers struct {
+	RetryAfter *int
+}
+
+// ReceiveBankSettlementResponse503Headers the declared response headers of an HTTP 503 response for ReceiveBankSettlement
+type ReceiveBankSettlementResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ReceiveBankSettlementResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SettlementReceipt
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *InProgress
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *StoreUnavailable
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReceiveBankSettlementResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReceiveBankSettlementResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReceiveBankSettlementResponse) GetJSON200() *SettlementReceipt {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReceiveBankSettlementResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReceiveBankSettlementResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReceiveBankSettlementResponse) GetApplicationproblemJSON409() *InProgress {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReceiveBankSettlementResponse) GetApplicationproblemJSON503() *StoreUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReceiveBankSettlementResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReceiveBankSettlementResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReceiveBankSettlementResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReceiveBankSettlementResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreatePaymentWithBodyWithResponse Create (authorise) a payment
 //
 // The payment id is derived from the tenant and the idempotency key, so even a request that
@@ -2096,6 +2357,44 @@ func (c *ClientWithResponses) CreateTransferWithResponse(ctx context.Context, pa
 		return nil, err
 	}
 	return ParseCreateTransferResponse(rsp)
+}
+
+// ReceiveBankSettlementWithBodyWithResponse Receive the bank's settlement events (a webhook)
+//
+// The bank delivers a charge.settled event when a charge it made settles, signed the
+// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+// again until it gets a 2xx. The signature is verified before anything is claimed; the
+// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+func (c *ClientWithResponses) ReceiveBankSettlementWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReceiveBankSettlementResponse, error) {
+	rsp, err := c.ReceiveBankSettlementWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReceiveBankSettlementResponse(rsp)
+}
+
+// ReceiveBankSettlementWithResponse Receive the bank's settlement events (a webhook)
+//
+// The bank delivers a charge.settled event when a charge it made settles, signed the
+// Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature), and delivers it
+// again until it gets a 2xx. The signature is verified before anything is claimed; the
+// event's webhook-id is the key, so a redelivery is answered with the stored 200 and marks
+// nothing twice. No X-Tenant-ID: the bank is no tenant, its signature authenticates it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /webhooks/bank/settlements (the `ReceiveBankSettlement` operationId).
+func (c *ClientWithResponses) ReceiveBankSettlementWithResponse(ctx context.Context, body ReceiveBankSettlementJSONRequestBody, reqEditors ...RequestEditorFn) (*ReceiveBankSettlementResponse, error) {
+	rsp, err := c.ReceiveBankSettlement(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReceiveBankSettlementResponse(rsp)
 }
 
 // ParseCreatePaymentResponse parses an HTTP response from a CreatePaymentWithResponse call
@@ -2596,6 +2895,83 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 	return response, nil
 }
 
+// ParseReceiveBankSettlementResponse parses an HTTP response from a ReceiveBankSettlementWithResponse call
+func ParseReceiveBankSettlementResponse(rsp *http.Response) (*ReceiveBankSettlementResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReceiveBankSettlementResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SettlementReceipt
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InProgress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest StoreUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 409:
+		var headers ReceiveBankSettlementResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReceiveBankSettlementResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -2619,6 +2995,9 @@ type ServerInterface interface {
 	// CreateTransfer Transfer money to a bank account now, through the bank
 	// (POST /v1/transfers)
 	CreateTransfer(w http.ResponseWriter, r *http.Request, params CreateTransferParams)
+	// ReceiveBankSettlement Receive the bank's settlement events (a webhook)
+	// (POST /webhooks/bank/settlements)
+	ReceiveBankSettlement(w http.ResponseWriter, r *http.Request)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -3076,6 +3455,20 @@ func (siw *ServerInterfaceWrapper) CreateTransfer(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// ReceiveBankSettlement operation middleware
+func (siw *ServerInterfaceWrapper) ReceiveBankSettlement(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReceiveBankSettlement(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -3203,6 +3596,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/payouts", wrapper.CreatePayout)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/payouts/{payout_id}", wrapper.GetPayout)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/transfers", wrapper.CreateTransfer)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/webhooks/bank/settlements", wrapper.ReceiveBankSettlement)
 
 	return m
 }
@@ -3939,6 +4333,96 @@ func (response CreateTransfer503ApplicationProblemPlusJSONResponse) VisitCreateT
 	return err
 }
 
+type ReceiveBankSettlementRequestObject struct {
+	Body *ReceiveBankSettlementJSONRequestBody
+}
+
+type ReceiveBankSettlementResponseObject interface {
+	VisitReceiveBankSettlementResponse(w http.ResponseWriter) error
+}
+
+type ReceiveBankSettlement200JSONResponse SettlementReceipt
+
+func (response ReceiveBankSettlement200JSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ReceiveBankSettlement400ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement401ApplicationProblemPlusJSONResponse Problem
+
+func (response ReceiveBankSettlement401ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement409ApplicationProblemPlusJSONResponse struct {
+	InProgressApplicationProblemPlusJSONResponse
+}
+
+func (response ReceiveBankSettlement409ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReceiveBankSettlement503ApplicationProblemPlusJSONResponse struct {
+	StoreUnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReceiveBankSettlement503ApplicationProblemPlusJSONResponse) VisitReceiveBankSettlementResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// CreatePayment Create (authorise) a payment
@@ -3962,6 +4446,9 @@ type StrictServerInterface interface {
 	// CreateTransfer Transfer money to a bank account now, through the bank
 	// (POST /v1/transfers)
 	CreateTransfer(ctx context.Context, request CreateTransferRequestObject) (CreateTransferResponseObject, error)
+	// ReceiveBankSettlement Receive the bank's settlement events (a webhook)
+	// (POST /webhooks/bank/settlements)
+	ReceiveBankSettlement(ctx context.Context, request ReceiveBankSettlementRequestObject) (ReceiveBankSettlementResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -4210,6 +4697,37 @@ func (sh *strictHandler) CreateTransfer(w http.ResponseWriter, r *http.Request, 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(CreateTransferResponseObject); ok {
 		if err := validResponse.VisitCreateTransferResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReceiveBankSettlement operation middleware
+func (sh *strictHandler) ReceiveBankSettlement(w http.ResponseWriter, r *http.Request) {
+	var request ReceiveBankSettlementRequestObject
+
+	var body ReceiveBankSettlementJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReceiveBankSettlement(ctx, request.(ReceiveBankSettlementRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReceiveBankSettlement")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReceiveBankSettlementResponseObject); ok {
+		if err := validResponse.VisitReceiveBankSettlementResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -40,7 +40,8 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := exec.CommandContext(ctx, bin, "-addr", "127.0.0.1:0")
-	srv.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	const webhookSecret = "whsec_ZGVtby10ZXN0LXdlYmhvb2stc2VjcmV0"
+	srv.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "BANK_WEBHOOK_SECRETS="+webhookSecret)
 	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
 	stderr, err := srv.StderrPipe()
 	if err != nil {
@@ -88,7 +89,7 @@ func TestDemo(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	if err := run(ctx, []string{"-url", "http://" + addr, "-database-url", dbURL}, &out); err != nil {
+	if err := run(ctx, []string{"-url", "http://" + addr, "-database-url", dbURL, "-bank-webhook-secret", webhookSecret}, &out); err != nil {
 		t.Fatalf("demo: %v\ntranscript:\n%s", err, out.String())
 	}
 	stop()
@@ -112,6 +113,10 @@ func TestDemo(t *testing.T) {
 		"The status turned succeeded; a retry now still gets the first 202 and Location",
 		"The bank holds one charge for it",
 		`idemgen_idempotency_events_total{event="replayed",operation="createPayment"}`,
+		"The redelivery (signed anew, same webhook-id) got the stored 200; the event has 1 row: one effect.",
+		"→ 401 Unauthorized",
+		"problem signature-invalid",
+		"no row, no key.",
 	} {
 		if !strings.Contains(transcript, want) {
 			t.Errorf("the transcript lacks %q:\n%s", want, transcript)

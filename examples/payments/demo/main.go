@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&t.idemgen, "idemgen", "", "the idemgen command, for the reconciliation steps")
 	fs.StringVar(&t.payments, "payments", "", "the payments example's command, for its own reconciliation (payments reconcile)")
 	fs.StringVar(&t.bankURL, "bank-url", "", "the bank the server transfers through, for its daily report")
+	webhookSecret := fs.String("bank-webhook-secret", "", "the secret the server verifies the bank's settlement webhooks with (its -bank-webhook-secrets), to sign them as the bank")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,6 +58,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// count shows only what this run made.
 		tenant: "demo-" + randomHex(4),
 		tools:  t,
+
+		webhookSecret: *webhookSecret,
 	}
 	dir, err := os.MkdirTemp("", "idemgen-demo-")
 	if err != nil {
@@ -91,6 +94,11 @@ type demo struct {
 	// unexpected lists what this run got that the scenario does not promise; the demo fails
 	// when it is not empty.
 	unexpected []string
+	// webhookSecret signs the bank's settlement webhooks (webhooks.go); "" skips that step.
+	webhookSecret string
+	// transferCharge is the bank's charge for the transfer of the transfers step, which the
+	// bank's settlement webhook settles; "" when that step did not run.
+	transferCharge string
 }
 
 func randomHex(n int) string {
@@ -432,7 +440,10 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.payout(ctx, 9); err != nil {
 		return err
 	}
-	return d.transfers(ctx, 10)
+	if err := d.transfers(ctx, 10); err != nil {
+		return err
+	}
+	return d.webhooks(ctx, 12)
 }
 
 // settle plays the card processor: it marks the refund succeeded, directly in the database,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,6 +36,12 @@ func (d *demo) transfers(ctx context.Context, step int) error {
 	d.show("transfer", ok)
 	d.expect(ok.status == http.StatusCreated, "The bank charged it, with a key derived from ours, recorded in the key's history first.",
 		fmt.Sprintf("the transfer got %d; want 201", ok.status))
+	var charged struct {
+		ChargeID string `json:"bank_charge_id"`
+	}
+	if json.Unmarshal(ok.resp, &charged) == nil {
+		d.transferCharge = charged.ChargeID // settled by the bank's webhook (webhooks.go)
+	}
 	report, err := d.bankReport(ctx)
 	if err != nil {
 		return err
