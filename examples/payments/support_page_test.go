@@ -251,10 +251,10 @@ func TestSupportPageInABrowser(t *testing.T) {
 			t.Errorf("the resolve form: %d, want 200 saying it resolved:\n%s", res.StatusCode, b)
 		}
 	}
-	var actor, detail string
-	if err := schema.Pool.QueryRow(ctx, `SELECT actor, detail FROM `+events+` WHERE key = 'key-pay-lost' AND kind = 'resolved'`).Scan(&actor, &detail); err != nil ||
-		actor != "admin" || detail != "completed: acquirer record ch_7c1e: authorized 42.00 RUB" {
-		t.Errorf("the resolved history row: %q %q %v", actor, detail, err)
+	var actor, detail, resolution string
+	if err := schema.Pool.QueryRow(ctx, `SELECT actor, detail, resolution FROM `+events+` WHERE key = 'key-pay-lost' AND kind = 'resolved'`).Scan(&actor, &detail, &resolution); err != nil ||
+		actor != "admin" || resolution != "completed" || detail != "acquirer record ch_7c1e: authorized 42.00 RUB" {
+		t.Errorf("the resolved history row: actor %q, resolution %q, detail %q, %v; want admin, completed and the evidence", actor, resolution, detail, err)
 	}
 	dom = browse(t, chromium, lostURL)
 	if got := domFact(t, dom, "state"); got != "complete" || !strings.Contains(dom, `data-event="kind">resolved<`) {
