@@ -633,7 +633,7 @@ func eventDetails(ev *idem.HistoryEvent, op string) string {
 		parts = append(parts, fmt.Sprintf("amount %d %s (minor units)", ev.Amount, bare(ev.Currency)))
 	}
 	if ev.Replays > 0 {
-		parts = append(parts, fmt.Sprintf("%d %s", ev.Replays, countedNoun(ev.Kind)))
+		parts = append(parts, counted(ev.Kind, ev.Replays))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -987,11 +987,16 @@ type jsonResolved struct {
 	Evidence  string  `json:"evidence"`
 }
 
-// countedNoun names what a counted history row counts: replays, or retries refused as another
+// counted says what a counted history row counts: n replays, or n retries refused as another
 // request under the key (key_reused).
-func countedNoun(kind idem.EventKind) string {
-	if kind == idem.EventKeyReused {
-		return "retries refused"
+func counted(kind idem.EventKind, n int) string {
+	switch {
+	case kind == idem.EventKeyReused && n == 1:
+		return "1 retry refused"
+	case kind == idem.EventKeyReused:
+		return strconv.Itoa(n) + " retries refused"
+	case n == 1:
+		return "1 replay"
 	}
-	return "replays"
+	return strconv.Itoa(n) + " replays"
 }

@@ -154,6 +154,7 @@ func TestKeysShowTheHistoryOfACrash(t *testing.T) {
 	if err := <-taken; err != nil {
 		t.Fatal(err)
 	}
+	store.Close() // writes the refused retry, counted in memory like replays
 
 	code, text, stderr := runMain("", "keys", "show", "--tenant", "acme", "--key", "crash-1",
 		"--database-url", s.URL, "--schema", s.Name, "--table", s.Table)
@@ -170,8 +171,8 @@ func TestKeysShowTheHistoryOfACrash(t *testing.T) {
 		`^TIME +EVENT +ATTEMPT +STATUS +DETAILS$`,
 		`^\S+Z +acquired +1 +- +-$`,
 		`^\S+Z +taken_over +2 +- +-$`,
-		`^\S+Z +key_reused +- +- +"another fingerprint"$`,
 		`^\S+Z +completed +2 +201 +-$`,
+		`^\S+Z +key_reused +- +- +"another fingerprint: .*"; 1 retry refused$`,
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("the history has %d lines, want %d:\n%s", len(lines), len(want), timeline)

@@ -353,6 +353,8 @@ func newEventView(ev *idem.HistoryEvent, op string) eventView {
 		parts = append(parts, strconv.FormatInt(ev.Amount, 10)+" "+ev.Currency+" (minor units)")
 	}
 	switch {
+	case ev.Replays == 1 && ev.Kind == idem.EventKeyReused:
+		parts = append(parts, "1 retry refused")
 	case ev.Replays > 0 && ev.Kind == idem.EventKeyReused:
 		parts = append(parts, strconv.Itoa(ev.Replays)+" retries refused")
 	case ev.Replays > 0:
