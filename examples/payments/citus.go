@@ -13,18 +13,24 @@ import (
 
 // exampleTables are the tables docs/citus.md distributes by tenant for this service: its business
 // tables (schema.sql, payouts.sql) and idemgen's key table with its history (keyTable). The fake
-// bank's table (bank.sql) and River's stay local.
+// bank's table (bank.sql), the bank's settlement webhooks (noTenant) and River's stay local.
 func exampleTables(keyTable string) []string {
 	var tables []string
 	for _, src := range []string{schemaSQL, payoutsSQL} {
 		for _, m := range createTable.FindAllStringSubmatch(src, -1) {
-			tables = append(tables, m[1])
+			if !noTenant[m[1]] {
+				tables = append(tables, m[1])
+			}
 		}
 	}
 	return append(tables, keyTable, idem.HistoryTableName(keyTable))
 }
 
 var createTable = regexp.MustCompile(`(?m)^CREATE TABLE IF NOT EXISTS (\w+) \(`)
+
+// noTenant are the example's tables that name no tenant, so Citus cannot distribute them with the
+// rest: the bank's settlement webhooks, whose delivery keys are scoped by the operation alone.
+var noTenant = map[string]bool{"bank_settlements": true}
 
 // localOnCitus lists the example's tables (exampleTables) in schema that are not distributed by
 // hash, when the database has the Citus extension; nil on plain PostgreSQL.

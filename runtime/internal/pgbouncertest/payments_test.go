@@ -53,7 +53,7 @@ func TestExampleRefusesAPoolerModeFirst(t *testing.T) {
 	}
 	for i := range instances {
 		log := logs[i].String()
-		if codes[i] != 1 || !strings.Contains(log, "describe exec cannot work there") || !strings.Contains(log, "default_query_exec_mode=cache_describe") {
+		if codes[i] != 1 || !strings.Contains(log, "default_query_exec_mode=describe_exec cannot work there") || !strings.Contains(log, "default_query_exec_mode=cache_describe") {
 			t.Errorf("instance %d of %d: exit %d, want 1 with the store's refusal of describe_exec naming the fix; its log:\n%s", i+1, instances, codes[i], log)
 		}
 		if strings.Contains(log, "msg=migrated") || strings.Contains(log, "SQLSTATE") {
