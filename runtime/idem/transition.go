@@ -12,16 +12,16 @@ import (
 // the constructors below and applied by [Store.apply], which sends its statement (sql/), appends
 // its history row in the same transaction, and then wakes the key's waiters and emits its event.
 //
-//	constructor        statement (sql/)                  history row   event
-//	givenBack          uncertain_held.sql, else           uncertain,    uncertain, else the
-//	                   release.sql                        else released give-back's kind
-//	rolledBack         none: the rollback undid the claim claim's own,  the give-back's kind
-//	                                                      released
-//	turnedUncertain    uncertain_abandoned.sql            uncertain     uncertain
-//	providerCalled     provider_mark.sql (UncertainOnLoss) provider_call provider_call
-//	leaseLostBy        none: another request holds it    lease_lost    lease_lost
-//	resolved           op_resolve_completed.sql, or       resolved      resolved
-//	                   op_resolve_failed.sql (in the caller's transaction: Store.ResolveTx)
+//	constructor      statement (sql/)                        history row      event
+//	givenBack        uncertain_held.sql, else release.sql    uncertain, else  uncertain, else the
+//	                                                         released         give-back's kind
+//	rolledBack       none: the rollback undid the claim      the claim's own, the give-back's kind
+//	                                                         then released
+//	turnedUncertain  uncertain_abandoned.sql                 uncertain        uncertain
+//	providerCalled   provider_mark.sql (UncertainOnLoss)     provider_call    provider_call
+//	leaseLostBy      none: another request holds the key     lease_lost       lease_lost
+//	resolved         op_resolve_completed.sql, or            resolved         resolved
+//	                 op_resolve_failed.sql (in the caller's transaction: Store.ResolveTx)
 //
 // The claim and the completion, on every request's path, are not transitions of this kind: their
 // statements and history rows go in the batches that also carry the business transaction's
