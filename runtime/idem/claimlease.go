@@ -188,11 +188,13 @@ func (s *Store) asyncCommit(b *batch) {
 // remembered completed one; any other key (in flight, expired, or completed just now) is
 // decided by the full claim (fullClaimAndBegin), in a second round trip.
 func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) attempt {
-	if a, decided := s.fastClaimAndBegin(ctx, p); decided {
+	a, decided := s.fastClaimAndBegin(ctx, p)
+	if decided {
 		return a
 	}
 	if ctx.Err() != nil { // the caller left, and the fast path made no claim
-		return attempt{c: s.newClaim(ctx, p), err: storeError(ctx, "claim and begin", ctx.Err())}
+		a.err = storeError(ctx, "claim and begin", ctx.Err())
+		return a
 	}
 	return s.fullClaimAndBegin(ctx, p)
 }

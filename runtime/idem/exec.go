@@ -447,14 +447,7 @@ func (s *Store) leaseLost(c *Claim) error {
 // the transition made, nil when none was: the row was not the claim's any more, or the release
 // failed and is retried in the background (release.go).
 func (s *Store) release(ctx context.Context, t *transition) *transition {
-	cctx, bound := detached(ctx)
-	defer bound.end()
-	made, err := s.apply(cctx, t)
-	if err != nil {
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: t.c.Operation, KeyHash: t.c.hash()})
-		s.releaseLater(ctx, t, storeError(cctx, "release", err))
-		return nil
-	}
+	made, _ := s.tryRelease(ctx, t)
 	return made
 }
 
@@ -463,14 +456,7 @@ func (s *Store) release(ctx context.Context, t *transition) *transition {
 // had no row to give back yet is remembered and looked for again.
 func (s *Store) releaseLost(ctx context.Context, c *Claim, why string) {
 	t := s.givenBack(c, EventReleased, why, 0)
-	cctx, bound := detached(ctx)
-	defer bound.end()
-	made, err := s.apply(cctx, t)
-	switch {
-	case err != nil:
-		s.emit(ctx, Event{Kind: EventStoreError, Operation: c.Operation, KeyHash: c.hash()})
-		s.releaseLater(ctx, t, storeError(cctx, "release", err))
-	case made == nil:
+	if made, failed := s.tryRelease(ctx, t); made == nil && !failed {
 		// Nothing to give back yet. But the server runs what it received whether or not its
 		// answer arrives: a COMMIT sent on a connection that broke may still commit the claim
 		// after this release looked (TestGuarantees: lost COMMIT answer). So the claim is
@@ -479,6 +465,20 @@ func (s *Store) releaseLost(ctx context.Context, c *Claim, why string) {
 		s.abandon(t)
 		s.recheckLost(ctx, t)
 	}
+}
+
+// tryRelease applies t, a give-back, bounded by cleanupTimeout however ctx ends; failed says the
+// statement failed, and the give-back is retried in the background.
+func (s *Store) tryRelease(ctx context.Context, t *transition) (made *transition, failed bool) {
+	cctx, bound := detached(ctx)
+	defer bound.end()
+	made, err := s.apply(cctx, t)
+	if err != nil {
+		s.emit(ctx, Event{Kind: EventStoreError, Operation: t.c.Operation, KeyHash: t.c.hash()})
+		s.releaseLater(ctx, t, storeError(cctx, "release", err))
+		return nil, true
+	}
+	return made, false
 }
 
 // recheckLost applies t, the give-back of a claim whose answer was lost, once more after a short
