@@ -121,6 +121,9 @@ type Event struct {
 	// Cached says an EventReplayed or EventKeyReused was answered from the replay cache
 	// (Config.ReplayCacheBytes), without the database.
 	Cached bool
+	// Early says an EventReplayed was answered by Store.Replay, before the request was served
+	// (idemhttp answers retries of completed keys so, ahead of its router and validation).
+	Early bool
 	// Start is when the claim whose outcome this event reports was sent (EventAcquired,
 	// EventTakenOver, EventReplayed, EventInProgress, EventKeyReused); zero for other events
 	// and for answers of the replay cache. With it a tracer can draw the claim as a span.
@@ -336,6 +339,9 @@ func (s *Store) emit(ctx context.Context, e Event) {
 	}
 	if e.Cached {
 		attrs = append(attrs, slog.Bool("cached", true))
+	}
+	if e.Early {
+		attrs = append(attrs, slog.Bool("early", true))
 	}
 	s.log.LogAttrs(ctx, level, "idem: "+string(e.Kind), attrs...)
 }
