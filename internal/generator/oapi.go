@@ -47,6 +47,22 @@ type oapiParam struct {
 	GoName   string // field name: in the request object for path params, in .Params otherwise
 	Pointer  bool   // the field is *T (optional parameter)
 	Required bool
+	// Plain: the field holds the parameter's text as sent, a string (or a type defined as one)
+	// of a schema with no format and no Go type of its own (plainStringParam).
+	Plain bool
+}
+
+// plainStringParam says whether oapi-codegen binds prm into a string field (or one of a type
+// defined as a string, which encodes and prints alike) with the text the request carries: its
+// schema is a plain string (no format, which can make it a UUID, a date or bytes) and names no Go
+// type of its own (x-go-type), and it is not content-encoded.
+func plainStringParam(prm *openapi3.Parameter) bool {
+	if prm == nil || prm.Schema == nil || prm.Schema.Value == nil || len(prm.Content) > 0 {
+		return false
+	}
+	s := prm.Schema.Value
+	_, goType := s.Extensions["x-go-type"]
+	return s.Type != nil && s.Type.Is(openapi3.TypeString) && s.Format == "" && !goType
 }
 
 // oapiBody is one request body field of the strict request object.
@@ -142,6 +158,7 @@ func runOapiCodegen(file string, doc *openapi3.T, ops []*model.Operation, cfg co
 					GoName:   p.GoName(),
 					Pointer:  p.HasOptionalPointer(),
 					Required: p.Required,
+					Plain:    plainStringParam(p.Spec),
 				})
 			}
 		}

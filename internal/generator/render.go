@@ -96,6 +96,10 @@ type policyData struct {
 	// History and UncertainOnLoss are x-idempotency's history and uncertainOnLoss (History is
 	// set whenever UncertainOnLoss is).
 	History, UncertainOnLoss bool
+	// Edge: the operation's retries of completed keys are answered before the router
+	// (idemhttp.EdgeRule); EdgeScope and EdgeParts are quoted part names.
+	Edge                 bool
+	EdgeScope, EdgeParts string
 }
 
 func render(w io.Writer, r *Router, data *fileData) error {
@@ -193,9 +197,53 @@ func fillIdempotent(od *opData, mo *model.Operation, co *oapiOp) error {
 	if pd.Body = len(co.Bodies) > 0; pd.Body {
 		pd.Exclude = quoteList(p.Exclude)
 	}
-
+	edgeRule(&pd, p, co, od.Receiver != nil)
 	od.Policy = pd
 	return nil
+}
+
+// edgeRule decides whether the operation's retries of completed keys can be answered before the
+// router (idemhttp.EdgeRule): it stores whole responses, is no webhook receiver, its key is a
+// string header, and every scope and fingerprint part is a string header or path parameter, which
+// the binding keeps as the request sends it. The parts are named as Op.Scope and Op.Parts name
+// them, in the same order.
+func edgeRule(pd *policyData, p *policy.Policy, co *oapiOp, receiver bool) {
+	if p.Storage != policy.StorageResponse || receiver || p.Key.Header == "" {
+		return
+	}
+	if kp, ok := co.findParam("header", p.Key.Header); !ok || !kp.Plain {
+		return
+	}
+	plain := func(prm oapiParam) bool {
+		return prm.Plain && (prm.In == "header" || prm.In == "path")
+	}
+	var scope, parts []string
+	for _, it := range p.Scope {
+		switch it.Kind {
+		case policy.ScopeTenant:
+		case policy.ScopeOperation:
+			scope = append(scope, policy.ScopeOperation)
+		default:
+			prm, ok := co.findParam(it.Kind, it.Name)
+			if !ok || !plain(prm) {
+				return
+			}
+			scope = append(scope, partName(prm))
+		}
+	}
+	if !p.NoFingerprint {
+		prms, err := fingerprintParams(p, co)
+		if err != nil {
+			return
+		}
+		for _, prm := range prms {
+			if !plain(prm) {
+				return
+			}
+			parts = append(parts, partName(prm))
+		}
+	}
+	pd.Edge, pd.EdgeScope, pd.EdgeParts = true, quoteList(scope), quoteList(parts)
 }
 
 // policyLiteral renders the policy's plain values: names, modes, durations and statuses.
@@ -316,6 +364,19 @@ func scopeParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
 // fingerprinted (minus fingerprint.exclude's and the headers the default fingerprint leaves out,
 // policy.Unprinted), in a fixed order: path, query, header, each by name.
 func fingerprintParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
+	parts, err := fingerprintParams(p, co)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]partData, len(parts))
+	for i, prm := range parts {
+		out[i] = partData{Name: strconv.Quote(partName(prm)), Value: fieldExpr(prm)}
+	}
+	return out, nil
+}
+
+// fingerprintParams are the parameters fingerprintParts names, in its order.
+func fingerprintParams(p *policy.Policy, co *oapiOp) ([]oapiParam, error) {
 	excluded := map[string]bool{}
 	for _, u := range p.Unprinted {
 		if prm, ok := co.findParam("header", u.Name); ok {
@@ -347,11 +408,7 @@ func fingerprintParts(p *policy.Policy, co *oapiOp) ([]partData, error) {
 	slices.SortStableFunc(parts, func(a, b oapiParam) int {
 		return cmp.Or(cmp.Compare(order[a.In], order[b.In]), cmp.Compare(partName(a), partName(b)))
 	})
-	out := make([]partData, len(parts))
-	for i, prm := range parts {
-		out[i] = partData{Name: strconv.Quote(partName(prm)), Value: fieldExpr(prm)}
-	}
-	return out, nil
+	return parts, nil
 }
 
 func partName(p oapiParam) string {

@@ -91,6 +91,9 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 				}
 			}
 			ctx := WithBody(r.Context(), &c.body)
+			if log != nil && log.edge != nil && log.edge.replay(ctx, w, r, &c.body) {
+				return // a retry of a completed key, answered before the router
+			}
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

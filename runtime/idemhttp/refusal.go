@@ -32,6 +32,9 @@ type refusalLog struct {
 	renderer           Renderer
 	operationRenderers map[string]Renderer
 	routes             []Route
+	// edge answers retries of completed keys before the router (edge.go; CaptureWith); nil when
+	// no policy can be answered there.
+	edge *edge
 }
 
 // CaptureFor is [Capture] for a generated server: besides keeping the body, it lets every

@@ -66,6 +66,10 @@ type CaptureOptions struct {
 	// Operations are every operation's id and route, so that OperationRenderers reach the
 	// operations that are not idempotent too. Generated code lists them all.
 	Operations []Route
+	// BaseURL is the prefix the router serves the operations' routes under (the wiring's
+	// BaseURL). The edge answers a retry of a completed key before the router ([EdgeRule]) only
+	// for a request whose path is an operation's route under it exactly.
+	BaseURL string
 	// RequireRenderer names the operations whose spec says their refusals are the API's own
 	// (x-idempotency renderer: custom): CaptureWith panics when one of them would be answered
 	// with a problem, because neither Renderer nor its OperationRenderers entry is set.
@@ -83,6 +87,7 @@ func CaptureWith(store *idem.Store, policies []*Policy, o CaptureOptions) func(h
 	l := newRefusalLog(store, policies)
 	l.renderer, l.operationRenderers = o.Renderer, o.OperationRenderers
 	l.routes = append(l.routes, o.Operations...)
+	l.edge = newEdge(store, o.BaseURL, policies, o.Operations)
 	var missing []string
 	for _, op := range o.RequireRenderer {
 		if o.Renderer == nil && o.OperationRenderers[op] == nil {

@@ -73,6 +73,10 @@ type Policy struct {
 	// anything is claimed (runtime/idemopenapi makes one from the spec). A Problem it returns is
 	// the answer (400 request-invalid, naming the field): an invalid request never binds a key.
 	ValidateBody func(ctx context.Context, contentType string, body []byte) *Problem
+	// Edge, set by generated code, lets the body capture ([CaptureWith]) answer a retry of a
+	// completed key before routing, binding and validation: see [EdgeRule]. Nil sends every
+	// request down the whole stack.
+	Edge *EdgeRule
 	// History (x-idempotency history) keeps the durable history of the operation's keys
 	// (idem.DoParams.History).
 	History bool

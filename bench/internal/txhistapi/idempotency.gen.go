@@ -77,6 +77,11 @@ var policyCreatePayment = &idemhttp.Policy{
 	DeclaredHeaders: []string{"Location", "Retry-After"},
 	// history: what happens to each key is kept in its durable history (Store.History).
 	History: true,
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"header:X-Tenant-Id"},
+	},
 }
 
 // policyCapturePayment is the x-idempotency of POST /v1/payments/{payment_id}/capture, with every default applied.
@@ -148,6 +153,11 @@ var policyCreatePayout = &idemhttp.Policy{
 	DeclaredHeaders: []string{"Location", "Retry-After"},
 	// history: what happens to each key is kept in its durable history (Store.History).
 	History: true,
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"header:X-Tenant-Id"},
+	},
 }
 
 // policyCreateTransfer is the x-idempotency of POST /v1/transfers, with every default applied.
@@ -172,6 +182,11 @@ var policyCreateTransfer = &idemhttp.Policy{
 	BodyTypes:   []string{"application/json"},
 	// history: what happens to each key is kept in its durable history (Store.History).
 	History: true,
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"header:X-Tenant-Id"},
+	},
 }
 
 // policyReceiveBankSettlement is the x-idempotency of POST /webhooks/bank/settlements, with every default applied.
@@ -224,10 +239,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "receiveBankSettlement", Route: "POST /webhooks/bank/settlements"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -600,7 +617,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

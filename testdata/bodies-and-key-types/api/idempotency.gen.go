@@ -52,6 +52,10 @@ var policyPostBlob = &idemhttp.Policy{
 	ScopeTenant: true,
 	Body:        true,
 	BodyTypes:   []string{"application/octet-stream"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyDonate is the x-idempotency of POST /donations, with every default applied.
@@ -97,6 +101,10 @@ var policyPostNote = &idemhttp.Policy{
 	ScopeTenant: true,
 	Body:        true,
 	BodyTypes:   []string{"text/plain"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPutPledge is the x-idempotency of PUT /pledges/{pledge_id}, with every default applied.
@@ -141,6 +149,10 @@ var policyUpload = &idemhttp.Policy{
 	ScopeTenant: true,
 	Body:        true,
 	BodyTypes:   []string{"multipart/form-data"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -163,10 +175,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "upload", Route: "POST /uploads"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -442,7 +456,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -98,6 +98,10 @@ var policyPostApplePaySessions = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostCancels is the x-idempotency of POST /cancels, with every default applied.
@@ -121,6 +125,10 @@ var policyPostCancels = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostCardDetails is the x-idempotency of POST /cardDetails, with every default applied.
@@ -144,6 +152,10 @@ var policyPostCardDetails = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostDonationCampaigns is the x-idempotency of POST /donationCampaigns, with every default applied.
@@ -167,6 +179,10 @@ var policyPostDonationCampaigns = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostDonations is the x-idempotency of POST /donations, with every default applied.
@@ -190,6 +206,10 @@ var policyPostDonations = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostForward is the x-idempotency of POST /forward, with every default applied.
@@ -213,6 +233,10 @@ var policyPostForward = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostOrders is the x-idempotency of POST /orders, with every default applied.
@@ -236,6 +260,10 @@ var policyPostOrders = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostOrdersCancel is the x-idempotency of POST /orders/cancel, with every default applied.
@@ -259,6 +287,10 @@ var policyPostOrdersCancel = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostOriginKeys is the x-idempotency of POST /originKeys, with every default applied.
@@ -282,6 +314,10 @@ var policyPostOriginKeys = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostPaymentLinks is the x-idempotency of POST /paymentLinks, with every default applied.
@@ -305,6 +341,10 @@ var policyPostPaymentLinks = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostPaymentMethods is the x-idempotency of POST /paymentMethods, with every default applied.
@@ -328,6 +368,10 @@ var policyPostPaymentMethods = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostPaymentMethodsBalance is the x-idempotency of POST /paymentMethods/balance, with every default applied.
@@ -351,6 +395,10 @@ var policyPostPaymentMethodsBalance = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostPayments is the x-idempotency of POST /payments, with every default applied.
@@ -374,6 +422,10 @@ var policyPostPayments = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostPaymentsDetails is the x-idempotency of POST /payments/details, with every default applied.
@@ -397,6 +449,10 @@ var policyPostPaymentsDetails = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostPaymentsPaymentPspReferenceAmountUpdates is the x-idempotency of POST /payments/{paymentPspReference}/amountUpdates, with every default applied.
@@ -420,6 +476,11 @@ var policyPostPaymentsPaymentPspReferenceAmountUpdates = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:paymentPspReference"},
+	},
 }
 
 // policyPostPaymentsPaymentPspReferenceCancels is the x-idempotency of POST /payments/{paymentPspReference}/cancels, with every default applied.
@@ -443,6 +504,11 @@ var policyPostPaymentsPaymentPspReferenceCancels = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:paymentPspReference"},
+	},
 }
 
 // policyPostPaymentsPaymentPspReferenceCaptures is the x-idempotency of POST /payments/{paymentPspReference}/captures, with every default applied.
@@ -466,6 +532,11 @@ var policyPostPaymentsPaymentPspReferenceCaptures = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:paymentPspReference"},
+	},
 }
 
 // policyPostPaymentsPaymentPspReferenceRefunds is the x-idempotency of POST /payments/{paymentPspReference}/refunds, with every default applied.
@@ -489,6 +560,11 @@ var policyPostPaymentsPaymentPspReferenceRefunds = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:paymentPspReference"},
+	},
 }
 
 // policyPostPaymentsPaymentPspReferenceReversals is the x-idempotency of POST /payments/{paymentPspReference}/reversals, with every default applied.
@@ -512,6 +588,11 @@ var policyPostPaymentsPaymentPspReferenceReversals = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:paymentPspReference"},
+	},
 }
 
 // policyPostPaypalUpdateOrder is the x-idempotency of POST /paypal/updateOrder, with every default applied.
@@ -535,6 +616,10 @@ var policyPostPaypalUpdateOrder = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostSessions is the x-idempotency of POST /sessions, with every default applied.
@@ -558,6 +643,10 @@ var policyPostSessions = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyPostStoredPaymentMethods is the x-idempotency of POST /storedPaymentMethods, with every default applied.
@@ -581,6 +670,10 @@ var policyPostStoredPaymentMethods = &idemhttp.Policy{
 	Body:            true,
 	BodyTypes:       []string{"application/json"},
 	DeclaredHeaders: []string{"Idempotency-Key"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -643,10 +736,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "post-validateShopperId", Route: "POST /validateShopperId"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -1605,7 +1700,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -36,10 +36,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "perform-search", Route: "POST /{dataset}/{version}/records"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -164,7 +166,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -52,6 +52,8 @@ var policyCreateOrder = &idemhttp.Policy{
 	ReplayHeaders: []string{"X-Order-Version"},
 	// history: what happens to each key is kept in its durable history (Store.History).
 	History: true,
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{},
 }
 
 // policyUpdateOrder is the x-idempotency of PATCH /orders/{order_id}, with every default applied.
@@ -123,10 +125,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "payOrder", Route: "POST /orders/{order_id}/payments"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -323,7 +327,7 @@ func NewIdempotentHandler(impl IdempotentServerInterface, store *idem.Store, opt
 		BaseRouter:       o.BaseRouter,
 		ErrorHandlerFunc: IdempotencyParamErrorHandler,
 	})
-	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
+	return idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))(idemhttp.Routed(o.BaseRouter, h))
 }
 
 // IdempotencyParamErrorHandler is for StdHTTPServerOptions.ErrorHandlerFunc (NewIdempotentHandler

@@ -47,6 +47,11 @@ type Router struct {
 	// the test ends; it returns when the server is ready to accept requests, and closes it at
 	// t.Cleanup.
 	Serve func(t *testing.T, b *Backend, store *idem.Store, ln net.Listener)
+	// TenantInsideRouter says the auth middleware that stores the tenant runs inside the router,
+	// after the body capture (gorilla's router middleware): a retry of a completed key cannot be
+	// answered before the router there, since its tenant is not known yet, and goes down the
+	// whole stack.
+	TenantInsideRouter bool
 }
 
 // Order is the orders API's resource, as the Backend keeps it.
@@ -145,7 +150,7 @@ func Run(t *testing.T, r Router) {
 		t.Fatal(err)
 	}
 	r.Serve(t, b, store, ln)
-	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b, logs: logs}
+	e := &env{router: r.Name, url: "http://" + ln.Addr().String(), b: b, logs: logs, tenantInside: r.TenantInsideRouter}
 	e.waitReady(t)
 	for _, c := range slices.Concat(cases, paymentCases, refundCases, routingCases, refusalCases, validationCases) {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,6 +165,8 @@ type env struct {
 	url    string
 	b      *Backend
 	logs   *logRecorder // what the store logged, debug records included
+	// tenantInside: Router.TenantInsideRouter.
+	tenantInside bool
 }
 
 // waitReady polls until the server answers, for frameworks whose Listen returns before they
@@ -287,6 +294,38 @@ var cases = []testCase{
 		}
 		if n := e.orders(t, c.tenant); n != 1 {
 			t.Errorf("%s: %d orders after a replay, want 1", e.router, n)
+		}
+	}},
+	{"replay-before-the-router", func(t *testing.T, e *env, c *client) {
+		// createOrder stores whole responses and its key is a string header: a retry of a
+		// completed key is answered from the store before the router, the binding and the
+		// strict server (the edge, idemhttp.EdgeRule), and the store reports it as an early
+		// replay. A mismatch is not answered there: it goes down the stack, whose refusal logs the
+		// key's hash that the early replay's record must carry too.
+		first := c.create(t, "k", orderBody)
+		if first.Status != 201 || first.Replayed() {
+			t.Fatalf("%s: first request: %s", e.router, first)
+		}
+		c.problem(t, "same key, other body", c.create(t, "k", `{"item": "tea", "quantity": 3}`), 422, "key-reused")
+		again := c.create(t, "k", orderBody)
+		if again.Status != 201 || !again.Replayed() || again.Body != first.Body || again.Header.Get(RegionHeader) != "eu" {
+			t.Fatalf("%s: retry answered %s %v, want the first answer %q with %s", e.router, again, again.Header, first.Body, RegionHeader)
+		}
+		hash := e.logs.keyHash("idem: "+string(idem.EventKeyReused), "createOrder")
+		if hash == "" {
+			t.Fatalf("%s: no key_reused record of createOrder names a key hash", e.router)
+		}
+		if e.tenantInside {
+			if !e.logs.has("idem: "+string(idem.EventReplayed), hash, "") {
+				t.Errorf("%s: the tenant is set inside the router, yet no replayed record of key %s comes from the full stack", e.router, hash)
+			}
+			return
+		}
+		if !e.logs.has("idem: "+string(idem.EventReplayed), hash, "true") {
+			t.Errorf("%s: the retry of a completed key was not answered early (no replayed record with early=true for key %s): it went through the router and the binding", e.router, hash)
+		}
+		if e.logs.has("idem: "+string(idem.EventReplayed), hash, "") {
+			t.Errorf("%s: a replayed record of key %s without early=true: a retry was served by the full stack", e.router, hash)
 		}
 	}},
 	{"mismatch-422", func(t *testing.T, e *env, c *client) {

@@ -51,6 +51,10 @@ var policyCreateDomesticPayments = &idemhttp.Policy{
 	BodyTypes:       []string{"application/json; charset=utf-8"},
 	DeclaredHeaders: []string{"x-fapi-interaction-id", "x-jws-signature"},
 	EchoHeaders:     []string{"x-fapi-interaction-id"},
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -66,10 +70,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "GetDomesticPaymentsDomesticPaymentId", Route: "GET /domestic-payments/{DomesticPaymentId}"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -221,7 +227,7 @@ func RegisterIdempotentHandlers(router gin.IRouter, impl IdempotentServerInterfa
 	})
 	// A group with no path of its own: the capture runs for this API's routes only, after gin
 	// matched them and before oapi-codegen binds anything.
-	api := router.Group("", idemCapture(store, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers)))
+	api := router.Group("", idemCapture(store, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers)))
 	RegisterHandlersWithOptions(api, strict, GinServerOptions{BaseURL: o.BaseURL, ErrorHandler: IdempotencyParamErrorHandler})
 }
 
@@ -231,11 +237,14 @@ func idemCapture(store *idem.Store, opts idemhttp.CaptureOptions) gin.HandlerFun
 	capture := idemhttp.CaptureWith(store, idemPolicies, opts)
 	return func(c *gin.Context) {
 		passed := false
+		// The tenant a replay answered before the router is asked for is read through c, as
+		// the strict handler's is.
+		r := c.Request.WithContext(idemhttp.WithHandlerContext(c.Request.Context(), c))
 		capture(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 			passed = true
 			c.Request = r
 			c.Next()
-		})).ServeHTTP(c.Writer, c.Request)
+		})).ServeHTTP(c.Writer, r)
 		if !passed {
 			c.Abort()
 		}
@@ -271,7 +280,7 @@ func IdempotencyNoRouteHandler(store *idem.Store, opts *IdempotentHandlerOptions
 	if opts != nil {
 		o = *opts
 	}
-	capture := idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))
+	capture := idemhttp.CaptureWith(store, idemPolicies, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))
 	return func(c *gin.Context) {
 		// gin sets the status it would answer (and, for a 405, the Allow header) before it calls
 		// these handlers.

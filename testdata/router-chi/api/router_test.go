@@ -32,6 +32,8 @@ func router(impl func(*routertest.Backend) api.IdempotentServerInterface) router
 	return routertest.Router{
 		Name:   "chi",
 		Tenant: routertest.TenantFromContext,
+		// The tenant comes from the base router's middleware, which runs after the body capture.
+		TenantInsideRouter: true,
 		Serve: func(t *testing.T, b *routertest.Backend, store *idem.Store, ln net.Listener) {
 			r := chi.NewRouter()
 			// chi middleware on the base router runs before any key is claimed.

@@ -82,6 +82,10 @@ var policyCreateOrder = &idemhttp.Policy{
 	DeclaredHeaders: []string{"X-Order-Region"},
 	ReplayHeaders:   []string{"X-Order-Region"},
 	ValidateBody:    idemValidation.Body("POST /v1/orders"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -149,6 +153,10 @@ var policyCreatePayment = &idemhttp.Policy{
 	BodyTypes:       []string{"application/json; charset=utf-8"},
 	DeclaredHeaders: []string{"X-Fapi-Interaction-Id", "X-Jws-Signature"},
 	ValidateBody:    idemValidation.Body("POST /v1/payments"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyUpdatePayment is the x-idempotency of PATCH /v1/payments/{payment_id}, with every default applied.
@@ -172,6 +180,11 @@ var policyUpdatePayment = &idemhttp.Policy{
 	Body:         true,
 	BodyTypes:    []string{"application/merge-patch+json"},
 	ValidateBody: idemValidation.Body("PATCH /v1/payments/{payment_id}"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:payment_id"},
+	},
 }
 
 // policyCreateRefund is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
@@ -195,6 +208,11 @@ var policyCreateRefund = &idemhttp.Policy{
 	Body:         true,
 	BodyTypes:    []string{"application/json", "application/json; charset=utf-8"},
 	ValidateBody: idemValidation.Body("POST /v1/payments/{payment_id}/refunds"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:payment_id"},
+	},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -220,10 +238,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "createRefund", Route: "POST /v1/payments/{payment_id}/refunds"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -575,7 +595,7 @@ func RegisterIdempotentHandlers(router fiber.Router, impl IdempotentServerInterf
 		o = *opts
 	}
 	strict := NewStrictHandler(NewIdempotentServer(impl, store), o.Middlewares)
-	RegisterHandlersWithOptions(idemRouter{router, idemMiddleware(store, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers))}, strict, FiberServerOptions{BaseURL: o.BaseURL})
+	RegisterHandlersWithOptions(idemRouter{router, idemMiddleware(store, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers))}, strict, FiberServerOptions{BaseURL: o.BaseURL})
 }
 
 // idemRouter adds the idempotency middleware in front of each route oapi-codegen registers, so

@@ -32,6 +32,8 @@ func router(impl func(*routertest.Backend) api.IdempotentServerInterface) router
 	return routertest.Router{
 		Name:   "gorilla",
 		Tenant: routertest.TenantFromContext,
+		// The tenant comes from router middleware, which runs after the body capture.
+		TenantInsideRouter: true,
 		Serve: func(t *testing.T, b *routertest.Backend, store *idem.Store, ln net.Listener) {
 			r := mux.NewRouter()
 			// Router middleware runs after matching and before any key is claimed.

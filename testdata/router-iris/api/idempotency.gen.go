@@ -80,6 +80,10 @@ var policyCreateOrder = &idemhttp.Policy{
 	DeclaredHeaders: []string{"X-Order-Region"},
 	ReplayHeaders:   []string{"X-Order-Region"},
 	ValidateBody:    idemValidation.Body("POST /v1/orders"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyAddNote is the x-idempotency of POST /v1/orders/{order_id}/notes, with every default applied.
@@ -147,6 +151,10 @@ var policyCreatePayment = &idemhttp.Policy{
 	BodyTypes:       []string{"application/json; charset=utf-8"},
 	DeclaredHeaders: []string{"X-Fapi-Interaction-Id", "X-Jws-Signature"},
 	ValidateBody:    idemValidation.Body("POST /v1/payments"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+	},
 }
 
 // policyUpdatePayment is the x-idempotency of PATCH /v1/payments/{payment_id}, with every default applied.
@@ -170,6 +178,11 @@ var policyUpdatePayment = &idemhttp.Policy{
 	Body:         true,
 	BodyTypes:    []string{"application/merge-patch+json"},
 	ValidateBody: idemValidation.Body("PATCH /v1/payments/{payment_id}"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:payment_id"},
+	},
 }
 
 // policyCreateRefund is the x-idempotency of POST /v1/payments/{payment_id}/refunds, with every default applied.
@@ -193,6 +206,11 @@ var policyCreateRefund = &idemhttp.Policy{
 	Body:         true,
 	BodyTypes:    []string{"application/json", "application/json; charset=utf-8"},
 	ValidateBody: idemValidation.Body("POST /v1/payments/{payment_id}/refunds"),
+	// A retry of a completed key is answered before the router, from the request as sent.
+	Edge: &idemhttp.EdgeRule{
+		Scope: []string{"operation"},
+		Parts: []string{"path:payment_id"},
+	},
 }
 
 // idemPolicies lists every idempotent operation's policy, for NewIdempotentServer's check and
@@ -218,10 +236,12 @@ var idemOperations = []idemhttp.Route{
 	{Operation: "createRefund", Route: "POST /v1/payments/{payment_id}/refunds"},
 }
 
-// idemCaptureOptions are the body capture's options for the wiring's: the body limit, and how
-// refusals are written.
-func idemCaptureOptions(maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
+// idemCaptureOptions are the body capture's options for the wiring's: where the routes are
+// served (for the replays answered before the router), the body limit, and how refusals are
+// written.
+func idemCaptureOptions(baseURL string, maxBody int64, renderer idemhttp.Renderer, byOperation map[string]idemhttp.Renderer) idemhttp.CaptureOptions {
 	return idemhttp.CaptureOptions{
+		BaseURL:            baseURL,
 		MaxBody:            maxBody,
 		Renderer:           renderer,
 		OperationRenderers: byOperation,
@@ -583,7 +603,7 @@ func RegisterIdempotentHandlers(app *iris.Application, impl IdempotentServerInte
 	before := len(app.GetRoutes())
 	RegisterHandlersWithOptions(app, strict, IrisServerOptions{
 		BaseURL:     o.BaseURL,
-		Middlewares: []MiddlewareFunc{MiddlewareFunc(idemMiddleware(store, idemCaptureOptions(o.MaxRequestBody, o.Renderer, o.OperationRenderers), failed, ours))},
+		Middlewares: []MiddlewareFunc{MiddlewareFunc(idemMiddleware(store, idemCaptureOptions(o.BaseURL, o.MaxRequestBody, o.Renderer, o.OperationRenderers), failed, ours))},
 	})
 	// Written before the app serves, read only afterwards.
 	for _, r := range app.GetRoutes()[before:] {
@@ -624,7 +644,7 @@ func idemMiddleware(store *idem.Store, opts idemhttp.CaptureOptions, failed func
 			passed = true
 			ctx.ResetRequest(r)
 			ctx.Next()
-		})).ServeHTTP(ctx.ResponseWriter(), ctx.Request())
+		})).ServeHTTP(ctx.ResponseWriter(), ctx.Request().WithContext(idemhttp.WithHandlerContext(ctx.Request().Context(), ctx)))
 		if !passed {
 			ctx.StopExecution()
 			return
