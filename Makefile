@@ -33,7 +33,7 @@ bench: ## run the benchmarks on real PostgreSQL and print them as ratios of a ba
 
 .PHONY: bench-http
 bench-http: ## serve the payments example over HTTP with and without idempotency on a durable PostgreSQL, and time the generator against oapi-codegen alone: one table, also written as JSON
-	PG_DURABLE=1 PG_MAX_CONNECTIONS=300 PG_STATEMENTS=$${BENCH_HTTP_PROFILE:+1} $(PG) TEST_DATABASE_URL scripts/bench-http.sh
+	PG_DURABLE=1 PG_MAX_CONNECTIONS=400 PG_STATEMENTS=$${BENCH_HTTP_PROFILE:+1} $(PG) TEST_DATABASE_URL scripts/bench-http.sh
 
 .PHONY: bench-instructions
 bench-instructions: ## count the instructions PostgreSQL and Go spend per request in each bench server (valgrind's callgrind: repeatable to about 1% in PostgreSQL and a few % in Go, unlike timings)

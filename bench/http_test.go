@@ -206,11 +206,14 @@ func envInt(tb testing.TB, name string, def int) int {
 	return n
 }
 
-// BenchmarkHTTP serves the example's create through three servers, each in a child process on a
-// loopback port with a schema of its own (servers_test.go), and loads them with real HTTP
-// clients from this process: first executions on the ceiling (no idempotency), in claim: lease
-// and in claim: transaction; replays; and storms of concurrent duplicates, after each of which
-// every key must have exactly one payment and one ledger event.
+// BenchmarkHTTP serves the example's create through the servers of benchServers, each in a child
+// process on a loopback port with a schema of its own (servers_test.go), and loads them with real
+// HTTP clients from this process: first executions on the ceiling (no idempotency), in claim:
+// lease and in claim: transaction and on the hand-written peers; replays; and storms of
+// concurrent duplicates, after each of which every key must have exactly one payment and one
+// ledger event. With BENCH_HTTP_BASE_DIR set (scripts/bench-http.sh sets it from
+// BENCH_HTTP_BASE), the claim: lease and claim: transaction servers of that older revision run
+// too, in the same rounds, each row beside today's (base_test.go).
 //
 // It runs rounds of one short segment per row, the rows in a rotated order each round, so machine
 // noise hits every row alike, and reports each number as the median of its rounds (a ratio to
@@ -237,10 +240,10 @@ func BenchmarkHTTP(b *testing.B) {
 	if jsonPath == "" {
 		jsonPath = "bench-http.json"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	// One schema and one child per server.
+	// One schema and one child per server, and per server of the base revision (base_test.go).
 	schemas := map[string]*idemtest.Schema{}
 	servers := map[string]*benchServer{}
 	for _, mode := range benchServers {
@@ -249,7 +252,17 @@ func BenchmarkHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 		schemas[mode] = sch
-		servers[mode] = startServer(b, mode, sch.URL, sch.Name, cfg.conns)
+		servers[mode] = startServer(b, "", mode, sch.URL, sch.Name, cfg.conns)
+	}
+	started, rows := benchServers, rowSpecs
+	base := baseFromEnv(b)
+	if base != nil {
+		for _, mode := range baseModes {
+			key := baseServer(mode)
+			schemas[key], servers[key] = base.start(ctx, b, mode, cfg.conns)
+			started = append(slices.Clip(started), key)
+		}
+		rows = withBaseRows(rows, base.rev)
 	}
 	rep := &report{
 		When:     time.Now().UTC().Format(time.RFC3339),
@@ -261,16 +274,19 @@ func BenchmarkHTTP(b *testing.B) {
 			"storm_size": cfg.clients, "pool_conns": cfg.conns, "loopback": true,
 		},
 	}
-	checkConnections(ctx, b, schemas[serverCeiling].Pool, cfg.conns)
+	if base != nil {
+		rep.Settings["base_revision"] = base.rev
+	}
+	checkConnections(ctx, b, schemas[serverCeiling].Pool, len(started), cfg.conns)
 	l := newLoad(cfg.clients)
 	defer l.client.CloseIdleConnections()
 
 	// Warm-up, not measured: every pool connection prepares its statements, and the keys that
 	// the replay rows replay are completed.
-	for _, mode := range benchServers {
+	for _, mode := range started {
 		s := servers[mode]
 		if _, err := l.first(ctx, s, "warmup-"+mode, time.Second); err != nil {
-			b.Fatalf("warm-up of the %s server: %v", mode, err)
+			b.Fatalf("warm-up of the %s server: %v", s.mode, err)
 		}
 		if mode == serverCeiling {
 			continue
@@ -278,23 +294,23 @@ func BenchmarkHTTP(b *testing.B) {
 		for i := range replayKeys {
 			st, replayed, _, err := l.send(ctx, s, fmt.Sprintf("replay-%d", i))
 			if err != nil || st != http.StatusCreated || replayed {
-				b.Fatalf("create replay key %d on the %s server: status %d, replayed %v, error %v; want 201, not replayed", i, mode, st, replayed, err)
+				b.Fatalf("create replay key %d on the %s server: status %d, replayed %v, error %v; want 201, not replayed", i, s.mode, st, replayed, err)
 			}
 		}
 	}
 
-	results := make([]*rowResult, len(rowSpecs))
-	for i, rs := range rowSpecs {
+	results := make([]*rowResult, len(rows))
+	for i, rs := range rows {
 		results[i] = &rowResult{ID: rs.id, Label: rs.label, Server: rs.server}
 	}
 	for round := range cfg.rounds {
 		ceiling := -1.0
 		peer, leasePeer, handwritten := map[rowKind]float64{}, map[rowKind]float64{}, map[rowKind]float64{}
-		for k := range rowSpecs {
+		for k := range rows {
 			// Rotate the order every round; the ceiling's own figure is filled in whenever it runs
 			// and the ratios of the round are computed at the end of the round.
-			i := (k + round) % len(rowSpecs)
-			rs := rowSpecs[i]
+			i := (k + round) % len(rows)
+			rs := rows[i]
 			s := servers[rs.server]
 			before, cpuBefore, err := s.stats(ctx, l.client)
 			if err != nil {
@@ -341,16 +357,25 @@ func BenchmarkHTTP(b *testing.B) {
 		for i, r := range results {
 			seg := r.Rounds[len(r.Rounds)-1]
 			seg.Ratio = seg.ReqPerS / ceiling
-			seg.Peer = seg.ReqPerS / peer[rowSpecs[i].kind]
-			seg.Handwritten = seg.ReqPerS / handwritten[rowSpecs[i].kind]
-			if inLeaseMode(rowSpecs[i].server) {
-				seg.LeasePeer = seg.ReqPerS / leasePeer[rowSpecs[i].kind]
+			seg.Peer = seg.ReqPerS / peer[rows[i].kind]
+			seg.Handwritten = seg.ReqPerS / handwritten[rows[i].kind]
+			if inLeaseMode(rows[i].server) {
+				seg.LeasePeer = seg.ReqPerS / leasePeer[rows[i].kind]
 			}
 		}
 	}
 	for mode, sch := range schemas {
 		if err := checkLedger(ctx, sch.Pool); err != nil {
-			b.Fatalf("EXACTLY-ONCE BROKEN on the %s server: %v", mode, err)
+			b.Fatalf("EXACTLY-ONCE BROKEN on the %s server: %v", servers[mode].mode, err)
+		}
+	}
+	// A base server's connections carry the application_name of today's server of the same mode,
+	// by which the database profile finds a server's connections: the base servers stop here,
+	// their rows done, and leave the profiles to today's servers.
+	if base != nil {
+		for _, mode := range baseModes {
+			servers[baseServer(mode)].stop(b)
+			delete(servers, baseServer(mode))
 		}
 	}
 
@@ -368,8 +393,8 @@ func BenchmarkHTTP(b *testing.B) {
 			r.Requests += s.Requests
 		}
 	}
-	ceilingTrips := results[0].Trips // rowSpecs[0] is the ceiling
-	for i, rs := range rowSpecs {
+	ceilingTrips := results[0].Trips // rows[0] is the ceiling
+	for i, rs := range rows {
 		r := results[i]
 		if rs.minRatio > 0 {
 			r.Target = fmt.Sprintf("≥ %.2f×", rs.minRatio)
@@ -448,21 +473,21 @@ func BenchmarkHTTP(b *testing.B) {
 func ptr[T any](v T) *T { return &v }
 
 // checkConnections stops the benchmark at once, saying what it needs, when the server cannot
-// give every bench server its pool: otherwise a server would find no connection in the middle of
-// a row and answer 503. Each server keeps up to conns connections and one for its listener, and
-// the benchmark keeps up to 4 per server's schema (idemtest.SchemaOpts above).
-func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, conns int) {
+// give each of the n bench servers its pool: otherwise a server would find no connection in the
+// middle of a row and answer 503. Each server keeps up to conns connections and one for its
+// listener, and the benchmark keeps up to 4 per server's schema (idemtest.SchemaOpts above).
+func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, n, conns int) {
 	b.Helper()
 	var max, reserved, used int
 	if err := pool.QueryRow(ctx, `SELECT current_setting('max_connections')::int,
 		current_setting('superuser_reserved_connections')::int, (SELECT count(*) FROM pg_stat_activity)`).Scan(&max, &reserved, &used); err != nil {
 		b.Fatal(err)
 	}
-	need := len(benchServers) * (conns + 1 + 4)
+	need := n * (conns + 1 + 4)
 	if free := max - reserved - used; need > free {
 		b.Fatalf("BenchmarkHTTP needs %d connections (%d servers, each a pool of %s=%d, a listener and 4 for the benchmark), "+
 			"and the server has %d free (max_connections %d, %d reserved, %d in use): raise max_connections "+
-			"(make bench-http starts its own server with 300) or lower %s", need, len(benchServers), envConns, conns,
+			"(make bench-http starts its own server with 400) or lower %s", need, n, envConns, conns,
 			free, max, reserved, used, envConns)
 	}
 }
@@ -470,7 +495,8 @@ func checkConnections(ctx context.Context, b *testing.B, pool *pgxpool.Pool, con
 // inLeaseMode says whether server claims in lease mode (or is the hand-written lease peer):
 // its rows are compared with the lease peer's too.
 func inLeaseMode(server string) bool {
-	return server == serverLease || server == serverCached || server == serverLeaseHistory || server == serverPeerLease || server == serverPeerLeaseRow
+	return server == serverLease || server == serverCached || server == serverLeaseHistory || server == serverPeerLease || server == serverPeerLeaseRow ||
+		server == baseServer(serverLease)
 }
 
 func medianOf(segs []*segment, f func(*segment) float64) float64 {
@@ -863,8 +889,12 @@ func printTable(w io.Writer, rep *report) {
 	pg := rep.Postgres
 	fmt.Fprintf(w, "\nHTTP benchmark: %s, %d CPUs; PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s)\n",
 		rep.Go, rep.CPUs, pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"])
-	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds; × peer, × lease peer, × hand-written: to the hand-written peer's (lease peer's, net/http handler's) row of the same kind\n\n",
+	fmt.Fprintf(w, "%v clients over loopback, pool of %v per server, %v rounds of %vs per row, medians of rounds; × peer, × lease peer, × hand-written: to the hand-written peer's (lease peer's, net/http handler's) row of the same kind\n",
 		rep.Settings["clients"], rep.Settings["pool_conns"], rep.Settings["rounds"], rep.Settings["segment_seconds"])
+	if rev, ok := rep.Settings["base_revision"]; ok {
+		fmt.Fprintf(w, "rows ending in (%v): that git revision's server (BENCH_HTTP_BASE), on a schema it migrated itself, in the same rounds; its ratios are to today's ceiling and peers\n", rev)
+	}
+	fmt.Fprintln(w)
 	table := [][]string{{"row", "req/s", "× ceiling", "target", "met", "× peer", "peer target", "met", "× lease peer", "× hand-written", "hand-written target", "met", "p50 ms", "p99 ms", "trips/req", "trips target", "met", "server CPU µs/req", "exactly once"}}
 	for _, r := range rep.Rows {
 		table = append(table, []string{

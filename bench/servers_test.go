@@ -342,19 +342,27 @@ func serveChild(mode string) int {
 
 // benchServer is a running child, as the parent sees it.
 type benchServer struct {
-	mode     string
+	mode     string // the server's name in messages ("base lease" for a base revision's)
 	url, ctl string // http://127.0.0.1:port of the API and of the control endpoints
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
 	done     chan error
+	stopped  sync.Once
 }
 
-// startServer starts a child serving mode on schema, and stops it when tb ends.
-func startServer(tb testing.TB, mode, url, schema string, conns int) *benchServer {
+// startServer starts a child serving mode on schema, and stops it when tb ends. exe is the test
+// binary it runs: "" for this one, else another revision's (base_test.go), which speaks the same
+// protocol (the environment above, its first line, the control port).
+func startServer(tb testing.TB, exe, mode, url, schema string, conns int) *benchServer {
 	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatalf("start the %s server: find the test binary: %v", mode, err)
+	name := mode
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			tb.Fatalf("start the %s server: find the test binary: %v", mode, err)
+		}
+	} else {
+		name = "base " + mode
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(),
@@ -369,9 +377,9 @@ func startServer(tb testing.TB, mode, url, schema string, conns int) *benchServe
 		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start the %s server: %v", mode, err)
+		tb.Fatalf("start the %s server: %v", name, err)
 	}
-	s := &benchServer{mode: mode, cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	s := &benchServer{mode: name, cmd: cmd, stdin: stdin, done: make(chan error, 1)}
 	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -387,28 +395,30 @@ func startServer(tb testing.TB, mode, url, schema string, conns int) *benchServe
 	case line, ok := <-lines:
 		var api, ctl string
 		if _, err := fmt.Sscanf(line, "serving %s %s", &api, &ctl); !ok || err != nil {
-			tb.Fatalf("the %s server did not say where it listens (first line %q): see its error above", mode, line)
+			tb.Fatalf("the %s server did not say where it listens (first line %q): see its error above", name, line)
 		}
 		s.url, s.ctl = "http://"+api, "http://"+ctl
 	case <-time.After(30 * time.Second):
-		tb.Fatalf("the %s server did not say where it listens within 30s", mode)
+		tb.Fatalf("the %s server did not say where it listens within 30s", name)
 	}
 	return s
 }
 
 // stop closes the child's stdin, which it takes as the signal to shut down, and kills it if it
-// has not exited 15s later.
+// has not exited 15s later. Calls after the first do nothing.
 func (s *benchServer) stop(tb testing.TB) {
-	_ = s.stdin.Close()
-	select {
-	case err := <-s.done:
-		if err != nil {
-			tb.Errorf("the %s server exited with %v", s.mode, err)
+	s.stopped.Do(func() {
+		_ = s.stdin.Close()
+		select {
+		case err := <-s.done:
+			if err != nil {
+				tb.Errorf("the %s server exited with %v", s.mode, err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = s.cmd.Process.Kill()
+			tb.Errorf("the %s server did not stop within 15s of its stdin closing: killed it", s.mode)
 		}
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		tb.Errorf("the %s server did not stop within 15s of its stdin closing: killed it", s.mode)
-	}
+	})
 }
 
 // stats is what the server has done so far: its pool's round trips, and its process's CPU time
