@@ -193,10 +193,11 @@ func (e *edge) replay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			return false
 		}
 	}
-	if !p.NoFingerprint && len(body.Bytes) > 0 {
-		if mediaTypeProblem(ctx, p) != nil || fp.RawBody(body.ContentType, body.Bytes, p.Exclude...) != nil {
-			return false
-		}
+	if mediaTypeProblem(ctx, p) != nil {
+		return false // the full path answers 415, whatever the fingerprint
+	}
+	if !p.NoFingerprint && len(body.Bytes) > 0 && fp.RawBody(body.ContentType, body.Bytes, p.Exclude...) != nil {
+		return false
 	}
 	do := &idem.DoParams{
 		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key,

@@ -54,20 +54,6 @@ func (l *logRecorder) refusals(operation string) map[string]loggedRecord {
 	return out
 }
 
-// keyHash is the key_hash of the last record msg logged for operation; only one case sends a
-// request whose record that is for createOrder's key_reused.
-func (l *logRecorder) keyHash(msg, operation string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	hash := ""
-	for _, r := range l.records {
-		if r.msg == msg && r.attrs["operation"] == operation {
-			hash = r.attrs["key_hash"]
-		}
-	}
-	return hash
-}
-
 // has says whether a record msg names key hash and has early as its early attribute ("" for
 // none).
 func (l *logRecorder) has(msg, hash, early string) bool {

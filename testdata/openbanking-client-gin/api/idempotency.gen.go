@@ -35,9 +35,9 @@ var policyCreateDomesticPayments = &idemhttp.Policy{
 	Storage:        idemhttp.StorageResponse,
 	Claim:          idem.ClaimLease,
 	TTL:            24 * time.Hour,
-	Lease:          4 * time.Second,
+	Lease:          10 * time.Second,
 	Wait:           0,
-	Timeout:        4 * time.Second,
+	Timeout:        10 * time.Second,
 	MismatchStatus: 422,
 	Persist:        idem.Statuses("2xx", "3xx", "4xx"),
 	Key: idemhttp.KeyRule{

@@ -294,7 +294,7 @@ func TestClientOutlastsARestartInTheAPIsErrorFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The caller's deadline: the dead request's lease is 4s, the outage 1s.
+	// The caller's deadline: the dead request's lease is 10s, the outage 1s.
 	const deadline = time.Minute
 	type result struct {
 		resp *api.CreateDomesticPaymentsResponse
