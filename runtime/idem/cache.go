@@ -146,7 +146,7 @@ func (s *Store) cached(ctx context.Context, p *DoParams) (r *DoResult, hit bool,
 		s.countAnswer(p, EventKeyReused)
 		return nil, true, ErrKeyReused
 	}
-	s.emit(ctx, Event{Kind: EventReplayed, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key), Cached: true})
+	s.emit(ctx, Event{Kind: EventReplayed, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key), Cached: true, Early: p.early})
 	s.countAnswer(p, EventReplayed)
 	return &DoResult{Outcome: o, Replayed: true}, true, nil
 }

@@ -128,7 +128,8 @@ func (s *Store) settleAttempt(ctx context.Context, p *DoParams, a *attempt) erro
 		s.countAnswer(p, EventKeyReused)
 	}
 	s.remember(p, res, a.sent)
-	s.emitClaim(ctx, a.c, Event{Kind: res.status.event(), Operation: p.Operation, Start: a.sent, Attempt: attemptOf(res)})
+	s.emitClaim(ctx, a.c, Event{Kind: res.status.event(), Operation: p.Operation, Start: a.sent, Attempt: attemptOf(res),
+		Early: p.early && res.status == claimReplayed})
 	return nil
 }
 

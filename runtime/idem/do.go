@@ -93,6 +93,9 @@ type DoParams struct {
 	// lost lease) turns the key uncertain (ErrUncertain) instead of letting a retry run fn again,
 	// until Store.Resolve settles it. It needs ClaimLease, and implies History.
 	UncertainOnLoss bool
+
+	// early marks the params of a claim made ahead (ClaimAhead): its replay is reported Early.
+	early bool
 }
 
 // DoResult is what Do decided.
@@ -148,10 +151,19 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 		}
 		return s.doWithoutKey(ctx, p, fn)
 	}
-	if r, hit, err := s.cached(ctx, p); hit {
-		return r, err
+	var r execResult
+	var err error
+	if a := s.takeAhead(ctx, p); a != nil {
+		// Claimed ahead (ClaimAhead): its claim is this call's.
+		if err = a.err; err == nil {
+			r, err = s.runOwned(ctx, a.mode, a.tx, a.res, p, fn)
+		}
+	} else {
+		if r, hit, err := s.cached(ctx, p); hit {
+			return r, err
+		}
+		r, err = s.execute(ctx, p, fn)
 	}
-	r, err := s.execute(ctx, p, fn)
 	if err != nil {
 		s.logGoneCaller(ctx, p, err)
 		return nil, err

@@ -30,20 +30,32 @@ func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
 
 // execute claims p's key in p's claim mode and, when this call owns it, runs fn.
 func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execResult, error) {
+	mode, tx, res, err := s.claimFor(ctx, p)
+	if err != nil {
+		return execResult{}, err
+	}
+	return s.runOwned(ctx, mode, tx, res, p, fn)
+}
+
+// claimFor claims p's key in p's claim mode (claimWaiting), once the topology is known.
+func (s *Store) claimFor(ctx context.Context, p *DoParams) (ClaimMode, *bizTx, *claimResult, error) {
 	// No claim before the topology is known: the wrong statement set could run fn twice.
 	t, err := s.topology(ctx)
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-		return execResult{}, err
+		return 0, nil, nil, err
 	}
 	mode, path := ClaimLease, t.lease
 	if p.Claim == ClaimTransaction {
 		mode, path = ClaimTransaction, t.tx
 	}
 	tx, res, err := s.claimWaiting(ctx, path, p, mode)
-	if err != nil {
-		return execResult{}, err
-	}
+	return mode, tx, res, err
+}
+
+// runOwned runs fn when the claim res owns the key, and otherwise says what the claim found.
+func (s *Store) runOwned(ctx context.Context, mode ClaimMode, tx *bizTx, res *claimResult, p *DoParams, fn HandlerFunc) (execResult, error) {
+	var err error
 	if !res.status.owns() {
 		return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}

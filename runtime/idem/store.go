@@ -121,8 +121,9 @@ type Event struct {
 	// Cached says an EventReplayed or EventKeyReused was answered from the replay cache
 	// (Config.ReplayCacheBytes), without the database.
 	Cached bool
-	// Early says an EventReplayed was answered by Store.Replay, before the request was served
-	// (idemhttp answers retries of completed keys so, ahead of its router and validation).
+	// Early says an EventReplayed was answered by a claim made ahead (Store.ClaimAhead), before
+	// the request was served (idemhttp answers retries of completed keys so, ahead of its router
+	// and validation).
 	Early bool
 	// Start is when the claim whose outcome this event reports was sent (EventAcquired,
 	// EventTakenOver, EventReplayed, EventInProgress, EventKeyReused); zero for other events

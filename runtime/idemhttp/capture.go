@@ -91,8 +91,8 @@ func capture(max int64, log *refusalLog) func(http.Handler) http.Handler {
 				}
 			}
 			ctx := WithBody(r.Context(), &c.body)
-			if log != nil && log.edge != nil && log.edge.replay(ctx, w, r, &c.body) {
-				return // a retry of a completed key, answered before the router
+			if log != nil && log.edge != nil && log.edge.serve(ctx, w, r, &c.body, next) {
+				return // claimed before the router: a replay answered, or next served with the claim
 			}
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})

@@ -2,33 +2,39 @@ package idemhttp
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/idemgen/idemgen/runtime/idem"
 )
 
-// Replays at the edge. A retry of a completed key needs nothing of what serving the request anew
+// Claims at the edge. A retry of a completed key needs nothing of what serving the request anew
 // walks through (the router, the binding of its parameters and body, the request's validation,
-// the strict server's objects): its fingerprint proves it is the request that passed all of
-// them once, and its answer is stored. So [CaptureWith], right after it has read the body,
-// reads the request's key, scope and fingerprint from the request as sent and asks the store for
-// the key's completed outcome ([idem.Store.Replay]); a match is answered there, exactly as
-// [Handle] would answer it (the stored status, headers and bytes, Idempotent-Replayed, the echo
-// headers, the history count and the replayed event). Anything else (no row, in flight,
-// uncertain, another fingerprint, a request the edge cannot read) goes on down the stack
-// unchanged, where the full path decides as always: so a request that is not a replay pays one
-// lookup more. The one refusal answered here is the outage's (503 store-unavailable, through the
-// API's renderer), since the claim would wait for the same store again.
+// the strict server's objects): its fingerprint proves it is the request that passed all of them
+// once, and its answer is stored. So [CaptureWith], right after it has read the body, reads the
+// request's key, tenant, scope and fingerprint from the request as sent and claims the key there
+// ([idem.Store.ClaimAhead]), the claim the handler would make later anyway:
+//
+//   - a completed key whose fingerprint matches is answered there, exactly as [Handle] would
+//     answer it (the stored status, headers and bytes, Idempotent-Replayed, the echo headers, the
+//     history count and the replayed event, marked early);
+//   - any other claim goes down the stack with the request (idem.WithAhead), where the handler's
+//     Do takes it instead of claiming again: a first execution pays no extra round trip, and a key
+//     in flight, another fingerprint or an outage is answered by the full path as always, after
+//     the request's own refusals (a body refused by validation is still answered 400), in the
+//     API's format;
+//   - a request answered without reaching its handler (refused by the binding or by validation)
+//     gives the claim back (Ahead.Drop) before its answer leaves: an invalid request binds its key
+//     only while it is being refused. A body that the policy's own ValidateBody refuses is never
+//     claimed.
 //
 // An operation takes part when the generated code gives its policy an [EdgeRule]: it stores whole
 // responses (a reference or marker replay needs the typed request), it is no webhook receiver
 // (every delivery's signature is checked), its key is a header, and every scope and fingerprint
 // part is a string header or path parameter, which the binding keeps as the request sends it.
 // The route must be the request's path exactly (under the wiring's BaseURL, no escaped bytes),
-// and no other operation's route may be a closer match, so the edge answers only what the
-// router would have sent to that operation.
+// and no other operation's route may be a closer match, so the edge claims only for what the
+// router would send to that operation.
 
 // EdgeRule is how the edge reads an operation's scope and fingerprint parts from the request as
 // sent: their names, in the order [Op.Scope] and [Op.Parts] have them ("operation",
@@ -146,17 +152,41 @@ func (e *edge) route(r *http.Request) *edgeRoute {
 	return found
 }
 
-// replay answers r from its key's completed outcome when r is a retry of one, and says whether it
-// did. ctx holds r's captured body.
-func (e *edge) replay(ctx context.Context, w http.ResponseWriter, r *http.Request, body *Body) bool {
-	rt := e.route(r)
-	if rt == nil {
+// serve claims r's key ahead (idem.Store.ClaimAhead) when the edge can read the request, and
+// says whether it answered r: a retry of a completed key is answered here, and any other claim
+// is handed to next in the request's context, for the handler's Do to take (WithAhead), and
+// given back if the request is answered without it. ctx holds r's captured body.
+func (e *edge) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, body *Body, next http.Handler) bool {
+	p, do := e.params(ctx, r, body)
+	if do == nil {
 		return false
 	}
-	p := rt.p
+	done, ahead := e.store.ClaimAhead(ctx, do)
+	switch {
+	case done != nil:
+		res := &Result{Kind: ResultReplayed, Outcome: done.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}
+		res.Bind(ctx, p)
+		_ = res.WriteTo(w) // as the strict server's response visitor does: the client is gone otherwise
+		return true
+	case ahead == nil:
+		return false
+	}
+	defer ahead.Drop(ctx)
+	next.ServeHTTP(w, r.WithContext(idem.WithAhead(ctx, ahead)))
+	return true
+}
+
+// params are the policy of r's operation and the claim's params, read from r as sent; do is nil
+// when the edge cannot read r exactly as the binding would (and then r takes the full path).
+func (e *edge) params(ctx context.Context, r *http.Request, body *Body) (p *Policy, do *idem.DoParams) {
+	rt := e.route(r)
+	if rt == nil {
+		return nil, nil
+	}
+	p = rt.p
 	key, prob := ParseKey(r.Header.Values(p.Key.Header), p.Key)
 	if prob != nil || key == "" {
-		return false
+		return nil, nil
 	}
 	tctx := ctx
 	if h, ok := ctx.Value(handlerCtxKey{}).(context.Context); ok {
@@ -164,7 +194,7 @@ func (e *edge) replay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	tenant, err := tenantOf(tctx, e.store.Config(), p, key)
 	if err != nil || notText(tenant) != "" {
-		return false
+		return nil, nil
 	}
 	var scope [4]ScopePart
 	req := Request{Scope: scope[:0]}
@@ -173,7 +203,7 @@ func (e *edge) replay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		if name != scopeOperation {
 			s, _, ok := rt.value(r, name)
 			if !ok || notText(s) != "" {
-				return false
+				return nil, nil
 			}
 			v = s // an absent header is "", as its nil field's text
 		}
@@ -183,44 +213,31 @@ func (e *edge) replay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	for _, name := range p.Edge.Parts {
 		s, present, ok := rt.value(r, name)
 		if !ok || notText(s) != "" {
-			return false
+			return nil, nil
 		}
 		v := &s
 		if !present {
 			v = nil // an absent optional header, framed as its nil field is
 		}
 		if err := fp.Add(name, v); err != nil {
-			return false
+			return nil, nil
 		}
 	}
 	if mediaTypeProblem(ctx, p) != nil {
-		return false // the full path answers 415, whatever the fingerprint
+		return nil, nil // the full path answers 415, whatever the fingerprint
 	}
 	if !p.NoFingerprint && len(body.Bytes) > 0 && fp.RawBody(body.ContentType, body.Bytes, p.Exclude...) != nil {
-		return false
+		return nil, nil
 	}
-	do := &idem.DoParams{
-		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key,
-		Operation: p.Operation, Fingerprint: fp.Sum(), Claim: p.Claim,
-		History: p.History, UncertainOnLoss: p.UncertainOnLoss,
+	if p.ValidateBody != nil && p.ValidateBody(ctx, body.ContentType, body.Bytes) != nil {
+		return nil, nil // an invalid body never binds a key: the full path refuses it
 	}
-	done, err := e.store.Replay(ctx, do)
-	var res *Result
-	switch {
-	case errors.Is(err, idem.ErrStoreUnavailable):
-		// The claim would wait for the same store again: answered as Serve answers an outage.
-		cfg := e.store.Config()
-		cfg.Logger.WarnContext(ctx, "idem: store unavailable; answered 503", "operation", p.Operation,
-			"key_hash", idem.KeyHash(do.Scope, key), "error", err)
-		res = &Result{Kind: ResultProblem, Problem: problemUnavailable(cfg.UnavailableRetryAfter)}
-	case err != nil || done == nil:
-		return false // Do decides, and reports any other error
-	default:
-		res = &Result{Kind: ResultReplayed, Outcome: done.Outcome, declared: p.DeclaredHeaders, allow: p.ReplayHeaders}
+	return p, &idem.DoParams{
+		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
+		Operation: p.Operation, Fingerprint: fp.Sum(),
+		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
+		Timeout: p.Timeout, History: p.History, UncertainOnLoss: p.UncertainOnLoss,
 	}
-	res.Bind(ctx, p)
-	_ = res.WriteTo(w) // as the strict server's response visitor does: the client is gone otherwise
-	return true
 }
 
 // value is the part name ("header:X-Account", "path:payment_id") of r, whose path matched rt: a
