@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"sync/atomic"
-	"time"
 )
 
 // Ahead is a claim made before the request it is for reaches its handler. idemhttp's edge claims
@@ -80,11 +79,20 @@ func (s *Store) takeAhead(ctx context.Context, p *DoParams) *Ahead {
 }
 
 // Drop gives back what a holds unless Do took it: the claim of a request answered without its
-// handler. It is safe to call more than once, and on a nil Ahead.
+// handler. It is safe to call more than once, and on a nil Ahead. As giveBack, but no handler
+// ran, so no handler time is observed (estimate.go): refused requests must not shorten the
+// Retry-After of duplicates.
 func (a *Ahead) Drop(ctx context.Context) {
 	if a == nil || !a.taken.CompareAndSwap(false, true) || a.err != nil || !a.res.status.owns() {
 		return
 	}
-	a.s.giveBack(context.WithoutCancel(ctx), a.tx, a.res.claim, a.mode, EventReleased, time.Now(),
-		"refused: the request was answered before its handler ran (binding or validation)")
+	const why = "refused: the request was answered before its handler ran (binding or validation)"
+	s, c := a.s, a.res.claim
+	ctx = context.WithoutCancel(ctx)
+	s.rollback(ctx, a.tx)
+	if a.mode == ClaimLease {
+		s.release(ctx, s.givenBack(c, EventReleased, why, 0))
+		return
+	}
+	s.record(ctx, s.rolledBack(c, EventReleased, why, 0))
 }

@@ -89,13 +89,17 @@ func TestClaimAhead(t *testing.T) {
 			}
 			// A new key whose request never reaches Do: Drop gives it back, and a later request
 			// with it runs.
-			_, a = e.Store.ClaimAhead(ctx, p("dropped", "fp"))
-			a.Drop(ctx)
-			a.Drop(ctx) // twice is harmless
-			if _, err := e.Store.Do(ctx, p("dropped", "fp"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-				return &idem.Outcome{Status: 201}, nil
-			}); err != nil {
-				t.Fatalf("a key given back by Drop: %v; want it free", err)
+			for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+				q := p("dropped-"+mode.String(), "fp")
+				q.Claim = mode
+				_, a = e.Store.ClaimAhead(ctx, q)
+				a.Drop(ctx)
+				a.Drop(ctx) // twice is harmless
+				if _, err := e.Store.Do(ctx, q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					return &idem.Outcome{Status: 201}, nil
+				}); err != nil {
+					t.Fatalf("%s: a key given back by Drop: %v; want it free", mode, err)
+				}
 			}
 			// A key in flight: its handler holds it while Replay looks.
 			inside, release := make(chan struct{}), make(chan struct{})
