@@ -89,19 +89,7 @@ func TestClaimAhead(t *testing.T) {
 			}
 			// A new key whose request never reaches Do: Drop gives it back, and a later request
 			// with it runs.
-			for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
-				q := p("dropped-"+mode.String(), "fp")
-				q.Claim = mode
-				_, a = e.Store.ClaimAhead(ctx, q)
-				a.Drop(ctx)
-				a.Drop(ctx) // twice is harmless
-				if _, err := e.Store.Do(ctx, q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-					return &idem.Outcome{Status: 201}, nil
-				}); err != nil {
-					t.Fatalf("%s: a key given back by Drop: %v; want it free", mode, err)
-				}
-			}
-			// A key in flight: its handler holds it while Replay looks.
+			// A key in flight: its handler holds it while ClaimAhead looks.
 			inside, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
@@ -124,6 +112,33 @@ func TestClaimAhead(t *testing.T) {
 			}
 			if n, early := replayed(); n != before+1 || early != 1 {
 				t.Errorf("lookups that found no replay reported %d replayed events (%d early), want %d (1)", n, early, before+1)
+			}
+			// A dropped claim is not Do's to take either: Do, still handed it, claims anew.
+			for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+				q := p("dropped-"+mode.String(), "fp")
+				q.Claim = mode
+				_, a = e.Store.ClaimAhead(ctx, q)
+				a.Drop(ctx)
+				a.Drop(ctx) // twice is harmless
+				if _, err := e.Store.Do(idem.WithAhead(ctx, a), q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					return &idem.Outcome{Status: 201}, nil
+				}); err != nil {
+					t.Fatalf("%s: a key given back by Drop: %v; want it free", mode, err)
+				}
+				if r, err := e.Store.Do(ctx, q, nil); err != nil || !r.Replayed {
+					t.Fatalf("%s: the run after the drop was not kept: %+v, %v; want a replay", mode, r, err)
+				}
+			}
+			// A claim made ahead for other params of the same key (which the edge never makes)
+			// is given back, not taken: Do claims with its own fingerprint, which the key keeps.
+			_, a = e.Store.ClaimAhead(ctx, p("other-params", "a"))
+			if _, err := e.Store.Do(idem.WithAhead(ctx, a), p("other-params", "b"), func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+				return &idem.Outcome{Status: 201}, nil
+			}); err != nil {
+				t.Fatalf("Do with a claim made ahead for another fingerprint: %v; want it to claim on its own", err)
+			}
+			if r, err := e.Store.Do(ctx, p("other-params", "b"), nil); err != nil || !r.Replayed {
+				t.Fatalf("the key after Do's own claim: %+v, %v; want Do's fingerprint kept (a replay)", r, err)
 			}
 		})
 	}

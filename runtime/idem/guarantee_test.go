@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,38 @@ type guaranteeEnv struct {
 	cfg   idem.Config
 	store *idem.Store
 	cut   *commitCutter
+	// ahead claims every key before Do, as idemhttp's edge does (Store.ClaimAhead): the row
+	// proves the guarantees on the claim made ahead and taken by Do.
+	ahead bool
+}
+
+// do is s.Do for the row: on an ahead row, the claim is made first (Store.ClaimAhead) and Do
+// takes it, or answers the replay the claim found; a claim Do did not take is dropped after.
+func (g *guaranteeEnv) do(ctx context.Context, s *idem.Store, p *idem.DoParams, fn idem.HandlerFunc) (*idem.DoResult, error) {
+	if !g.ahead {
+		return s.Do(ctx, p, fn)
+	}
+	r, a := s.ClaimAhead(ctx, p)
+	if r != nil {
+		return r, nil
+	}
+	defer a.Drop(ctx)
+	return s.Do(idem.WithAhead(ctx, a), p, fn)
+}
+
+// withAhead is paths and, for each, the same path with every claim made ahead (guaranteeEnv.ahead).
+func withAhead(paths []guaranteePath) []guaranteePath {
+	out := slices.Clone(paths)
+	for _, p := range paths {
+		setup := p.setup
+		p.access += "+ahead"
+		p.setup = func(t *testing.T, g *guaranteeEnv) {
+			setup(t, g)
+			g.ahead = true
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // newStore is another Store on the row's DB and configuration.
@@ -191,7 +224,7 @@ var guarantees = []guarantee{
 // TestGuarantees runs every guarantee on every path and prints the table.
 func TestGuarantees(t *testing.T) {
 	t.Parallel()
-	runGuaranteeTable(t, guaranteePaths())
+	runGuaranteeTable(t, withAhead(guaranteePaths()))
 }
 
 // runGuaranteeTable runs every guarantee on each of paths, in parallel, and prints the table.
@@ -285,7 +318,7 @@ func guaranteeStorm(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	for range 64 {
 		wg.Go(func() {
 			<-start
-			r, err := g.store.Do(ctx, p, counted(&runs, 20*time.Millisecond))
+			r, err := g.do(ctx, g.store, p, counted(&runs, 20*time.Millisecond))
 			if err == nil && string(r.Outcome.Body) != "paid" {
 				err = fmt.Errorf("answer %q; want the first's", r.Outcome.Body)
 			}
@@ -316,7 +349,7 @@ func guaranteeTakeover(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	g.abandoned(t, "abandoned")
 	p := &idem.DoParams{Scope: "g", Key: "abandoned", Operation: "op", Fingerprint: "fp", Claim: mode}
 	attempt := 0
-	r, err := g.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	r, err := g.do(ctx, g.store, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		c, _ := idem.ClaimFromContext(ctx)
 		attempt = c.Attempt
 		return &idem.Outcome{Status: 201}, nil
@@ -324,7 +357,7 @@ func guaranteeTakeover(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	if err != nil || r.Replayed || attempt != 2 {
 		t.Fatalf("Do on an abandoned claim: %+v, %v, attempt %d; want it taken over as attempt 2", r, err, attempt)
 	}
-	if r, err := g.store.Do(ctx, p, nil); err != nil || !r.Replayed {
+	if r, err := g.do(ctx, g.store, p, nil); err != nil || !r.Replayed {
 		t.Fatalf("its replay: %+v, %v", r, err)
 	}
 }
@@ -342,7 +375,7 @@ func guaranteeFencing(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	var runs atomic.Int32
 	first := make(chan error, 1)
 	go func() {
-		_, err := slow.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := g.do(ctx, slow, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
 			<-finish
 			return counted(&runs, 0)(ctx, tx)
@@ -353,7 +386,7 @@ func guaranteeFencing(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	time.Sleep(300 * time.Millisecond) // past the lease
 	q := *p
 	q.Wait = 50 * time.Millisecond
-	r, err := g.store.Do(ctx, &q, counted(&runs, 0))
+	r, err := g.do(ctx, g.store, &q, counted(&runs, 0))
 	release()
 	ferr := recv(t, first, 15*time.Second, "the slow holder never returned")
 	switch mode {
@@ -385,7 +418,7 @@ func guaranteeMismatch(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	first := make(chan error, 1)
 	var runs atomic.Int32
 	go func() {
-		_, err := g.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := g.do(ctx, g.store, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
 			<-finish
 			return counted(&runs, 0)(ctx, tx)
@@ -395,7 +428,7 @@ func guaranteeMismatch(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	recv(t, entered, 10*time.Second, "the holder's handler never started")
 	other := *p
 	other.Fingerprint, other.Wait = "other", 50*time.Millisecond
-	_, err := g.store.Do(ctx, &other, counted(&runs, 0))
+	_, err := g.do(ctx, g.store, &other, counted(&runs, 0))
 	// Lease mode's row is written at the claim, so the mismatch is seen while in flight;
 	// transaction mode writes its row with the outcome, so the other request can only wait.
 	if !errors.Is(err, idem.ErrKeyReused) && (mode == idem.ClaimLease || !errors.Is(err, idem.ErrInProgress)) {
@@ -405,7 +438,7 @@ func guaranteeMismatch(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	if err := recv(t, first, 10*time.Second, "the holder never returned"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.store.Do(ctx, &other, counted(&runs, 0)); !errors.Is(err, idem.ErrKeyReused) {
+	if _, err := g.do(ctx, g.store, &other, counted(&runs, 0)); !errors.Is(err, idem.ErrKeyReused) {
 		t.Fatalf("another request under a completed key: %v; want ErrKeyReused", err)
 	}
 	if runs.Load() != 1 {
@@ -419,7 +452,7 @@ func guaranteeNotText(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 		p := &idem.DoParams{Tenant: v, Scope: v, Key: v, Operation: v, Fingerprint: v, Claim: mode}
 		var runs atomic.Int32
 		for i, wantReplay := range []bool{false, true} {
-			r, err := g.store.Do(ctx, p, counted(&runs, 0))
+			r, err := g.do(ctx, g.store, p, counted(&runs, 0))
 			if err != nil || r.Replayed != wantReplay {
 				t.Fatalf("%q, request %d: %+v, %v; want replayed=%v", v, i+1, r, err, wantReplay)
 			}
@@ -432,7 +465,7 @@ func guaranteeGoneBefore(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	cancel()
 	var runs atomic.Int32
 	p := &idem.DoParams{Scope: "g", Key: "gone-before", Operation: "op", Fingerprint: "fp", Claim: mode}
-	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err == nil || runs.Load() != 0 {
+	if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); err == nil || runs.Load() != 0 {
 		t.Fatalf("Do for a caller already gone: %v, %d runs; want an error and no run", err, runs.Load())
 	}
 	if n := g.count(t, "SELECT count(*) FROM "+g.table()+" WHERE key = 'gone-before'"); n != 0 {
@@ -449,7 +482,7 @@ func guaranteeGoneDuring(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 			defer cancel()
 			var runs atomic.Int32
 			p := &idem.DoParams{Scope: "g", Key: fmt.Sprintf("gone-%d", i), Operation: "op", Fingerprint: "fp", Claim: mode}
-			_, _ = g.store.Do(ctx, p, counted(&runs, time.Millisecond))
+			_, _ = g.do(ctx, g.store, p, counted(&runs, time.Millisecond))
 		})
 	}
 	wg.Wait()
@@ -460,7 +493,7 @@ func guaranteeGoneDuring(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	for i := range n {
 		p := &idem.DoParams{Scope: "g", Key: fmt.Sprintf("gone-%d", i), Operation: "op", Fingerprint: "fp", Claim: mode}
 		var runs atomic.Int32
-		if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil {
+		if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil {
 			t.Fatalf("the retry of %s after its caller left: %v; want it run or replayed", p.Key, err)
 		}
 	}
@@ -471,7 +504,7 @@ func guaranteeLostCommit(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	p := &idem.DoParams{Scope: "g", Key: "lost-commit", Operation: "op", Fingerprint: "fp", Claim: mode}
 	var runs atomic.Int32
 	g.cut.armed.Store(true)
-	_, firstErr := g.store.Do(ctx, p, counted(&runs, 0))
+	_, firstErr := g.do(ctx, g.store, p, counted(&runs, 0))
 	g.cut.armed.Store(false)
 	if g.cut.cuts.Load() == 0 {
 		t.Fatalf("no COMMIT was cut (first: %v): the test tests nothing", firstErr)
@@ -482,7 +515,7 @@ func guaranteeLostCommit(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	// own abandoned claim back, so a retry that waits a few seconds runs or replays.
 	retry := *p
 	retry.Wait = 5 * time.Second
-	r, err := g.store.Do(ctx, &retry, counted(&runs, 0))
+	r, err := g.do(ctx, g.store, &retry, counted(&runs, 0))
 	if err != nil {
 		t.Fatalf("the retry after a lost COMMIT answer (first: %v): %v; want it run or replayed within 5s, not held for its lease", firstErr, err)
 	}
@@ -500,13 +533,13 @@ func guaranteeTTL(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	ctx := gctx(t)
 	p := &idem.DoParams{Scope: "g", Key: "ttl", Operation: "op", Fingerprint: "fp", Claim: mode}
 	var runs atomic.Int32
-	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil {
+	if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil {
 		t.Fatal(err)
 	}
 	g.exec(t, "UPDATE "+g.table()+" SET expires_at = now() - interval '1 second' WHERE key = 'ttl'")
 	other := *p
 	other.Fingerprint = "another request"
-	r, err := g.store.Do(ctx, &other, counted(&runs, 0))
+	r, err := g.do(ctx, g.store, &other, counted(&runs, 0))
 	if err != nil || r.Replayed || runs.Load() != 2 {
 		t.Fatalf("a key past its TTL: %+v, %v, %d runs; want it to behave as new", r, err, runs.Load())
 	}

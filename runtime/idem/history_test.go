@@ -46,11 +46,11 @@ func guaranteeHistory(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	ctx := gctx(t)
 	var runs atomic.Int32
 	p := &idem.DoParams{Scope: "h", Key: "done", Operation: "op", Fingerprint: "fp", Claim: mode, History: true}
-	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil {
+	if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if r, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil || !r.Replayed {
+		if r, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil || !r.Replayed {
 			t.Fatalf("replay: %+v, %v", r, err)
 		}
 	}
@@ -65,7 +65,7 @@ func guaranteeHistory(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 
 	f := *p
 	f.Key = "failed"
-	if _, err := g.store.Do(ctx, &f, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	if _, err := g.do(ctx, g.store, &f, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		return nil, errors.New("card declined")
 	}); err == nil || err.Error() != "card declined" {
 		t.Fatalf("a failing handler: %v; want its error", err)
@@ -77,10 +77,10 @@ func guaranteeHistory(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 
 	plain := *p
 	plain.Key, plain.History = "plain", false
-	if _, err := g.store.Do(ctx, &plain, counted(&runs, 0)); err != nil {
+	if _, err := g.do(ctx, g.store, &plain, counted(&runs, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.store.Do(ctx, &plain, counted(&runs, 0)); err != nil {
+	if _, err := g.do(ctx, g.store, &plain, counted(&runs, 0)); err != nil {
 		t.Fatal(err)
 	}
 	idem.FlushReplays(g.store)
@@ -101,7 +101,7 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	p := &idem.DoParams{Scope: "u", Key: "lost", Operation: "pay", Fingerprint: "fp", Claim: mode, UncertainOnLoss: true,
 		Lease: 150 * time.Millisecond, Timeout: 10 * time.Second}
 	if mode == idem.ClaimTransaction {
-		if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err == nil || runs.Load() != 0 {
+		if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); err == nil || runs.Load() != 0 {
 			t.Fatalf("UncertainOnLoss in transaction mode: %v, %d runs; want an error before any claim", err, runs.Load())
 		}
 		return
@@ -112,7 +112,7 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	release := letGo(t, finish)
 	first := make(chan error, 1)
 	go func() {
-		_, err := slow.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := g.do(ctx, slow, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			key, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer", Amount: 500, Currency: "EUR"})
 			entered <- key
 			if err != nil {
@@ -127,10 +127,10 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 		t.Fatal("ProviderKey gave no key")
 	}
 	time.Sleep(300 * time.Millisecond) // past the lease: the holder is as good as crashed
-	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+	if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("a retry after the holder was lost past a provider call: %v; want ErrUncertain", err)
 	}
-	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+	if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("a retry of an uncertain key: %v; want ErrUncertain", err)
 	}
 	release()
@@ -157,14 +157,14 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 		Outcome: &idem.Outcome{Status: 201, Body: []byte("charged")}, Actor: "ops", Evidence: "acquirer record"}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil || !r.Replayed || string(r.Outcome.Body) != "charged" {
+	if r, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil || !r.Replayed || string(r.Outcome.Body) != "charged" {
 		t.Fatalf("a retry after Resolve(completed): %+v, %v; want the resolved outcome replayed", r, err)
 	}
 
 	// A handler that fails after its provider call leaves the key uncertain too.
 	q := *p
 	q.Key = "failed"
-	_, err := g.store.Do(ctx, &q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	_, err := g.do(ctx, g.store, &q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		if _, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer"}); err != nil {
 			return nil, err
 		}
@@ -173,7 +173,7 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	if !errors.Is(err, errAcquirerTimedOut) || !errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("a handler failing after its provider call: %v; want its own error, saying the key is uncertain", err)
 	}
-	if _, err := g.store.Do(ctx, &q, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+	if _, err := g.do(ctx, g.store, &q, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("its retry: %v; want ErrUncertain", err)
 	}
 	if got := kinds(history(t, g.store, "u", "failed")); got != "acquired/1 provider_call/1 uncertain/1" {
@@ -182,7 +182,7 @@ func guaranteeUncertain(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	if err := g.store.Resolve(ctx, &idem.ResolveParams{Scope: "u", Key: "failed", As: idem.ResolveFailed, Actor: "ops", Evidence: "no record"}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := g.store.Do(ctx, &q, counted(&runs, 0)); err != nil || r.Replayed || runs.Load() != 2 {
+	if r, err := g.do(ctx, g.store, &q, counted(&runs, 0)); err != nil || r.Replayed || runs.Load() != 2 {
 		t.Fatalf("a retry after Resolve(failed): %+v, %v, %d runs; want it to run", r, err, runs.Load())
 	}
 }

@@ -28,7 +28,7 @@ func guaranteeUncertainOnlyAfterCall(t *testing.T, g *guaranteeEnv, mode idem.Cl
 	var runs atomic.Int32
 	p := &idem.DoParams{Scope: "ua", Key: "before", Operation: "pay", Fingerprint: "fp", UncertainOnLoss: true, Timeout: 10 * time.Second}
 	declined := errors.New("card declined before the call")
-	if _, err := g.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	if _, err := g.do(ctx, g.store, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		return nil, declined
 	}); !errors.Is(err, declined) || errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("a handler failing before its provider call: %v; want its own error, not uncertain", err)
@@ -39,7 +39,7 @@ func guaranteeUncertainOnlyAfterCall(t *testing.T, g *guaranteeEnv, mode idem.Cl
 	if got := kinds(history(t, g.store, "ua", "before")); got != "acquired/1 released/1" {
 		t.Fatalf("history: %s; want acquired/1 released/1", got)
 	}
-	if r, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil || r.Replayed || runs.Load() != 1 {
+	if r, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil || r.Replayed || runs.Load() != 1 {
 		t.Fatalf("its retry: %+v, %v, %d runs; want it to run anew", r, err, runs.Load())
 	}
 
@@ -47,7 +47,7 @@ func guaranteeUncertainOnlyAfterCall(t *testing.T, g *guaranteeEnv, mode idem.Cl
 	// have acted, so the key is uncertain and the error says so (a client must not retry).
 	q := *p
 	q.Key, q.Timeout = "late", 200*time.Millisecond
-	_, err := g.store.Do(ctx, &q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+	_, err := g.do(ctx, g.store, &q, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		if _, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer"}); err != nil {
 			return nil, err
 		}
@@ -60,7 +60,7 @@ func guaranteeUncertainOnlyAfterCall(t *testing.T, g *guaranteeEnv, mode idem.Cl
 	if n := g.count(t, "SELECT count(*) FROM "+g.table()+" WHERE key = 'late' AND state = 'uncertain'"); n != 1 {
 		t.Fatal("the key of a handler that timed out after its provider call is not uncertain")
 	}
-	if _, err := g.store.Do(ctx, &q, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
+	if _, err := g.do(ctx, g.store, &q, counted(&runs, 0)); !errors.Is(err, idem.ErrUncertain) {
 		t.Fatalf("its retry: %v; want ErrUncertain", err)
 	}
 }
@@ -81,7 +81,7 @@ func guaranteeNoCallAfterTakeover(t *testing.T, g *guaranteeEnv, mode idem.Claim
 	asked := make(chan error, 1)
 	first := make(chan error, 1)
 	go func() {
-		_, err := slow.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := g.do(ctx, slow, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(entered)
 			<-proceed
 			_, err := idem.ProviderKey(ctx, idem.ProviderCall{Provider: "acquirer"})
@@ -99,7 +99,7 @@ func guaranteeNoCallAfterTakeover(t *testing.T, g *guaranteeEnv, mode idem.Claim
 	releaseSecond := letGo(t, finish)
 	second := make(chan error, 1)
 	go func() {
-		_, err := g.store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		_, err := g.do(ctx, g.store, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 			close(taken)
 			<-finish
 			return &idem.Outcome{Status: 201}, nil
@@ -127,14 +127,14 @@ func guaranteeMismatchCounted(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode
 	ctx := gctx(t)
 	var runs atomic.Int32
 	p := &idem.DoParams{Scope: "mc", Key: "k", Operation: "op", Fingerprint: "fp", Claim: mode, History: true}
-	if _, err := g.store.Do(ctx, p, counted(&runs, 0)); err != nil {
+	if _, err := g.do(ctx, g.store, p, counted(&runs, 0)); err != nil {
 		t.Fatal(err)
 	}
 	other := *p
 	other.Fingerprint = "another"
 	const n = 40
 	for range n {
-		if _, err := g.store.Do(ctx, &other, counted(&runs, 0)); !errors.Is(err, idem.ErrKeyReused) {
+		if _, err := g.do(ctx, g.store, &other, counted(&runs, 0)); !errors.Is(err, idem.ErrKeyReused) {
 			t.Fatalf("a mismatched retry: %v; want ErrKeyReused", err)
 		}
 	}
