@@ -1,18 +1,13 @@
 package idemnats_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +20,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemconsume"
 	"github.com/idemgen/idemgen/runtime/idemnats"
 	"github.com/idemgen/idemgen/runtime/idemtest"
+	"github.com/idemgen/idemgen/runtime/internal/proctest"
 )
 
 // The storm's consumers are this test binary run again as separate processes, so that the test
@@ -147,16 +143,10 @@ func stormConsumer() int {
 	return 0
 }
 
-// consumerProc is one running consumer process.
-type consumerProc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
 // stormCounts are the storm's numbers, from the consumers' lines.
 type stormCounts struct {
 	mu                                            sync.Mutex
-	started, deliveries, redeliveries             int
+	deliveries, redeliveries                      int
 	killedMid, killedCommitted                    int
 	ackedRan, ackedDuplicate, naked, deadLettered int
 	reasons                                       map[string]int
@@ -248,75 +238,9 @@ func TestStormKilledConsumers(t *testing.T) {
 	}
 
 	counts := &stormCounts{reasons: map[string]int{}}
-	logDir := t.TempDir()
-	var procsMu sync.Mutex
-	procs := map[int]*consumerProc{}
-	kills := make(chan int, 64)
-	start := func() {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1", childNATS+"="+srv.URL, childDB+"="+sch.URL, childSchema+"="+sch.Name)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		logf, err := os.Create(filepath.Join(logDir, fmt.Sprintf("consumer-%d.log", counts.started)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = logf
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start a consumer process: %v", err)
-		}
-		p := &consumerProc{cmd: cmd, exited: make(chan struct{})}
-		procsMu.Lock()
-		procs[cmd.Process.Pid] = p
-		counts.started++
-		procsMu.Unlock()
-		pid := cmd.Process.Pid
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				counts.line(sc.Text())
-				if strings.HasPrefix(sc.Text(), "kill ") {
-					kills <- pid
-				}
-			}
-			_, _ = io.Copy(io.Discard, stdout)
-			_ = cmd.Wait()
-			logf.Close()
-			close(p.exited)
-		}()
-	}
-	killPID := func(pid int) {
-		procsMu.Lock()
-		p := procs[pid]
-		delete(procs, pid)
-		procsMu.Unlock()
-		if p == nil {
-			return
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Errorf("kill consumer %d: %v", pid, err)
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("consumer %d still runs 10s after SIGKILL", pid)
-		}
-	}
-	t.Cleanup(func() {
-		procsMu.Lock()
-		pids := make([]int, 0, len(procs))
-		for pid := range procs {
-			pids = append(pids, pid)
-		}
-		procsMu.Unlock()
-		for _, pid := range pids {
-			killPID(pid)
-		}
-	})
+	fleet := proctest.New(t, "consumer", []string{childEnv + "=1", childNATS + "=" + srv.URL, childDB + "=" + sch.URL, childSchema + "=" + sch.Name}, counts.line)
 	for range instances {
-		start()
+		fleet.Start()
 	}
 
 	// Publishers that retry past JetStream's duplicate window: 3 ids sent again with the same
@@ -337,9 +261,9 @@ func TestStormKilledConsumers(t *testing.T) {
 	var rows, distinct int
 	for {
 		select {
-		case pid := <-kills:
-			killPID(pid) // by its PID, at the point it reported
-			start()
+		case pid := <-fleet.Kills:
+			fleet.Kill(pid) // by its PID, at the point it reported
+			fleet.Start()
 			continue
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -378,7 +302,7 @@ func TestStormKilledConsumers(t *testing.T) {
 			counts.mu.Unlock()
 			t.Fatalf("the storm did not settle within 2 minutes: %d of %d messages have an effect, %d of %d extra messages published, "+
 				"%d unacknowledged and %d undelivered, %d of %d dead letters; the consumers' last lines:\n%s%s",
-				distinct, unique, len(published), len(extras), info.NumAckPending, info.NumPending, deadInfo.State.Msgs, reused, last, stderrTails(logDir))
+				distinct, unique, len(published), len(extras), info.NumAckPending, info.NumPending, deadInfo.State.Msgs, reused, last, fleet.StderrTails())
 		}
 	}
 
@@ -386,7 +310,7 @@ func TestStormKilledConsumers(t *testing.T) {
 	defer counts.mu.Unlock()
 	messages := unique + len(extras)
 	t.Logf("NATS JetStream storm: %d messages (%d ids, %d sent again by a publisher, %d ids reused with another payload), %d consumer processes started (%d at once), AckWait %s, lease %s",
-		messages, unique, len(extras)-reused, reused, counts.started, instances, stormAckWait, stormLease)
+		messages, unique, len(extras)-reused, reused, fleet.Started(), instances, stormAckWait, stormLease)
 	t.Logf("deliveries handled %d (redeliveries among them %d), consumers killed mid-handler %d, killed after commit before ack %d",
 		counts.deliveries, counts.redeliveries, counts.killedMid, counts.killedCommitted)
 	t.Logf("acked after a run %d (the %d others that ran were killed before their ack), acked as duplicates without a run %d, put back for later %d %v, dead-letter decisions %d (a redelivered dead letter is published again under the same Nats-Msg-Id), dead letters in the DEAD stream %d",
@@ -439,20 +363,4 @@ func TestStormKilledConsumers(t *testing.T) {
 				i+1, h.Get(idemnats.HeaderReason), h.Get(idemnats.HeaderMessageID), m.Data())
 		}
 	}
-}
-
-// stderrTails is what the child processes wrote on stderr (their logs in dir), for a failure
-// message: a child that could not start says why there.
-func stderrTails(dir string) string {
-	var b strings.Builder
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, l := range logs {
-		if data, err := os.ReadFile(l); err == nil && len(data) > 0 {
-			if len(data) > 2000 {
-				data = data[len(data)-2000:]
-			}
-			fmt.Fprintf(&b, "\n--- %s:\n%s", filepath.Base(l), data)
-		}
-	}
-	return b.String()
 }

@@ -1,18 +1,13 @@
 package idemriver_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +21,7 @@ import (
 	"github.com/idemgen/idemgen/runtime/idemconsume"
 	"github.com/idemgen/idemgen/runtime/idemriver"
 	"github.com/idemgen/idemgen/runtime/idemtest"
+	"github.com/idemgen/idemgen/runtime/internal/proctest"
 )
 
 // The storm's workers are this test binary run again as separate processes, so that the test
@@ -155,7 +151,7 @@ func stormWorker() int {
 // stormCounts are the storm's numbers, from the workers' lines.
 type stormCounts struct {
 	mu                                      sync.Mutex
-	started, runs                           int
+	runs                                    int
 	runsOf                                  map[string]int // runs per job id
 	killedMid, killedCommitted              int
 	ackedRan, ackedDuplicate, snoozed, dead int
@@ -274,81 +270,9 @@ func TestStormKilledWorkers(t *testing.T) {
 	}
 
 	counts := &stormCounts{runsOf: map[string]int{}, reasons: map[string]int{}}
-	logDir := t.TempDir()
-	var procsMu sync.Mutex
-	type proc struct {
-		cmd    *exec.Cmd
-		exited chan struct{}
-	}
-	procs := map[int]*proc{}
-	kills := make(chan int, 64)
-	start := func() {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1", childDB+"="+sch.URL, childSchema+"="+sch.Name)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		logf, err := os.Create(filepath.Join(logDir, fmt.Sprintf("worker-%d.log", counts.started)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = logf
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start a worker process: %v", err)
-		}
-		p := &proc{cmd: cmd, exited: make(chan struct{})}
-		pid := cmd.Process.Pid
-		procsMu.Lock()
-		procs[pid] = p
-		counts.mu.Lock()
-		counts.started++
-		counts.mu.Unlock()
-		procsMu.Unlock()
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				counts.line(sc.Text())
-				if strings.HasPrefix(sc.Text(), "kill ") {
-					kills <- pid
-				}
-			}
-			_, _ = io.Copy(io.Discard, stdout)
-			_ = cmd.Wait()
-			logf.Close()
-			close(p.exited)
-		}()
-	}
-	killPID := func(pid int) {
-		procsMu.Lock()
-		p := procs[pid]
-		delete(procs, pid)
-		procsMu.Unlock()
-		if p == nil {
-			return
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Errorf("kill worker %d: %v", pid, err)
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("worker %d still runs 10s after SIGKILL", pid)
-		}
-	}
-	t.Cleanup(func() {
-		procsMu.Lock()
-		pids := make([]int, 0, len(procs))
-		for pid := range procs {
-			pids = append(pids, pid)
-		}
-		procsMu.Unlock()
-		for _, pid := range pids {
-			killPID(pid)
-		}
-	})
+	fleet := proctest.New(t, "worker", []string{childEnv + "=1", childDB + "=" + sch.URL, childSchema + "=" + sch.Name}, counts.line)
 	for range instances {
-		start()
+		fleet.Start()
 	}
 
 	// A producer that retried: 3 orders inserted again with the same args (done once, the second
@@ -369,9 +293,9 @@ func TestStormKilledWorkers(t *testing.T) {
 	var rows, distinct, completed, cancelled, total int
 	for {
 		select {
-		case pid := <-kills:
-			killPID(pid)
-			start()
+		case pid := <-fleet.Kills:
+			fleet.Kill(pid) // by its PID, at the point it reported
+			fleet.Start()
 			continue
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -405,7 +329,7 @@ func TestStormKilledWorkers(t *testing.T) {
 			last := strings.Join(counts.lines, "\n")
 			counts.mu.Unlock()
 			t.Fatalf("the storm did not settle within 3 minutes: %d of %d orders have an effect, %d of %d extra jobs inserted, jobs by state: %s; the workers' last lines:\n%s%s",
-				distinct, unique, len(inserted), len(extras), states, last, stderrTails(logDir))
+				distinct, unique, len(inserted), len(extras), states, last, fleet.StderrTails())
 		}
 	}
 
@@ -416,7 +340,7 @@ func TestStormKilledWorkers(t *testing.T) {
 		redeliveries += n - 1
 	}
 	t.Logf("River storm: %d jobs (%d orders, %d of them inserted twice at once, %d inserted again later with the same args, %d keys reused with other args), %d worker processes started (%d at once), rescue after %s, lease %s",
-		total, unique, twins, len(extras)-reused, reused, counts.started, instances, stormRescueAfter, stormLease)
+		total, unique, twins, len(extras)-reused, reused, fleet.Started(), instances, stormRescueAfter, stormLease)
 	t.Logf("runs %d (jobs run again after a kill or a snooze: %d), workers killed mid-job %d, killed after commit %d",
 		counts.runs, redeliveries, counts.killedMid, counts.killedCommitted)
 	t.Logf("completed after a run %d (+%d whose worker was killed after the commit), completed as duplicates without a run %d, snoozed %d %v, cancelled (dead letters) %d",
@@ -453,20 +377,4 @@ func TestStormKilledWorkers(t *testing.T) {
 	if why != reused {
 		t.Errorf("%d cancelled jobs record key_reused as their error; want %d", why, reused)
 	}
-}
-
-// stderrTails is what the child processes wrote on stderr (their logs in dir), for a failure
-// message: a child that could not start says why there.
-func stderrTails(dir string) string {
-	var b strings.Builder
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, l := range logs {
-		if data, err := os.ReadFile(l); err == nil && len(data) > 0 {
-			if len(data) > 2000 {
-				data = data[len(data)-2000:]
-			}
-			fmt.Fprintf(&b, "\n--- %s:\n%s", filepath.Base(l), data)
-		}
-	}
-	return b.String()
 }
