@@ -14,12 +14,9 @@ import (
 // have. A request that never reaches Do (refused by binding or validation) gives back what the
 // claim took through Drop: the key is free again before that refusal leaves the server.
 type Ahead struct {
+	claimed
 	s     *Store
 	p     DoParams
-	mode  ClaimMode
-	tx    *bizTx
-	res   *claimResult
-	err   error
 	taken atomic.Bool // by Do, or by Drop
 }
 
@@ -49,7 +46,7 @@ func (s *Store) ClaimAhead(ctx context.Context, p *DoParams) (*DoResult, *Ahead)
 		a.err = err // another fingerprint: Do refuses it
 		return nil, a
 	}
-	a.mode, a.tx, a.res, a.err = s.claimFor(ctx, &a.p)
+	a.claimed = s.claimFor(ctx, &a.p)
 	if a.err == nil && a.res.status == claimReplayed {
 		return &DoResult{Outcome: a.res.outcome, Replayed: true}, nil
 	}

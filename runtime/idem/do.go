@@ -151,19 +151,16 @@ func (s *Store) Do(ctx context.Context, p *DoParams, fn HandlerFunc) (*DoResult,
 		}
 		return s.doWithoutKey(ctx, p, fn)
 	}
-	var r execResult
-	var err error
+	var c claimed
 	if a := s.takeAhead(ctx, p); a != nil {
-		// Claimed ahead (ClaimAhead): its claim is this call's.
-		if err = a.err; err == nil {
-			r, err = s.runOwned(ctx, a.mode, a.tx, a.res, p, fn)
-		}
+		c = a.claimed // claimed ahead (ClaimAhead): its claim is this call's
 	} else {
 		if r, hit, err := s.cached(ctx, p); hit {
 			return r, err
 		}
-		r, err = s.execute(ctx, p, fn)
+		c = s.claimFor(ctx, p)
 	}
+	r, err := s.runOwned(ctx, c, p, fn)
 	if err != nil {
 		s.logGoneCaller(ctx, p, err)
 		return nil, err

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// execResult is what execute decided. For claimAcquired and claimTakenOver, fn ran and outcome
+// execResult is what runOwned decided. For claimAcquired and claimTakenOver, fn ran and outcome
 // is its answer; persisted says whether it was committed with the stored outcome.
 type execResult struct {
 	status     claimStatus
@@ -28,44 +28,48 @@ func detached(ctx context.Context) (cctx context.Context, b *boundCtx) {
 	return newBound(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
-// execute claims p's key in p's claim mode and, when this call owns it, runs fn.
-func (s *Store) execute(ctx context.Context, p *DoParams, fn HandlerFunc) (execResult, error) {
-	mode, tx, res, err := s.claimFor(ctx, p)
-	if err != nil {
-		return execResult{}, err
-	}
-	return s.runOwned(ctx, mode, tx, res, p, fn)
+// claimed is what a claim found (claimFor): the key's answer, and the business transaction the
+// claim began when it owns the key; err when the claim failed.
+type claimed struct {
+	mode ClaimMode
+	tx   *bizTx
+	res  *claimResult
+	err  error
 }
 
 // claimFor claims p's key in p's claim mode (claimWaiting), once the topology is known.
-func (s *Store) claimFor(ctx context.Context, p *DoParams) (ClaimMode, *bizTx, *claimResult, error) {
+func (s *Store) claimFor(ctx context.Context, p *DoParams) claimed {
 	// No claim before the topology is known: the wrong statement set could run fn twice.
 	t, err := s.topology(ctx)
 	if err != nil {
 		s.emit(ctx, Event{Kind: EventStoreError, Operation: p.Operation, KeyHash: KeyHash(p.Scope, p.Key)})
-		return 0, nil, nil, err
+		return claimed{err: err}
 	}
-	mode, path := ClaimLease, t.lease
+	c, path := claimed{mode: ClaimLease}, t.lease
 	if p.Claim == ClaimTransaction {
-		mode, path = ClaimTransaction, t.tx
+		c.mode, path = ClaimTransaction, t.tx
 	}
-	tx, res, err := s.claimWaiting(ctx, path, p, mode)
-	return mode, tx, res, err
+	c.tx, c.res, c.err = s.claimWaiting(ctx, path, p, c.mode)
+	return c
 }
 
-// runOwned runs fn when the claim res owns the key, and otherwise says what the claim found.
-func (s *Store) runOwned(ctx context.Context, mode ClaimMode, tx *bizTx, res *claimResult, p *DoParams, fn HandlerFunc) (execResult, error) {
-	var err error
+// runOwned runs fn when the claim c owns the key, and otherwise says what the claim found.
+func (s *Store) runOwned(ctx context.Context, c claimed, p *DoParams, fn HandlerFunc) (execResult, error) {
+	if c.err != nil {
+		return execResult{}, c.err
+	}
+	res, tx := c.res, c.tx
 	if !res.status.owns() {
 		return execResult{status: res.status, outcome: res.outcome, retryAfter: res.retryAfter}, nil
 	}
 	if tx == nil { // the claim did not begin the business transaction (lease mode): begin it now
+		var err error
 		if tx, err = s.begin(ctx); err != nil {
 			s.release(ctx, s.givenBack(res.claim, EventReleased, "store_unavailable: the business transaction could not begin", 0))
 			return execResult{}, err
 		}
 	}
-	return s.runClaimed(ctx, tx, res.claim, p, fn, mode)
+	return s.runClaimed(ctx, tx, res.claim, p, fn, c.mode)
 }
 
 // txLockWait bounds each transaction-mode claim's wait on a concurrent holder's row lock. It is
