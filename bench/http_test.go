@@ -95,7 +95,7 @@ var rowSpecs = []rowSpec{
 	{id: "peer-lease-row", label: "create, hand-written lease peer storing the runtime's key row, first executions", server: serverPeerLeaseRow, kind: kindFirst},
 	{id: "handwritten", label: "create, hand-written (advisory lock), first executions", server: serverHandwritten, kind: kindFirst},
 	{id: "lease", label: "create, claim: lease, first executions", server: serverLease, kind: kindFirst,
-		minRatio: 0.75, maxTrips: 1, tripsOverCeiling: true},
+		minRatio: 0.70, maxTrips: 1, tripsOverCeiling: true},
 	{id: "transaction", label: "create, claim: transaction, first executions", server: serverTransaction, kind: kindFirst,
 		minRatio: 0.85, minPeerRatio: 0.95, minHandwrittenRatio: 0.95},
 	{id: "lease-history", label: "create, claim: lease, history: true, first executions", server: serverLeaseHistory, kind: kindFirst},
