@@ -114,7 +114,7 @@ WHERE tenant = $1 AND scope = '' AND key = $2 AND state = 'in_flight' AND lease_
 //  1. one round trip: the claim's own transaction (BEGIN, an insert that wins a key nobody has
 //     and commits asynchronously, the key's row as it now is, COMMIT), then the business BEGIN;
 //  2. the row is this request's: the business work runs, and one more round trip stores the
-//     outcome, fenced, and commits: four round trips, the ceiling's;
+//     outcome, fenced, and commits: three round trips (the work is one), the ceiling's;
 //  3. a completed row answers (a replay, or key-reused for another body); a row in flight for
 //     another body is key-reused, for the same body in-progress (409), unless its lease ran
 //     out: then a second round trip takes it over. The business transaction begun for nothing

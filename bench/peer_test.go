@@ -84,9 +84,9 @@ const (
 //     the read after it sees the holder's committed outcome, or no row when it rolled back;
 //  2. a stored row answers at once (a replay, or key-reused for another body) and the
 //     transaction is rolled back: two round trips in all;
-//  3. otherwise the business work runs in the same transaction (the ceiling's two statements),
-//     and one more round trip inserts the key row with the outcome and commits: four round
-//     trips, the ceiling's, and a key row written once.
+//  3. otherwise the business work runs in the same transaction (the ceiling's two statements,
+//     pipelined in one round trip), and one more round trip inserts the key row with the
+//     outcome and commits: three round trips, the ceiling's, and a key row written once.
 //
 // The outcome commits with the business rows or not at all; a duplicate storm executes once
 // (the storm row checks it). What it leaves out, because this one handler does not need it: a
