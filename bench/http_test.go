@@ -821,10 +821,14 @@ func profileServer(ctx context.Context, tb testing.TB, l *load, s *benchServer, 
 		mode + "-allocs": fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", s.ctl, secs),
 	}
 	// The load starts first and outlasts the profiles by a second on each side.
-	loadDone := make(chan error, 1)
+	type loaded struct {
+		seg *segment
+		err error
+	}
+	loadDone := make(chan loaded, 1)
 	go func() {
-		_, err := l.first(ctx, s, "profile", time.Duration(secs+2)*time.Second)
-		loadDone <- err
+		seg, err := l.first(ctx, s, "profile", time.Duration(secs+2)*time.Second)
+		loadDone <- loaded{seg, err}
 	}()
 	time.Sleep(time.Second)
 	var wg sync.WaitGroup
@@ -856,10 +860,13 @@ func profileServer(ctx context.Context, tb testing.TB, l *load, s *benchServer, 
 		tb.Fatal(err)
 	}
 	select {
-	case err := <-loadDone:
-		if err != nil {
-			tb.Fatalf("the profiled load of the %s server: %v", mode, err)
+	case done := <-loadDone:
+		if done.err != nil {
+			tb.Fatalf("the profiled load of the %s server: %v", mode, done.err)
 		}
+		// A profile's samples divided by its seconds and this rate are CPU per request, the
+		// figure to compare between servers' profiles.
+		tb.Logf("profiled load of the %s server: %.0f requests a second", mode, done.seg.ReqPerS)
 	case <-time.After(time.Minute):
 		tb.Fatalf("the profiled load of the %s server did not end within a minute of its profiles", mode)
 	}
