@@ -196,8 +196,8 @@ func (e *edge) params(ctx context.Context, r *http.Request, body *Body) (p *Poli
 	if err != nil || notText(tenant) != "" {
 		return nil, nil
 	}
-	var scope [4]ScopePart
-	req := Request{Scope: scope[:0]}
+	var room [4]ScopePart
+	scope := room[:0]
 	for _, name := range p.Edge.Scope {
 		v := p.Operation
 		if name != scopeOperation {
@@ -207,7 +207,7 @@ func (e *edge) params(ctx context.Context, r *http.Request, body *Body) (p *Poli
 			}
 			v = s // an absent header is "", as its nil field's text
 		}
-		req.Scope = append(req.Scope, ScopePart{Name: name, Value: v})
+		scope = append(scope, ScopePart{Name: name, Value: v})
 	}
 	fp := idem.NewFingerprinter(p.Route)
 	for _, name := range p.Edge.Parts {
@@ -232,12 +232,7 @@ func (e *edge) params(ctx context.Context, r *http.Request, body *Body) (p *Poli
 	if p.ValidateBody != nil && p.ValidateBody(ctx, body.ContentType, body.Bytes) != nil {
 		return nil, nil // an invalid body never binds a key: the full path refuses it
 	}
-	return p, &idem.DoParams{
-		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
-		Operation: p.Operation, Fingerprint: fp.Sum(),
-		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
-		Timeout: p.Timeout, History: p.History, UncertainOnLoss: p.UncertainOnLoss,
-	}
+	return p, p.doParams(tenant, scope, key, fp.Sum())
 }
 
 // value is the part name ("header:X-Account", "path:payment_id") of r, whose path matched rt: a

@@ -87,6 +87,17 @@ type Policy struct {
 	UncertainOnLoss bool
 }
 
+// doParams are the claim's params for a request of p's operation: one place, so the claim the
+// edge makes ahead (edge.go) and the handler's own are made alike.
+func (p *Policy) doParams(tenant string, scope []ScopePart, key, fingerprint string) *idem.DoParams {
+	return &idem.DoParams{
+		Tenant: tenant, Scope: scopeString(tenant, scope), Key: key, AllowNoKey: true,
+		Operation: p.Operation, Fingerprint: fingerprint,
+		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
+		Timeout: p.Timeout, History: p.History, UncertainOnLoss: p.UncertainOnLoss,
+	}
+}
+
 func (p *Policy) persist() idem.StatusSet {
 	if p.Persist.IsEmpty() {
 		return defaultPersist
@@ -196,12 +207,7 @@ func Serve(ctx context.Context, s *idem.Store, p *Policy, req *Request, fn idem.
 	}
 	var live *idem.Outcome // what fn answered, as written to this client
 	var fnErr error        // fn's own error, told apart from the store's
-	do := &idem.DoParams{
-		Tenant: tenant, Scope: scopeString(tenant, req.Scope), Key: key, AllowNoKey: true,
-		Operation: p.Operation, Fingerprint: req.Fingerprint,
-		Lease: p.Lease, TTL: p.TTL, Claim: p.Claim, Wait: p.Wait, Persist: p.persist(),
-		Timeout: p.Timeout, History: p.History, UncertainOnLoss: p.UncertainOnLoss,
-	}
+	do := p.doParams(tenant, req.Scope, key, req.Fingerprint)
 	res, err := s.Do(ctx, do, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
 		out, err := fn(ctx, tx)
 		if err != nil {
