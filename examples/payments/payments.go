@@ -79,11 +79,10 @@ func record(ctx context.Context, tx pgx.Tx, ev event) error {
 	return nil
 }
 
-// recordSQL appends one event to the ledger; it returns the event's id, which record ignores.
+// recordSQL appends one event to the ledger.
 const recordSQL = `
 		INSERT INTO payment_events (tenant_id, payment_id, refund_id, kind, amount_minor, idempotency_key)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING event_id`
+		VALUES ($1, $2, $3, $4, $5, $6)`
 
 // args are recordSQL's parameters for ev.
 func (ev event) args() []any {
@@ -174,16 +173,16 @@ func CreatePaymentTx(ctx context.Context, tx pgx.Tx, tenant, key string, body *a
 		RETURNING `+paymentColumns,
 		tenant, id, body.AmountMinor, body.Currency).QueryRow(func(row pgx.Row) (err error) {
 		p, err = scanPayment(row)
-		if errors.Is(err, pgx.ErrNoRows) {
+		switch {
+		case errors.Is(err, pgx.ErrNoRows): // the payment exists: the key is refused below
 			return nil
+		case err != nil:
+			return fmt.Errorf("payments: create payment %s: %w", id, err)
 		}
-		made = err == nil
-		if err != nil {
-			err = fmt.Errorf("payments: create payment %s: %w", id, err)
-		}
-		return err
+		made = true
+		return nil
 	})
-	b.Queue(recordSQL, ev.args()...).QueryRow(func(row pgx.Row) error {
+	b.Queue(recordSQL+" RETURNING event_id", ev.args()...).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&eventID); err != nil {
 			return ev.failed(err)
 		}
