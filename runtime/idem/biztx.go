@@ -234,20 +234,22 @@ func (s *Store) commit(ctx context.Context, bt *bizTx) error {
 // it divides by zero (sql/complete.sql), so the transaction aborts and cannot commit.
 const leaseLostCode = "22012"
 
-// completeAndCommit stores o for c in bt and commits both, then tells the key's waiting
-// duplicates (sql/notify.sql) when they may wait. When the Store holds the connection the
-// completion, the COMMIT and the notification are one batch: the completion's fence aborts the
+// completeAndCommit sends the handler's deferred writes (Defer), stores o for c in bt and
+// commits them all, then tells the key's waiting duplicates (sql/notify.sql) when they may wait.
+// When the Store holds the connection the deferred writes, the completion, the COMMIT and the
+// notification are one batch: a deferred write PostgreSQL refuses skips the rest
+// (*deferredFailed: the caller gives the key back), the completion's fence aborts the
 // transaction if the lease was lost, so the COMMIT behind it cannot commit the work without its
 // outcome, and a failed statement skips the rest, so nobody is told of a commit that did not
 // happen. The notification runs in a transaction of its own, after the commit.
 // ErrLeaseLost means bt was rolled back; another error may have left it open, and committed or
 // not (a lost connection): the caller releases what it holds, as after a failed commit.
-func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl, ran time.Duration) (completeErr, commitErr error) {
+func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl, ran time.Duration, writes []Write) (completeErr, commitErr error) {
 	args, err := s.completeArgs(c, o, ttl)
 	if err != nil {
 		return err, nil
 	}
-	if bt.conn == nil {
+	if bt.conn == nil { // writes is empty: Defer ran them in the handler (Claim.later was nil)
 		if err := s.complete(ctx, bt.Tx, c, args); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				s.rollback(ctx, bt) // as in the batch path: a lost lease leaves nothing open
@@ -261,6 +263,8 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		return nil, nil
 	}
 	b := newBatch()
+	wrote := 0
+	queueDeferred(b, writes, &wrote)
 	for _, q := range s.set().beforeComplete() {
 		b.Queue(q)
 	}
@@ -295,6 +299,9 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		}
 		bt.done() // committed: the connection is idle again (or closed by the pool if it broke)
 		return nil, nil
+	}
+	if failed, ok := deferredFailure(err, writes, wrote); ok {
+		return failed, nil // the caller gives the key back, which rolls bt back
 	}
 	if lost := s.completeFailed(ctx, c, err); errors.Is(lost, ErrLeaseLost) {
 		s.rollback(ctx, bt)

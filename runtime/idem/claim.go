@@ -105,6 +105,9 @@ type Claim struct {
 	// txMode: the claim lives in the business transaction (ClaimTransaction): its history's claim
 	// row is written with the completion, or after the rollback that gives it back.
 	txMode bool
+	// later holds the writes the handler deferred (Defer) while it runs, when its completion is
+	// one batch they can join; nil when it is not.
+	later *deferred
 }
 
 // hash is KeyHash(c.Scope, c.Key): computed once, when the claim was made, for a claim whose

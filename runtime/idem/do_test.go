@@ -370,20 +370,31 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		_, err := tx.Exec(ctx, "INSERT INTO payments VALUES ($1, 1)", c.Key)
 		return &idem.Outcome{Status: 201, Body: []byte(`{}`)}, err
 	}
+	// deferred is business with its insert deferred (idem.Defer): it travels with the outcome.
+	deferred := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		err := idem.Defer(ctx, tx, idem.Write{SQL: "INSERT INTO payments VALUES ($1, 2)", Args: []any{c.Key}})
+		return &idem.Outcome{Status: 201, Body: []byte(`{}`)}, err
+	}
 	lease, txMode := policy(), policy()
 	txMode.Claim = idem.ClaimTransaction
-	measure := func(p *idemhttp.Policy, key, fingerprint string) (int64, string) {
+	measureWith := func(fn idem.HandlerFunc, p *idemhttp.Policy, key, fingerprint string) (int64, string) {
 		before := counter.n.Load()
-		r, err := idemhttp.Serve(context.Background(), s, p, request(key, fingerprint), business)
+		r, err := idemhttp.Serve(context.Background(), s, p, request(key, fingerprint), fn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return counter.n.Load() - before, kindName(r)
 	}
+	measure := func(p *idemhttp.Policy, key, fingerprint string) (int64, string) {
+		return measureWith(business, p, key, fingerprint)
+	}
 	measure(lease, "warm-1", "fp") // prepare and cache every statement on the one connection
 	measure(lease, "warm-1", "fp")
 	measure(txMode, "warm-2", "fp")
 	measure(txMode, "warm-2", "fp")
+	measureWith(deferred, lease, "warm-3", "fp")
+	measureWith(deferred, txMode, "warm-4", "fp")
 	// The last replay's connection waits for its rollback (owed.go): it is made now, so that the
 	// queries below run on the one connection the requests use.
 	idem.SettleOwedRollbacks(s)
@@ -399,6 +410,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
+		fn     idem.HandlerFunc
 		p      *idemhttp.Policy
 		key    string
 		fp     string
@@ -406,14 +418,16 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		trips  int64
 		reason string
 	}{
-		{"lease: claim+complete", lease, "k1", "fp", "executed", 3, "claim+commit+begin batch, business insert, complete+commit batch"},
-		{"lease: replay", lease, "k1", "fp", "replayed", 1, "claim"},
-		{"lease: mismatch", lease, "k1", "other", "problem key-reused", 1, "claim"},
-		{"transaction: claim+complete", txMode, "k2", "fp", "executed", 3, "begin+claim batch, business insert, complete+commit batch"},
-		{"transaction: replay", txMode, "k2", "fp", "replayed", 1, "replay check batch, begin skipped"},
-		{"transaction: mismatch", txMode, "k2", "other", "problem key-reused", 1, "replay check batch, begin skipped"},
+		{"lease: claim+complete", business, lease, "k1", "fp", "executed", 3, "claim+commit+begin batch, business insert, complete+commit batch"},
+		{"lease: replay", business, lease, "k1", "fp", "replayed", 1, "claim"},
+		{"lease: mismatch", business, lease, "k1", "other", "problem key-reused", 1, "claim"},
+		{"transaction: claim+complete", business, txMode, "k2", "fp", "executed", 3, "begin+claim batch, business insert, complete+commit batch"},
+		{"transaction: replay", business, txMode, "k2", "fp", "replayed", 1, "replay check batch, begin skipped"},
+		{"transaction: mismatch", business, txMode, "k2", "other", "problem key-reused", 1, "replay check batch, begin skipped"},
+		{"lease: claim+deferred write+complete", deferred, lease, "k3", "fp", "executed", 2, "claim+commit+begin batch, deferred insert+complete+commit batch"},
+		{"transaction: claim+deferred write+complete", deferred, txMode, "k4", "fp", "executed", 2, "begin+claim batch, deferred insert+complete+commit batch"},
 	} {
-		trips, kind := measure(tc.p, tc.key, tc.fp)
+		trips, kind := measureWith(tc.fn, tc.p, tc.key, tc.fp)
 		if kind != tc.kind || trips != tc.trips {
 			t.Errorf("%s: %s in %d round trips; want %s in %d (%s)", tc.name, kind, trips, tc.kind, tc.trips, tc.reason)
 		} else {

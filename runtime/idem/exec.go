@@ -287,21 +287,27 @@ type handlerRun struct {
 	out   *Outcome
 	err   error
 	start time.Time
+	// writes are the statements fn deferred (Defer), sent with the completion.
+	writes []Write
 }
 
 // runClaimed runs fn inside tx for the held claim c, made in claim mode mode, and then settles
 // the run in one place ([Store.settle]): the outcome is completed and committed, or the work is
-// rolled back and the key given back. A panicking fn is settled too (the key given back), and
-// the panic goes on.
+// rolled back and the key given back. A panic in fn, or in what the completion runs of the
+// application's (its deferred writes' Refuse, a tracer on its pool), is settled too (the key
+// given back: a give-back leaves a completed row alone), and the panic goes on.
 func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (execResult, error) {
-	run := handlerRun{end: handlerPanicked, start: time.Now()}
+	panicked := handlerRun{end: handlerPanicked, start: time.Now()}
+	settled := false
 	defer func() {
-		if run.end == handlerPanicked { // runHandler never returned
-			s.settle(ctx, tx, c, p, mode, run)
+		if !settled {
+			s.settle(ctx, tx, c, p, mode, panicked)
 		}
 	}()
-	run = s.runHandler(ctx, tx, c, p, fn, mode, run.start)
-	return s.settle(ctx, tx, c, p, mode, run)
+	run := s.runHandler(ctx, tx, c, p, fn, mode, panicked.start)
+	res, err := s.settle(ctx, tx, c, p, mode, run)
+	settled = true
+	return res, err
 }
 
 // runHandler runs fn and says how it ended. In lease mode the claim was committed on its own,
@@ -320,11 +326,14 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 		renewal = s.renewWhileRunning(hctx, c, cancel)
 	}
 	defer renewal.stop()
+	if tx.conn != nil { // the completion is one batch, which the handler's deferred writes join
+		c.later = &deferred{tx: tx.Tx}
+	}
 
 	out, err := fn(hctx, tx.Tx)
 	late := finishHandler(tctx, cancelTimeout) // decided when fn returned, not after the renewal has stopped
 	renewal.stop()
-	run := handlerRun{end: handlerReturned, out: out, err: err, start: start}
+	run := handlerRun{end: handlerReturned, out: out, err: err, start: start, writes: c.later.take()}
 	switch {
 	case late:
 		run.end = handlerTimedOut
@@ -382,7 +391,7 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, fmt.Sprintf("persist: the persisted statuses do not include %d", out.Status))
 		return res, nil
 	}
-	return s.commitOutcome(ctx, tx, c, p, mode, res, run.start)
+	return s.commitOutcome(ctx, tx, c, p, mode, res, run.start, run.writes)
 }
 
 // giveBack undoes a run: the business work and, in lease mode, the claim (token-guarded), so a
@@ -403,11 +412,18 @@ func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMod
 	return t
 }
 
-// commitOutcome completes c with res's outcome inside tx and commits both.
-func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res execResult, start time.Time) (execResult, error) {
+// commitOutcome runs the handler's deferred writes, completes c with res's outcome inside tx
+// and commits them all.
+func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res execResult, start time.Time, writes []Write) (execResult, error) {
 	sent := time.Now() // before the database computes the key's expiry
-	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start))
+	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start), writes)
+	var refused *deferredFailed
 	switch {
+	case errors.As(completeErr, &refused):
+		// A deferred write failed: the handler's failure, as if its statement had failed while
+		// it ran. Nothing behind the write ran, the COMMIT included.
+		s.giveBack(ctx, tx, c, mode, EventReleased, start, giveBackWhy(EventReleased, refused.err, false))
+		return execResult{}, lostAfterCall(c, refused.err)
 	case errors.Is(completeErr, ErrLeaseLost):
 		if mode == ClaimLease {
 			// Another request holds the key now, and this release deletes nothing. But a

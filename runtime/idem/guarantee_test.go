@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgen/idemgen/runtime/idem"
@@ -48,11 +49,30 @@ type guaranteeEnv struct {
 	// ahead claims every key before Do, as idemhttp's edge does (Store.ClaimAhead): the row
 	// proves the guarantees on the claim made ahead and taken by Do.
 	ahead bool
+	// deferWrites: the handlers defer their business writes (idem.Defer), which then travel with
+	// the completion where the path allows: the row proves the guarantees with them there.
+	deferWrites bool
+}
+
+// deferringKey marks a context whose guarantee handlers defer their writes (guaranteeEnv.deferWrites).
+type deferringKey struct{}
+
+// write runs a guarantee handler's business statement: deferred (idem.Defer) on a +defer row,
+// else at once.
+func write(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	if ctx.Value(deferringKey{}) != nil {
+		return idem.Defer(ctx, tx, idem.Write{SQL: sql, Args: args})
+	}
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
 }
 
 // do is s.Do for the row: on an ahead row, the claim is made first (Store.ClaimAhead) and Do
 // takes it, or answers the replay the claim found; a claim Do did not take is dropped after.
 func (g *guaranteeEnv) do(ctx context.Context, s *idem.Store, p *idem.DoParams, fn idem.HandlerFunc) (*idem.DoResult, error) {
+	if g.deferWrites {
+		ctx = context.WithValue(ctx, deferringKey{}, true)
+	}
 	if !g.ahead {
 		return s.Do(ctx, p, fn)
 	}
@@ -73,6 +93,22 @@ func withAhead(paths []guaranteePath) []guaranteePath {
 		p.setup = func(t *testing.T, g *guaranteeEnv) {
 			setup(t, g)
 			g.ahead = true
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// withDefer is paths and, for each, the same path with the handlers' writes deferred
+// (guaranteeEnv.deferWrites).
+func withDefer(paths []guaranteePath) []guaranteePath {
+	out := slices.Clone(paths)
+	for _, p := range paths {
+		setup := p.setup
+		p.access += "+defer"
+		p.setup = func(t *testing.T, g *guaranteeEnv) {
+			setup(t, g)
+			g.deferWrites = true
 		}
 		out = append(out, p)
 	}
@@ -219,12 +255,13 @@ var guarantees = []guarantee{
 	{"uncertain only after the call", guaranteeUncertainOnlyAfterCall},
 	{"no provider call after takeover", guaranteeNoCallAfterTakeover},
 	{"mismatched retries counted", guaranteeMismatchCounted},
+	{"refused deferred write: nothing kept", guaranteeDeferRefused},
 }
 
 // TestGuarantees runs every guarantee on every path and prints the table.
 func TestGuarantees(t *testing.T) {
 	t.Parallel()
-	runGuaranteeTable(t, withAhead(guaranteePaths()))
+	runGuaranteeTable(t, withDefer(withAhead(guaranteePaths())))
 }
 
 // runGuaranteeTable runs every guarantee on each of paths, in parallel, and prints the table.
@@ -300,7 +337,7 @@ func counted(runs *atomic.Int32, hold time.Duration) idem.HandlerFunc {
 		if !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
 			key = fmt.Sprintf("%x", key) // the business table holds text
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO payments (key, amount) VALUES ($1, 1)", key); err != nil {
+		if err := write(ctx, tx, "INSERT INTO payments (key, amount) VALUES ($1, 1)", key); err != nil {
 			return nil, err
 		}
 		time.Sleep(hold)
@@ -545,5 +582,51 @@ func guaranteeTTL(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
 	}
 	if rows := g.count(t, "SELECT count(*) FROM payments WHERE key = 'ttl'"); rows != 2 {
 		t.Fatalf("%d business rows; want 2", rows)
+	}
+}
+
+// errRefusedWrite is what guaranteeDeferRefused's refused write fails the request with.
+var errRefusedWrite = errors.New("the second write was refused")
+
+// guaranteeDeferRefused: a handler writes a row, then defers (idem.Defer) a good write and one
+// PostgreSQL refuses. Wherever the path sends them (with the completion, or at once), the
+// request fails with the refused write's Refuse error, nothing of the run is kept, the key is
+// given back (not an outage), and the retry runs anew.
+func guaranteeDeferRefused(t *testing.T, g *guaranteeEnv, mode idem.ClaimMode) {
+	ctx := gctx(t)
+	p := &idem.DoParams{Scope: "g", Key: "refused", Operation: "op", Fingerprint: "fp", Claim: mode}
+	var runs atomic.Int32
+	fn := func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+		runs.Add(1)
+		if _, err := tx.Exec(ctx, "INSERT INTO payments (key, amount) VALUES ('refused', 1)"); err != nil {
+			return nil, err
+		}
+		err := idem.Defer(ctx, tx,
+			idem.Write{SQL: "INSERT INTO payments (key, amount) VALUES ('refused', 2)"},
+			idem.Write{SQL: "INSERT INTO payments (key, amount) VALUES ('refused', NULL)", Refuse: func(err *pgconn.PgError) error {
+				if err.Code == "23502" { // not_null_violation
+					return errRefusedWrite
+				}
+				return nil
+			}})
+		if err != nil {
+			return nil, err
+		}
+		return &idem.Outcome{Status: 201, Body: []byte("paid")}, nil
+	}
+	for try := 1; try <= 2; try++ {
+		_, err := g.do(ctx, g.store, p, fn)
+		if !errors.Is(err, errRefusedWrite) || idem.IsStoreUnavailable(err) {
+			t.Fatalf("try %d: %v; want the refused write's error", try, err)
+		}
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("%d runs of two tries; want 2: the refused run's key was not given back", n)
+	}
+	if rows := g.count(t, "SELECT count(*) FROM payments WHERE key = 'refused'"); rows != 0 {
+		t.Fatalf("%d business rows after refused runs; want 0", rows)
+	}
+	if rows := g.count(t, "SELECT count(*) FROM "+g.table()+" WHERE key = 'refused'"); rows != 0 {
+		t.Fatalf("%d key rows held or completed after refused runs; want none", rows)
 	}
 }
