@@ -343,6 +343,32 @@ func dialCuttable(ctx context.Context, network, addr string) (net.Conn, error) {
 }
 
 // hold makes reads wait from now on; cut ends them with an error and closes the connection.
+// prepareOnEveryConn prepares each of sqls, named by its text as pgx looks them up, on all n
+// connections of pool, held at once so that they are n different ones.
+func prepareOnEveryConn(t *testing.T, pool *pgxpool.Pool, n int, sqls ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), faultBound)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("take connection %d of %d to prepare the handler's statements on: %v", len(conns)+1, n, err)
+		}
+		conns = append(conns, c)
+		for _, sql := range sqls {
+			if _, err := c.Conn().Prepare(ctx, sql, sql); err != nil {
+				t.Fatalf("prepare %q: %v", sql, err)
+			}
+		}
+	}
+}
+
 func (c *cuttableConn) hold() (cut func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -375,6 +401,10 @@ func (c *cuttableConn) Read(b []byte) (int, error) {
 func TestFaultConnectionCutAfterCommitKeepsTheOutcome(t *testing.T) {
 	t.Parallel()
 	e, tr := newFaultEnv(t, 4, nil)
+	// The cut holds the connection's reads from the batch that carries the COMMIT on, so that
+	// batch must not need a round trip of its own first: pgx prepares a statement the first time
+	// a connection sees it. The handler's deferred writes are prepared on every connection here.
+	prepareOnEveryConn(t, e.schema.Pool, 4, createPaymentSQL, recordSQL)
 	const tenant, key = "acme", "cut-after-commit"
 	committed := make(chan error, 1)
 	fired := tr.arm(atCommit, func(_ context.Context, conn *pgx.Conn) {
