@@ -79,8 +79,9 @@ type Claim struct {
 	// the room for the completion's parameters (completeArgs): both allocated with argv, in one
 	// array, so that a claim costs one slice however many statements it sends.
 	read, spare []any
-	// lockArg is the parameter of the claim under the key's lock (its lock id), in the claim's
-	// array too: the lock statement needs no slice of its own.
+	// lockArg are the parameters of the claim under the key's lock (tenant, scope, key and its
+	// lock id: sql/claim_lock.sql), in the claim's array too: the lock statement needs no slice
+	// of its own.
 	lockArg []any
 	// keyHash is KeyHash(Scope, Key), computed when the claim is made if its events reach
 	// anyone (Store.observed), and otherwise by hash on demand.
@@ -267,14 +268,16 @@ func newClaimWith(s *Store, p *DoParams, token pgtype.UUID, full bool) *Claim {
 	} else {
 		with := &struct {
 			Claim
-			all [4 + 4 + completeLockedParams + 1]any
+			all [4 + 4 + completeLockedParams + 4]any
 		}{}
 		c = &with.Claim
 		all := with.all[:]
 		all[0], all[1], all[2], all[3] = row.tenant, row.scope, row.key, storedText(p.Fingerprint)
 		all[4], all[5], all[6], all[7] = all[0], all[1], all[2], token
 		c.read, c.argv, c.spare = all[:4:4], all[4:8:8], all[8:8:8+completeLockedParams]
-		c.lockArg = all[8+completeLockedParams:]
+		lock := all[8+completeLockedParams:]
+		lock[0], lock[1], lock[2] = all[0], all[1], all[2] // the lock id is set by the claim
+		c.lockArg = lock
 	}
 	c.Tenant, c.Scope, c.Key, c.Operation, c.Lease, c.token = p.Tenant, p.Scope, p.Key, p.Operation, lease(p), token
 	c.row, c.notify = row, waits(p)

@@ -22,8 +22,9 @@ import (
 //     the same request): tx is open, the lock held, and the caller owns the key;
 //   - a row nobody may take (completed: a replay or a mismatch; a lease-mode claim in flight):
 //     the read's row is the answer, and tx, open for nothing, is rolled back by the connection's
-//     next batch (owed.go), which releases the lock. A key with a remembered completed row is
-//     read past a held lock: a replay never waits for one;
+//     next batch (owed.go). A key with a remembered completed row is not locked at all, and is
+//     read past a lock somebody holds: a replay never waits for one, and nobody waits for a
+//     replay's rollback;
 //   - the lock held by somebody else, and no completed row: the contended claim
 //     (claimContended) waits for the holder in a second round trip, and its read answers; when
 //     the holder left the key takeable (it rolled back), the claim starts over, within the same
@@ -78,7 +79,7 @@ func (s *Store) lockAndRead(ctx context.Context, a *attempt, wait time.Duration)
 	// The statements share tenant, scope and key: one slice, each boxed once.
 	rowArgs := c.read
 	lock := s.lockOf(c.row)
-	c.lockArg[0] = lock
+	c.lockArg[3] = lock
 	deadline := a.sent.Add(wait) // every contended wait of this claim shares wait
 	for try := 1; ; try++ {
 		t = claimTry{}

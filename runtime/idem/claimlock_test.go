@@ -308,12 +308,41 @@ func TestLockClaimReplayRoundTrips(t *testing.T) {
 		}
 	}
 	replays("with the lock free", 20)
-	// The last replay's owed transaction holds the lock every key of this Store has, which the
-	// holder below waits for: its rollback, due at the next batch, is made now.
-	idem.SettleOwedRollbacks(e.Store)
 	// Someone holds the lock every key of this Store has, on the pool's other connection.
 	holdEveryKeysLock(ctx, t, e)
 	replays("with the lock held", 20)
+}
+
+// A transaction-mode replay does not take the key's lock (sql/claim_lock.sql): the transaction
+// its batch began stays open until the connection's next batch (owed.go), and a duplicate still
+// waiting for the key's first holder must not wait for that replay's rollback too.
+func TestReplayTakesNoLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, &idemtest.SchemaOpts{MaxConns: 4})
+	idem.KeepOwedRollbacks(e.Store) // the replay's transaction stays open until the Store closes
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := &idem.DoParams{Scope: "s", Key: "done", Operation: "op", Fingerprint: "fp", Claim: idem.ClaimTransaction}
+	if _, err := e.Store.Do(ctx, p, pay(1, "done")); err != nil {
+		t.Fatal(err)
+	}
+	for _, fp := range []string{"fp", "another request"} { // a replay, then a mismatch
+		q := *p
+		q.Fingerprint = fp
+		if _, err := e.Store.Do(ctx, &q, pay(1, "again")); err != nil && !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("Do with fingerprint %q: %v", fp, err)
+		}
+		tx, err := e.Sch.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var free bool
+		err = tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", idem.LockID(e.Store, p)).Scan(&free)
+		_ = tx.Rollback(ctx)
+		if err != nil || !free {
+			t.Fatalf("after a claim with fingerprint %q the key's lock is held (%v): the answered claim's open transaction keeps it, and a waiting duplicate waits for its rollback", fp, err)
+		}
+	}
 }
 
 // A transaction-mode completion under the key's lock notifies nobody when the lock was held for

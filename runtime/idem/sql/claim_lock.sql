@@ -6,13 +6,20 @@
 -- the completion (complete_insert.sql) writes the row only if nobody else holds or completed it,
 -- so two keys whose ids collide only wait for each other and never change each other's answers.
 --
--- This statement only tries the lock, which a key nobody else holds (the common case: a new key,
--- or a replay) gets at once; a held lock is not waited for here. The read behind it
--- (claim_read.sql) decides what a held lock means: a remembered completed row is final until it
--- expires, so it answers the replay (or the mismatch) without waiting for anyone; any other row,
--- or none, makes the Store wait for the lock in a second round trip (claim_lock_wait.sql). So the
--- claim the common case pays has neither the bounded wait's settings nor anything else: a bare
--- function call, as cheap as a statement gets.
+-- This statement only tries the lock, which a new key nobody else holds (the common case) gets at
+-- once; a held lock is not waited for here. The read behind it (claim_read.sql) decides what a
+-- held lock means: a remembered completed row is final until it expires, so it answers the
+-- replay (or the mismatch) without waiting for anyone; any other row, or none, makes the Store
+-- wait for the lock in a second round trip (claim_lock_wait.sql). So the claim the common case
+-- pays has neither the bounded wait's settings nor anything else.
+--
+-- A key whose completed row is final is not locked at all (no row is returned): its claim is a
+-- replay or a mismatch, which the read answers, and the transaction the batch began for it is
+-- rolled back only with the connection's next batch (owed.go), up to 20 ms later. Holding the
+-- key's lock that long made every duplicate of a storm that was still waiting for the first
+-- holder (claim_lock_wait.sql) wait for that replay's rollback too: 20 ms more at the tail of a
+-- storm. The check is the key's primary-key probe, which the read behind repeats from the
+-- same pages.
 --
 -- No answer is an error: an error costs the server far more than a statement (about 50 µs of
 -- CPU for the error alone, and a line in its log with the statement's text), so no claim
@@ -30,5 +37,10 @@
 -- It returns whether it took the lock, and nothing else: each column costs the server its output
 -- on every claim (the transaction's start, which notify_locked.sql needs after a long hold, cost
 -- about 2,600 instructions per request here; that statement reads it from the key's row).
--- $1 the lock's id.
-SELECT pg_try_advisory_xact_lock($1::bigint)
+-- $1 tenant, $2 scope, $3 key, $4 the lock's id.
+SELECT pg_try_advisory_xact_lock($4::bigint)
+WHERE NOT EXISTS (
+	SELECT FROM {{.Table}} AS k
+	WHERE k.tenant = $1 AND k.scope = $2 AND k.key = $3
+		AND k.state = 'complete' AND k.expires_at > statement_timestamp()
+)
