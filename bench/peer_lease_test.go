@@ -263,7 +263,8 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 	}
 
 	// The claim is this request's and committed: the business work, then the fenced outcome.
-	resp, err := payments.CreatePaymentTx(ctx, tx, tenant, key, req.Body)
+	work := &heldTx{Tx: tx} // its writes travel with the outcome and the COMMIT
+	resp, err := payments.CreatePaymentTx(ctx, work, tenant, key, req.Body)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		s.release(tenant, key, owner)
@@ -292,6 +293,7 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 		stored = append(append([]byte(`{"Content-Type":["application/json"],"Location":[`), loc...), "]}"...)
 	}
 	b := &pgx.Batch{}
+	work.queueHeld(b)
 	b.Queue(completeSQL, tenant, key, owner, out.status, stored, out.body)
 	committed = false
 	b.Queue(peerLeaseCommitSQL).Exec(func(tag pgconn.CommandTag) error {
@@ -306,6 +308,9 @@ func (s peerLeaseServer) CreatePayment(ctx context.Context, req api.CreatePaymen
 				"this request's claim was taken over by another; retry later")}, nil
 		}
 		s.release(tenant, key, owner)
+		if prob := heldRefusal(err); prob != nil {
+			return problemResponse{prob}, nil
+		}
 		return nil, fmt.Errorf("payments lease peer: store the outcome and commit: %w", err)
 	}
 	if !committed {

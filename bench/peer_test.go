@@ -325,7 +325,8 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	if s.guarded {
 		hctx, endWork = context.WithTimeoutCause(ctx, peerCreateTimeout, errPeerHandlerTimeout)
 	}
-	resp, err := payments.CreatePaymentTx(hctx, tx, tenant, key, req.Body)
+	work := &heldTx{Tx: tx} // its writes travel with the key row and the COMMIT
+	resp, err := payments.CreatePaymentTx(hctx, work, tenant, key, req.Body)
 	if endWork != nil {
 		endWork() // the cause cannot change after this: the work returned in time, or did not
 		if errors.Is(context.Cause(hctx), errPeerHandlerTimeout) {
@@ -348,6 +349,7 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 		return nil, err
 	}
 	b = &pgx.Batch{}
+	work.queueHeld(b)
 	if s.row {
 		var owner pgtype.UUID
 		if _, err := rand.Read(owner.Bytes[:]); err != nil {
@@ -372,7 +374,10 @@ func (s peerServer) CreatePayment(ctx context.Context, req api.CreatePaymentRequ
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("payments peer: store the outcome and commit: %w", err)
+		if prob := heldRefusal(err); prob != nil {
+			return problemResponse{prob}, nil
+		}
+		return nil, fmt.Errorf("payments peer: the work, the outcome and the commit: %w", err)
 	}
 	if !committed {
 		return nil, errors.New("payments peer: the commit did not commit")

@@ -595,6 +595,23 @@ func TestBenchServers(t *testing.T) {
 			if err := checkOnce(ctx, sch.Pool, []string{"k1", "storm"}); err != nil {
 				t.Error(err)
 			}
+			if tc.mode != serverCached { // the replay cache answers a key whose row is gone
+				// The key's row gone (expired and purged) while its payment stays: the work runs
+				// again, its payment insert is refused with the writes that travel with the
+				// outcome, and the key is answered 422, with nothing added.
+				if st, _, _, err := l.send(ctx, s, "gone"); err != nil || st != http.StatusCreated {
+					t.Fatalf("create with the key gone: status %d, error %v; want 201", st, err)
+				}
+				if _, err := sch.Pool.Exec(ctx, "DELETE FROM "+tc.keyTable+" WHERE key = 'gone'"); err != nil {
+					t.Fatal(err)
+				}
+				if st, _, _, err := l.send(ctx, s, "gone"); err != nil || st != http.StatusUnprocessableEntity {
+					t.Errorf("a key whose row is gone and whose payment exists: status %d, error %v; want 422", st, err)
+				}
+				if err := checkOnce(ctx, sch.Pool, []string{"gone"}); err != nil {
+					t.Error(err)
+				}
+			}
 			if tc.mode == serverPeerLease || tc.mode == serverPeerLeaseRow {
 				checkPeerLeaseTakeover(ctx, t, sch.Pool, l, s, tc.mode == serverPeerLeaseRow)
 			}
