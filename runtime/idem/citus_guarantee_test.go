@@ -32,7 +32,7 @@ func TestCitusGuarantees(t *testing.T) {
 			guaranteePath{"citus(generic plans)", "pool", mode, citusPath(url, false, true)},
 		)
 	}
-	runGuaranteeTable(t, withAhead(paths))
+	runGuaranteeTable(t, withDefer(withAhead(paths)))
 }
 
 // citusPath sets a row up on the coordinator at url: a schema of its own, migrated, with the key

@@ -86,29 +86,24 @@ func (g *guaranteeEnv) do(ctx context.Context, s *idem.Store, p *idem.DoParams, 
 
 // withAhead is paths and, for each, the same path with every claim made ahead (guaranteeEnv.ahead).
 func withAhead(paths []guaranteePath) []guaranteePath {
-	out := slices.Clone(paths)
-	for _, p := range paths {
-		setup := p.setup
-		p.access += "+ahead"
-		p.setup = func(t *testing.T, g *guaranteeEnv) {
-			setup(t, g)
-			g.ahead = true
-		}
-		out = append(out, p)
-	}
-	return out
+	return withVariant(paths, "+ahead", func(g *guaranteeEnv) { g.ahead = true })
 }
 
 // withDefer is paths and, for each, the same path with the handlers' writes deferred
 // (guaranteeEnv.deferWrites).
 func withDefer(paths []guaranteePath) []guaranteePath {
+	return withVariant(paths, "+defer", func(g *guaranteeEnv) { g.deferWrites = true })
+}
+
+// withVariant is paths and, for each, the same path named with suffix and set up by set too.
+func withVariant(paths []guaranteePath, suffix string, set func(g *guaranteeEnv)) []guaranteePath {
 	out := slices.Clone(paths)
 	for _, p := range paths {
 		setup := p.setup
-		p.access += "+defer"
+		p.access += suffix
 		p.setup = func(t *testing.T, g *guaranteeEnv) {
 			setup(t, g)
-			g.deferWrites = true
+			set(g)
 		}
 		out = append(out, p)
 	}
