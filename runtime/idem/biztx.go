@@ -25,6 +25,9 @@ type bizTx struct {
 	// sent: send used first, the batch that begins the transaction, allocated with it.
 	sent  bool
 	first batch
+	// ended: the transaction is over for this request, committed or rolled back, and its
+	// connection (when the Store held one) handed back: nothing of it may be touched again.
+	ended bool
 }
 
 // acquirer is what *pgxpool.Pool offers beyond DB.
@@ -212,9 +215,10 @@ func (s *Store) rollback(ctx context.Context, bt *bizTx) {
 	bt.done()
 }
 
-// done hands the held connection back to the pool; a connection still in a transaction is
-// closed by the pool instead of reused.
+// done ends bt for this request and hands the held connection back to the pool; a connection
+// still in a transaction is closed by the pool instead of reused.
 func (bt *bizTx) done() {
+	bt.ended = true
 	if bt.conn != nil {
 		bt.conn.Release()
 		bt.conn = nil
@@ -249,7 +253,10 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 	if err != nil {
 		return err, nil
 	}
-	if bt.conn == nil { // writes is empty: Defer ran them in the handler (Claim.later was nil)
+	if bt.conn == nil {
+		if len(writes) > 0 { // Defer runs them in the handler when Claim.later is nil: not reached
+			return fmt.Errorf("idem: %d deferred writes and no batch to send them in", len(writes)), nil
+		}
 		if err := s.complete(ctx, bt.Tx, c, args); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				s.rollback(ctx, bt) // as in the batch path: a lost lease leaves nothing open
@@ -259,6 +266,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		if err := bt.Commit(ctx); err != nil {
 			return nil, storeError(ctx, "commit", err)
 		}
+		bt.done()
 		s.notifyWaiters(ctx, c)
 		return nil, nil
 	}
@@ -273,8 +281,13 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		evs := c.completionHistory(o.Status)
 		b.Queue(s.sql.historyInsert[len(evs)], historyArgs(c.row, evs...)...)
 	}
+	// The COMMIT's own tag, not only that it ran: a Write of two statements behind a pooler's
+	// simple protocol would hand this callback the result of the statement before it.
 	committed := false
-	b.Queue(commitSQL).Exec(statementRan(&committed))
+	b.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
 	switch {
 	case !c.notify:
 	case c.locked && ran < s.notifyAfter/2:

@@ -11,7 +11,9 @@ import (
 )
 
 // Write is a statement a handler hands to [Defer]: it runs in the handler's transaction after
-// the handler returns, in the round trip that stores the key's outcome and commits.
+// the handler returns, in the round trip that stores the key's outcome and commits. SQL is one
+// statement: a batch reads one result per statement, and behind a pooler that sends batches as
+// one simple query, a second statement in one Write would shift every result after it.
 type Write struct {
 	SQL  string
 	Args []any
@@ -136,10 +138,25 @@ func (e *deferredFailed) Error() string { return e.err.Error() }
 
 func (e *deferredFailed) Unwrap() error { return e.err }
 
-// deferredFailure says that err, a completion batch's error, is one of writes refused by
-// PostgreSQL, ran of them having run before it, and returns what the request fails with.
-// A connection that broke (no PostgreSQL error) is not: the COMMIT may have run.
+// deferredFailure says that err, a completion batch's error, is the failure of one of writes
+// (ran of them having run before it), and returns what the request fails with. It is when
+// PostgreSQL refused a write as it ran it (a *pgconn.PgError with ran below len(writes)), or pgx
+// could not prepare a write or encode its arguments (pgx.ErrPreprocessingBatch naming its SQL:
+// nothing was sent). An error that means the server was lost (lostStore) is not, even from a
+// write: the COMMIT may have run, and the caller says so.
 func deferredFailure(err error, writes []Write, ran int) (*deferredFailed, bool) {
+	if len(writes) == 0 || lostStore(err) {
+		return nil, false
+	}
+	var pre pgx.ErrPreprocessingBatch
+	if errors.As(err, &pre) {
+		for i := range writes {
+			if writes[i].SQL == pre.SQL() {
+				return &deferredFailed{writes[i].refused(err)}, true
+			}
+		}
+		return nil, false // one of the runtime's own statements
+	}
 	var pgErr *pgconn.PgError
 	if ran >= len(writes) || !errors.As(err, &pgErr) {
 		return nil, false

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgen/idemgen/runtime/idem"
 	"github.com/idemgen/idemgen/runtime/idemhttp"
+	"github.com/idemgen/idemgen/runtime/idemtest"
 )
 
 // errTaken is what the deferred insert's Refuse turns a unique violation into.
@@ -179,6 +180,98 @@ func TestDefer(t *testing.T) {
 			}
 			if n := e.Count(`SELECT count(*) FROM names WHERE name = 'late'`); n != 0 {
 				t.Errorf("the write deferred after the run was kept")
+			}
+		})
+	}
+}
+
+// TestDeferFailuresAreTheHandlers: a deferred write that pgx cannot send (an argument it cannot
+// encode, a statement PostgreSQL cannot prepare) is the handler's failure, blamed on that write
+// alone: nothing was sent, so it is neither a store error nor a commit whose answer was lost, and
+// another write's Refuse does not answer it.
+func TestDeferFailuresAreTheHandlers(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			events := &eventLog{kinds: map[idem.EventKind]int{}}
+			e := newEnv(t, &idem.Config{Observer: events.observe}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			refuseAll := func(*pgconn.PgError) error { return errTaken }
+			for _, tc := range []struct {
+				name string
+				bad  idem.Write
+			}{
+				{"unencodable argument", idem.Write{SQL: "INSERT INTO payments (key, amount) VALUES ('x', $1)", Args: []any{make(chan int)}}},
+				{"unpreparable statement", idem.Write{SQL: "INSERT INTO no_such_table VALUES (1)"}},
+			} {
+				p := &idem.DoParams{Scope: "s", Key: tc.name, Operation: "op", Fingerprint: "fp", Claim: mode}
+				_, err := e.Store.Do(ctx, p, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+					err := idem.Defer(ctx, tx,
+						idem.Write{SQL: "INSERT INTO payments (key, amount) VALUES ('first', 1)", Refuse: refuseAll},
+						tc.bad)
+					return &idem.Outcome{Status: 201}, err
+				})
+				switch {
+				case err == nil:
+					t.Fatalf("%s: Do succeeded; want the handler's failure", tc.name)
+				case errors.Is(err, errTaken):
+					t.Errorf("%s: %v: another write's Refuse answered it", tc.name, err)
+				case idem.IsStoreUnavailable(err), errors.Is(err, idem.ErrCommitUnknown):
+					t.Errorf("%s: %v: a write that was never sent is not the store's failure", tc.name, err)
+				}
+			}
+			if n := events.count(idem.EventStoreError); n != 0 {
+				t.Errorf("%d store_error events, want 0", n)
+			}
+			if n := e.Payments(); n != 0 {
+				t.Errorf("%d payments kept, want 0", n)
+			}
+			if n := e.Keys(); n != 0 {
+				t.Errorf("%d key rows, want 0: the keys were not given back", n)
+			}
+		})
+	}
+}
+
+// TestPanicAfterCommitKeepsTheOutcome: an observer that panics on the completed event runs
+// after the work and its outcome committed. The panic goes on, but nothing is given back: the
+// key stays complete and replays, and no released event follows its completed one.
+func TestPanicAfterCommitKeepsTheOutcome(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []idem.ClaimMode{idem.ClaimLease, idem.ClaimTransaction} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			events := &eventLog{kinds: map[idem.EventKind]int{}}
+			var panicked atomic.Bool
+			observe := func(ctx context.Context, ev idem.Event) {
+				events.observe(ctx, ev)
+				if ev.Kind == idem.EventCompleted && panicked.CompareAndSwap(false, true) {
+					panic("observer bug")
+				}
+			}
+			e := newEnv(t, &idem.Config{Observer: observe}, &idemtest.SchemaOpts{MaxConns: 1})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			p := &idem.DoParams{Scope: "s", Key: "k", Operation: "op", Fingerprint: "fp", Claim: mode}
+			func() {
+				defer func() {
+					if r := recover(); r == nil {
+						t.Fatal("the observer's panic did not reach the caller")
+					}
+				}()
+				_, _ = e.Store.Do(ctx, p, pay(1, "done"))
+			}()
+			if n := events.count(idem.EventReleased); n != 0 {
+				t.Errorf("%d released events after a completion that committed, want 0", n)
+			}
+			r, err := e.Store.Do(ctx, p, pay(1, "again"))
+			if err != nil || !r.Replayed || string(r.Outcome.Body) != "done" {
+				t.Fatalf("Do after the panic = %+v, %v; want the replay of the committed outcome", r, err)
+			}
+			if n := e.Payments(); n != 1 {
+				t.Errorf("%d payments, want 1", n)
 			}
 		})
 	}

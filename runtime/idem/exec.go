@@ -294,13 +294,17 @@ type handlerRun struct {
 // runClaimed runs fn inside tx for the held claim c, made in claim mode mode, and then settles
 // the run in one place ([Store.settle]): the outcome is completed and committed, or the work is
 // rolled back and the key given back. A panic in fn, or in what the completion runs of the
-// application's (its deferred writes' Refuse, a tracer on its pool), is settled too (the key
-// given back: a give-back leaves a completed row alone), and the panic goes on.
+// application's before the transaction ends (its deferred writes' Refuse, a tracer on its pool),
+// is settled too (the key given back: a give-back leaves a completed row alone), and the panic
+// goes on.
 func (s *Store) runClaimed(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, fn HandlerFunc, mode ClaimMode) (execResult, error) {
 	panicked := handlerRun{end: handlerPanicked, start: time.Now()}
 	settled := false
 	defer func() {
-		if !settled {
+		// tx.ended: the panic came after the transaction was over (an observer of the completed
+		// event, say): it committed or was given back already, and its connection may be
+		// another request's now.
+		if !settled && !tx.ended {
 			s.settle(ctx, tx, c, p, mode, panicked)
 		}
 	}()
@@ -329,6 +333,7 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 	if tx.conn != nil { // the completion is one batch, which the handler's deferred writes join
 		c.later = &deferred{tx: tx.Tx}
 	}
+	defer c.later.take() // closed however fn ends: a write deferred after it is refused
 
 	out, err := fn(hctx, tx.Tx)
 	late := finishHandler(tctx, cancelTimeout) // decided when fn returned, not after the renewal has stopped
