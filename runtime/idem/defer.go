@@ -72,10 +72,11 @@ func Defer(ctx context.Context, tx pgx.Tx, writes ...Write) error {
 	return nil
 }
 
-// refused is err turned by w.Refuse when PostgreSQL refused the statement, else err as it is.
+// refused is err turned by w.Refuse when PostgreSQL refused the statement (an error that means
+// the server was lost is not a refusal), else err wrapped as the failure of a deferred write.
 func (w *Write) refused(err error) error {
 	var pgErr *pgconn.PgError
-	if w.Refuse != nil && errors.As(err, &pgErr) {
+	if w.Refuse != nil && !lostStore(err) && errors.As(err, &pgErr) {
 		if r := w.Refuse(pgErr); r != nil {
 			return r
 		}
