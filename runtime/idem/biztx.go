@@ -248,15 +248,12 @@ const leaseLostCode = "22012"
 // happen. The notification runs in a transaction of its own, after the commit.
 // ErrLeaseLost means bt was rolled back; another error may have left it open, and committed or
 // not (a lost connection): the caller releases what it holds, as after a failed commit.
-func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl, ran time.Duration, writes []Write) (completeErr, commitErr error) {
+func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *Outcome, ttl, ran time.Duration) (completeErr, commitErr error) {
 	args, err := s.completeArgs(c, o, ttl)
 	if err != nil {
 		return err, nil
 	}
-	if bt.conn == nil {
-		if len(writes) > 0 { // Defer runs them in the handler when Claim.later is nil: not reached
-			return fmt.Errorf("idem: %d deferred writes and no batch to send them in", len(writes)), nil
-		}
+	if bt.conn == nil { // Claim.later is nil: Defer ran the handler's writes itself
 		if err := s.complete(ctx, bt.Tx, c, args); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				s.rollback(ctx, bt) // as in the batch path: a lost lease leaves nothing open
@@ -271,6 +268,7 @@ func (s *Store) completeAndCommit(ctx context.Context, bt *bizTx, c *Claim, o *O
 		return nil, nil
 	}
 	b := newBatch()
+	writes := c.later.take() // closed when the handler returned
 	wrote := 0
 	queueDeferred(b, writes, &wrote)
 	for _, q := range s.set().beforeComplete() {

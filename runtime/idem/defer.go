@@ -85,8 +85,8 @@ func (w *Write) refused(err error) error {
 }
 
 // deferred is the writes a handler's run deferred, for the one transaction it ran in. It is
-// taken by the completion when the handler has returned; a write deferred after that (by a
-// goroutine outliving the run) is refused.
+// closed when the handler returns (or panics), and the completion then sends what it holds; a
+// write deferred after that (by a goroutine outliving the run) is refused.
 type deferred struct {
 	tx     pgx.Tx
 	mu     sync.Mutex

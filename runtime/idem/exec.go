@@ -287,8 +287,6 @@ type handlerRun struct {
 	out   *Outcome
 	err   error
 	start time.Time
-	// writes are the statements fn deferred (Defer), sent with the completion.
-	writes []Write
 }
 
 // runClaimed runs fn inside tx for the held claim c, made in claim mode mode, and then settles
@@ -338,7 +336,7 @@ func (s *Store) runHandler(ctx context.Context, tx *bizTx, c *Claim, p *DoParams
 	out, err := fn(hctx, tx.Tx)
 	late := finishHandler(tctx, cancelTimeout) // decided when fn returned, not after the renewal has stopped
 	renewal.stop()
-	run := handlerRun{end: handlerReturned, out: out, err: err, start: start, writes: c.later.take()}
+	run := handlerRun{end: handlerReturned, out: out, err: err, start: start}
 	switch {
 	case late:
 		run.end = handlerTimedOut
@@ -396,7 +394,7 @@ func (s *Store) settle(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mo
 		s.giveBack(ctx, tx, c, mode, EventReleased, run.start, fmt.Sprintf("persist: the persisted statuses do not include %d", out.Status))
 		return res, nil
 	}
-	return s.commitOutcome(ctx, tx, c, p, mode, res, run.start, run.writes)
+	return s.commitOutcome(ctx, tx, c, p, mode, res, run.start)
 }
 
 // giveBack undoes a run: the business work and, in lease mode, the claim (token-guarded), so a
@@ -419,9 +417,9 @@ func (s *Store) giveBack(ctx context.Context, tx *bizTx, c *Claim, mode ClaimMod
 
 // commitOutcome runs the handler's deferred writes, completes c with res's outcome inside tx
 // and commits them all.
-func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res execResult, start time.Time, writes []Write) (execResult, error) {
+func (s *Store) commitOutcome(ctx context.Context, tx *bizTx, c *Claim, p *DoParams, mode ClaimMode, res execResult, start time.Time) (execResult, error) {
 	sent := time.Now() // before the database computes the key's expiry
-	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start), writes)
+	completeErr, commitErr := s.completeAndCommit(ctx, tx, c, res.outcome, ttl(p), sent.Sub(start))
 	var refused *deferredFailed
 	switch {
 	case errors.As(completeErr, &refused):
