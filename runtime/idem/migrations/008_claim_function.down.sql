@@ -1,0 +1,1 @@
+DROP FUNCTION {{.ClaimLease}}(text, text, text, uuid, text, text, interval, interval);
