@@ -145,6 +145,17 @@ func (f *Fingerprinter) fail(err error) {
 // its fingerprint leaves out the failed parts, so callers should check Err before Sum.
 func (f *Fingerprinter) Err() error { return f.err }
 
+// Framed returns the frames added so far while the Fingerprinter keeps them in memory, and nil
+// once they stream (past a few KiB). Two fingerprints whose Framed bytes are equal and which go on
+// with the same parts have the same Sum: a caller that summed one can reuse its sum for the other
+// without hashing again. The bytes are the Fingerprinter's own: read them, do not change them.
+func (f *Fingerprinter) Framed() []byte {
+	if f.h != nil || f.err != nil {
+		return nil
+	}
+	return f.buf
+}
+
 // Sum returns the hex SHA-256.
 func (f *Fingerprinter) Sum() string {
 	var sum [sha256.Size]byte

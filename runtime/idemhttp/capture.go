@@ -22,6 +22,32 @@ type Body struct {
 	log          *refusalLog
 	method, path string
 	req          *http.Request
+	// print is the fingerprint the edge computed for this body (edge.params), which the
+	// handler's own (Op.request) reuses when it frames the same parts before it.
+	print bodyPrint
+}
+
+// bodyPrint is a request's fingerprint as the edge computed it: the policy it was computed
+// under, the frames before the body, the body it then framed (its bytes and media type) and
+// the sum.
+type bodyPrint struct {
+	p           *Policy
+	framed      []byte
+	bytes       []byte
+	contentType string
+	sum         string
+}
+
+// reuse is the fingerprint of b under p whose frames before the body are framed, when b's
+// edge computed it (ok), so that it need not be hashed again: the same policy (so the same
+// route and exclusions), the same frames, and the very bytes and media type it framed.
+func (b *Body) reuse(p *Policy, framed []byte) (sum string, ok bool) {
+	e := &b.print
+	if e.p != p || e.p == nil || framed == nil || !bytes.Equal(framed, e.framed) || e.contentType != b.ContentType ||
+		len(e.bytes) != len(b.Bytes) || len(b.Bytes) > 0 && &e.bytes[0] != &b.Bytes[0] {
+		return "", false
+	}
+	return e.sum, true
 }
 
 type bodyKey struct{}

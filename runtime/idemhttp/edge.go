@@ -226,13 +226,21 @@ func (e *edge) params(ctx context.Context, r *http.Request, body *Body) (p *Poli
 	if mediaTypeProblem(ctx, p) != nil {
 		return nil, nil // the full path answers 415, whatever the fingerprint
 	}
+	framed := fp.Framed()
 	if !p.NoFingerprint && len(body.Bytes) > 0 && fp.RawBody(body.ContentType, body.Bytes, p.Exclude...) != nil {
 		return nil, nil
 	}
 	if p.ValidateBody != nil && p.ValidateBody(ctx, body.ContentType, body.Bytes) != nil {
 		return nil, nil // an invalid body never binds a key: the full path refuses it
 	}
-	return p, p.doParams(tenant, scope, key, fp.Sum())
+	sum := fp.Sum()
+	if !p.NoFingerprint && fp.Framed() != nil {
+		// For the handler's fingerprint (Op.request), which frames the parts as bound, and the
+		// same body: when its frames match these, the sum is this one. (A body large enough to
+		// be hashed as it streams reuses the memory framed was read from: no reuse then.)
+		body.print = bodyPrint{p: p, framed: framed, bytes: body.Bytes, contentType: body.ContentType, sum: sum}
+	}
+	return p, p.doParams(tenant, scope, key, sum)
 }
 
 // value is the part name ("header:X-Account", "path:payment_id") of r, whose path matched rt: a

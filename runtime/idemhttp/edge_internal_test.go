@@ -1,8 +1,11 @@
 package idemhttp
 
 import (
+	"context"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/idemgen/idemgen/runtime/idem"
 )
 
 // TestEdgeRoute: the edge answers only for a path that is an idempotent operation's route
@@ -53,5 +56,65 @@ func TestEdgeRoute(t *testing.T) {
 	}
 	if e := newEdge(nil, "", []*Policy{{Route: "POST /v1/x", Key: KeyRule{Header: "K"}}}, nil); e != nil {
 		t.Errorf("a policy without an EdgeRule gave an edge")
+	}
+}
+
+// TestHandlerReusesTheEdgesFingerprint: the handler's fingerprint (Op.request) reuses the sum
+// the edge computed for the same body (Body.print) only when it is computed under the same
+// policy, with the parts as bound framed exactly as the edge framed them as sent, over the very
+// bytes and media type the edge framed; anything else is hashed anew. The edge's sum is a
+// sentinel here, so that reuse shows; the sum hashed anew is checked against a full computation.
+func TestHandlerReusesTheEdgesFingerprint(t *testing.T) {
+	p := &Policy{Operation: "createPayment", Route: "POST /v1/payments", Body: true, Key: KeyRule{Header: "Idempotency-Key"}}
+	other := *p
+	account := "acc_1"
+	body := []byte(`{"amount_minor": 100, "currency": "EUR"}`)
+	const mediaType = "application/json"
+	framed := func(account string) []byte {
+		fp := idem.NewFingerprinter(p.Route)
+		if err := fp.Add("header:X-Account", &account); err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(nil), fp.Framed()...)
+	}
+	full := func(account string, b []byte) string {
+		fp := idem.NewFingerprinter(p.Route)
+		_ = fp.Add("header:X-Account", &account)
+		if err := fp.RawBody(mediaType, b, p.Exclude...); err != nil {
+			t.Fatal(err)
+		}
+		return fp.Sum()
+	}
+	for _, c := range []struct {
+		name   string
+		policy *Policy     // the policy the handler computes under
+		print  func(*Body) // what the edge left on the body
+		reused bool
+	}{
+		{"the edge's reading", p, func(b *Body) {}, true},
+		{"no edge", p, func(b *Body) { b.print = bodyPrint{} }, false},
+		{"another policy", &other, func(b *Body) {}, false},
+		{"another part", p, func(b *Body) { b.print.framed = framed("acc_2") }, false},
+		{"another media type", p, func(b *Body) { b.print.contentType = "application/merge-patch+json" }, false},
+		{"a copy of the bytes", p, func(b *Body) { b.print.bytes = append([]byte(nil), body...) }, false},
+		{"fewer bytes", p, func(b *Body) { b.print.bytes = body[:len(body)-1] }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := &Body{ContentType: mediaType, Bytes: body}
+			b.print = bodyPrint{p: p, framed: framed(account), bytes: b.Bytes, contentType: mediaType, sum: "the edge's sum"}
+			c.print(b)
+			op := &Op[any]{Parts: []Part{{Name: "header:X-Account", Value: &account}}}
+			req, err := op.request(WithBody(context.Background(), b), c.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := full(account, body)
+			if c.reused {
+				want = "the edge's sum"
+			}
+			if req.Fingerprint != want {
+				t.Fatalf("fingerprint %q; want %q (reused: %v)", req.Fingerprint, want, c.reused)
+			}
+		})
 	}
 }

@@ -575,6 +575,14 @@ func (op *Op[R]) request(ctx context.Context, p *Policy) (*Request, error) {
 		if !ok && p.Body {
 			return nil, fmt.Errorf("operation %s: %w", p.Operation, errNoBody)
 		}
+		if ok {
+			// The edge fingerprinted this body already: when the parts as bound framed what it
+			// read from the request as sent, the sum is its (the body's frame is the same).
+			if sum, same := body.reuse(p, fp.Framed()); same {
+				req.Fingerprint = sum
+				return req, nil
+			}
+		}
 		if ok && len(body.Bytes) > 0 {
 			if err := fp.RawBody(body.ContentType, body.Bytes, p.Exclude...); err != nil {
 				return nil, err
