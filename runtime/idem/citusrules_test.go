@@ -62,7 +62,7 @@ func spansTenants(name string) bool { return citusMaintenance[name] || strings.H
 var citusFence = map[string]bool{"complete": true}
 
 func TestCitusRules(t *testing.T) {
-	st, err := newStatements(citusTable, citusEvents, citusClaimLease, true)
+	st, err := newStatements(citusTable, citusEvents, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +98,6 @@ func TestCitusRules(t *testing.T) {
 const (
 	citusTable  = `"public"."idempotency_keys"`
 	citusEvents = `"public"."idempotency_keys_events"`
-	// citusClaimLease is plain PostgreSQL's fast lease claim function, which Citus's set never
-	// calls.
-	citusClaimLease = `"public"."idempotency_keys_claim_lease"`
 )
 
 // TestStatementRoles: every statement of the set (read from the statements struct) has its role
@@ -108,7 +105,7 @@ const (
 // a new statement is checked against Citus's rules, and EXPLAINed on a cluster, from the day it
 // is added.
 func TestStatementRoles(t *testing.T) {
-	st, err := newStatements(citusTable, citusEvents, citusClaimLease, true)
+	st, err := newStatements(citusTable, citusEvents, true)
 	if err != nil {
 		t.Fatal(err)
 	}

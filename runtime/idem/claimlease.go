@@ -200,13 +200,12 @@ func (s *Store) claimAndBegin(ctx context.Context, p *DoParams) attempt {
 }
 
 // fastClaimAndBegin is claimAndBegin's common case, in one round trip. The batch is the claim's
-// own transaction (BEGIN; the fast claim, sql/claim_fast_lease.sql: one call of the key table's
-// claim function, which answers a remembered completed row, or else inserts the key and sets the
-// claim's asynchronous commit, see claim for why that loses nothing; COMMIT), then the business
-// BEGIN. On Citus the replay check (sql/replay.sql) goes ahead of the claim's transaction, the
-// settings are SET LOCAL statements and the insert a statement of its own (see topology.go). No
-// statement fails on purpose: for a key that has a row the insert writes nothing, and a
-// remembered completed row is the replay check's answer; the business transaction begun for nothing is
+// own transaction (BEGIN; the fast claim's plain insert, sql/claim_fast_lease.sql, which also
+// sets the claim's asynchronous commit, see claim for why that loses nothing; the replay check,
+// sql/replay.sql; COMMIT), then the business BEGIN. On Citus the replay check goes ahead of the
+// claim's transaction and the settings are SET LOCAL statements (see topology.go). No statement
+// fails on purpose: for a key that has a row the insert writes nothing, and a remembered
+// completed row is the replay check's answer; the business transaction begun for nothing is
 // rolled back by the connection's next batch (owed.go), which costs the server less than an
 // error would (see sql/claim_lock.sql) and the request no round trip. decided is false when the
 // key has a row that the replay check did not answer for: the insert wrote nothing, and the full

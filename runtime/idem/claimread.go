@@ -47,40 +47,6 @@ func (s *Store) scanPeek(rows pgx.Rows) (*peeked, error) {
 	return pk, rows.Err()
 }
 
-// scanLeaseClaim reads the answer of lease mode's fast claim on plain PostgreSQL
-// (sql/claim_fast_lease.sql), one row: won is set to 1 when the request inserted the key, and a
-// remembered completed row is returned as scanPeek returns it; neither for any other row.
-func (s *Store) scanLeaseClaim(rows pgx.Rows, won *int) (*peeked, error) {
-	var pk *peeked
-	for rows.Next() {
-		// One allocation for the row, whose fields Scan takes the addresses of.
-		row := &struct {
-			won          bool
-			fingerprint  pgtype.Text
-			expires, now pgtype.Timestamptz
-			peeked
-		}{}
-		dst := []any{&row.won, &row.fingerprint, &row.outcome.status, &row.outcome.headers, &row.outcome.body, &row.outcome.reference, &row.expires, &row.now}
-		if s.cache == nil {
-			dst = dst[:6] // without the cache the statement returns neither time
-		}
-		if err := rows.Scan(dst...); err != nil {
-			return nil, err
-		}
-		switch {
-		case row.won:
-			*won = 1
-		case row.fingerprint.Valid:
-			pk = &row.peeked
-			pk.fingerprint = row.fingerprint.String
-			if s.cache != nil {
-				pk.expiresLeft = wholeMillis(finite(row.expires).Sub(finite(row.now)))
-			}
-		}
-	}
-	return pk, rows.Err()
-}
-
 // result is the claim's answer for a request with fingerprint fp: the replay, or key reused. The
 // row holds the fingerprint as stored text (storedText), as every statement sends it.
 func (pk *peeked) result(fp string) (*claimResult, error) {

@@ -574,7 +574,7 @@ func TestAsyncClaimLeavesTheBusinessCommitDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idem.RecordClaimSetting(t, s, "synchronous_commit")
+	idem.RecordClaimSetting(s, "synchronous_commit")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var inside string

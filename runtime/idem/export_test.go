@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -143,25 +142,14 @@ func BlindReplayCheck(s *Store) { s.sql.replay += " AND false" }
 // disagree with the claim or fail.
 func SetOwnerGuard(s *Store, sql string) { s.sql.ownerGuard = sql }
 
-// RecordClaimSetting makes every insert into s's key table (the lease-mode claim's, on plain
-// PostgreSQL inside the key table's claim function) store the value its transaction has for
-// setting after the key's operation, so a test can see the claim's own settings in the key's
-// row: a trigger on the table, which the test's schema drops with it.
-func RecordClaimSetting(t testing.TB, s *Store, setting string) {
-	t.Helper()
-	fn := s.table[:len(s.table)-1] + `_record"`
-	sql := `CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN NEW.operation := NEW.operation || ' ' || current_setting(` + quoteLiteral(setting) + `); RETURN NEW; END $$;
-		CREATE TRIGGER record_setting BEFORE INSERT ON ` + s.table + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `()`
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := s.db.Exec(ctx, sql); err != nil {
-		t.Fatalf("record %s on the key table's inserts: %v", setting, err)
-	}
+// RecordClaimSetting makes s's lease-mode fast claim (sql/claim_fast.sql, and on plain
+// PostgreSQL sql/claim_fast_lease.sql) store the value the claim's transaction has for setting
+// after the key's operation, so a test can see the claim's own settings in the key's row.
+func RecordClaimSetting(s *Store, setting string) {
+	record := "$5::text || ' ' || current_setting('" + setting + "'),"
+	s.sql.claimFast = strings.Replace(s.sql.claimFast, "VALUES ($1, $2, $3, $5,", "VALUES ($1, $2, $3, "+record, 1)
+	s.sql.claimFastLease = strings.Replace(s.sql.claimFastLease, "SELECT $1, $2, $3, $5,", "SELECT $1, $2, $3, "+record, 1)
 }
-
-// quoteLiteral is s as an SQL string literal.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // ClaimUnderTenant is c presented under another tenant, for tests that check every statement
 // names the tenant.

@@ -83,9 +83,6 @@ type migrationVars struct {
 	// Events is the key's history table, "schema"."<table>_events" (HistoryTableName), and the
 	// rest its indexes (version 6).
 	Events, EventsKeyIndex, EventsProviderIndex, EventsAtIndex string
-	// ClaimLease is lease mode's fast claim, "schema"."<table>_claim_lease" (claimLeaseName;
-	// version 8).
-	ClaimLease string
 }
 
 // Migrations returns the migrations rendered for m's table, in version order: the SQL to review
@@ -102,7 +99,6 @@ func (m *Migrator) Migrations() ([]Migration, error) {
 		EventsKeyIndex:      pgx.Identifier{companionName(table, "_events_key_idx")}.Sanitize(),
 		EventsProviderIndex: pgx.Identifier{companionName(table, "_events_provider_idx")}.Sanitize(),
 		EventsAtIndex:       pgx.Identifier{companionName(table, "_events_at_idx")}.Sanitize(),
-		ClaimLease:          pgx.Identifier{schema, claimLeaseName(table)}.Sanitize(),
 	}
 	files, err := fs.Glob(migrationFS, "migrations/*.up.sql")
 	if err != nil {
@@ -159,10 +155,6 @@ func checkTable(table string) error {
 // and told apart by a digest of the whole (companionName).
 func HistoryTableName(table string) string { return companionName(table, "_events") }
 
-// claimLeaseName is the name of lease mode's fast claim function beside the key table named
-// table (migration 8, sql/claim_fast_lease.sql).
-func claimLeaseName(table string) string { return companionName(table, "_claim_lease") }
-
 // companionName is table+suffix, the name of something that belongs to the key table; when
 // that is over 63 bytes, the table's name is cut to fit and followed by 8 hex digits of its
 // SHA-256, so two long table names that share a prefix still get distinct companions.
@@ -215,7 +207,7 @@ func renderEmbedded(fsys embed.FS, file string, data any) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("idem: %s: %w", file, err)
 	}
-	t, err := template.New(file).Option("missingkey=error").Funcs(stateFuncs).Parse(string(src))
+	t, err := template.New(file).Option("missingkey=error").Parse(string(src))
 	if err != nil {
 		return "", fmt.Errorf("idem: %s: %w", file, err)
 	}

@@ -73,8 +73,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		}
 		total += len(applied[i])
 	}
-	if total != 8 {
-		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 8 applied exactly once", applied)
+	if total != 7 {
+		t.Fatalf("concurrent Migrate applied %v; want versions 1 to 7 applied exactly once", applied)
 	}
 	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || len(r.Versions) != 0 {
 		t.Fatalf("second Migrate = %+v, %v; want a no-op", r, err)
@@ -98,10 +98,10 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 		t.Fatalf("created_at is %s before the database's now()", skew)
 	}
 
-	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[8 7 6 5 4 3 2 1]" {
-		t.Fatalf("dry run down = %+v, %v; want versions 8, 7, 6, 5, 4, 3, 2 and 1 listed", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{DryRun: true}); err != nil || fmt.Sprint(versions(r)) != "[7 6 5 4 3 2 1]" {
+		t.Fatalf("dry run down = %+v, %v; want versions 7, 6, 5, 4, 3, 2 and 1 listed", r, err)
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[8 7 6 5 4 3 2 1]" {
+	if r, err := m.Migrate(ctx, idem.DirectionDown, nil); err != nil || fmt.Sprint(versions(r)) != "[7 6 5 4 3 2 1]" {
 		t.Fatalf("MigrateDown = %+v, %v", r, err)
 	}
 	var exists bool
@@ -109,8 +109,8 @@ func TestMigrateIsIdempotentConcurrentAndReversible(t *testing.T) {
 	if exists {
 		t.Fatal("MigrateDown left the table")
 	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4 5 6 7 8]" {
-		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 8 again", r, err)
+	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("Migrate after MigrateDown = %+v, %v; want versions 1 to 7 again", r, err)
 	}
 }
 
@@ -183,9 +183,9 @@ func TestMigrationEscapesStoredText(t *testing.T) {
 		}
 	}
 	replayed("after version 2")
-	// Back to version 1: versions 8 (the claim function), 7 (the history's resolution), 6 (the
-	// history), 5 (the checks), 4 (the expiry index) and 3 (the key table's fillfactor) go first.
-	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 7}); err != nil {
+	// Back to version 1: versions 7 (the history's resolution), 6 (the history), 5 (the checks),
+	// 4 (the expiry index) and 3 (the key table's fillfactor) go first.
+	if _, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 6}); err != nil {
 		t.Fatalf("revert version 2: %v", err)
 	}
 	for tenant, stored := range old {
@@ -468,64 +468,5 @@ func TestTableNameLengthLimit(t *testing.T) {
 		if err := sch.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'kk%'", sch.Name).Scan(&objects); err != nil || objects != 0 {
 			t.Errorf("after refusing a %d-byte table, the schema has %d objects named after it (%v); want none", n, objects, err)
 		}
-	}
-}
-
-// Migration 8 creates the key table's claim function, lease mode's fast claim on plain
-// PostgreSQL. Before it, a lease-mode claim fails as a store error whose message says a migration
-// is missing (and claims nothing), while transaction mode, which never calls it, serves; after
-// it, lease mode serves, on a table whose name is as long as a Store takes (the function's name
-// is then cut short like the history table's); reverting it drops the function alone.
-func TestMigration8ClaimFunction(t *testing.T) {
-	t.Parallel()
-	table := strings.Repeat("k", idem.MaxTableBytes)
-	sch := idemtest.TestSchema(t, &idemtest.SchemaOpts{NoMigrate: true, Table: table})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := idem.NewMigrator(sch.Pool, sch.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Migrate(ctx, idem.DirectionUp, &idem.MigrateOpts{MaxSteps: 7}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := idem.NewStore(sch.Pool, sch.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	do := func(key string, mode idem.ClaimMode) error {
-		_, err := s.Do(ctx, &idem.DoParams{Scope: "s", Key: key, Fingerprint: "fp", Claim: mode}, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
-			return &idem.Outcome{Status: 201}, nil
-		})
-		return err
-	}
-	if err := do("lease", idem.ClaimLease); err == nil || !strings.Contains(err.Error(), "migrations are not all applied") {
-		t.Fatalf("a lease claim before migration 8: %v; want a store error saying the migrations are not all applied", err)
-	}
-	if n := countRows(t, sch.Pool, "SELECT count(*) FROM "+s.Table()); n != 0 {
-		t.Fatalf("a lease claim before migration 8 left %d rows; want none", n)
-	}
-	if err := do("tx", idem.ClaimTransaction); err != nil {
-		t.Fatalf("a transaction-mode claim before migration 8: %v; want it served (it calls no function)", err)
-	}
-	if r, err := m.Migrate(ctx, idem.DirectionUp, nil); err != nil || fmt.Sprint(versions(r)) != "[8]" {
-		t.Fatalf("migrate to 8 = %+v, %v", r, err)
-	}
-	for i := range 2 {
-		if err := do("lease", idem.ClaimLease); err != nil {
-			t.Fatalf("lease claim %d after migration 8: %v", i+1, err)
-		}
-	}
-	functions := func() string {
-		return joinedRows(t, ctx, sch.Pool, `SELECT proname FROM pg_proc WHERE pronamespace = $1::regnamespace ORDER BY proname`, sch.Name)
-	}
-	if got := functions(); len(got) > 63 || !strings.HasSuffix(got, "_claim_lease") {
-		t.Fatalf("the schema's functions after migration 8: %q; want the table's claim function alone, its name cut to 63 bytes", got)
-	}
-	if r, err := m.Migrate(ctx, idem.DirectionDown, &idem.MigrateOpts{MaxSteps: 1}); err != nil || fmt.Sprint(versions(r)) != "[8]" {
-		t.Fatalf("revert 8 = %+v, %v", r, err)
-	}
-	if got := functions(); got != "" {
-		t.Fatalf("the schema's functions after reverting migration 8: %q; want none", got)
 	}
 }

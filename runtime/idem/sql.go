@@ -18,10 +18,9 @@ var sqlFS embed.FS
 type statements struct {
 	complete, release, renew, purge, purgeCount string
 	replay, replayGuard, notify, ownerGuard     string
-	// claimFastLease is lease mode's fast claim on plain PostgreSQL (sql/claim_fast_lease.sql):
-	// a call of the key table's claim function (migration 8), which runs the replay check and,
-	// without a remembered completed row, claimFast's insert, and sets the claim's asynchronous
-	// commit when it inserts.
+	// claimFastLease is lease mode's fast claim on plain PostgreSQL: claimFast's insert, which
+	// also sets the claim's asynchronous commit (sql/claim_fast_lease.sql), sent ahead of the
+	// replay check (replay).
 	claimFastLease string
 	// claimFast is the claim's fast path (sql/claim_fast.sql), a plain insert that wins a key
 	// nobody has; either mode sends the full claim only when the key has a row.
@@ -70,10 +69,9 @@ type statements struct {
 	batched []string
 }
 
-// newStatements renders the statements for table, its history table events and its fast lease
-// claim function claimLease (all sanitised); remember says the Store keeps a replay cache,
+// newStatements renders the statements for table; remember says the Store keeps a replay cache,
 // whose entries need to know how long a replayed row stays remembered (sql/replay.sql).
-func newStatements(table, events, claimLease string, remember bool) (statements, error) {
+func newStatements(table, events string, remember bool) (statements, error) {
 	var st statements
 	// Each statement once: its file, where it goes, and whether the request path batches it (see
 	// batched). In this order, since the guarded read wraps the read (its Inner).
@@ -82,7 +80,7 @@ func newStatements(table, events, claimLease string, remember bool) (statements,
 		dst     *string
 		batched bool
 	}{
-		{"claim_fast", &st.claimFast, true}, {"claim_fast_lease", &st.claimFastLease, false},
+		{"claim_fast", &st.claimFast, true}, {"claim_fast_lease", &st.claimFastLease, true},
 		{"claim_read", &st.claimRead, true}, {"claim_read_guarded", &st.claimReadGuarded, true}, {"claim", &st.claim, true},
 		{"owner_guard", &st.ownerGuard, true}, {"replay", &st.replay, true}, {"replay_guard", &st.replayGuard, true},
 		{"complete", &st.complete, true}, {"notify", &st.notify, true},
@@ -99,7 +97,7 @@ func newStatements(table, events, claimLease string, remember bool) (statements,
 		{"op_provider_calls", &st.op.providerCalls, false}, {"op_provider_calls_by_key", &st.op.providerCallsByKey, false}, {"op_key_fates", &st.op.keyFates, false}, {"op_key_rows", &st.op.keyRows, false},
 		{"op_keys", &st.op.keys, false}, {"op_clock", &st.op.clock, false}, {"op_key_stats", &st.op.keyStats, false},
 	} {
-		sql, err := renderSQL(s.file, sqlVars{Table: table, Events: events, ClaimLease: claimLease, Remember: remember, Inner: st.claimRead})
+		sql, err := renderSQL(s.file, sqlVars{Table: table, Events: events, Remember: remember, Inner: st.claimRead})
 		if err != nil {
 			return st, err
 		}
@@ -118,11 +116,10 @@ func newStatements(table, events, claimLease string, remember bool) (statements,
 }
 
 // sqlVars are what a sql/*.sql file may use: the key table's sanitised name, for the guarded
-// read the statement it wraps, the history table's and the fast lease claim function's, and
-// whether the Store keeps a replay cache.
+// read the statement it wraps, the history table's, and whether the Store keeps a replay cache.
 type sqlVars struct {
-	Table, Events, ClaimLease, Inner string
-	Remember                         bool
+	Table, Events, Inner string
+	Remember             bool
 }
 
 // renderSQL is sql/file.sql rendered with v, without its comments, with the shared fragments

@@ -15,10 +15,9 @@ import (
 //     guard); Citus's sends none, and the answers of the statements that then run decide the same;
 //   - settings: a SET LOCAL must reach the worker that commits on Citus, so its set turns the
 //     propagation of SET LOCAL on first;
-//   - lease mode's fast claim: plain PostgreSQL's is one call of the key table's claim function
-//     (sql/claim_fast_lease.sql, migration 8), which reads the row, inserts the key only when it
-//     must, and sets the asynchronous commit itself; Citus's sends the replay check ahead of the
-//     claim's transaction, the settings as statements, and the insert (sql/claim_fast.sql);
+//   - lease mode's fast claim: plain PostgreSQL's sets the asynchronous commit inside its insert
+//     (sql/claim_fast_lease.sql); Citus's sends the settings as statements, and the replay check
+//     ahead of the claim's transaction;
 //   - the completion: Citus cannot plan the completion's fence (sql/complete.sql, an UPDATE in
 //     a WITH) generically ("could not create distributed plan"), so where sessions force generic
 //     plans (plan_cache_mode = force_generic_plan) its set asks for a custom plan first.
@@ -63,12 +62,11 @@ const customPlanSQL = `SET LOCAL plan_cache_mode = force_custom_plan`
 // plainSet is plain PostgreSQL's statement set, also sent through a transaction-mode pooler.
 type plainSet struct{}
 
-// fastLease queues one call of the key table's claim function (sql/claim_fast_lease.sql), which
-// runs the replay check and, only without a remembered completed row, the insert.
 func (plainSet) fastLease(s *Store, b *batch, c *Claim, won *int, done **peeked) {
 	b.Queue(beginSQL)
-	b.Queue(s.sql.claimFastLease, c.claimArgs()...).Query(func(rows pgx.Rows) (err error) {
-		*done, err = s.scanLeaseClaim(rows, won)
+	b.Queue(s.sql.claimFastLease, c.claimArgs()...).Query(counting(won))
+	b.Queue(s.sql.replay, c.rowArgs()...).Query(func(rows pgx.Rows) (err error) {
+		*done, err = s.scanPeek(rows)
 		return err
 	})
 }

@@ -234,8 +234,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	}
 	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
 	events := pgx.Identifier{c.Schema, HistoryTableName(c.Table)}.Sanitize()
-	claimLease := pgx.Identifier{c.Schema, claimLeaseName(c.Table)}.Sanitize()
-	st, err := newStatements(table, events, claimLease, c.ReplayCacheBytes > 0)
+	st, err := newStatements(table, events, c.ReplayCacheBytes > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -383,10 +382,6 @@ func storeError(ctx context.Context, what string, err error) error {
 	}
 	if unavailable(err) {
 		return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, what, err)
-	}
-	if pgCode(err) == "42883" { // undefined_function: the one the Store calls is migration 8's
-		return fmt.Errorf("idem: %s: %w (a function of the key table is missing: its migrations are not all applied; run idemgen migrate, "+
-			"or Migrator.Migrate, before serving with this version)", what, err)
 	}
 	return fmt.Errorf("idem: %s: %w", what, err)
 }

@@ -1,24 +1,30 @@
 -- Lease mode's fast claim on plain PostgreSQL, inside the claim's own transaction (the batch's
--- first BEGIN): a call of the key table's claim function (migration 8), which reads the key's
--- remembered completed row, if any, and only without one inserts the key, in flight, as this
--- request's. Its one row says which: won (the key is this request's, attempt 1); the completed
--- row's columns (a replay, or key reused: the Store compares the fingerprint); or neither, for a
--- key with any other row, which the full claim decides. Nothing fails on purpose (see
--- claim_lock.sql for why): the business transaction that the batch begins for a replay is
--- rolled back by the connection's next batch.
+-- first BEGIN): claim_fast.sql's insert, which wins a key nobody has, followed in the same batch
+-- by the replay check (replay.sql), which answers a key with a remembered completed row (a
+-- replay, or key reused). A key with any other row is left to the full claim: the insert writes
+-- nothing (ON CONFLICT DO NOTHING) and the check finds nothing. Whether it inserted is what
+-- RETURNING returns (see claim_fast.sql), never its command tag. Nothing fails on purpose (see
+-- claim_lock.sql for why): the business transaction that the batch begins for a replay is rolled
+-- back by the connection's next batch.
 --
--- It used to be two statements, the insert and then the replay check (replay.sql), and both ran
--- for every request: a replay paid for an insert that could not win, and a new key for a read
--- that found nothing. make bench-statements put them at 86k and 56k PostgreSQL instructions for a
--- replay; the call runs the one its key needs.
+-- Two plain statements, where one statement used to run the check and, only without a
+-- completed row, the insert (a CTE, a UNION ALL and a count): PostgreSQL builds every node of a
+-- statement's plan each time it runs it, whether the node runs or not, and that plan cost a
+-- replay and a new key alike more than both plain statements do (about 70k instructions more
+-- per request). A replay now pays the insert's probe of the key's index, which finds the row.
 --
--- The function also turns off synchronous_commit for the claim's transaction when it inserts
--- (see Store.claim for why that loses nothing): the setting holds until the claim's COMMIT, and
--- the business transaction after it commits synchronously again. (On Citus a setting must reach
--- the worker the statement goes to: there the claim sends claim_fast.sql and SET LOCAL
--- statements, and no function.) With the replay cache on (Config.ReplayCacheBytes; .Remember) it
--- also returns the row's expiry and the statement's clock, as replay.sql does.
+-- The insert's condition also turns off synchronous_commit for the claim's transaction (see
+-- Store.claim for why that loses nothing): one statement where a SET LOCAL would be another. The
+-- setting holds until the claim's COMMIT, and the business transaction after it commits
+-- synchronously again. (On Citus a set_config would run on the worker the statement goes to,
+-- not where the claim commits: there the claim sends claim_fast.sql and SET LOCAL statements.)
 -- $1 tenant, $2 scope, $3 key, $4 owner token, $5 operation, $6 fingerprint, $7 lease and
 -- $8 expiry (intervals).
-SELECT f.won, f.fingerprint, f.status, f.headers, f.body, f.reference{{if .Remember}}, f.expires_at, f.now{{end}}
-FROM {{.ClaimLease}}($1, $2, $3, $4::uuid, $5, $6, $7::interval, $8::interval) AS f
+INSERT INTO {{.Table}}
+	(tenant, scope, key, operation, fingerprint, state, owner_token, lease_expires_at, attempt, created_at, expires_at)
+SELECT $1, $2, $3, $5, $6, {{inFlight}}, $4::uuid,
+	statement_timestamp() + $7::interval, 1, statement_timestamp(),
+	statement_timestamp() + $8::interval
+WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+ON CONFLICT (tenant, scope, key) DO NOTHING
+RETURNING 1

@@ -1,1 +1,0 @@
-DROP FUNCTION {{.ClaimLease}}(text, text, text, uuid, text, text, interval, interval);
