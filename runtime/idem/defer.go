@@ -51,13 +51,7 @@ func Defer(ctx context.Context, tx pgx.Tx, writes ...Write) error {
 	if c, ok := ClaimFromContext(ctx); ok && c.later != nil && c.later.tx == tx {
 		return c.later.add(writes)
 	}
-	switch len(writes) {
-	case 0:
-		return nil
-	case 1:
-		if _, err := tx.Exec(ctx, writes[0].SQL, writes[0].Args...); err != nil {
-			return writes[0].refused(err)
-		}
+	if len(writes) == 0 {
 		return nil
 	}
 	b := newBatch()

@@ -165,6 +165,14 @@ func TestDefer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Do without a key: %v", err)
 		}
+		// At once too, a refused write answers with its Refuse error.
+		_, err = e.Store.Do(ctx, noKey, func(ctx context.Context, tx pgx.Tx) (*idem.Outcome, error) {
+			return &idem.Outcome{Status: 200}, idem.Defer(ctx, tx, idem.Write{SQL: `INSERT INTO names VALUES ('now')`,
+				Refuse: func(*pgconn.PgError) error { return errTaken }})
+		})
+		if !errors.Is(err, errTaken) {
+			t.Fatalf("Do without a key, its one write refused: %v; want the Refuse error", err)
+		}
 
 		// After the run: refused, not sent.
 		var late chan error
